@@ -1,0 +1,145 @@
+"""The protocol-neutral entry point shared by the REST and gRPC servers."""
+
+from __future__ import annotations
+
+import logging
+
+from .errors import ConfigurationError, InvalidRequest, ModelNotFound
+from .registry import ModelVersion, Registry
+from .repository import ModelRepository
+from .settings import ServerSettings
+from .types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    ModelState,
+    RepositoryEntry,
+    ServerMetadata,
+    Tensor,
+)
+
+logger = logging.getLogger(__name__)
+
+# Protocol extensions every inferd server implements.
+EXTENSIONS = ["model_repository", "binary_tensor_data"]
+
+
+class DataPlane:
+    def __init__(
+        self, settings: ServerSettings, registry: Registry, repository: ModelRepository
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.repository = repository
+        # False until the models that load at start-up have been tried.
+        self.started = False
+
+    # Health
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.started and self.registry.all_ready()
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        return self.registry.find(name, version).state is ModelState.READY
+
+    # Metadata
+
+    def server_metadata(self) -> ServerMetadata:
+        extensions = EXTENSIONS + [e for e in self.settings.extensions if e not in EXTENSIONS]
+        return ServerMetadata(
+            name=self.settings.server_name,
+            version=self.settings.server_version,
+            extensions=extensions,
+        )
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        found = self.registry.get_ready(name, version)
+        assert found.metadata is not None  # set when the version became READY
+        return found.metadata
+
+    # Inference
+
+    async def infer(
+        self, name: str, version: str | None, request: InferenceRequest
+    ) -> InferenceResponse:
+        found = self.registry.get_ready(name, version)
+        assert found.scheduler is not None  # READY versions always have one
+        response = await found.scheduler.submit(request)
+        return _finish(response, found, request)
+
+    # Model repository
+
+    def index(self, ready: bool | None = None) -> list[RepositoryEntry]:
+        """Every model in the registry, plus those on disk that are not loaded."""
+        entries = self.registry.index()
+        loaded = {entry.name for entry in entries}
+        try:
+            on_disk = self.repository.find_all()
+        except ConfigurationError as error:
+            logger.warning("Repository index: %s", error)
+            on_disk = []
+        for settings in on_disk:
+            if settings.name not in loaded:
+                entries.append(
+                    RepositoryEntry(settings.name, settings.version, ModelState.UNAVAILABLE)
+                )
+        if ready is not None:
+            entries = [e for e in entries if (e.state is ModelState.READY) == ready]
+        return entries
+
+    async def load(self, name: str) -> None:
+        """(Re)load ``name`` from the repository as it is on disk now."""
+        try:
+            found = self.repository.find(name)
+        except ConfigurationError as error:
+            raise InvalidRequest(str(error)) from None
+        if not found:
+            raise ModelNotFound(name)
+        await self.registry.load(name, found)
+
+    async def unload(self, name: str) -> None:
+        await self.registry.unload(name)
+
+    async def load_all(self) -> None:
+        """Start-up: load every model in the repository; failures are logged, not raised."""
+        for name, versions in _by_name(self.repository.find_all()).items():
+            try:
+                await self.registry.load(name, versions)
+            except Exception as error:
+                logger.error("Model %r did not load at start-up: %s", name, error)
+
+
+def _finish(
+    response: InferenceResponse, found: ModelVersion, request: InferenceRequest
+) -> InferenceResponse:
+    """Stamp the response with the model's identity and keep only requested outputs."""
+    response.model_name = found.name
+    response.model_version = found.version
+    response.id = request.id
+    if request.outputs:
+        response.outputs = _select_outputs(response.outputs, request, found.name)
+    return response
+
+
+def _select_outputs(outputs: list[Tensor], request: InferenceRequest, model: str) -> list[Tensor]:
+    by_name = {tensor.name: tensor for tensor in outputs}
+    selected = []
+    for requested in request.outputs:
+        tensor = by_name.get(requested.name)
+        if tensor is None:
+            raise InvalidRequest(
+                f"Model {model!r} has no output named {requested.name!r}; "
+                f"it returned {sorted(by_name)}"
+            )
+        selected.append(tensor)
+    return selected
+
+
+def _by_name(found: list) -> dict[str, list]:
+    grouped: dict[str, list] = {}
+    for settings in found:
+        grouped.setdefault(settings.name, []).append(settings)
+    return grouped

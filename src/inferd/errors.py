@@ -1,0 +1,95 @@
+"""The error tree.
+
+Every error a client can see is an :class:`InferdError` with a protocol-neutral
+:class:`ErrorCode`. The servers map the code to an HTTP status or a gRPC code;
+nothing here knows about either protocol.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    """What kind of failure happened, independent of the wire protocol.
+
+    The value is the HTTP status the REST server answers with.
+    """
+
+    INVALID_ARGUMENT = 400
+    NOT_FOUND = 404
+    PAYLOAD_TOO_LARGE = 413
+    INTERNAL = 500
+    UNAVAILABLE = 503
+    DEADLINE_EXCEEDED = 504
+
+    @property
+    def http_status(self) -> int:
+        return self.value
+
+
+class InferdError(Exception):
+    """Base of every error that is reported to a client."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(InferdError):
+    """The request is malformed or does not match what the model accepts."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class ModelNotFound(InferdError):
+    code = ErrorCode.NOT_FOUND
+
+    def __init__(self, name: str, version: str | None = None) -> None:
+        if version:
+            message = f"Model {name!r} with version {version!r} not found"
+        else:
+            message = f"Model {name!r} not found"
+        super().__init__(message)
+        self.name = name
+        self.version = version
+
+
+class ModelNotReady(InferdError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class Overloaded(InferdError):
+    """The server refuses work to protect itself; the client should retry later."""
+
+    code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(InferdError):
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class PayloadTooLarge(InferdError):
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+
+
+class ModelError(InferdError):
+    """A failure inside the model's own code (load or predict)."""
+
+    code = ErrorCode.INTERNAL
+
+
+class WorkerLost(InferdError):
+    """The worker process running a request died before answering."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class ConfigurationError(Exception):
+    """Settings that cannot be used. Raised at start-up or load, never per request."""

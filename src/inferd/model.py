@@ -1,0 +1,126 @@
+"""The runtime base class: subclass :class:`Model` to serve your own model.
+
+A runtime implements ``load()`` (read artifacts from ``self.settings.uri``) and
+``predict(request) -> response``; ``predict`` may be a plain function or a
+coroutine. Requests arrive with numpy tensors; the ``decode`` / ``encode``
+helpers apply MLServer's content types (``np``, ``str``, ``base64``,
+``datetime``, ``pd``) so a runtime never touches wire details.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import codecs
+from .settings import ModelSettings
+from .types import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataTensor,
+    ModelMetadata,
+    Tensor,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    """Where a runtime instance runs.
+
+    ``worker_index`` is 0..N-1 in a pool of N worker processes and -1 when
+    inference runs in the server's main process. ``device`` is the device
+    assigned to this worker (e.g. ``"cuda:1"``), or None.
+    """
+
+    worker_index: int = -1
+    device: str | None = None
+
+
+class Model:
+    """Base class of every runtime. Override ``load`` and ``predict``."""
+
+    def __init__(self, settings: ModelSettings, context: WorkerContext | None = None) -> None:
+        self.settings = settings
+        self.context = context or WorkerContext()
+        self.ready = False
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def version(self) -> str | None:
+        return self.settings.version
+
+    async def load(self) -> bool | None:
+        """Load the model's artifacts. Raise (or return False) to fail the load."""
+        return True
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        """Answer one request (or one merged batch of requests, with batching on)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement predict()")
+
+    async def unload(self) -> None:
+        """Release what ``load`` acquired. Called once; the instance is dropped after."""
+
+    def metadata(self) -> ModelMetadata:
+        """What ``GET /v2/models/{name}`` reports; by default, the declared settings."""
+        settings = self.settings
+        return ModelMetadata(
+            name=settings.name,
+            platform=settings.platform,
+            versions=list(settings.versions),
+            inputs=[_metadata_tensor(tensor) for tensor in settings.inputs],
+            outputs=[_metadata_tensor(tensor) for tensor in settings.outputs],
+            parameters=_content_type_parameters(settings),
+        )
+
+    def decode(self, tensor: Tensor, default_content_type: str | None = None) -> Any:
+        """One input as Python data, by its content type (or the given default)."""
+        default = default_content_type or self._default_content_type
+        return codecs.decode_tensor(tensor, default)
+
+    def decode_request(
+        self, request: InferenceRequest, default_content_type: str | None = None
+    ) -> Any:
+        """The whole request as Python data: a DataFrame for ``pd``, else the only
+        input decoded, else a dict of decoded inputs by name."""
+        default = default_content_type or self._default_content_type
+        return codecs.decode_request(request, default)
+
+    def encode(self, name: str, value: Any, content_type: str | None = None) -> Tensor:
+        """One output tensor from Python data (array, list of str, ...)."""
+        return codecs.encode_tensor(name, value, content_type)
+
+    def encode_response(
+        self, value: Any, content_type: str | None = None, request: InferenceRequest | None = None
+    ) -> InferenceResponse:
+        """A response holding ``value`` (an array, a dict of arrays, a DataFrame, ...),
+        with this model's name and version, echoing the request's id."""
+        return InferenceResponse(
+            outputs=codecs.encode_outputs(value, content_type),
+            model_name=self.name,
+            model_version=self.version,
+            id=request.id if request is not None else None,
+        )
+
+    @property
+    def _default_content_type(self) -> str | None:
+        parameters = self.settings.parameters
+        return parameters.content_type if parameters else None
+
+
+def _metadata_tensor(tensor: Any) -> MetadataTensor:
+    return MetadataTensor(
+        name=tensor.name,
+        datatype=tensor.datatype,
+        shape=list(tensor.shape),
+        parameters=dict(tensor.parameters or {}),
+    )
+
+
+def _content_type_parameters(settings: ModelSettings) -> dict[str, Any]:
+    parameters = settings.parameters
+    if parameters and parameters.content_type:
+        return {"content_type": parameters.content_type}
+    return {}

@@ -1,0 +1,195 @@
+"""V2 REST bodies <-> core types, including the binary tensor data extension.
+
+Decoding validates with msgspec (no pydantic per request) and turns tensor data
+into numpy in one step. Encoding writes numpy straight to JSON (orjson) or to
+raw bytes after a JSON header.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import orjson
+
+from ..encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
+from ..errors import InvalidRequest
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+HEADER_LENGTH = "inference-header-content-length"
+BINARY_CONTENT_TYPE = "application/octet-stream"
+JSON_CONTENT_TYPE = "application/json"
+
+
+class _InputBody(msgspec.Struct):
+    name: str
+    shape: list[Any]
+    datatype: str
+    data: Any = None
+    parameters: dict[str, Any] | None = None
+
+
+class _OutputBody(msgspec.Struct):
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class _RequestBody(msgspec.Struct):
+    inputs: list[_InputBody]
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    outputs: list[_OutputBody] | None = None
+
+
+class _RepositoryIndexBody(msgspec.Struct):
+    ready: bool | None = None
+
+
+_request_decoder = msgspec.json.Decoder(_RequestBody)
+_index_decoder = msgspec.json.Decoder(_RepositoryIndexBody)
+
+
+def decode_infer_request(body: bytes, header_length: str | None) -> InferenceRequest:
+    """Decode a JSON (or JSON + binary) inference request body."""
+    json_part, binary_part = _split_body(body, header_length)
+    try:
+        parsed = _request_decoder.decode(json_part)
+    except msgspec.DecodeError as error:
+        raise InvalidRequest(f"Invalid inference request: {error}") from None
+    inputs = _decode_inputs(parsed.inputs, binary_part)
+    outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
+    return InferenceRequest(
+        inputs=inputs, id=parsed.id, parameters=parsed.parameters or {}, outputs=outputs
+    )
+
+
+def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | None]:
+    if header_length is None:
+        return body, None
+    try:
+        length = int(header_length)
+    except ValueError:
+        raise InvalidRequest(
+            f"Inference-Header-Content-Length must be an integer, got {header_length!r}"
+        ) from None
+    if not 0 <= length <= len(body):
+        raise InvalidRequest(
+            f"Inference-Header-Content-Length {length} is outside the body of {len(body)} bytes"
+        )
+    view = memoryview(body)
+    return body[:length], view[length:]
+
+
+def _decode_inputs(inputs: list[_InputBody], binary: memoryview | None) -> list[Tensor]:
+    tensors = []
+    offset = 0
+    seen: set[str] = set()
+    for item in inputs:
+        if item.name in seen:
+            raise InvalidRequest(f"Input {item.name!r} appears more than once")
+        seen.add(item.name)
+        parameters = item.parameters or {}
+        size = parameters.get("binary_data_size")
+        if size is None:
+            if item.data is None:
+                raise InvalidRequest(f"Input {item.name!r} has no data")
+            data = array_from_json(item.name, item.datatype, item.shape, item.data)
+        else:
+            data, offset = _binary_input(item, size, binary, offset)
+            parameters = {k: v for k, v in parameters.items() if k != "binary_data_size"}
+        tensors.append(Tensor(item.name, data, parameters))
+    if binary is not None and offset != len(binary):
+        raise InvalidRequest(
+            f"The binary part of the body has {len(binary) - offset} bytes that no input claims"
+        )
+    return tensors
+
+
+def _binary_input(
+    item: _InputBody, size: Any, binary: memoryview | None, offset: int
+) -> tuple[np.ndarray, int]:
+    if binary is None:
+        raise InvalidRequest(
+            f"Input {item.name!r} has binary_data_size but the request has no "
+            "Inference-Header-Content-Length header"
+        )
+    if type(size) is not int or size < 0:
+        raise InvalidRequest(f"Input {item.name!r}: binary_data_size must be an integer >= 0")
+    if item.data is not None:
+        raise InvalidRequest(f"Input {item.name!r} has both data and binary_data_size")
+    end = offset + size
+    if end > len(binary):
+        raise InvalidRequest(
+            f"Input {item.name!r}: binary_data_size {size} runs past the end of the body"
+        )
+    return array_from_bytes(item.name, item.datatype, item.shape, binary[offset:end]), end
+
+
+def decode_index_request(body: bytes) -> bool | None:
+    if not body.strip():
+        return None
+    try:
+        return _index_decoder.decode(body).ready
+    except msgspec.DecodeError as error:
+        raise InvalidRequest(f"Invalid repository index request: {error}") from None
+
+
+def encode_infer_response(
+    response: InferenceResponse, request: InferenceRequest
+) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when binary outputs follow."""
+    binary_default, binary_by_name = _binary_choice(request)
+    outputs = []
+    chunks: list[bytes] = []
+    for tensor in response.outputs:
+        output: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": tensor.shape,
+        }
+        parameters = dict(tensor.parameters)
+        if binary_by_name.get(tensor.name, binary_default):
+            raw = array_to_bytes(tensor.data)
+            parameters["binary_data_size"] = len(raw)
+            chunks.append(raw)
+        else:
+            output["data"] = array_to_json(tensor.data)
+        if parameters:
+            output["parameters"] = parameters
+        outputs.append(output)
+    header = orjson.dumps(_response_head(response, outputs), option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def _response_head(response: InferenceResponse, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    head: dict[str, Any] = {"model_name": response.model_name}
+    if response.model_version is not None:
+        head["model_version"] = response.model_version
+    if response.id is not None:
+        head["id"] = response.id
+    if response.parameters:
+        head["parameters"] = response.parameters
+    head["outputs"] = outputs
+    return head
+
+
+def _binary_choice(request: InferenceRequest) -> tuple[bool, dict[str, bool]]:
+    """Whether outputs go binary by default, and each requested output's own choice."""
+    per_output: dict[str, bool] = {}
+    for output in request.outputs:
+        if "classification" in output.parameters:
+            raise InvalidRequest(
+                f"Output {output.name!r} asks for the classification extension, "
+                "which this server does not implement"
+            )
+        flag = output.parameters.get("binary_data")
+        if flag is not None:
+            per_output[output.name] = flag is True
+    return request.parameters.get("binary_data_output") is True, per_output
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})

@@ -1,0 +1,438 @@
+"""Server and model settings: the only place that reads env vars and settings files.
+
+The names and defaults follow MLServer's ``settings.json`` and
+``model-settings.json`` so an MLServer deployment is served unchanged. Each value
+comes from, in order of precedence: the environment (``INFERD_<NAME>``, then
+MLServer's ``MLSERVER_<NAME>``; ``INFERD_MODEL_<NAME>`` / ``MLSERVER_MODEL_<NAME>``
+for model settings), then the settings file, then the default.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from .datatypes import DATATYPES
+from .errors import ConfigurationError
+from .version import __version__
+
+logger = logging.getLogger(__name__)
+
+SERVER_SETTINGS_FILE = "settings.json"
+MODEL_SETTINGS_FILE = "model-settings.json"
+
+
+def _env_first(
+    settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource, prefix: str
+) -> tuple[PydanticBaseSettingsSource, ...]:
+    """Sources in precedence order: INFERD_ env, MLSERVER_ env, the file (init)."""
+    return (
+        EnvSettingsSource(settings_cls, env_prefix=f"INFERD_{prefix}", case_sensitive=False),
+        EnvSettingsSource(settings_cls, env_prefix=f"MLSERVER_{prefix}", case_sensitive=False),
+        init_settings,
+    )
+
+
+class CORSSettings(BaseModel):
+    """Cross-origin resource sharing, as MLServer's ``cors_settings``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow_origins: list[str] = []
+    """Origins allowed to make cross-origin requests; ``["*"]`` allows any."""
+    allow_origin_regex: str | None = None
+    """A regex matched against the origin, e.g. ``https://.*\\.example\\.org``."""
+    allow_credentials: bool = False
+    """Whether cookies are supported on cross-origin requests."""
+    allow_methods: list[str] = ["GET"]
+    """HTTP methods allowed on cross-origin requests."""
+    allow_headers: list[str] = []
+    """Request headers allowed on cross-origin requests."""
+    expose_headers: list[str] = []
+    """Response headers the browser may read."""
+    max_age: int = 600
+    """How long browsers may cache a preflight answer, in seconds."""
+
+
+class ServerSettings(BaseSettings):
+    """Server-wide settings (``settings.json``)."""
+
+    model_config = SettingsConfigDict(extra="forbid", validate_default=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return _env_first(settings_cls, init_settings, "")
+
+    debug: bool = False
+    """Log at debug level (one line per request)."""
+
+    parallel_workers: int = 1
+    """Worker processes that run inference; 0 runs it in the main process.
+    ``"cpu_count"`` means the number of cores this process may use."""
+
+    parallel_workers_timeout: int = 5
+    """Seconds to wait for a worker process to stop before it is killed."""
+
+    model_repository_root: str = "."
+    """Folder searched (recursively) for ``model-settings.json`` files."""
+
+    load_models_at_startup: bool = True
+    """Load every model found in the repository when the server starts."""
+
+    server_name: str = "inferd"
+    """Name reported by server metadata (``GET /v2``)."""
+
+    server_version: str = __version__
+    """Version reported by server metadata."""
+
+    extensions: list[str] = []
+    """Extra protocol extensions to report in server metadata."""
+
+    host: str = "0.0.0.0"
+    """Address the REST, gRPC and metrics servers listen on."""
+
+    http_port: int = 8080
+    """Port of the REST server."""
+
+    root_path: str = ""
+    """ASGI root path, for a server mounted below a URL prefix by a proxy."""
+
+    grpc_port: int = 8081
+    """Port of the gRPC server."""
+
+    grpc_max_message_length: int | None = None
+    """Largest gRPC message accepted or sent, in bytes (default: max_request_size)."""
+
+    cors_settings: CORSSettings | None = None
+    """CORS for the REST server; no CORS headers when unset."""
+
+    metrics_endpoint: str | None = "/metrics"
+    """Path of the Prometheus endpoint on ``metrics_port``; empty or null turns it off."""
+
+    metrics_port: int = 8082
+    """Port of the Prometheus metrics server."""
+
+    metrics_rest_server_prefix: str = "rest_server"
+    """Prefix of the REST server's metric names."""
+
+    metrics_dir: str | None = None
+    """Accepted for MLServer compatibility; inferd keeps metrics in memory."""
+
+    use_structured_logging: bool = False
+    """Write logs as JSON lines."""
+
+    logging_settings: str | dict[str, Any] | None = None
+    """A ``logging.config`` dict, or the path of a JSON/YAML file holding one."""
+
+    gzip_enabled: bool = True
+    """Compress large REST responses for clients that accept gzip."""
+
+    max_request_size: int = Field(default=128 * 1024 * 1024, gt=0)
+    """Largest request body accepted, in bytes (after gzip decompression); larger gets 413."""
+
+    environments_dir: str | None = None
+    """Accepted for MLServer compatibility; per-model environments are not supported."""
+
+    model_repository_implementation: str | None = None
+    """Accepted for MLServer compatibility; only the folder repository is supported."""
+
+    model_repository_implementation_args: dict[str, Any] = {}
+    """Accepted for MLServer compatibility; unused."""
+
+    kafka_enabled: Literal[False] = False
+    """MLServer's Kafka server is not supported; true is refused."""
+
+    kafka_servers: str = "localhost:9092"
+    """Accepted for MLServer compatibility; unused."""
+
+    kafka_topic_input: str = "mlserver-input"
+    """Accepted for MLServer compatibility; unused."""
+
+    kafka_topic_output: str = "mlserver-output"
+    """Accepted for MLServer compatibility; unused."""
+
+    tracing_server: str | None = None
+    """Accepted for MLServer compatibility; tracing is not supported."""
+
+    cache_enabled: bool = False
+    """Accepted for MLServer compatibility; response caching is not supported."""
+
+    cache_size: int = 100
+    """Accepted for MLServer compatibility; unused."""
+
+    @field_validator("parallel_workers", mode="before")
+    @classmethod
+    def _cpu_count(cls, value: Any) -> Any:
+        if value == "cpu_count":
+            return len(os.sched_getaffinity(0))
+        return value
+
+    @field_validator("parallel_workers")
+    @classmethod
+    def _non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 (inference in the main process) or more")
+        return value
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return bool(self.metrics_endpoint)
+
+    def ignored_settings(self) -> list[str]:
+        """MLServer settings that are set but that inferd does not act on."""
+        ignored = []
+        for name in ("environments_dir", "model_repository_implementation", "tracing_server"):
+            if getattr(self, name):
+                ignored.append(name)
+        if self.cache_enabled:
+            ignored.append("cache_enabled")
+        return ignored
+
+
+class MetadataTensorSettings(BaseModel):
+    """A declared input or output in ``model-settings.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: dict[str, Any] | None = None
+
+    @field_validator("datatype")
+    @classmethod
+    def _known_datatype(cls, value: str) -> str:
+        if value not in DATATYPES:
+            raise ValueError(f"unknown datatype {value!r}; expected one of {', '.join(DATATYPES)}")
+        return value
+
+
+class ModelParameters(BaseSettings):
+    """The ``parameters`` block of ``model-settings.json``."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return _env_first(settings_cls, init_settings, "MODEL_")
+
+    uri: str | None = None
+    """Where the model's artifacts are; relative paths are relative to the model's folder."""
+
+    version: str | None = None
+    """This model's version; a model may be served in several versions at once."""
+
+    format: str | None = None
+    """Format of the artifact, for runtimes that read several."""
+
+    content_type: str | None = None
+    """Default content type for decoding requests and encoding responses."""
+
+    extra: dict[str, Any] = {}
+    """Runtime-specific settings (e.g. ``predict_fn`` for scikit-learn)."""
+
+    environment_path: str | None = None
+    """Accepted for MLServer compatibility; per-model environments are not supported."""
+
+    environment_tarball: str | None = None
+    """Accepted for MLServer compatibility; per-model environments are not supported."""
+
+    inference_pool_gid: str | None = None
+    """Accepted for MLServer compatibility; unused."""
+
+    autogenerate_inference_pool_gid: bool = False
+    """Accepted for MLServer compatibility; unused."""
+
+    @field_validator("extra", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+class ModelSettings(BaseSettings):
+    """One model version (``model-settings.json``)."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return _env_first(settings_cls, init_settings, "MODEL_")
+
+    name: str = ""
+    """The model's name; defaults to the name of its folder."""
+
+    platform: str = ""
+    """Framework the model was trained with, reported in metadata."""
+
+    versions: list[str] = []
+    """Versions of the libraries the model was trained with, reported in metadata."""
+
+    inputs: list[MetadataTensorSettings] = []
+    """Declared inputs, reported in metadata."""
+
+    outputs: list[MetadataTensorSettings] = []
+    """Declared outputs, reported in metadata."""
+
+    implementation: str | None = None
+    """Import path of the runtime class, e.g. ``inferd.runtimes.sklearn.SKLearnModel``
+    (MLServer names such as ``mlserver_sklearn.SKLearnModel`` work too)."""
+
+    max_batch_size: int = Field(default=0, ge=0)
+    """Adaptive batching: most rows in one batch; 0 or 1 turns batching off."""
+
+    max_batch_time: float = Field(default=0.0, ge=0)
+    """Adaptive batching: longest a request waits for company, in seconds."""
+
+    parameters: ModelParameters | None = None
+    """Per-version parameters: uri, version, content_type, extra."""
+
+    parallel_workers: int | None = None
+    """Deprecated in MLServer; accepted and ignored (use the server's setting)."""
+
+    warm_workers: bool = False
+    """Deprecated in MLServer; accepted and ignored."""
+
+    cache_enabled: bool = False
+    """Accepted for MLServer compatibility; response caching is not supported."""
+
+    # The model-settings.json this came from; set by the loader, never by the file.
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def version(self) -> str | None:
+        return self.parameters.version if self.parameters else None
+
+    @property
+    def folder(self) -> Path:
+        """Folder the model's relative paths are resolved against."""
+        return self.source.parent if self.source else Path.cwd()
+
+    @property
+    def uri(self) -> Path:
+        """Absolute location of the model's artifacts (its folder when no uri is set)."""
+        uri = self.parameters.uri if self.parameters else None
+        if not uri:
+            return self.folder
+        path = Path(uri)
+        return path if path.is_absolute() else self.folder / path
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return self.parameters.extra if self.parameters else {}
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown setting"
+        lines.append(f"  {where}: {message} (got {item.get('input')!r})")
+    return "\n".join(lines)
+
+
+def read_json_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigurationError(f"{path}: file not found") from None
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(f"{path}: cannot be read as JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{path}: must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_server_settings(folder: Path | None = None, **overrides: Any) -> ServerSettings:
+    """Server settings from ``folder/settings.json`` (if present) and the environment.
+
+    ``overrides`` (e.g. from the command line) win over the file but not the env.
+    """
+    path = folder / SERVER_SETTINGS_FILE if folder else None
+    data = read_json_file(path) if path and path.is_file() else {}
+    data.update(overrides)
+    try:
+        settings = ServerSettings(**data)
+    except ValidationError as error:
+        where = str(path) if path and path.is_file() else "server settings"
+        raise ConfigurationError(f"{where}: invalid settings:\n{_describe(error)}") from None
+    for name in settings.ignored_settings():
+        logger.warning("Setting %r is accepted for MLServer compatibility but has no effect", name)
+    return settings
+
+
+def model_settings_from_dict(data: dict[str, Any], source: Path | None) -> ModelSettings:
+    """Validate one model's settings, applying the model environment variables."""
+    data = dict(data)
+    where = str(source) if source else "model settings from the environment"
+    try:
+        raw_parameters = data.pop("parameters", None) or {}
+        if not isinstance(raw_parameters, dict):
+            raise ConfigurationError(f"{where}: parameters: must be a JSON object")
+        parameters = ModelParameters(**raw_parameters)
+        settings = ModelSettings(**data, parameters=parameters)
+    except ValidationError as error:
+        raise ConfigurationError(f"{where}: invalid model settings:\n{_describe(error)}") from None
+    settings._source = source
+    if source is not None and not settings.name:
+        settings.name = source.parent.name
+    return settings
+
+
+def load_model_settings(path: Path) -> ModelSettings:
+    return model_settings_from_dict(read_json_file(path), path.resolve())
+
+
+def model_settings_from_env() -> ModelSettings | None:
+    """The one model KServe describes with ``MLSERVER_MODEL_*`` variables, if any."""
+    names = ("NAME", "IMPLEMENTATION", "URI")
+    if not any(os.environ.get(f"{prefix}MODEL_{name}") for name in names for prefix in _PREFIXES):
+        return None
+    settings = model_settings_from_dict({}, None)
+    if not settings.name or not settings.implementation:
+        raise ConfigurationError(
+            "A model described by environment variables needs both MLSERVER_MODEL_NAME "
+            "(or INFERD_MODEL_NAME) and MLSERVER_MODEL_IMPLEMENTATION "
+            "(or INFERD_MODEL_IMPLEMENTATION)"
+        )
+    return settings
+
+
+_PREFIXES = ("INFERD_", "MLSERVER_")
