@@ -9,6 +9,7 @@ helpers apply MLServer's content types (``np``, ``str``, ``base64``,
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +57,13 @@ class Model:
         """Load the model's artifacts. Raise (or return False) to fail the load."""
         return True
 
-    async def predict(self, request: InferenceRequest) -> InferenceResponse:
-        """Answer one request (or one merged batch of requests, with batching on)."""
+    def predict(
+        self, request: InferenceRequest
+    ) -> InferenceResponse | Awaitable[InferenceResponse]:
+        """Answer one request (or one merged batch of requests, with batching on).
+
+        Override it as a plain ``def`` (fast, CPU-bound models) or ``async def``.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement predict()")
 
     async def unload(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Awaitable
+from typing import cast
 
 from ..errors import InferdError, ModelError
 from ..model import Model, WorkerContext
@@ -53,9 +55,10 @@ class InProcessPool:
     async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
         model = self._models[instance_id]
         try:
+            result = model.predict(request)
             if self._async_predict[instance_id]:
-                return await model.predict(request)
-            return model.predict(request)  # type: ignore[return-value]
+                return await cast(Awaitable[InferenceResponse], result)
+            return cast(InferenceResponse, result)
         except InferdError:
             raise
         except Exception as error:
