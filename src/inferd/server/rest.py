@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,16 +16,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..dataplane import DataPlane
-from ..errors import InferdError, InvalidRequest, Overloaded, PayloadTooLarge
+from ..errors import InferdError
 from ..settings import ServerSettings
-from .codec_rest import (
-    BINARY_CONTENT_TYPE,
-    HEADER_LENGTH,
-    JSON_CONTENT_TYPE,
-    decode_index_request,
-    decode_infer_request,
-    encode_infer_response,
-    error_body,
+from .bodies import BodyReader
+from .codec_rest import HEADER_LENGTH, JSON_CONTENT_TYPE, decode_index_request, error_body
+from .fastpath import (
+    GZIP_LEVEL,
+    GZIP_MINIMUM_SIZE,
+    INTERNAL_ERROR,
+    FastInferApp,
+    error_headers,
+    infer_response,
 )
 
 logger = logging.getLogger(__name__)
@@ -39,13 +39,10 @@ def json_response(content: Any, status: int = 200) -> Response:
 
 
 def error_response(error: InferdError) -> Response:
-    headers = None
-    if isinstance(error, Overloaded):
-        headers = {"Retry-After": str(max(1, round(error.retry_after)))}
     return Response(
         error_body(error.message),
         error.code.http_status,
-        headers=headers,
+        headers=dict(error_headers(error)),
         media_type=JSON_CONTENT_TYPE,
     )
 
@@ -61,7 +58,7 @@ def _handles_errors(endpoint: Endpoint) -> Endpoint:
         except Exception:
             logger.exception("Unexpected error serving %s %s", request.method, request.url.path)
             return Response(
-                error_body("Internal server error; see the server logs"),
+                error_body(INTERNAL_ERROR.message),
                 500,
                 media_type=JSON_CONTENT_TYPE,
             )
@@ -74,7 +71,10 @@ class RestEndpoints:
 
     def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
         self.dataplane = dataplane
-        self.max_body = settings.max_request_size
+        self.body_reader = BodyReader(settings.max_request_size)
+
+    async def read_body(self, request: Request) -> bytes:
+        return await self.body_reader.read(request.stream(), request.headers)
 
     async def live(self, request: Request) -> Response:
         live = self.dataplane.live()
@@ -97,21 +97,18 @@ class RestEndpoints:
         return json_response(self.dataplane.model_metadata(name, version).to_dict())
 
     async def infer(self, request: Request) -> Response:
+        """Inference through Starlette: taken by requests the fast path passes on."""
         name, version = _model_path(request)
-        body = await read_body(request, self.max_body)
-        inference_request = decode_infer_request(body, request.headers.get(HEADER_LENGTH))
-        response = await self.dataplane.infer(name, version, inference_request)
-        content, header_length = encode_infer_response(response, inference_request)
-        if header_length is None:
-            return Response(content, media_type=JSON_CONTENT_TYPE)
-        return Response(
-            content,
-            media_type=BINARY_CONTENT_TYPE,
-            headers={"Inference-Header-Content-Length": str(header_length)},
+        body = await self.read_body(request)
+        content, headers = await infer_response(
+            self.dataplane, name, version, body, request.headers.get(HEADER_LENGTH)
         )
+        response = Response(content)
+        response.raw_headers.extend(headers)
+        return response
 
     async def repository_index(self, request: Request) -> Response:
-        ready = decode_index_request(await read_body(request, self.max_body))
+        ready = decode_index_request(await self.read_body(request))
         return json_response([entry.to_dict() for entry in self.dataplane.index(ready)])
 
     async def repository_load(self, request: Request) -> Response:
@@ -149,58 +146,6 @@ def _model_path(request: Request) -> tuple[str, str | None]:
     return params["name"], params.get("version")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, gunzipped if needed; PayloadTooLarge past ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(_too_large(limit))
-    if declared is not None:
-        body = await request.body()
-    else:
-        body = await _read_stream(request, limit)
-    if len(body) > limit:
-        raise PayloadTooLarge(_too_large(limit))
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    return _decompress(body, encoding, limit)
-
-
-async def _read_stream(request: Request, limit: int) -> bytes:
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(_too_large(limit))
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """gzip or deflate, refusing to inflate past ``limit`` (a zip bomb guard)."""
-    if encoding == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        raise InvalidRequest(f"Unsupported Content-Encoding {encoding!r}; use gzip or deflate")
-    inflater = zlib.decompressobj(wbits)
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as error:
-        raise InvalidRequest(f"The body is not valid {encoding} data: {error}") from None
-    if len(data) > limit or inflater.unconsumed_tail:
-        raise PayloadTooLarge(_too_large(limit) + " once decompressed")
-    if not inflater.eof:
-        raise InvalidRequest(f"The body is truncated {encoding} data")
-    return data
-
-
-def _too_large(limit: int) -> str:
-    return f"The request body is larger than max_request_size ({limit} bytes)"
-
-
 async def _not_found(request: Request, exc: Exception) -> Response:
     return Response(
         error_body(f"No route for {request.method} {request.url.path}"),
@@ -217,7 +162,7 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
     )
 
 
-def build_rest_app(dataplane: DataPlane, settings: ServerSettings) -> Starlette:
+def build_rest_app(dataplane: DataPlane, settings: ServerSettings) -> FastInferApp:
     middleware = []
     if settings.cors_settings is not None:
         cors = settings.cors_settings
@@ -234,9 +179,13 @@ def build_rest_app(dataplane: DataPlane, settings: ServerSettings) -> Starlette:
             )
         )
     if settings.gzip_enabled:
-        middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
-    return Starlette(
-        routes=RestEndpoints(dataplane, settings).routes(),
+        middleware.append(
+            Middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_SIZE, compresslevel=GZIP_LEVEL)
+        )
+    endpoints = RestEndpoints(dataplane, settings)
+    app = Starlette(
+        routes=endpoints.routes(),
         middleware=middleware,
         exception_handlers={404: _not_found, 405: _method_not_allowed},
     )
+    return FastInferApp(app, dataplane, endpoints.body_reader, settings.gzip_enabled)
