@@ -6,7 +6,7 @@ import logging
 
 from .errors import ConfigurationError, InvalidRequest, ModelNotFound
 from .registry import ModelVersion, Registry
-from .repository import ModelRepository
+from .repository import ModelRepository, RepositoryScan
 from .settings import ServerSettings
 from .types import (
     InferenceRequest,
@@ -22,6 +22,9 @@ logger = logging.getLogger(__name__)
 
 # Protocol extensions every inferd server implements.
 EXTENSIONS = ["model_repository", "binary_tensor_data"]
+
+# The index's reason for a model that is on disk but not loaded.
+NOT_LOADED = "Not loaded (found in the model repository)"
 
 
 class DataPlane:
@@ -77,18 +80,25 @@ class DataPlane:
         entries = self.registry.index()
         loaded = {entry.name for entry in entries}
         try:
-            on_disk = self.repository.find_all()
+            scan = self.repository.scan()
         except ConfigurationError as error:
             logger.warning("Repository index: %s", error)
-            on_disk = []
-        for settings in on_disk:
+            scan = RepositoryScan()
+        for settings in scan.models:
             if settings.name not in loaded:
                 entries.append(
-                    RepositoryEntry(settings.name, settings.version, ModelState.UNAVAILABLE)
+                    RepositoryEntry(
+                        settings.name, settings.version, ModelState.UNAVAILABLE, NOT_LOADED
+                    )
+                )
+        for broken in scan.broken:
+            if broken.folder not in loaded:
+                entries.append(
+                    RepositoryEntry(broken.folder, None, ModelState.UNAVAILABLE, broken.error)
                 )
         if ready is not None:
             entries = [e for e in entries if (e.state is ModelState.READY) == ready]
-        return entries
+        return sorted(entries, key=lambda e: (e.name, e.version or ""))
 
     async def load(self, name: str) -> None:
         """(Re)load ``name`` from the repository as it is on disk now."""

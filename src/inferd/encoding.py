@@ -19,6 +19,7 @@ from .errors import InvalidRequest
 
 _LENGTH_PREFIX = struct.Struct("<I")
 _INTEGER_KINDS = "iu"
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 def check_shape(name: str, shape: Sequence[Any]) -> tuple[int, ...]:
@@ -43,6 +44,10 @@ def array_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -
             f"Input {name!r}: data is a ragged nested list; it must be rectangular"
         ) from None
     _check_size(name, dims, array.size)
+    if array.dtype.kind == "f" and dtype.kind in _INTEGER_KINDS:
+        # numpy turns a mix of int64 and uint64 values (0 and 2**64 - 1) into
+        # floats, losing precision: look at the exact Python values instead.
+        array = np.asarray(data, dtype=object)
     if array.size:
         _check_values(name, datatype, dtype, array)
     return array.astype(dtype, copy=False).reshape(dims)
@@ -59,6 +64,9 @@ def _check_size(name: str, shape: tuple[int, ...], size: int) -> None:
 def _check_values(name: str, datatype: str, dtype: np.dtype, array: np.ndarray) -> None:
     """Refuse data that would change meaning when cast to ``dtype``."""
     kind = array.dtype.kind
+    if kind == "O":
+        _check_big_numbers(name, datatype, dtype, array)
+        return
     if dtype.kind == "b":
         if kind == "b" or (kind in _INTEGER_KINDS and np.isin(array, (0, 1)).all()):
             return
@@ -74,6 +82,24 @@ def _check_values(name: str, datatype: str, dtype: np.dtype, array: np.ndarray) 
         raise InvalidRequest(
             f"Input {name!r}: values out of range for {datatype} ({info.min}..{info.max})"
         )
+
+
+def _check_big_numbers(name: str, datatype: str, dtype: np.dtype, array: np.ndarray) -> None:
+    """Check data numpy kept as Python objects: big integers, ``null``s, mixed types."""
+    items = array.reshape(-1).tolist()
+    if dtype.kind == "f" and all(type(item) in (int, float) for item in items):
+        if max(abs(item) for item in items) <= _FLOAT64_MAX:
+            return
+        raise InvalidRequest(f"Input {name!r}: values out of range for {datatype}")
+    if dtype.kind in _INTEGER_KINDS and all(type(item) is int for item in items):
+        info = np.iinfo(dtype)
+        if info.min <= min(items) and max(items) <= info.max:
+            return
+        raise InvalidRequest(
+            f"Input {name!r}: values out of range for {datatype} ({info.min}..{info.max})"
+        )
+    expected = {"b": "true/false", "f": "numbers"}.get(dtype.kind, "integers")
+    raise InvalidRequest(f"Input {name!r}: {datatype} data must be {expected}")
 
 
 def _bytes_from_json(name: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
@@ -119,6 +145,9 @@ def array_from_bytes(name: str, datatype: str, shape: Sequence[int], buffer: Any
             f"Input {name!r}: shape {list(dims)} of {datatype} needs {expected} bytes, "
             f"got {len(buffer)}"
         )
+    if datatype == "BOOL" and (np.frombuffer(buffer, dtype=np.uint8) > 1).any():
+        # Any other byte would make a numpy bool that is neither True nor False.
+        raise InvalidRequest(f"Input {name!r}: BOOL bytes must each be 0 or 1")
     return np.frombuffer(buffer, dtype=dtype).reshape(dims)
 
 

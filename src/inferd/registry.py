@@ -86,7 +86,7 @@ class Registry:
         found = self.find(name, version)
         if found.state is ModelState.READY:
             return found
-        label = _label(found)
+        label = _capitalized(_label(found))
         if found.state is ModelState.UNAVAILABLE:
             raise ModelNotReady(f"{label} is unavailable: {found.reason}")
         raise ModelNotReady(f"{label} is not ready: it is {found.state.value.lower()}")
@@ -151,7 +151,11 @@ class Registry:
         new.state = ModelState.UNAVAILABLE
         new.reason = reason
         if old is not None and old.state is ModelState.READY:
-            logger.warning("%s keeps serving the previously loaded instance", _label(old))
+            # The index shows why the files on disk are not what is being served.
+            old.reason = f"Reloading failed, the previous instance keeps serving: {reason}"
+            logger.warning(
+                "%s keeps serving the previously loaded instance", _capitalized(_label(old))
+            )
 
     async def unload(self, name: str) -> None:
         """Unload every version of ``name``; ModelNotFound if none is loaded."""
@@ -204,6 +208,10 @@ def _label(version: ModelVersion) -> str:
     if version.version:
         return f"model {version.name!r} version {version.version!r}"
     return f"model {version.name!r}"
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _as_inferd_error(error: Exception) -> InferdError:

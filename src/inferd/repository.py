@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigurationError
@@ -22,6 +23,22 @@ from .settings import (
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class BrokenModel:
+    """A ``model-settings.json`` that cannot be used, and why."""
+
+    folder: str  # the top folder under the root: the model's name in MLServer's layout
+    error: str
+
+
+@dataclass(slots=True)
+class RepositoryScan:
+    """What the repository holds right now: usable settings and broken files."""
+
+    models: list[ModelSettings] = field(default_factory=list)
+    broken: list[BrokenModel] = field(default_factory=list)
+
+
 class ModelRepository:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
@@ -31,17 +48,45 @@ class ModelRepository:
 
         Raises ConfigurationError naming the file when any of them is invalid.
         """
-        found = [load_model_settings(path) for path in self._settings_files()]
-        if not found:
-            from_env = model_settings_from_env()
-            if from_env is not None:
-                found = [from_env]
+        scan = self.scan()
+        if scan.broken:
+            raise ConfigurationError("\n".join(broken.error for broken in scan.broken))
+        _check_unique_versions(scan.models)
+        return scan.models
+
+    def find(self, name: str) -> list[ModelSettings]:
+        """Every version of the model called ``name``; empty if there is none.
+
+        A broken settings file elsewhere in the repository does not stop another
+        model from loading; one in this model's own folder does.
+        """
+        scan = self.scan()
+        found = [settings for settings in scan.models if settings.name == name]
+        own_broken = [broken for broken in scan.broken if broken.folder == name]
+        if own_broken or (scan.broken and not found):
+            problems = own_broken or scan.broken
+            raise ConfigurationError("\n".join(broken.error for broken in problems))
         _check_unique_versions(found)
         return found
 
-    def find(self, name: str) -> list[ModelSettings]:
-        """Every version of the model called ``name``; empty if there is none."""
-        return [settings for settings in self.find_all() if settings.name == name]
+    def scan(self) -> RepositoryScan:
+        """Read every ``model-settings.json`` now, keeping the broken ones apart."""
+        scan = RepositoryScan()
+        files = self._settings_files()
+        for path in files:
+            try:
+                scan.models.append(load_model_settings(path))
+            except ConfigurationError as error:
+                scan.broken.append(BrokenModel(self._top_folder(path), str(error)))
+        if not files:
+            from_env = model_settings_from_env()
+            if from_env is not None:
+                scan.models.append(from_env)
+        return scan
+
+    def _top_folder(self, settings_file: Path) -> str:
+        relative = settings_file.parent.relative_to(self.root)
+        return relative.parts[0] if relative.parts else self.root.name
 
     def _settings_files(self) -> list[Path]:
         if not self.root.is_dir():

@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import joblib
 import numpy as np
 import pytest
+import tritonclient.http
 from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
 from .serverproc import ServerProcess, start_server
 
 RUNTIMES = Path(__file__).parent / "runtimes" / "testmodels.py"
+
+# Metadata the `typed` model (an Echo) declares in its model-settings.json.
+TYPED_METADATA: dict[str, Any] = {
+    "platform": "custom-echo",
+    "versions": ["numpy/2"],
+    "inputs": [
+        {"name": "text", "datatype": "BYTES", "shape": [-1]},
+        {"name": "image", "datatype": "UINT8", "shape": [-1, 28, 28]},
+    ],
+    "outputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
+}
 
 
 def add_custom_model(repository: Path, folder: str, implementation: str, **settings: Any) -> Path:
@@ -68,6 +82,7 @@ def main_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     add_custom_model(repository, "double/v1", "AsyncDouble", parameters={"version": "1"})
     add_custom_model(repository, "double/v2", "AsyncDouble", parameters={"version": "2"})
     add_custom_model(repository, "fails", "FailsToPredict")
+    add_custom_model(repository, "typed", "Echo", **TYPED_METADATA)
     return repository
 
 
@@ -92,3 +107,29 @@ def start(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     yield _start
     for process in started:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def rest(server: ServerProcess) -> Iterator[httpx.Client]:
+    """An HTTP client for the shared server's REST API."""
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def triton_http(server: ServerProcess) -> Iterator[tritonclient.http.InferenceServerClient]:
+    """tritonclient's HTTP client on the shared server, with its default settings."""
+    client = tritonclient.http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    yield client
+    client.close()
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.02)
+    raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")

@@ -53,15 +53,27 @@ _index_decoder = msgspec.json.Decoder(_RepositoryIndexBody)
 def decode_infer_request(body: bytes, header_length: str | None) -> InferenceRequest:
     """Decode a JSON (or JSON + binary) inference request body."""
     json_part, binary_part = _split_body(body, header_length)
+    if not json_part.strip():
+        raise InvalidRequest(
+            "The request body is empty; send a JSON inference request with an 'inputs' list"
+        )
     try:
         parsed = _request_decoder.decode(json_part)
     except msgspec.DecodeError as error:
-        raise InvalidRequest(f"Invalid inference request: {error}") from None
+        hint = ""
+        if binary_part is not None:
+            hint = (
+                f" (the JSON header is the first {len(json_part)} bytes of the body, "
+                "as Inference-Header-Content-Length says)"
+            )
+        raise InvalidRequest(f"Invalid inference request: {error}{hint}") from None
     inputs = _decode_inputs(parsed.inputs, binary_part)
     outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
-    return InferenceRequest(
+    request = InferenceRequest(
         inputs=inputs, id=parsed.id, parameters=parsed.parameters or {}, outputs=outputs
     )
+    _binary_choice(request)  # refuse bad output parameters before the model runs
+    return request
 
 
 def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | None]:
@@ -185,10 +197,17 @@ def _binary_choice(request: InferenceRequest) -> tuple[bool, dict[str, bool]]:
                 f"Output {output.name!r} asks for the classification extension, "
                 "which this server does not implement"
             )
-        flag = output.parameters.get("binary_data")
+        flag = _flag(output.parameters, "binary_data", f"Output {output.name!r}: ")
         if flag is not None:
-            per_output[output.name] = flag is True
-    return request.parameters.get("binary_data_output") is True, per_output
+            per_output[output.name] = flag
+    return _flag(request.parameters, "binary_data_output", "") is True, per_output
+
+
+def _flag(parameters: dict[str, Any], key: str, where: str) -> bool | None:
+    value = parameters.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise InvalidRequest(f"{where}parameter {key!r} must be true or false, got {value!r}")
 
 
 def error_body(message: str) -> bytes:

@@ -1,0 +1,147 @@
+"""REST health and metadata: /v2/health/*, /v2/models/{m}/ready, GET /v2, GET /v2/models/{m}."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from inferd import __version__
+
+from .conftest import TYPED_METADATA, add_custom_model, wait_for
+from .serverproc import ServerProcess
+
+
+def get(url: str) -> httpx.Response:
+    return httpx.get(url, timeout=10)
+
+
+def index(server: ServerProcess) -> dict[str, dict[str, Any]]:
+    entries = httpx.post(server.url + "/v2/repository/index", timeout=10).json()
+    return {entry["name"]: entry for entry in entries}
+
+
+def test_live_and_ready(rest: httpx.Client) -> None:
+    live = rest.get("/v2/health/live")
+    assert (live.status_code, live.json()) == (200, {"live": True})
+    assert live.headers["content-type"] == "application/json"
+    ready = rest.get("/v2/health/ready")
+    assert (ready.status_code, ready.json()) == (200, {"ready": True})
+
+
+@pytest.mark.parametrize(
+    "path, name",
+    [
+        ("/v2/models/iris/ready", "iris"),
+        ("/v2/models/double/ready", "double"),
+        ("/v2/models/double/versions/1/ready", "double"),
+        ("/v2/models/double/versions/2/ready", "double"),
+    ],
+)
+def test_model_ready(rest: httpx.Client, path: str, name: str) -> None:
+    response = rest.get(path)
+    assert (response.status_code, response.json()) == (200, {"name": name, "ready": True})
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("/v2/models/nope/ready", "Model 'nope' not found"),
+        ("/v2/models/double/versions/3/ready", "Model 'double' with version '3' not found"),
+        ("/v2/models/nope", "Model 'nope' not found"),
+        ("/v2/models/double/versions/3", "Model 'double' with version '3' not found"),
+    ],
+)
+def test_unknown_model_or_version_is_404(rest: httpx.Client, path: str, message: str) -> None:
+    response = rest.get(path)
+    assert (response.status_code, response.json()) == (404, {"error": message})
+
+
+def test_server_metadata_lists_the_implemented_extensions(rest: httpx.Client) -> None:
+    response = rest.get("/v2")
+    assert response.status_code == 200
+    assert response.json() == {
+        "name": "inferd",
+        "version": __version__,
+        "extensions": ["model_repository", "binary_tensor_data"],
+    }
+
+
+def test_model_metadata_reports_declared_settings(rest: httpx.Client) -> None:
+    response = rest.get("/v2/models/typed")
+    assert response.status_code == 200
+    assert response.json() == {"name": "typed", **TYPED_METADATA}
+
+
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_model_metadata_under_a_version(rest: httpx.Client, version: str) -> None:
+    response = rest.get(f"/v2/models/double/versions/{version}")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["name"] == "double"
+    assert {"versions", "platform", "inputs", "outputs"} <= set(body)
+
+
+def test_model_metadata_from_the_runtime(rest: httpx.Client) -> None:
+    body = rest.get("/v2/models/iris").json()
+    assert body["name"] == "iris"
+    for tensor in body["inputs"] + body["outputs"]:
+        assert set(tensor) >= {"name", "datatype", "shape"}
+    assert body["inputs"][0]["datatype"] == "FP64"
+    assert body["inputs"][0]["shape"][-1] == 4
+
+
+def test_not_ready_until_startup_models_have_loaded(
+    start: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    repository = tmp_path / "repository"
+    folder = add_custom_model(repository, "slow", "GatedLoad", parameters={"extra": {"tag": "a"}})
+    server = start(repository, wait="/v2/health/live")
+    wait_for(lambda: (folder / "loading-a").exists(), "the model to start loading")
+
+    ready = get(server.url + "/v2/health/ready")
+    assert (ready.status_code, ready.json()) == (503, {"ready": False})
+    model_ready = get(server.url + "/v2/models/slow/ready")
+    assert (model_ready.status_code, model_ready.json()) == (503, {"name": "slow", "ready": False})
+    assert index(server)["slow"]["state"] == "LOADING"
+    assert get(server.url + "/v2/health/live").status_code == 200
+
+    (folder / "gate").touch()
+    server.wait_until("/v2/health/ready", timeout=30)
+    model_ready = get(server.url + "/v2/models/slow/ready")
+    assert (model_ready.status_code, model_ready.json()) == (200, {"name": "slow", "ready": True})
+
+
+def test_a_model_that_fails_to_load_makes_the_server_unready(
+    start: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    repository = tmp_path / "repository"
+    add_custom_model(repository, "echo", "Echo")
+    add_custom_model(repository, "broken", "FailsToLoad")
+    server = start(repository, wait="/v2/health/live")
+
+    def both_tried() -> bool:
+        entries = index(server)
+        return entries["echo"]["state"] == "READY" and "weights" in entries["broken"]["reason"]
+
+    wait_for(both_tried, "both models to be tried")
+
+    ready = get(server.url + "/v2/health/ready")
+    assert (ready.status_code, ready.json()) == (503, {"ready": False})
+    live = get(server.url + "/v2/health/live")
+    assert (live.status_code, live.json()) == (200, {"live": True})
+    broken = get(server.url + "/v2/models/broken/ready")
+    assert (broken.status_code, broken.json()) == (503, {"name": "broken", "ready": False})
+    assert get(server.url + "/v2/models/echo/ready").status_code == 200
+    assert "RuntimeError: cannot find the weights" in index(server)["broken"]["reason"]
+
+    infer = httpx.post(server.url + "/v2/models/broken/infer", json={"inputs": []})
+    assert infer.status_code == 503
+    assert "cannot find the weights" in infer.json()["error"]
+    assert get(server.url + "/v2/models/broken").status_code == 503
+
+    failure_lines = [line for line in server.log().splitlines() if "ERROR" in line]
+    assert any("'broken'" in line and "cannot find the weights" in line for line in failure_lines)
