@@ -6,7 +6,9 @@ Used both in the main process (``parallel_workers: 0``) and in worker processes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import sys
 from collections.abc import Iterator
@@ -56,26 +58,43 @@ def resolve_runtime_class(settings: ModelSettings) -> type[Model]:
 
 
 def _import_from_folder(module_name: str, folder: Path, where: object) -> ModuleType:
-    """Import ``module_name``, looking in the model's folder first.
+    """Import ``module_name``, from the model's folder when it lives there.
 
-    A module that lives in the model's folder is re-imported on every load, so a
-    changed custom runtime is picked up by a repository load without a restart.
+    A module in the model's folder is executed afresh on every load, under a name
+    unique to that folder: two models may each ship a ``runtime.py``, and a
+    changed runtime is picked up by a repository load without a restart.
     """
-    with _on_sys_path(folder):
-        try:
-            module = importlib.import_module(module_name)
-            if _is_inside(module, folder):
-                module = importlib.reload(module)
-        except ModuleNotFoundError as error:
-            raise ConfigurationError(
-                f"{where}: cannot import {module_name!r} for the implementation: {error}"
-            ) from None
+    local_file = _module_file(folder, module_name)
+    try:
+        if local_file is None:
+            return importlib.import_module(module_name)
+        return _exec_module_file(local_file, module_name, folder)
+    except ModuleNotFoundError as error:
+        raise ConfigurationError(
+            f"{where}: cannot import {module_name!r} for the implementation: {error}"
+        ) from None
+
+
+def _module_file(folder: Path, module_name: str) -> Path | None:
+    base = folder.joinpath(*module_name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _exec_module_file(path: Path, module_name: str, folder: Path) -> ModuleType:
+    digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:12]
+    unique_name = f"_inferd_model_{digest}_{module_name.replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(unique_name, path)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    # Registered so that pickle, dataclasses and typing can find the module.
+    sys.modules[unique_name] = module
+    with _on_sys_path(folder):  # the runtime may import modules beside it
+        spec.loader.exec_module(module)
     return module
-
-
-def _is_inside(module: ModuleType, folder: Path) -> bool:
-    file = getattr(module, "__file__", None)
-    return file is not None and Path(file).resolve().is_relative_to(folder.resolve())
 
 
 @contextlib.contextmanager
