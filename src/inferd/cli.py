@@ -9,8 +9,9 @@ import click
 
 from .errors import ConfigurationError
 from .logs import configure_logging
+from .repository import ModelRepository
 from .server.app import InferenceServer
-from .settings import load_server_settings
+from .settings import ServerSettings, load_server_settings
 from .version import __version__
 
 
@@ -27,20 +28,33 @@ def main() -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
 )
 def start(model_repository: Path) -> None:
-    """Serve every model under MODEL_REPOSITORY (reads its settings.json, if any)."""
+    """Serve every model under MODEL_REPOSITORY (default: the current folder).
+
+    Each folder below it holding a model-settings.json is a model; the server
+    settings are read from MODEL_REPOSITORY/settings.json. Every setting can be
+    overridden by an environment variable: INFERD_<NAME> or MLSERVER_<NAME> for
+    server settings, INFERD_MODEL_<NAME> or MLSERVER_MODEL_<NAME> for models.
+    """
     try:
         settings = load_server_settings(model_repository)
-    except ConfigurationError as error:
-        raise click.ClickException(str(error)) from None
-    if "model_repository_root" not in settings.model_fields_set:
-        settings.model_repository_root = str(model_repository)
-    elif not Path(settings.model_repository_root).is_absolute():
-        settings.model_repository_root = str(model_repository / settings.model_repository_root)
-    configure_logging(settings)
-    try:
+        configure_logging(settings)
+        _check_repository(settings)
         _run(InferenceServer(settings))
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
+
+
+def _check_repository(settings: ServerSettings) -> None:
+    """Refuse to start on a repository the server would only half serve.
+
+    Runs before any port is opened. Files that break later only fail their own
+    model's load (see the repository API).
+    """
+    repository = ModelRepository(Path(settings.model_repository_root))
+    if settings.load_models_at_startup:
+        repository.find_all()  # raises on any invalid model-settings.json or duplicate
+    else:
+        repository.scan()  # the folder must exist; files are read when a model is loaded
 
 
 def _run(server: InferenceServer) -> None:

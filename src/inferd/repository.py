@@ -7,6 +7,7 @@ version (MLServer's layout). With none at all, the model described by the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from .errors import ConfigurationError
 from .settings import (
     MODEL_SETTINGS_FILE,
     ModelSettings,
+    env_variable,
     load_model_settings,
     model_settings_from_env,
 )
@@ -27,7 +29,9 @@ logger = logging.getLogger(__name__)
 class BrokenModel:
     """A ``model-settings.json`` that cannot be used, and why."""
 
-    folder: str  # the top folder under the root: the model's name in MLServer's layout
+    # The model it most likely belongs to: the name in the file if it can be read,
+    # else its folder's name (the default name). Kept as ``folder`` for callers.
+    folder: str
     error: str
 
 
@@ -77,16 +81,12 @@ class ModelRepository:
             try:
                 scan.models.append(load_model_settings(path))
             except ConfigurationError as error:
-                scan.broken.append(BrokenModel(self._top_folder(path), str(error)))
+                scan.broken.append(BrokenModel(_guess_name(path), str(error)))
         if not files:
             from_env = model_settings_from_env()
             if from_env is not None:
                 scan.models.append(from_env)
         return scan
-
-    def _top_folder(self, settings_file: Path) -> str:
-        relative = settings_file.parent.relative_to(self.root)
-        return relative.parts[0] if relative.parts else self.root.name
 
     def _settings_files(self) -> list[Path]:
         if not self.root.is_dir():
@@ -99,6 +99,15 @@ class ModelRepository:
         return files
 
 
+def _guess_name(settings_file: Path) -> str:
+    """The name a broken settings file was meant to give its model."""
+    try:
+        name = json.loads(settings_file.read_text()).get("name")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return name if isinstance(name, str) and name else settings_file.parent.name
+
+
 def _check_unique_versions(found: list[ModelSettings]) -> None:
     seen: dict[tuple[str, str | None], ModelSettings] = {}
     for settings in found:
@@ -108,5 +117,18 @@ def _check_unique_versions(found: list[ModelSettings]) -> None:
             raise ConfigurationError(
                 f"Model {settings.name!r}{version} is defined twice: in {seen[key].source} "
                 f"and in {settings.source}; give each a different name or parameters.version"
+                + _env_hint()
             )
         seen[key] = settings
+
+
+def _env_hint() -> str:
+    """Why two files may clash on a name or version neither of them sets."""
+    variables = [env_variable(name, model=True) for name in ("name", "version")]
+    named = [variable for variable in variables if variable]
+    if not named:
+        return ""
+    return (
+        f" ({' and '.join(named)} set in the environment apply to every model: "
+        "unset them to serve several)"
+    )

@@ -9,18 +9,22 @@ for model settings), then the settings file, then the default.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from .datatypes import DATATYPES
@@ -157,7 +161,7 @@ class ServerSettings(BaseSettings):
     model_repository_implementation_args: dict[str, Any] = {}
     """Accepted for MLServer compatibility; unused."""
 
-    kafka_enabled: Literal[False] = False
+    kafka_enabled: bool = False
     """MLServer's Kafka server is not supported; true is refused."""
 
     kafka_servers: str = "localhost:9092"
@@ -192,6 +196,16 @@ class ServerSettings(BaseSettings):
             raise ValueError("must be 0 (inference in the main process) or more")
         return value
 
+    @field_validator("kafka_enabled")
+    @classmethod
+    def _no_kafka(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "inferd has no Kafka server (MLServer's Kafka inference is not supported); "
+                "remove kafka_enabled or set it to false"
+            )
+        return value
+
     @property
     def metrics_enabled(self) -> bool:
         return bool(self.metrics_endpoint)
@@ -199,7 +213,12 @@ class ServerSettings(BaseSettings):
     def ignored_settings(self) -> list[str]:
         """MLServer settings that are set but that inferd does not act on."""
         ignored = []
-        for name in ("environments_dir", "model_repository_implementation", "tracing_server"):
+        for name in (
+            "environments_dir",
+            "metrics_dir",
+            "model_repository_implementation",
+            "tracing_server",
+        ):
             if getattr(self, name):
                 ignored.append(name)
         if self.cache_enabled:
@@ -318,6 +337,23 @@ class ModelSettings(BaseSettings):
     parameters: ModelParameters | None = None
     """Per-version parameters: uri, version, content_type, extra."""
 
+    workers: int | None = Field(default=None, ge=1)
+    """How many of the server's worker processes load this model (default: all of
+    them). A heavy model can live in a few workers and a light one in all, so memory
+    is not models x workers. Has no effect with ``parallel_workers: 0``."""
+
+    threads_per_worker: int = Field(default=1, ge=1)
+    """How many requests one worker runs at once for this model. Raise it for models
+    that wait on I/O or a GPU; CPU-bound Python gains nothing (one worker = one core).
+    With ``parallel_workers: 0`` it bounds the requests running in the main process."""
+
+    devices: list[str] = []
+    """Devices to spread this model's workers over, e.g. ``["cuda:0", "cuda:1"]``:
+    worker i gets device i mod n as ``self.context.device``, and for ``cuda:N``
+    CUDA_VISIBLE_DEVICES=N is set in that worker before the runtime loads, so there
+    the GPU is the only one visible (address it as ``cuda`` or ``cuda:0``).
+    With ``parallel_workers: 0`` the model gets the first device and no variable is set."""
+
     parallel_workers: int | None = None
     """Deprecated in MLServer; accepted and ignored (use the server's setting)."""
 
@@ -356,16 +392,85 @@ class ModelSettings(BaseSettings):
     def extra(self) -> dict[str, Any]:
         return self.parameters.extra if self.parameters else {}
 
+    def ignored_settings(self) -> list[str]:
+        """MLServer model settings that are set but that inferd does not act on."""
+        ignored = [name for name in _IGNORED_MODEL_SETTINGS if getattr(self, name)]
+        if self.parameters:
+            parameters = self.parameters
+            ignored += [
+                f"parameters.{name}" for name in _IGNORED_PARAMETERS if getattr(parameters, name)
+            ]
+        return ignored
 
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown setting"
-        lines.append(f"  {where}: {message} (got {item.get('input')!r})")
-    return "\n".join(lines)
+
+_IGNORED_MODEL_SETTINGS = ("parallel_workers", "warm_workers", "cache_enabled")
+_IGNORED_PARAMETERS = (
+    "environment_path",
+    "environment_tarball",
+    "inference_pool_gid",
+    "autogenerate_inference_pool_gid",
+)
+
+
+def env_variable(name: str, model: bool = False) -> str | None:
+    """The environment variable that sets ``name``, if any (INFERD_ wins over MLSERVER_).
+
+    Matched without regard to case, as pydantic-settings reads them.
+    """
+    scope = "MODEL_" if model else ""
+    present = {key.upper(): key for key in os.environ}
+    for prefix in _PREFIXES:
+        key = present.get(f"{prefix}{scope}{name}".upper())
+        if key is not None:
+            return key
+    return None
+
+
+def _known_names(*classes: type[BaseModel]) -> dict[str, str]:
+    """Field name -> how to write it, for "did you mean" hints (first class first)."""
+    known: dict[str, str] = {}
+    for cls in classes:
+        prefix = "parameters." if cls is ModelParameters else ""
+        for name in cls.model_fields:
+            known.setdefault(name, prefix + name)
+    return known
+
+
+def _describe(error: ValidationError, model: bool, loc_prefix: str = "") -> str:
+    """One line per problem: the key, where its value came from, what was expected."""
+    known = (
+        _known_names(ModelSettings, ModelParameters, MetadataTensorSettings)
+        if model
+        else _known_names(ServerSettings, CORSSettings)
+    )
+    return "\n".join(_describe_one(item, model, loc_prefix, known) for item in error.errors())
+
+
+def _describe_one(item: ErrorDetails, model: bool, loc_prefix: str, known: dict[str, str]) -> str:
+    key = loc_prefix + ".".join(str(part) for part in item["loc"])
+    variable = env_variable(str(item["loc"][0]), model) if item["loc"] else None
+    source = f" from environment variable {variable}" if variable else ""
+    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(item["loc"][-1]), known, n=1, cutoff=0.75)
+        message = "unknown setting" + (f"; did you mean {known[close[0]]!r}?" if close else "")
+    elif variable and item["type"] in ("dict_type", "list_type", "model_type"):
+        message += "; give nested values in environment variables as JSON"
+    if item["type"] == "missing":
+        return f"  {key or '(top level)'}: {message}"
+    return f"  {key or '(top level)'}: {message} (got {item.get('input')!r}{source})"
+
+
+def _describe_env_json(error: SettingsError, model: bool) -> str:
+    """pydantic-settings' error for an environment value that is not valid JSON."""
+    match = re.search(r'field "(\w+)"', str(error))
+    variable = env_variable(match.group(1), model) if match else None
+    if match is None or variable is None:
+        return f"  {error}"
+    return (
+        f"  {match.group(1)}: environment variable {variable} must hold JSON, "
+        f"got {os.environ[variable]!r}"
+    )
 
 
 def read_json_file(path: Path) -> dict[str, Any]:
@@ -384,46 +489,109 @@ def load_server_settings(folder: Path | None = None, **overrides: Any) -> Server
     """Server settings from ``folder/settings.json`` (if present) and the environment.
 
     ``overrides`` (e.g. from the command line) win over the file but not the env.
+    ``model_repository_root`` defaults to ``folder``; a relative one is relative to
+    ``folder`` when the file sets it and to the working directory when the
+    environment does.
     """
     path = folder / SERVER_SETTINGS_FILE if folder else None
     data = read_json_file(path) if path and path.is_file() else {}
     data.update(overrides)
+    where = str(path) if path and path.is_file() else "server settings"
     try:
         settings = ServerSettings(**data)
-    except ValidationError as error:
-        where = str(path) if path and path.is_file() else "server settings"
-        raise ConfigurationError(f"{where}: invalid settings:\n{_describe(error)}") from None
+    except (ValidationError, SettingsError) as error:
+        problems = (
+            _describe(error, False)
+            if isinstance(error, ValidationError)
+            else _describe_env_json(error, False)
+        )
+        raise ConfigurationError(f"{where}: invalid settings:\n{problems}") from None
+    _resolve_repository_root(settings, folder)
     for name in settings.ignored_settings():
         logger.warning("Setting %r is accepted for MLServer compatibility but has no effect", name)
     return settings
 
 
+def _resolve_repository_root(settings: ServerSettings, folder: Path | None) -> None:
+    if "model_repository_root" not in settings.model_fields_set:
+        settings.model_repository_root = str(folder or ".")
+        return
+    root = Path(settings.model_repository_root)
+    if not root.is_absolute():
+        from_env = env_variable("model_repository_root") is not None
+        base = Path.cwd() if from_env or folder is None else folder
+        settings.model_repository_root = str(base / root)
+
+
 def model_settings_from_dict(data: dict[str, Any], source: Path | None) -> ModelSettings:
-    """Validate one model's settings, applying the model environment variables."""
+    """Validate one model's settings, applying the model environment variables.
+
+    A relative ``parameters.uri`` from the environment is made absolute against the
+    working directory (one in a file stays relative to the file's folder).
+    """
     data = dict(data)
     where = str(source) if source else "model settings from the environment"
-    try:
-        raw_parameters = data.pop("parameters", None) or {}
-        if not isinstance(raw_parameters, dict):
-            raise ConfigurationError(f"{where}: parameters: must be a JSON object")
-        parameters = ModelParameters(**raw_parameters)
-        settings = ModelSettings(**data, parameters=parameters)
-    except ValidationError as error:
-        raise ConfigurationError(f"{where}: invalid model settings:\n{_describe(error)}") from None
+    raw_parameters = data.pop("parameters", None) or {}
+    if not isinstance(raw_parameters, dict):
+        raise ConfigurationError(f"{where}: parameters: must be a JSON object")
+    settings = _validate_model(where, data, raw_parameters)
     settings._source = source
     if source is not None and not settings.name:
         settings.name = source.parent.name
+    uri = settings.parameters.uri if settings.parameters else None
+    if settings.parameters and uri and env_variable("uri", model=True):
+        settings.parameters.uri = str(Path.cwd() / uri)
+    return settings
+
+
+def _validate_model(
+    where: str, data: dict[str, Any], raw_parameters: dict[str, Any]
+) -> ModelSettings:
+    problems = []
+    try:
+        parameters: ModelParameters | None = ModelParameters(**raw_parameters)
+    except ValidationError as error:
+        parameters = None
+        problems.append(_describe(error, True, loc_prefix="parameters."))
+    except SettingsError as error:
+        parameters = None
+        problems.append(_describe_env_json(error, True))
+    try:
+        settings = ModelSettings(**data, parameters=parameters)
+    except ValidationError as error:
+        problems.insert(0, _describe(error, True))
+    except SettingsError as error:
+        problems.insert(0, _describe_env_json(error, True))
+    if problems:
+        problems_text = "\n".join(problems)
+        raise ConfigurationError(f"{where}: invalid model settings:\n{problems_text}")
     return settings
 
 
 def load_model_settings(path: Path) -> ModelSettings:
-    return model_settings_from_dict(read_json_file(path), path.resolve())
+    settings = model_settings_from_dict(read_json_file(path), path.resolve())
+    _warn_ignored_once(settings)
+    return settings
+
+
+# Settings files are read again on every repository index: warn about each once.
+_warned_ignored: set[tuple[Path | None, str]] = set()
+
+
+def _warn_ignored_once(settings: ModelSettings) -> None:
+    for name in settings.ignored_settings():
+        if (settings.source, name) not in _warned_ignored:
+            _warned_ignored.add((settings.source, name))
+            logger.warning(
+                "%s: setting %r is accepted for MLServer compatibility but has no effect",
+                settings.source or f"model {settings.name!r}",
+                name,
+            )
 
 
 def model_settings_from_env() -> ModelSettings | None:
     """The one model KServe describes with ``MLSERVER_MODEL_*`` variables, if any."""
-    names = ("NAME", "IMPLEMENTATION", "URI")
-    if not any(os.environ.get(f"{prefix}MODEL_{name}") for name in names for prefix in _PREFIXES):
+    if not any(env_variable(name, model=True) for name in ("name", "implementation", "uri")):
         return None
     settings = model_settings_from_dict({}, None)
     if not settings.name or not settings.implementation:
@@ -432,6 +600,7 @@ def model_settings_from_env() -> ModelSettings | None:
             "(or INFERD_MODEL_NAME) and MLSERVER_MODEL_IMPLEMENTATION "
             "(or INFERD_MODEL_IMPLEMENTATION)"
         )
+    _warn_ignored_once(settings)
     return settings
 
 

@@ -1,0 +1,254 @@
+"""The registry's state machine, driven through a fake in-memory pool."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from inferd.errors import ModelError, ModelNotFound, ModelNotReady
+from inferd.registry import Registry
+from inferd.settings import ModelSettings, model_settings_from_dict
+from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
+
+pytestmark = pytest.mark.anyio
+
+Key = tuple[str, str | None]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.upper().startswith(("INFERD_", "MLSERVER_")):
+            monkeypatch.delenv(key)
+
+
+class FakePool:
+    """Loads instantly (or when a gate opens), fails on demand, answers with the instance id."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[int, ModelSettings] = {}
+        self.unloaded: list[int] = []
+        self.failures: dict[Key, str] = {}
+        self.gates: dict[Key, asyncio.Event] = {}
+        self.instance_failed: Callable[[int, str], None] | None = None
+
+    async def start(self) -> None:
+        """Nothing to start."""
+
+    async def close(self) -> None:
+        self.loaded.clear()
+
+    async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
+        key = (settings.name, settings.version)
+        if key in self.gates:
+            await self.gates[key].wait()
+        if key in self.failures:
+            raise ModelError(self.failures[key])
+        self.loaded[instance_id] = settings
+        return ModelMetadata(name=settings.name, platform=f"fake-{instance_id}")
+
+    async def unload(self, instance_id: int) -> None:
+        self.loaded.pop(instance_id, None)
+        self.unloaded.append(instance_id)
+
+    async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse([Tensor("instance", np.array([instance_id]))])
+
+    def capacity(self, instance_id: int) -> int:
+        return 1 if instance_id in self.loaded else 0
+
+    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
+        """Capacity never changes here."""
+
+    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
+        self.instance_failed = handler
+
+
+def version(name: str, version: str | None = None) -> ModelSettings:
+    parameters = {"version": version} if version else {}
+    return model_settings_from_dict(
+        {"name": name, "implementation": "fake.Runtime", "parameters": parameters}, None
+    )
+
+
+async def served_by(registry: Registry, name: str, version: str | None = None) -> int:
+    """The instance id that answers a request to the model right now."""
+    found = registry.get_ready(name, version)
+    assert found.scheduler is not None
+    response = await found.scheduler.submit(InferenceRequest([]))
+    return int(response.outputs[0].data[0])
+
+
+@pytest.fixture
+def pool() -> FakePool:
+    return FakePool()
+
+
+@pytest.fixture
+def registry(pool: FakePool) -> Registry:
+    return Registry(pool)
+
+
+async def test_a_loaded_model_is_ready_with_its_metadata(registry: Registry) -> None:
+    await registry.load("iris", [version("iris")])
+    found = registry.get_ready("iris")
+    assert (found.state, found.reason) == (ModelState.READY, "")
+    assert found.metadata is not None and found.metadata.name == "iris"
+    assert registry.all_ready()
+    assert await served_by(registry, "iris") == 1
+
+
+async def test_a_model_is_loading_until_its_load_finishes(
+    registry: Registry, pool: FakePool
+) -> None:
+    pool.gates[("slow", None)] = gate = asyncio.Event()
+    loading = asyncio.create_task(registry.load("slow", [version("slow")]))
+    await asyncio.sleep(0)  # let the load start and park at the gate
+    assert registry.find("slow").state is ModelState.LOADING
+    assert not registry.all_ready()
+    with pytest.raises(ModelNotReady, match="Model 'slow' is not ready: it is loading"):
+        registry.get_ready("slow")
+    gate.set()
+    await loading
+    assert registry.find("slow").state is ModelState.READY
+
+
+async def test_a_failed_load_makes_the_version_unavailable_with_the_reason(
+    registry: Registry, pool: FakePool
+) -> None:
+    pool.failures[("broken", None)] = "weights not found"
+    with pytest.raises(ModelError, match="weights not found"):
+        await registry.load("broken", [version("broken")])
+    found = registry.find("broken")
+    assert (found.state, found.reason) == (ModelState.UNAVAILABLE, "weights not found")
+    with pytest.raises(ModelNotReady, match="Model 'broken' is unavailable: weights not found"):
+        registry.get_ready("broken")
+    assert pool.unloaded == [1]  # whatever the failed load left behind is released
+    (entry,) = registry.index()
+    assert (entry.name, entry.state, entry.reason) == (
+        "broken",
+        ModelState.UNAVAILABLE,
+        "weights not found",
+    )
+
+
+async def test_a_reload_swaps_instances_once_the_new_one_is_ready(
+    registry: Registry, pool: FakePool
+) -> None:
+    await registry.load("m", [version("m")])
+    pool.gates[("m", None)] = gate = asyncio.Event()
+    reloading = asyncio.create_task(registry.load("m", [version("m")]))
+    await asyncio.sleep(0)
+    assert registry.find("m").state is ModelState.READY
+    assert await served_by(registry, "m") == 1  # the old instance answers meanwhile
+    gate.set()
+    await reloading
+    assert await served_by(registry, "m") == 2
+    assert pool.unloaded == [1]
+
+
+async def test_a_failed_reload_keeps_the_old_instance_serving(
+    registry: Registry, pool: FakePool
+) -> None:
+    await registry.load("m", [version("m", "1")])
+    pool.failures[("m", "1")] = "new weights are corrupt"
+    with pytest.raises(ModelError, match="new weights are corrupt"):
+        await registry.load("m", [version("m", "1")])
+    found = registry.get_ready("m", "1")
+    assert found.state is ModelState.READY
+    assert found.reason == (
+        "Reloading failed, the previous instance keeps serving: new weights are corrupt"
+    )
+    assert await served_by(registry, "m", "1") == 1
+    assert pool.unloaded == [2]
+
+
+async def test_one_failing_version_does_not_stop_the_others(
+    registry: Registry, pool: FakePool
+) -> None:
+    pool.failures[("m", "1")] = "boom"
+    with pytest.raises(ModelError, match="boom"):
+        await registry.load("m", [version("m", "1"), version("m", "2")])
+    assert registry.find("m", "1").state is ModelState.UNAVAILABLE
+    assert registry.find("m", "2").state is ModelState.READY
+
+
+async def test_the_default_version_is_the_highest_in_natural_order(registry: Registry) -> None:
+    await registry.load("m", [version("m", tag) for tag in ("v9", "v10", "v2")])
+    assert registry.find("m").version == "v10"
+    assert await served_by(registry, "m") == await served_by(registry, "m", "v10")
+
+
+async def test_the_default_version_skips_versions_that_are_not_ready(
+    registry: Registry, pool: FakePool
+) -> None:
+    pool.failures[("m", "10")] = "boom"
+    with pytest.raises(ModelError):
+        await registry.load("m", [version("m", "9"), version("m", "10")])
+    assert registry.find("m").version == "9"
+
+
+async def test_an_unversioned_entry_is_the_default(registry: Registry) -> None:
+    await registry.load("m", [version("m", "7"), version("m")])
+    assert registry.find("m").version is None
+
+
+async def test_versions_gone_from_disk_are_unloaded_on_reload(
+    registry: Registry, pool: FakePool
+) -> None:
+    await registry.load("m", [version("m", "1"), version("m", "2")])
+    await registry.load("m", [version("m", "2")])
+    assert [found.version for found in registry.versions()] == ["2"]
+    assert 1 in pool.unloaded  # version 1's instance
+    with pytest.raises(ModelNotFound, match="Model 'm' with version '1' not found"):
+        registry.find("m", "1")
+
+
+async def test_unload_removes_every_version(registry: Registry, pool: FakePool) -> None:
+    await registry.load("m", [version("m", "1"), version("m", "2")])
+    await registry.load("other", [version("other")])
+    await registry.unload("m")
+    assert registry.names() == ["other"]
+    assert sorted(pool.unloaded) == [1, 2]
+    with pytest.raises(ModelNotFound, match="Model 'm' not found"):
+        registry.find("m")
+    with pytest.raises(ModelNotFound):
+        await registry.unload("m")
+
+
+async def test_unknown_models_and_versions_are_not_found(registry: Registry) -> None:
+    with pytest.raises(ModelNotFound, match="Model 'nope' not found"):
+        registry.get_ready("nope")
+    await registry.load("m", [version("m", "1")])
+    with pytest.raises(ModelNotFound, match="Model 'm' with version '2' not found"):
+        registry.get_ready("m", "2")
+
+
+async def test_close_unloads_everything(registry: Registry, pool: FakePool) -> None:
+    await registry.load("a", [version("a")])
+    await registry.load("b", [version("b", "1")])
+    await registry.close()
+    assert registry.versions() == []
+    assert pool.loaded == {}
+
+
+async def test_an_instance_the_pool_gives_up_on_becomes_unavailable(
+    registry: Registry, pool: FakePool
+) -> None:
+    await registry.load("m", [version("m")])
+    assert pool.instance_failed is not None
+    pool.instance_failed(1, "its worker crashed three times")
+    found = registry.find("m")
+    assert (found.state, found.reason) == (
+        ModelState.UNAVAILABLE,
+        "its worker crashed three times",
+    )
