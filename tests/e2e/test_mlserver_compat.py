@@ -35,17 +35,13 @@ class MyModel(Model):
 """
 
 
-def add_custom_runtime(repository: Path, folder: str, factor: int) -> None:
-    """MLServer's custom-runtime layout: runtime.py beside model-settings.json.
-
-    Helper modules get names unique to their folder: like MLServer, inferd imports
-    a plain ``import helper`` once per process.
-    """
+def add_custom_runtime(repository: Path, folder: str, factor: int, offset: int = 1) -> None:
+    """MLServer's custom-runtime layout: runtime.py beside model-settings.json,
+    importing a helper module that every such folder names the same."""
     path = repository / folder
     path.mkdir()
-    helper = f"helper_{folder.replace('-', '_')}"
-    (path / "runtime.py").write_text(CUSTOM_RUNTIME.format(helper=helper, factor=factor))
-    (path / f"{helper}.py").write_text("OFFSET = 1\n")
+    (path / "runtime.py").write_text(CUSTOM_RUNTIME.format(helper="helper", factor=factor))
+    (path / "helper.py").write_text(f"OFFSET = {offset}\n")
     (path / "model-settings.json").write_text(json.dumps({"implementation": "runtime.MyModel"}))
 
 
@@ -71,7 +67,7 @@ def mlserver_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     settings = {"implementation": "mlserver_sklearn.SKLearnModel", "parameters": {"uri": "."}}
     (iris / "model-settings.json").write_text(json.dumps(settings))
     add_custom_runtime(folder, "my-model", factor=2)
-    add_custom_runtime(folder, "other-model", factor=3)
+    add_custom_runtime(folder, "other-model", factor=3, offset=5)
     return folder
 
 
@@ -137,9 +133,10 @@ def test_custom_runtimes_in_model_folders_are_importable(mlserver_server: Server
         assert response.status_code == 200, response.text
         return list(response.json()["outputs"][0]["data"])
 
-    # Both folders ship a runtime.py with a MyModel: each model gets its own.
+    # Both folders ship a runtime.py with a MyModel and a helper.py beside it:
+    # each model gets its own of both.
     assert y("my-model") == [3, 11]
-    assert y("other-model") == [4, 16]
+    assert y("other-model") == [8, 20]
 
 
 def test_mlserver_settings_inferd_ignores_are_accepted_with_a_warning(

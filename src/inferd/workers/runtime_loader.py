@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from ..errors import ConfigurationError, ModelError
 from ..model import Model, WorkerContext
-from ..settings import ModelSettings
+from ..settings import MODEL_SETTINGS_FILE, ModelSettings
 
 # MLServer's runtime names, so an MLServer model folder is served unchanged.
 MLSERVER_RUNTIMES = {
@@ -92,9 +92,30 @@ def _exec_module_file(path: Path, module_name: str, folder: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     # Registered so that pickle, dataclasses and typing can find the module.
     sys.modules[unique_name] = module
+    _forget_modules_named_like_files_in(folder)
     with _on_sys_path(folder):  # the runtime may import modules beside it
         spec.loader.exec_module(module)
     return module
+
+
+def _forget_modules_named_like_files_in(folder: Path) -> None:
+    """Drop cached modules that share a name with a module in ``folder``.
+
+    The runtime's own imports (``from helpers import x``) must find this folder's
+    ``helpers.py``, not one another model's folder (or an earlier version of this
+    one) left in ``sys.modules``. Models already loaded keep the modules they hold.
+    """
+    names = {path.stem for path in folder.glob("*.py")}
+    names |= {path.parent.name for path in folder.glob("*/__init__.py")}
+    for cached, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if cached.partition(".")[0] in names and file and _in_a_model_folder(Path(file)):
+            del sys.modules[cached]
+
+
+def _in_a_model_folder(path: Path) -> bool:
+    """Whether a module file came from a model folder (never the stdlib or site-packages)."""
+    return any((parent / MODEL_SETTINGS_FILE).is_file() for parent in path.parents[:2])
 
 
 @contextlib.contextmanager
