@@ -51,14 +51,16 @@ class InferenceServer:
         await self.pool.start()
         rest = _Server(self._rest_config())
         rest_task = asyncio.create_task(rest.serve(), name="rest-server")
+        grpc_server = GrpcServer(self.dataplane, self.settings)
         try:
+            await grpc_server.start()
             await self._wait_started(rest, rest_task)
             await self._load_startup_models()
             self.dataplane.started = True
             logger.info("inferd is ready")
             await self._wait_for_stop(rest_task)
         finally:
-            await self._shutdown(rest, rest_task)
+            await self._shutdown(rest, rest_task, grpc_server)
 
     def stop(self) -> None:
         self._stop.set()
@@ -83,7 +85,7 @@ class InferenceServer:
             access_log=settings.debug,
             log_config=None,
             http="httptools",
-            timeout_graceful_shutdown=30,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         )
 
     async def _wait_started(self, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
@@ -107,11 +109,15 @@ class InferenceServer:
                 await task
                 raise RuntimeError(f"{task.get_name()} stopped unexpectedly")
 
-    async def _shutdown(self, rest: uvicorn.Server, rest_task: asyncio.Task[None]) -> None:
+    async def _shutdown(
+        self, rest: uvicorn.Server, rest_task: asyncio.Task[None], grpc_server: GrpcServer
+    ) -> None:
         self.dataplane.started = False
         rest.should_exit = True
+        grpc_stopped = asyncio.create_task(grpc_server.stop(SHUTDOWN_GRACE_SECONDS))
         with contextlib.suppress(Exception, SystemExit):
             await rest_task
+        await grpc_stopped
         await self.registry.close()
         await self.pool.close()
         logger.info("inferd stopped")

@@ -1,0 +1,385 @@
+"""gRPC (Open Inference Protocol ModelInfer) throughput+latency: inferd vs MLServer.
+
+Both servers get the same model repository (``common.write_model_repo``: the
+iris LogisticRegression under ``mlserver_sklearn.SKLearnModel``) and the same
+``h2load`` load: one FP32 row per ``ModelInfer`` call, sent as gRPC framing
+(``content-type: application/grpc``, ``te: trailers``, a body of a 5-byte
+prefix + serialized ``ModelInferRequest``). Rounds alternate the server order.
+
+h2load sees HTTP statuses only, and a failed gRPC call is still HTTP 200 (the
+error is in the ``grpc-status`` trailer, with no message). So each server's
+answer is first checked with a real gRPC client (status OK, the right class),
+and every answer of a measured run is then accounted for: a run counts as
+clean only if h2load received exactly one answer message of that verified
+size per request (DATA bytes == requests x answer size); anything else is
+reported as errors.
+
+Besides requests/s and latency it reports each server's CPU time (all its
+processes and threads) per request over the measured run, the steadier figure
+when other work shares the machine.
+
+Run from the repository root::
+
+    /work/main/.venv/bin/python benchmarks/bench_grpc.py --duration 10 --connections 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from bench_rest import (
+    MODEL_NAME,
+    ROW,
+    RunRecord,
+    command_factories,
+    expected_prediction,
+    print_summary,
+    ratios,
+    server_order,
+    summarize,
+)
+from common import (
+    MODEL_FILE,
+    ServerError,
+    ServerPorts,
+    ServerProcess,
+    train_iris_model,
+    write_model_repo,
+)
+
+from inferd.protocol import pb, pb_grpc
+
+MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_HEADERS = ("content-type: application/grpc", "te: trailers")
+INPUT_NAME = "input-0"
+
+
+# ---------------------------------------------------------------- the request
+
+
+def infer_request(encoding: str) -> pb.ModelInferRequest:
+    """One iris row as FP32, in typed ``contents`` or in ``raw_input_contents``."""
+    request = pb.ModelInferRequest(model_name=MODEL_NAME)
+    tensor = request.inputs.add(name=INPUT_NAME, datatype="FP32", shape=[1, len(ROW)])
+    if encoding == "raw":
+        request.raw_input_contents.append(np.asarray(ROW, dtype="<f4").tobytes())
+    else:
+        tensor.contents.fp32_contents.extend(ROW)
+    return request
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """gRPC length-prefixed message: uncompressed flag + 4-byte big-endian length."""
+    return struct.pack(">BI", 0, len(message)) + message
+
+
+def predicted_class(response: pb.ModelInferResponse) -> int:
+    output = response.outputs[0]
+    if response.raw_output_contents:
+        dtype = "<i8" if output.datatype == "INT64" else "<i4"
+        values = np.frombuffer(response.raw_output_contents[0], dtype=dtype)
+    else:
+        contents = output.contents
+        values = np.asarray(list(contents.int64_contents) or list(contents.int_contents))
+    if values.size != 1:
+        raise ServerError(f"expected one predicted class, got {response}")
+    return int(values[0])
+
+
+def verify_answer(address: str, request: pb.ModelInferRequest, expected: int) -> int:
+    """One real gRPC call: status OK and the right class. Returns the answer's frame size."""
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            response = stub.ModelInfer(request, timeout=30)
+        except grpc.RpcError as error:
+            raise ServerError(f"verification ModelInfer on {address}: {error}") from None
+    got = predicted_class(response)
+    if got != expected:
+        raise ServerError(f"verification ModelInfer on {address}: class {got}, not {expected}")
+    return len(grpc_frame(response.SerializeToString()))
+
+
+# --------------------------------------------------------------------- h2load
+
+_FINISHED = re.compile(r"^finished in ([\d.]+)(ms|s), ([\d.]+) req/s", re.MULTILINE)
+_REQUESTS = re.compile(
+    r"^requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+    r"(\d+) errored, (\d+) timeout",
+    re.MULTILINE,
+)
+_DATA = re.compile(r"^traffic: .*?\((\d+)\) data", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class H2loadResult:
+    """One h2load run; field names follow ``common.WrkResult`` so the summaries are shared."""
+
+    requests: int
+    duration_s: float
+    requests_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    max_ms: float
+    failed: int
+    grpc_errors: int
+    # Server CPU (all its processes and threads) per request: steadier than req/s
+    # on a machine shared with other work. None where /proc is not available.
+    cpu_us_per_request: float | None = None
+
+    @property
+    def errors(self) -> int:
+        """Requests h2load saw fail plus answers that were not the verified gRPC answer."""
+        return self.failed + self.grpc_errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "errors": self.errors}
+
+
+def run_h2load(
+    url: str,
+    body: Path,
+    *,
+    requests: int,
+    connections: int,
+    streams: int,
+    threads: int,
+    answer_size: int,
+    log_file: Path,
+) -> H2loadResult:
+    exe = shutil.which("h2load")
+    if exe is None:
+        raise RuntimeError("h2load not found (apt-get install -y nghttp2-client)")
+    log_file.unlink(missing_ok=True)  # h2load appends
+    command = [
+        exe, f"-n{requests}", f"-c{connections}", f"-m{streams}", f"-t{threads}",
+        "-d", str(body), "-H", GRPC_HEADERS[0], "-H", GRPC_HEADERS[1],
+        f"--log-file={log_file}", url,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"h2load exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return parse_h2load(done.stdout, log_file, answer_size)
+
+
+def parse_h2load(stdout: str, log_file: Path, answer_size: int) -> H2loadResult:
+    finished, counts, data = (
+        _FINISHED.search(stdout),
+        _REQUESTS.search(stdout),
+        _DATA.search(stdout),
+    )
+    if not (finished and counts and data):
+        raise RuntimeError(f"cannot parse h2load output:\n{stdout}")
+    duration_s = float(finished[1]) / (1000 if finished[2] == "ms" else 1)
+    total, done, succeeded = int(counts[1]), int(counts[2]), int(counts[3])
+    not_ok = int(counts[4]) + int(counts[5]) + int(counts[6]) + (int(counts[1]) - done)
+    # A gRPC error is trailers-only (no DATA); a different answer has a different size.
+    data_bytes = int(data[1])
+    good_answers = data_bytes // answer_size if data_bytes % answer_size == 0 else 0
+    latencies_ms = np.array(
+        [int(line.split("\t")[2]) / 1000 for line in log_file.read_text().splitlines()]
+    )
+    p50, p90, p99 = np.percentile(latencies_ms, [50, 90, 99]) if latencies_ms.size else (0, 0, 0)
+    return H2loadResult(
+        requests=total,
+        duration_s=duration_s,
+        requests_per_s=float(finished[3]),
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p99_ms=float(p99),
+        mean_ms=float(latencies_ms.mean()) if latencies_ms.size else 0.0,
+        max_ms=float(latencies_ms.max()) if latencies_ms.size else 0.0,
+        failed=not_ok,
+        grpc_errors=max(0, succeeded - good_answers),
+    )
+
+
+def group_cpu_seconds(server: ServerProcess) -> float | None:
+    """User+system CPU seconds of every live process in the server's process group."""
+    if server.proc is None or not Path("/proc").is_dir():
+        return None
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        if int(fields[2]) == server.proc.pid:  # fields[2] is the process group id
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def print_cpu_summary(records: list[RunRecord]) -> None:
+    medians = {}
+    for name in ("inferd", "mlserver"):
+        values = [r.result.cpu_us_per_request for r in records if r.server == name]
+        if values and None not in values:
+            medians[name] = float(np.median(values))
+            print(f"{name:<9}server CPU per request (median): {medians[name]:7.0f} us")
+    if len(medians) == 2:
+        print(f"CPU per request mlserver/inferd: x{medians['mlserver'] / medians['inferd']:.2f}")
+
+
+# ---------------------------------------------------------------------- runs
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--duration", type=float, default=10.0, help="target seconds per run")
+    p.add_argument("--warmup", type=float, default=3.0, help="warm-up seconds (discarded)")
+    p.add_argument("--connections", type=int, default=16, help="h2load -c")
+    p.add_argument("--streams", type=int, default=1, help="h2load -m: streams per connection")
+    p.add_argument("--threads", type=int, default=1, help="h2load -t")
+    p.add_argument("--rounds", type=int, default=2, help="order alternates between rounds")
+    p.add_argument("--encoding", choices=("typed", "raw"), default="typed",
+                   help="FP32 row in typed contents or in raw_input_contents")  # fmt: skip
+    p.add_argument("--ready-timeout", type=float, default=120.0, help="server start deadline s")
+    p.add_argument("--inferd-python", default="/work/main/.venv/bin/python")
+    p.add_argument("--mlserver-bin", default="/work/mlserver-venv/bin/mlserver")
+    p.add_argument("--only", choices=("inferd", "mlserver", "both"), default="both")
+    p.add_argument("--parallel-workers", type=int, default=0)
+    p.add_argument("--extra-settings", type=json.loads, default={},
+                   help="JSON merged into settings.json, e.g. '{\"debug\": false}'")  # fmt: skip
+    p.add_argument("--work-dir", type=Path, help="keep repos/logs here (default: temp dir)")
+    p.add_argument("--json-out", type=Path, help="write all results as JSON")
+    args = p.parse_args(argv)
+    if not isinstance(args.extra_settings, dict):
+        p.error("--extra-settings must be a JSON object")
+    return args
+
+
+def bench_one(name: str, args: argparse.Namespace, work: Path, round_index: int) -> RunRecord:
+    ports = ServerPorts.allocate()
+    repo = work / f"{name}-r{round_index}"
+    write_model_repo(
+        repo,
+        ports,
+        model_name=MODEL_NAME,
+        parallel_workers=args.parallel_workers,
+        extra_settings=args.extra_settings,
+        model=train_iris_model(),
+    )
+    request = infer_request(args.encoding)
+    body = repo / "request.grpc"
+    body.write_bytes(grpc_frame(request.SerializeToString()))
+    address = f"127.0.0.1:{ports.grpc}"
+    url = f"http://{address}{MODEL_INFER_PATH}"
+    factory = command_factories(args)[name]
+    server = ServerProcess(factory(repo), cwd=repo, log_path=repo / "server.log")
+    load = {"connections": args.connections, "streams": args.streams, "threads": args.threads}
+    try:
+        server.start()
+        startup = server.wait_ready(f"http://127.0.0.1:{ports.http}", args.ready_timeout)
+        expected = expected_prediction(repo / MODEL_NAME / MODEL_FILE)
+        answer_size = verify_answer(address, request, expected)
+        log_file = repo / "h2load.log"
+        # The warm-up also measures the rate, which sizes the measured run (-n keeps
+        # h2load's byte counts exact, so every answer is accounted for).
+        warm = run_h2load(url, body, requests=warmup_requests(args), answer_size=answer_size,
+                          log_file=log_file, **load)  # fmt: skip
+        report_errors(f"{name} warm-up", warm)
+        count = max(1000, int(warm.requests_per_s * args.duration))
+        cpu_before = group_cpu_seconds(server)
+        result = run_h2load(url, body, requests=count, answer_size=answer_size,
+                            log_file=log_file, **load)  # fmt: skip
+        cpu_after = group_cpu_seconds(server)
+        if cpu_before is not None and cpu_after is not None:
+            cpu_us = (cpu_after - cpu_before) / result.requests * 1e6
+            result = replace(result, cpu_us_per_request=cpu_us)
+    finally:
+        server.stop()
+    print(f"  {name:<8} round {round_index}: {format_row(result)}  (ready in {startup:.1f}s)")
+    report_errors(name, result)
+    return RunRecord(name, round_index, startup, result)  # duck-types WrkResult
+
+
+def warmup_requests(args: argparse.Namespace) -> int:
+    # ~1000 req/s is a floor for either server here; a short warm-up still warms up.
+    return max(500, int(1000 * args.warmup))
+
+
+def report_errors(label: str, result: H2loadResult) -> None:
+    if result.errors:
+        print(
+            f"  WARNING {label}: {result.failed} requests failed in h2load, "
+            f"{result.grpc_errors} answers were not the verified gRPC answer",
+            file=sys.stderr,
+        )
+
+
+def format_row(r: H2loadResult) -> str:
+    cpu = f"  cpu {r.cpu_us_per_request:5.0f} us/req" if r.cpu_us_per_request else ""
+    return (
+        f"{r.requests_per_s:9.1f} req/s  p50 {r.p50_ms:7.2f} ms  "
+        f"p99 {r.p99_ms:7.2f} ms  errors {r.errors}{cpu}  ({r.requests} requests)"
+    )
+
+
+def run_all(args: argparse.Namespace, work: Path) -> tuple[list[RunRecord], list[str]]:
+    records: list[RunRecord] = []
+    failures: list[str] = []
+    for round_index in range(args.rounds):
+        for name in server_order(args.only, round_index):
+            try:
+                records.append(bench_one(name, args, work, round_index))
+            except (ServerError, RuntimeError) as exc:
+                print(f"  {name:<8} round {round_index}: FAILED: {exc}", file=sys.stderr)
+                failures.append(f"{name} round {round_index}: {exc}")
+    return records, failures
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(
+        f"gRPC ModelInfer benchmark: {args.only}, {args.rounds} round(s), h2load "
+        f"-c{args.connections} -m{args.streams} -t{args.threads}, ~{args.duration:g}s per run "
+        f"(+{args.warmup:g}s warm-up), {args.encoding} FP32 input, "
+        f"parallel_workers={args.parallel_workers}, extra settings={args.extra_settings}\n"
+        "NOTE: server and h2load share all CPUs; nothing pinned."
+    )
+    with tempfile.TemporaryDirectory(prefix="inferd-bench-grpc-") as tmp:
+        records, failures = run_all(args, args.work_dir or Path(tmp))
+    summary = summarize(records)
+    ratio = ratios(summary)
+    print_summary(summary, ratio)
+    print_cpu_summary(records)
+    if args.json_out:
+        out = {
+            "setup": {**vars(args), "work_dir": str(args.work_dir), "json_out": str(args.json_out)},
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "runs": [r.to_dict() for r in records],
+            "failures": failures,
+            "summary": summary,
+            "ratio_inferd_over_mlserver": ratio,
+            "medians_note": "medians over rounds; errors summed",
+        }
+        args.json_out.write_text(json.dumps(out, indent=2) + "\n")
+    total_errors = sum(r.result.errors for r in records)
+    if total_errors:
+        print(f"\nFAILED: {total_errors} errors during measured runs", file=sys.stderr)
+    if failures:
+        print(f"\nFAILED: {len(failures)} run(s) did not complete", file=sys.stderr)
+    return 1 if failures else 2 if total_errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

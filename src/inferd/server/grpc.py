@@ -1,0 +1,362 @@
+"""The Open Inference Protocol over gRPC (``inference.GRPCInferenceService``).
+
+Served by ``grpc.aio`` on ``grpc_port``, in the same event loop as the REST
+server and from the same DataPlane, so a model answers the same on both.
+Message conversion lives in :mod:`inferd.server.codec_grpc`.
+
+- Outputs come back in ``raw_output_contents`` (what tritonclient reads). A
+  request with the parameter ``raw_output`` = false (``bool_param``) gets every
+  output in its typed ``contents`` field instead; FP16 travels only raw.
+- Core errors become gRPC status codes through :data:`STATUS_BY_ERROR_CODE`.
+- ``ModelStreamInfer`` runs up to :data:`STREAM_WINDOW` requests of one stream at
+  once and answers them in order; a failed request is answered with
+  ``error_message`` and the stream goes on.
+- ``grpc.health.v1.Health``: service ``""`` and ``inference.GRPCInferenceService``
+  are SERVING when the server is ready (as ``/v2/health/ready``), service
+  ``liveness`` while it is live; use the latter for Kubernetes liveness probes.
+- Server reflection lists and describes all three services (grpcurl works).
+- Shutdown: new calls are refused, calls in flight finish (up to a grace period);
+  open streams answer what they already read, then end with UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import descriptor_pool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from ..dataplane import DataPlane
+from ..errors import ConfigurationError, ErrorCode, InferdError, InvalidRequest
+from ..protocol import pb, pb_grpc
+from ..settings import ServerSettings
+from .codec_grpc import (
+    decode_infer_request,
+    encode_infer_response,
+    encode_model_metadata,
+    encode_repository_index,
+    encode_server_metadata,
+    wants_raw_output,
+)
+
+logger = logging.getLogger(__name__)
+
+STATUS_BY_ERROR_CODE: dict[ErrorCode, grpc.StatusCode] = {
+    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+LIVENESS_SERVICE = "liveness"
+INTERNAL_ERROR = "Internal server error; see the server logs"
+SHUTTING_DOWN = (
+    "The server is shutting down; requests sent on this stream after the last answer "
+    "were not run, send them again (to another replica)"
+)
+# Requests of one stream running at once: enough to keep a worker busy and let
+# the scheduler batch, few enough to bound the memory a single stream can hold.
+STREAM_WINDOW = 16
+HEALTH_WATCH_INTERVAL = 1.0
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Handler = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]
+
+
+def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Response]:
+    """Turn core errors into gRPC status codes; never leak a traceback to the client."""
+
+    async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext) -> Response:
+        try:
+            return await method(self, request, context)
+        except InferdError as error:
+            await context.abort(STATUS_BY_ERROR_CODE[error.code], error.message)
+        except Exception:
+            logger.exception("Unexpected error serving gRPC %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_ERROR)
+        raise AssertionError("context.abort always raises")
+
+    wrapper.__name__ = method.__name__
+    return wrapper
+
+
+class _ShutdownSignal:
+    """Set once when the server starts to stop; streams watch it to end early."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.stream_readers: set[asyncio.Task[None]] = set()
+
+    @property
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+        for reader in self.stream_readers:
+            reader.cancel()
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, dataplane: DataPlane, shutdown: _ShutdownSignal) -> None:
+        self.dataplane = dataplane
+        self.shutdown = shutdown
+
+    @_handles_errors
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.dataplane.live())
+
+    @_handles_errors
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.dataplane.ready())
+
+    @_handles_errors
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Any
+    ) -> pb.ModelReadyResponse:
+        ready = self.dataplane.model_ready(request.name, request.version or None)
+        return pb.ModelReadyResponse(ready=ready)
+
+    @_handles_errors
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        return encode_server_metadata(self.dataplane.server_metadata())
+
+    @_handles_errors
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Any
+    ) -> pb.ModelMetadataResponse:
+        metadata = self.dataplane.model_metadata(request.name, request.version or None)
+        return encode_model_metadata(metadata)
+
+    @_handles_errors
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
+        return await self._infer(request)
+
+    async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        if not message.model_name:
+            raise InvalidRequest("model_name is required")
+        request = decode_infer_request(message)
+        raw = wants_raw_output(request)
+        response = await self.dataplane.infer(
+            message.model_name, message.model_version or None, request
+        )
+        return encode_infer_response(response, raw)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Answer each request of the stream, in order, running several at once."""
+        if self.shutdown.is_set:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        answers: asyncio.Queue[asyncio.Future[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_WINDOW)
+        reader = asyncio.create_task(self._read_stream(request_iterator, answers, window))
+        self.shutdown.stream_readers.add(reader)
+        try:
+            while (answer := await answers.get()) is not None:
+                yield await answer
+                window.release()
+            await asyncio.wait([reader])
+            if reader.cancelled():
+                await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            reader.result()  # re-raises if reading the stream failed
+        finally:
+            self.shutdown.stream_readers.discard(reader)
+            reader.cancel()
+            while not answers.empty():
+                pending = answers.get_nowait()
+                if pending is not None:
+                    pending.cancel()
+
+    async def _read_stream(
+        self,
+        requests: AsyncIterator[pb.ModelInferRequest],
+        answers: asyncio.Queue[asyncio.Future[pb.ModelStreamInferResponse] | None],
+        window: asyncio.Semaphore,
+    ) -> None:
+        """Start one task per request read; ``None`` in ``answers`` marks the end."""
+        try:
+            while True:
+                # Take a slot before reading, so cancelling here never drops a request.
+                await window.acquire()
+                try:
+                    request = await anext(requests)
+                except StopAsyncIteration:
+                    return
+                answers.put_nowait(asyncio.ensure_future(self._stream_answer(request)))
+        finally:
+            answers.put_nowait(None)
+
+    async def _stream_answer(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+        try:
+            return pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+        except InferdError as error:
+            message = error.message
+        except Exception:
+            logger.exception("Unexpected error serving a gRPC stream request")
+            message = INTERNAL_ERROR
+        # The id lets the client tell which request of the stream failed.
+        identity = pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        )
+        return pb.ModelStreamInferResponse(error_message=message, infer_response=identity)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "ModelStatistics is not implemented by inferd yet",
+        )
+        raise AssertionError("context.abort always raises")
+
+    @_handles_errors
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
+        # proto3 cannot tell "ready: false" from unset; false lists every model.
+        return encode_repository_index(self.dataplane.index(True if request.ready else None))
+
+    @_handles_errors
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        _refuse_parameters(request.parameters)
+        await self.dataplane.load(_model_name(request.model_name))
+        return pb.RepositoryModelLoadResponse()
+
+    @_handles_errors
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        # tritonclient always sends unload_dependents; inferd models have no dependents.
+        _refuse_parameters(request.parameters, ignored={"unload_dependents"})
+        await self.dataplane.unload(_model_name(request.model_name))
+        return pb.RepositoryModelUnloadResponse()
+
+
+def _model_name(name: str) -> str:
+    if not name:
+        raise InvalidRequest("model_name is required")
+    return name
+
+
+def _refuse_parameters(parameters: Any, ignored: set[str] | None = None) -> None:
+    unsupported = sorted(set(parameters) - (ignored or set()))
+    if unsupported:
+        raise InvalidRequest(
+            f"Repository parameters ({', '.join(unsupported)}) are not supported; "
+            "inferd loads models as model-settings.json describes them on disk"
+        )
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1, answered from the DataPlane at the time of each call."""
+
+    def __init__(self, dataplane: DataPlane, shutdown: _ShutdownSignal) -> None:
+        self.dataplane = dataplane
+        self.shutdown = shutdown
+
+    def _status(self, service: str) -> Any:
+        status = health_pb2.HealthCheckResponse
+        if service in ("", INFERENCE_SERVICE):
+            healthy = self.dataplane.ready() and not self.shutdown.is_set
+        elif service == LIVENESS_SERVICE:
+            healthy = self.dataplane.live()
+        else:
+            return status.SERVICE_UNKNOWN
+        return status.SERVING if healthy else status.NOT_SERVING
+
+    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        status = self._status(request.service)
+        if status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"Unknown service {request.service!r}; use '' or {INFERENCE_SERVICE!r} "
+                f"for readiness, {LIVENESS_SERVICE!r} for liveness",
+            )
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        """Send the status now and on every change; end once the server stops."""
+        last = None
+        while True:
+            status = self._status(request.service)
+            if status != last:
+                yield health_pb2.HealthCheckResponse(status=status)
+                last = status
+            if self.shutdown.is_set:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.shutdown.event.wait(), HEALTH_WATCH_INTERVAL)
+
+
+def _reflection_pool() -> descriptor_pool.DescriptorPool:
+    """Our protocol lives in a private pool; reflection needs health's and its own too."""
+    pool = descriptor_pool.DescriptorPool()
+    for file in (pb.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR):
+        pool.AddSerializedFile(file.serialized_pb)
+    return pool
+
+
+class GrpcServer:
+    """The gRPC server of one ``inferd start``: start it, then stop it gracefully."""
+
+    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.address = _address(settings.host, settings.grpc_port)
+        self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
+        self._shutdown = _ShutdownSignal()
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", self.max_message_length),
+                ("grpc.max_send_message_length", self.max_message_length),
+                # Without this a second server could bind the same port and share it.
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(dataplane, self._shutdown), self._server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(
+            HealthServicer(dataplane, self._shutdown), self._server
+        )
+        services = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        reflection.enable_server_reflection(
+            (*services, reflection.SERVICE_NAME), self._server, pool=_reflection_pool()
+        )
+
+    async def start(self) -> None:
+        try:
+            port = self._server.add_insecure_port(self.address)
+        except RuntimeError as error:
+            port = 0
+            logger.debug("gRPC bind failed: %s", error)
+        if port == 0:
+            raise ConfigurationError(
+                f"Cannot listen for gRPC on {self.address}: the address is in use or not "
+                "available here; set grpc_port (or host) to a free one"
+            )
+        await self._server.start()
+        logger.info("gRPC server listening on %s", self.address)
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls; let those in flight finish within ``grace`` seconds."""
+        self._shutdown.set()
+        await self._server.stop(grace)
+
+
+def _address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"  # an IPv6 literal
+    return f"{host}:{port}"

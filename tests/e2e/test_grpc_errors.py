@@ -1,0 +1,263 @@
+"""gRPC status codes: each core error reaches the client with a code and a clear message."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from inferd.protocol import pb, pb_grpc
+
+from .conftest import add_custom_model
+from .serverproc import ServerProcess
+
+Code = grpc.StatusCode
+
+# A runtime that refuses work as an overloaded server does (written into a model folder).
+BUSY_RUNTIME = """
+from inferd import Model
+from inferd.errors import Overloaded
+
+
+class Busy(Model):
+    def predict(self, request):
+        raise Overloaded("Model 'busy' has too many requests waiting; retry later")
+"""
+
+
+@pytest.fixture(scope="module")
+def stub(server: ServerProcess) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        yield pb_grpc.GRPCInferenceServiceStub(channel)
+
+
+def fp32_input(name: str = "x", shape: tuple[int, ...] = (2,)) -> Any:
+    return pb.ModelInferRequest.InferInputTensor(name=name, datatype="FP32", shape=shape)
+
+
+def raw_request(model: str, raw: bytes, version: str = "", **input_kwargs: Any) -> Any:
+    return pb.ModelInferRequest(
+        model_name=model,
+        model_version=version,
+        inputs=[fp32_input(**input_kwargs)],
+        raw_input_contents=[raw],
+    )
+
+
+TWO_FLOATS = np.array([1.0, 2.0], dtype=np.float32).tobytes()
+
+
+def rpc_error(call: Any, request: Any) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as raised:
+        call(request)
+    return raised.value
+
+
+BAD_REQUESTS: list[tuple[str, Any, str]] = [
+    ("no model name", raw_request("", TWO_FLOATS), "model_name is required"),
+    ("raw size", raw_request("echo", b"\x00" * 7), "needs 8 bytes, got 7"),
+    (
+        "no data",
+        pb.ModelInferRequest(model_name="echo", inputs=[fp32_input()], raw_input_contents=[]),
+        "Input 'x' has no data",
+    ),
+    (
+        "unknown datatype",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP8", shape=[1])],
+            raw_input_contents=[b"\x00"],
+        ),
+        "Unsupported datatype 'FP8'",
+    ),
+    (
+        "negative shape",
+        raw_request("echo", TWO_FLOATS, shape=(-2,)),
+        "must be a list of non-negative integers",
+    ),
+    (
+        "wrong typed field",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[
+                pb.ModelInferRequest.InferInputTensor(
+                    name="x",
+                    datatype="FP32",
+                    shape=[1],
+                    contents=pb.InferTensorContents(fp64_contents=[1.0]),
+                )
+            ],
+        ),
+        "belongs in contents.fp32_contents, not contents.fp64_contents",
+    ),
+    (
+        "typed count",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[
+                pb.ModelInferRequest.InferInputTensor(
+                    name="x",
+                    datatype="INT32",
+                    shape=[3],
+                    contents=pb.InferTensorContents(int_contents=[1, 2]),
+                )
+            ],
+        ),
+        "needs 3 elements, contents.int_contents has 2",
+    ),
+    (
+        "typed out of range",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[
+                pb.ModelInferRequest.InferInputTensor(
+                    name="x",
+                    datatype="UINT8",
+                    shape=[1],
+                    contents=pb.InferTensorContents(uint_contents=[256]),
+                )
+            ],
+        ),
+        "values out of range for UINT8",
+    ),
+    (
+        "FP16 typed",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP16", shape=[0])],
+        ),
+        "send it in raw_input_contents",
+    ),
+    (
+        "duplicate input",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[fp32_input(), fp32_input()],
+            raw_input_contents=[TWO_FLOATS, TWO_FLOATS],
+        ),
+        "appears more than once",
+    ),
+    (
+        "raw_output not bool",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[fp32_input()],
+            raw_input_contents=[TWO_FLOATS],
+            parameters={"raw_output": pb.InferParameter(string_param="no")},
+        ),
+        "'raw_output' must be a bool",
+    ),
+    (
+        "unknown output",
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[fp32_input()],
+            raw_input_contents=[TWO_FLOATS],
+            outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="nope")],
+        ),
+        "has no output named 'nope'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"), [c[1:] for c in BAD_REQUESTS], ids=[c[0] for c in BAD_REQUESTS]
+)
+def test_bad_input_is_invalid_argument(
+    stub: pb_grpc.GRPCInferenceServiceStub, request_: Any, message: str
+) -> None:
+    error = rpc_error(stub.ModelInfer, request_)
+    assert error.code() == Code.INVALID_ARGUMENT
+    assert message in error.details()
+
+
+def test_unknown_model_and_version_are_not_found(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+    error = rpc_error(stub.ModelInfer, raw_request("missing", TWO_FLOATS))
+    assert error.code() == Code.NOT_FOUND
+    assert error.details() == "Model 'missing' not found"
+    error = rpc_error(stub.ModelInfer, raw_request("double", TWO_FLOATS, version="9"))
+    assert error.code() == Code.NOT_FOUND
+    assert error.details() == "Model 'double' with version '9' not found"
+    for call, request in [
+        (stub.ModelMetadata, pb.ModelMetadataRequest(name="missing")),
+        (stub.ModelReady, pb.ModelReadyRequest(name="double", version="9")),
+        (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="missing")),
+    ]:
+        assert rpc_error(call, request).code() == Code.NOT_FOUND
+
+
+def test_model_failure_is_internal(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+    error = rpc_error(stub.ModelInfer, raw_request("fails", TWO_FLOATS))
+    assert error.code() == Code.INTERNAL
+    assert error.details() == "Model 'fails' failed: ValueError: this model always fails"
+
+
+def test_statistics_are_unimplemented(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+    error = rpc_error(stub.ModelStatistics, pb.ModelStatisticsRequest(name="echo"))
+    assert error.code() == Code.UNIMPLEMENTED
+    assert "ModelStatistics is not implemented" in error.details()
+
+
+def test_unsupported_repository_parameters_are_refused(
+    stub: pb_grpc.GRPCInferenceServiceStub,
+) -> None:
+    config = pb.ModelRepositoryParameter(string_param="{}")
+    request = pb.RepositoryModelLoadRequest(model_name="echo", parameters={"config": config})
+    error = rpc_error(stub.RepositoryModelLoad, request)
+    assert error.code() == Code.INVALID_ARGUMENT
+    assert "Repository parameters (config) are not supported" in error.details()
+
+
+def test_not_ready_and_overloaded_are_unavailable(start: Any, tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    add_custom_model(repository, "broken", "FailsToLoad")
+    busy = repository / "busy"
+    busy.mkdir()
+    (busy / "busyruntime.py").write_text(BUSY_RUNTIME)
+    (busy / "model-settings.json").write_text(
+        json.dumps({"name": "busy", "implementation": "busyruntime.Busy"})
+    )
+    # "broken" never becomes ready, so neither does the server: wait for liveness.
+    process = start(repository, wait="/v2/health/live")
+    process.wait_until("/v2/models/busy/ready")
+    with grpc.insecure_channel(process.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        error = rpc_error(stub.ModelInfer, raw_request("broken", TWO_FLOATS))
+        assert error.code() == Code.UNAVAILABLE
+        assert "Model 'broken' is unavailable" in error.details()
+        assert "cannot find the weights" in error.details()
+        error = rpc_error(stub.ModelInfer, raw_request("busy", TWO_FLOATS))
+        assert error.code() == Code.UNAVAILABLE
+        assert error.details() == "Model 'busy' has too many requests waiting; retry later"
+        assert not stub.ServerReady(pb.ServerReadyRequest()).ready
+
+
+def test_message_size_limit(start: Any, tmp_path: Path) -> None:
+    add_custom_model(tmp_path, "echo", "Echo")
+    process = start(settings={"grpc_max_message_length": 64 * 1024})
+    with grpc.insecure_channel(process.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        small = np.zeros(1024, dtype=np.float32).tobytes()
+        assert stub.ModelInfer(raw_request("echo", small, shape=(1024,))).outputs
+        large = np.zeros(32 * 1024, dtype=np.float32).tobytes()
+        error = rpc_error(stub.ModelInfer, raw_request("echo", large, shape=(32 * 1024,)))
+        assert error.code() == Code.RESOURCE_EXHAUSTED
+        assert "larger than max" in error.details()
+
+
+def test_a_100_mb_tensor_fits_by_default(server: ServerProcess) -> None:
+    count = 25 * 1024 * 1024  # 100 MiB of FP32
+    data = np.arange(count, dtype=np.float32)
+    request = raw_request("echo", data.tobytes(), shape=(count,))
+    # The client's own receive limit defaults to 4 MiB.
+    options = [("grpc.max_receive_message_length", -1)]
+    with grpc.insecure_channel(server.grpc_address, options=options) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    echoed = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
+    assert echoed.shape == (count,)
+    assert echoed[-1] == count - 1
