@@ -133,3 +133,37 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> 
             return result
         time.sleep(0.02)
     raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")
+
+
+# ---- framework runtimes (test_runtimes_*.py): one server for every framework model ----
+
+
+@pytest.fixture(scope="session")
+def framework_models(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A repository of XGBoost, LightGBM, CatBoost, ONNX, MLflow and accelerated
+    scikit-learn models (see runtime_models.py); frameworks import only if used."""
+    from .runtime_models import build_framework_repository
+
+    return build_framework_repository(tmp_path_factory.mktemp("frameworks"))
+
+
+@pytest.fixture(scope="session")
+def framework_server(framework_models: Any) -> Iterator[ServerProcess]:
+    process = start_server(framework_models.repository)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def framework_rest(framework_server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=framework_server.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def framework_grpc(framework_server: ServerProcess) -> Iterator[Any]:
+    """tritonclient's gRPC client on the framework server."""
+    import tritonclient.grpc
+
+    with tritonclient.grpc.InferenceServerClient(framework_server.grpc_address) as client:
+        yield client

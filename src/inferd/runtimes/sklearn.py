@@ -11,6 +11,10 @@ A request names the methods it wants as its outputs (``predict``,
 after its method and keeps rows on the first axis: a 1-D result of n rows is
 sent as ``[n, 1]``, as MLServer does. The input is one ``[n, features]`` array,
 or, with content type ``pd``, one input per DataFrame column.
+
+``parameters.extra.accelerate: "onnx"`` serves ``predict`` and ``predict_proba``
+through ONNX Runtime when a check at load shows it answers as scikit-learn
+does (see :mod:`inferd.runtimes.sklearn_onnx`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..datatypes import datatype_of
 from ..errors import InvalidRequest, ModelNotReady
 from ..model import Model
 from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
+from .sklearn_onnx import ACCELERATE_KEY, ONNX, OnnxAccelerator, accelerate
 
 WELL_KNOWN_FILENAMES = ("model.joblib", "model.pickle", "model.pkl")
 """Artifact names looked for when ``uri`` is a folder, in MLServer's order."""
@@ -77,6 +82,7 @@ class SKLearnModel(Model):
     _estimator: Any = None
     _default_methods: tuple[str, ...] = (PREDICT,)
     _offered_outputs: tuple[str, ...] = ()
+    _accelerator: OnnxAccelerator | None = None
 
     async def load(self) -> bool:
         path = find_artifact(self.settings.uri)
@@ -88,7 +94,21 @@ class SKLearnModel(Model):
         self._offered_outputs = tuple(
             dict.fromkeys([*self._supported_outputs(), *self._default_methods])
         )
+        if self._accelerate_with_onnx():
+            # Conversion and its check run the model: keep the event loop answering.
+            self._accelerator = await asyncio.to_thread(
+                accelerate, self._estimator, self.name, self.settings.extra.get("intra_op_threads")
+            )
         return True
+
+    def _accelerate_with_onnx(self) -> bool:
+        accelerator = self.settings.extra.get(ACCELERATE_KEY)
+        if accelerator not in (None, ONNX):
+            raise ValueError(
+                f"Model {self.name!r}: parameters.extra.{ACCELERATE_KEY} is {accelerator!r}; "
+                f"the one accelerator is {ONNX!r} (or leave it out)"
+            )
+        return accelerator == ONNX
 
     def _configured_method(self) -> str:
         """``parameters.extra.predict_fn``, checked against the estimator at load time.
@@ -123,9 +143,13 @@ class SKLearnModel(Model):
             raise ModelNotReady(f"Model {self.name!r} is not loaded")
         methods = self._methods(request)
         features = self._features(request)
+        # All accelerated methods in one ONNX Runtime call; the others by scikit-learn.
+        accelerated = self._accelerator.run(methods, features) if self._accelerator else {}
         outputs: list[Tensor] = []
         for method in methods:
-            result = _dense(self._call(method, features))
+            result = accelerated.get(method)
+            if result is None:
+                result = _dense(self._call(method, features))
             if codecs.is_dataframe(result):
                 outputs.extend(self._dataframe_outputs(method, result, methods))
             else:

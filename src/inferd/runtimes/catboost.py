@@ -1,0 +1,138 @@
+"""CatBoost models saved with ``save_model`` (MLServer's ``mlserver_catboost``).
+
+``model-settings.json``::
+
+    {"name": "churn", "implementation": "inferd.runtimes.catboost.CatBoostModel",
+     "parameters": {"uri": "./model.cbm"}}
+
+``uri`` names the model file, or a folder holding ``model.cbm`` or
+``model.bin`` (MLServer's names). A model that knows its classes is a
+classifier: its outputs are ``predict`` (the class labels, text labels as
+``str``) and ``predict_proba``; a regressor has ``predict`` only. A request that
+names no outputs gets ``predict``, as in MLServer. The input is one
+``[n, features]`` array or, with content type ``pd``, one input per column
+(the way to send a model's categorical features).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from ..datatypes import datatype_of
+from ..errors import InvalidRequest, ModelNotReady
+from ..model import Model
+from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
+from .common import (
+    features_input,
+    find_model_file,
+    import_framework,
+    requested_outputs,
+    response,
+    short_error,
+    tabular_features,
+    with_derived_metadata,
+)
+
+WELL_KNOWN_FILENAMES = ("model.cbm", "model.bin")
+SUFFIXES = (".cbm", ".bin")
+PREDICT = "predict"
+PREDICT_PROBA = "predict_proba"
+
+# What CatBoostClassifier.predict / predict_proba ask of the model.
+CLASSIFIER_PREDICTION_TYPES = {PREDICT: "Class", PREDICT_PROBA: "Probability"}
+
+
+def regression_prediction_type(loss_function: str) -> str:
+    """What CatBoostRegressor.predict asks of a model trained with ``loss_function``:
+    Poisson and Tweedie models predict on the exponent scale."""
+    if loss_function.startswith(("Poisson", "Tweedie")):
+        return "Exponent"
+    if loss_function == "RMSEWithUncertainty":
+        return "RMSEWithUncertainty"
+    return "RawFormulaVal"
+
+
+def _read(catboost: Any, path: Path) -> Any:
+    model = catboost.CatBoost()
+    model.load_model(str(path))
+    return model
+
+
+class CatBoostModel(Model):
+    """Serves a CatBoost classifier or regressor."""
+
+    _model: Any = None
+    _prediction_types: dict[str, str] = {}
+    _error_type: type[Exception] = Exception
+
+    async def load(self) -> bool:
+        # Importing the framework and parsing a large model take a while: in a thread,
+        # so the event loop keeps answering. The install hint comes before file errors.
+        catboost = await asyncio.to_thread(
+            import_framework, "catboost", type(self).__name__, "catboost"
+        )
+        self._error_type = catboost.CatBoostError
+        path = find_model_file(self.settings.uri, WELL_KNOWN_FILENAMES, SUFFIXES, "CatBoost")
+        self._model = await asyncio.to_thread(_read, catboost, path)
+        # The generic CatBoost class reads any model once; predicting with the
+        # prediction types the Classifier/Regressor classes use gives their answers.
+        if self._is_classifier:
+            self._prediction_types = CLASSIFIER_PREDICTION_TYPES
+        else:
+            loss = str(self._model.get_all_params().get("loss_function", ""))
+            self._prediction_types = {PREDICT: regression_prediction_type(loss)}
+        return True
+
+    @property
+    def _is_classifier(self) -> bool:
+        return len(self._model.classes_) > 0
+
+    @property
+    def _n_features(self) -> int:
+        return len(self._model.feature_names_)
+
+    # Plain def: nothing here awaits (see SKLearnModel.predict).
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if self._model is None:
+            raise ModelNotReady(f"Model {self.name!r} is not loaded")
+        methods = requested_outputs(self, request, tuple(self._prediction_types), (PREDICT,))
+        features = tabular_features(self, request, self._n_features)
+        outputs = [self.encode(method, self._call(method, features)) for method in methods]
+        return response(self, request, outputs)
+
+    def _call(self, method: str, features: Any) -> Any:
+        try:
+            return self._model.predict(features, prediction_type=self._prediction_types[method])
+        except self._error_type as error:  # CatBoostError: e.g. text in a numeric feature
+            raise InvalidRequest(
+                f"Model {self.name!r} cannot use the request's input: {short_error(error)}"
+            ) from error
+
+    def metadata(self) -> ModelMetadata:
+        metadata = super().metadata()
+        if self._model is None:
+            return metadata
+        # Categorical features take text, so one numeric matrix cannot describe them.
+        numeric = not self._model.get_cat_feature_indices()
+        inputs = features_input(self._n_features, "FP32") if numeric else []
+        return with_derived_metadata(metadata, inputs, self._derived_outputs())
+
+    def _regression_columns(self) -> int:
+        """Columns of a regressor's ``predict``; -1 where the loss does not say."""
+        loss = str(self._model.get_all_params().get("loss_function", ""))
+        if loss == "RMSEWithUncertainty":
+            return 2  # the mean and the variance
+        return -1 if loss.startswith("Multi") else 1
+
+    def _derived_outputs(self) -> list[MetadataTensor]:
+        if not self._is_classifier:
+            return [MetadataTensor(PREDICT, "FP64", [-1, self._regression_columns()])]
+        classes = self._model.classes_
+        is_text = classes.size > 0 and isinstance(classes[0], str)
+        parameters = {"content_type": "str"} if is_text else {}
+        return [
+            MetadataTensor(PREDICT, datatype_of(classes.dtype), [-1, 1], parameters),
+            MetadataTensor(PREDICT_PROBA, "FP64", [-1, len(classes)]),
+        ]

@@ -1,0 +1,173 @@
+"""Helpers the framework runtimes share: optional imports, artifact lookup,
+tabular inputs, output selection and metadata.
+
+A framework is imported only when a model that needs it is loaded; when it is
+missing, that model's load fails with the ``pip install`` line that fixes it,
+and the server and its other models carry on.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .. import codecs
+from ..errors import InvalidRequest
+from ..model import Model
+from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
+
+DERIVED_INPUT_NAME = "input-0"
+"""Name reported for a model's one feature input when the artifact names none."""
+
+NUMERIC_KINDS = "biuf"
+SETTINGS_FILES = ("model-settings.json", "settings.json")
+"""inferd's own files, never a model artifact (XGBoost models may be .json too)."""
+
+
+class MissingExtraError(ImportError):
+    """A runtime's framework is not installed."""
+
+
+def import_framework(module: str, runtime: str, extra: str) -> ModuleType:
+    """``import module``, or a MissingExtraError that says which extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise MissingExtraError(
+            f"{runtime} needs {module.split('.')[0]}, which cannot be imported ({error}); "
+            f"install it with: pip install 'inferd[{extra}]'"
+        ) from error
+
+
+def find_model_file(
+    uri: Path, well_known: Sequence[str], suffixes: Sequence[str], framework: str
+) -> Path:
+    """The model file at ``uri``; for a folder, its first well-known file name,
+    else its only file with one of ``suffixes``."""
+    if uri.is_file():
+        return uri
+    if not uri.is_dir():
+        raise FileNotFoundError(
+            f"No {framework} model at {uri}: the path does not exist; set parameters.uri "
+            "in model-settings.json to the model file or its folder"
+        )
+    for name in well_known:
+        if (uri / name).is_file():
+            return uri / name
+    candidates = sorted(
+        path
+        for path in uri.iterdir()
+        if path.suffix in suffixes and path.name not in SETTINGS_FILES
+    )
+    if len(candidates) == 1 and candidates[0].is_file():
+        return candidates[0]
+    found = f"found {', '.join(path.name for path in candidates)}" if candidates else "found none"
+    raise FileNotFoundError(
+        f"No {framework} model in folder {uri}: looked for {', '.join(well_known)} or a "
+        f"single *{', *'.join(suffixes)} file ({found}); point parameters.uri at the file"
+    )
+
+
+def default_content_type(model: Model) -> str | None:
+    parameters = model.settings.parameters
+    return parameters.content_type if parameters else None
+
+
+def tabular_features(model: Model, request: InferenceRequest, count: int | None) -> Any:
+    """The request as one table of ``count`` features per row: a 2-D numeric array,
+    or a DataFrame (one input per column) with content type ``pd``.
+
+    The width is checked here so that a wrong request gets a 400 naming the
+    expected shape instead of the framework's own error.
+    """
+    content_type = request.content_type or default_content_type(model)
+    expected = f"[-1, {count}]" if count is not None else "[-1, features]"
+    if content_type == codecs.PANDAS:
+        frame = model.decode_request(request)
+        if count is not None and len(frame.columns) != count:
+            raise InvalidRequest(
+                f"Model {model.name!r} expects {count} columns, got {len(frame.columns)}: "
+                f"{', '.join(map(str, frame.columns))}"
+            )
+        return frame
+    if len(request.inputs) != 1:
+        names = ", ".join(repr(tensor.name) for tensor in request.inputs) or "none"
+        raise InvalidRequest(
+            f"Model {model.name!r} takes one input of shape {expected}, got "
+            f"{len(request.inputs)} ({names}); to send one input per column, set the "
+            "request's parameters.content_type to 'pd'"
+        )
+    tensor = request.inputs[0]
+    features = model.decode(tensor)
+    if not isinstance(features, np.ndarray) or features.dtype.kind not in NUMERIC_KINDS:
+        raise InvalidRequest(
+            f"Input {tensor.name!r} of model {model.name!r} must hold numbers, got "
+            f"{tensor.datatype}; send features as INT or FP data"
+        )
+    if features.ndim != 2 or (count is not None and features.shape[1] != count):
+        per_row = f" ({count} features per row)" if count is not None else ""
+        raise InvalidRequest(
+            f"Input {tensor.name!r} has shape {list(features.shape)}, but model "
+            f"{model.name!r} expects shape {expected}{per_row}"
+        )
+    return features
+
+
+def requested_outputs(
+    model: Model, request: InferenceRequest, offered: Sequence[str], default: Sequence[str]
+) -> tuple[str, ...]:
+    """The outputs the request names (checked against ``offered``), else ``default``."""
+    names = tuple(dict.fromkeys(request.output_names))  # dict: dedupe, keep order
+    if not names:
+        return tuple(default)
+    for name in names:
+        if name not in offered:
+            raise InvalidRequest(
+                f"Model {model.name!r} has no output {name!r}; it offers {', '.join(offered)}"
+            )
+    return names
+
+
+def cast_input(name: str, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as ``dtype`` when that keeps its kind of number (FP64 -> FP32,
+    INT32 -> INT64, INT -> FP): JSON clients rarely choose the exact width."""
+    if array.dtype == dtype:
+        return array
+    if np.can_cast(array.dtype, dtype, casting="same_kind"):
+        return array.astype(dtype)
+    raise InvalidRequest(
+        f"Input {name!r} holds {array.dtype} data, which cannot be used as the {dtype} "
+        "the model expects; send it with a matching datatype"
+    )
+
+
+def response(model: Model, request: InferenceRequest, outputs: list[Tensor]) -> InferenceResponse:
+    return InferenceResponse(
+        outputs=outputs, model_name=model.name, model_version=model.version, id=request.id
+    )
+
+
+def with_derived_metadata(
+    metadata: ModelMetadata, inputs: list[MetadataTensor], outputs: list[MetadataTensor]
+) -> ModelMetadata:
+    """Declared inputs/outputs (from the settings) win; the derived ones fill the gaps."""
+    metadata.inputs = metadata.inputs or inputs
+    metadata.outputs = metadata.outputs or outputs
+    return metadata
+
+
+def features_input(count: int | None, datatype: str) -> list[MetadataTensor]:
+    if count is None:
+        return []
+    return [MetadataTensor(DERIVED_INPUT_NAME, datatype, [-1, int(count)])]
+
+
+def short_error(error: BaseException | str, limit: int = 400) -> str:
+    """A framework's error message on one line and cut short: some repeat the input."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,256 @@
+"""Hugging Face ``transformers`` pipelines (MLServer's ``mlserver_huggingface``).
+
+``model-settings.json``::
+
+    {"name": "sentiment", "implementation": "inferd.runtimes.huggingface.HuggingFaceModel",
+     "max_batch_size": 8, "max_batch_time": 0.01,
+     "parameters": {"uri": "./distilbert-sst2", "extra": {"task": "text-classification"}}}
+
+The pipeline is built from a folder on disk: ``extra.pretrained_model`` (a
+path, relative to the model's folder or absolute), else ``parameters.uri``,
+else the model's folder, holding what ``save_pretrained`` wrote. Local files
+are read without contacting the Hugging Face Hub. A ``pretrained_model`` that
+is not a path is taken as a Hub id and downloaded as transformers does.
+
+``parameters.extra`` (MLServer's names): ``task`` (required, e.g.
+``text-classification``), ``task_suffix`` (appended to a ``translation``
+task), ``pretrained_model``, ``pretrained_tokenizer`` (default: the model's
+folder), ``model_kwargs``, ``device`` (``"cpu"``, ``"cuda:0"``, a GPU index;
+default: the worker's device, else CPU), ``inter_op_threads`` and
+``intra_op_threads`` (PyTorch's thread pools).
+
+Requests follow MLServer: the input named ``args`` is the pipeline's input (a
+list of texts, one per row); every other input is a keyword argument of that
+name. BYTES inputs are read as a list of texts unless their content type says
+otherwise (``hg_json``: one JSON document, ``hg_jsonlist``: one per element);
+a numeric input of one element is passed as a number. The request-level
+content type ``hf`` that MLServer's client codec sets is accepted. The answer is one output,
+``output``: BYTES ``[n, 1]`` tagged ``hg_jsonlist``, the pipeline's result for
+each row as a JSON document. With ``max_batch_size`` set, the pipeline runs a
+merged batch in batches of that size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from .. import codecs
+from ..errors import InvalidRequest, ModelNotReady
+from ..model import Model
+from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
+from .common import import_framework, response, short_error, with_derived_metadata
+
+logger = logging.getLogger(__name__)
+
+ARGS_INPUT = "args"
+OUTPUT_NAME = "output"
+JSON_LIST = "hg_jsonlist"
+JSON_SINGLE = "hg_json"
+REQUEST_CONTENT_TYPE = "hf"
+"""What MLServer's HuggingfaceRequestCodec puts in a request's parameters."""
+EXTRA = "huggingface"
+KNOWN_SETTINGS = (
+    "task",
+    "task_suffix",
+    "pretrained_model",
+    "pretrained_tokenizer",
+    "model_kwargs",
+    "device",
+    "framework",
+    "inter_op_threads",
+    "intra_op_threads",
+    "optimum_model",
+)
+TEXT_TASKS = (
+    "text-classification",
+    "sentiment-analysis",
+    "token-classification",
+    "ner",
+    "fill-mask",
+    "feature-extraction",
+    "text-generation",
+    "zero-shot-classification",
+)
+"""Tasks whose input is text, for the metadata."""
+
+
+class HuggingFaceModel(Model):
+    """Serves a transformers pipeline."""
+
+    _pipeline: Any = None
+    _batch_size = 1
+
+    async def load(self) -> bool:
+        options = self._checked_options()
+        # Importing torch and reading the weights take seconds.
+        self._pipeline = await asyncio.to_thread(self._build_pipeline, options)
+        self._batch_size = self._usable_batch_size()
+        return True
+
+    def _checked_options(self) -> dict[str, Any]:
+        extra = self.settings.extra
+        unknown = sorted(set(extra) - set(KNOWN_SETTINGS))
+        if unknown:
+            logger.warning(
+                "Model %r: parameters.extra %s not used by HuggingFaceModel (it reads %s)",
+                self.name,
+                ", ".join(unknown),
+                ", ".join(KNOWN_SETTINGS),
+            )
+        if not isinstance(extra.get("task"), str) or not extra["task"]:
+            raise ValueError(
+                f"Model {self.name!r}: set parameters.extra.task to the pipeline's task, "
+                "e.g. 'text-classification'"
+            )
+        if extra.get("optimum_model"):
+            raise ValueError(
+                f"Model {self.name!r}: optimum_model is not supported; export the model to "
+                "ONNX and serve it with inferd.runtimes.onnx.OnnxModel"
+            )
+        if extra.get("framework") not in (None, "pt"):
+            raise ValueError(
+                f"Model {self.name!r}: framework {extra['framework']!r} is not supported; "
+                "transformers pipelines run PyTorch models ('pt')"
+            )
+        return extra
+
+    def _build_pipeline(self, extra: dict[str, Any]) -> Any:
+        transformers = import_framework("transformers", type(self).__name__, EXTRA)
+        self._set_threads(extra)
+        task = extra["task"]
+        if task == "translation":
+            task += str(extra.get("task_suffix", ""))
+        model = self._location(extra.get("pretrained_model")) or str(self.settings.uri)
+        tokenizer = self._location(extra.get("pretrained_tokenizer")) or model
+        return transformers.pipeline(
+            task,
+            model=model,
+            tokenizer=tokenizer,
+            model_kwargs=extra.get("model_kwargs"),
+            device=extra.get("device", self.context.device),
+        )
+
+    def _location(self, name: Any) -> str | None:
+        """A folder named relative to the model's folder, or a Hub id as given."""
+        if name is None:
+            return None
+        path = Path(str(name))
+        if not path.is_absolute() and (self.settings.folder / path).exists():
+            return str(self.settings.folder / path)
+        return str(name)
+
+    def _set_threads(self, extra: dict[str, Any]) -> None:
+        torch = import_framework("torch", type(self).__name__, EXTRA)
+        if extra.get("intra_op_threads") is not None:
+            torch.set_num_threads(int(extra["intra_op_threads"]))
+        if extra.get("inter_op_threads") is not None:
+            try:
+                torch.set_num_interop_threads(int(extra["inter_op_threads"]))
+            except RuntimeError as error:  # only possible before the process's first parallel op
+                logger.warning("Model %r: inter_op_threads not applied: %s", self.name, error)
+
+    def _usable_batch_size(self) -> int:
+        """``max_batch_size``, once padding works: rows of a batch must be padded to
+        one length, and a tokenizer without a pad token borrows its end token."""
+        wanted = max(1, self.settings.max_batch_size)
+        tokenizer = getattr(self._pipeline, "tokenizer", None)
+        if wanted == 1 or tokenizer is None or tokenizer.pad_token is not None:
+            return wanted
+        if tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+            return wanted
+        logger.warning(
+            "Model %r: its tokenizer has neither a pad nor an end token, so rows are run "
+            "one at a time despite max_batch_size %d",
+            self.name,
+            wanted,
+        )
+        return 1
+
+    async def unload(self) -> None:
+        pipeline, self._pipeline = self._pipeline, None
+        device = getattr(pipeline, "device", None)
+        if device is not None and device.type == "cuda":
+            import_framework("torch", type(self).__name__, EXTRA).cuda.empty_cache()
+
+    # Plain def: the pipeline is a plain function (see SKLearnModel.predict).
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if self._pipeline is None:
+            raise ModelNotReady(f"Model {self.name!r} is not loaded")
+        arguments = {tensor.name: self._argument(tensor, request) for tensor in request.inputs}
+        inputs = arguments.pop(ARGS_INPUT, None)
+        if inputs is None and not arguments:
+            raise InvalidRequest(
+                f"Model {self.name!r} needs its input texts in an input named {ARGS_INPUT!r}"
+            )
+        positional = () if inputs is None else (inputs,)
+        try:
+            prediction = self._pipeline(*positional, **arguments, batch_size=self._batch_size)
+        except (TypeError, ValueError) as error:  # how pipelines refuse their arguments
+            raise InvalidRequest(
+                f"Model {self.name!r} cannot use the request's inputs "
+                f"({', '.join(map(repr, [t.name for t in request.inputs]))}): {short_error(error)}"
+            ) from error
+        return response(self, request, [json_list_output(prediction)])
+
+    def _argument(self, tensor: Tensor, request: InferenceRequest) -> Any:
+        request_default = request.content_type
+        if request_default == REQUEST_CONTENT_TYPE:  # "decode each input by its own type"
+            request_default = None
+        content_type = tensor.content_type or request_default
+        if tensor.data.dtype.kind != "O":
+            values = codecs.decode_tensor(tensor, content_type)
+            return values.item() if values.size == 1 and tensor.name != ARGS_INPUT else values
+        if content_type == JSON_SINGLE:
+            return _json_documents(tensor)[0]
+        if content_type == JSON_LIST:
+            return _json_documents(tensor)
+        return codecs.decode_tensor(tensor, content_type or codecs.STRING)
+
+    def metadata(self) -> ModelMetadata:
+        metadata = super().metadata()
+        if self._pipeline is None:
+            return metadata
+        text = {"content_type": codecs.STRING}
+        inputs = [MetadataTensor(ARGS_INPUT, "BYTES", [-1], text)]
+        if self.settings.extra.get("task") not in TEXT_TASKS:
+            inputs = []
+        outputs = [MetadataTensor(OUTPUT_NAME, "BYTES", [-1, 1], {"content_type": JSON_LIST})]
+        return with_derived_metadata(metadata, inputs, outputs)
+
+
+def json_list_output(prediction: Any) -> Tensor:
+    """The pipeline's results, one JSON document per row (MLServer's hg_jsonlist)."""
+    rows = prediction if isinstance(prediction, list) else [prediction]
+    documents = np.empty((len(rows), 1), dtype=object)
+    documents[:, 0] = [_json_document(row) for row in rows]
+    return Tensor(OUTPUT_NAME, documents, {"content_type": JSON_LIST})
+
+
+def _json_document(row: Any) -> bytes:
+    return orjson.dumps(row, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # torch tensors, numpy scalars orjson does not know
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} cannot be written as JSON")
+
+
+def _json_documents(tensor: Tensor) -> list[Any]:
+    documents = []
+    for index, item in enumerate(tensor.data.reshape(-1).tolist()):
+        try:
+            documents.append(json.loads(item))
+        except ValueError as error:
+            raise InvalidRequest(
+                f"Input {tensor.name!r}: element {index} is not a JSON document ({error})"
+            ) from None
+    return documents
