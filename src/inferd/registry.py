@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 
 from .errors import (
@@ -38,6 +39,7 @@ class ModelVersion:
     reason: str = ""
     metadata: ModelMetadata | None = None
     scheduler: Scheduler | None = None
+    load_seconds: float = 0.0  # how long loading this instance took
 
     @property
     def name(self) -> str:
@@ -59,6 +61,7 @@ class Registry:
         self._pool = pool
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
+        pool.on_instance_failed(self._instance_failed)
 
     def names(self) -> list[str]:
         return list(self._models)
@@ -90,6 +93,14 @@ class Registry:
         if found.state is ModelState.UNAVAILABLE:
             raise ModelNotReady(f"{label} is unavailable: {found.reason}")
         raise ModelNotReady(f"{label} is not ready: it is {found.state.value.lower()}")
+
+    def _instance_failed(self, instance_id: int, reason: str) -> None:
+        """The pool gave up on an instance (e.g. its load keeps crashing its worker)."""
+        for version in self.versions():
+            if version.scheduler is not None and version.scheduler.instance_id == instance_id:
+                version.state = ModelState.UNAVAILABLE
+                version.reason = reason
+                logger.error("%s is unavailable: %s", _capitalized(_label(version)), reason)
 
     def index(self) -> list[RepositoryEntry]:
         return [
@@ -130,6 +141,7 @@ class Registry:
             model.versions[settings.version] = new
         instance_id = next(self._instance_ids)
         logger.info("Loading %s", _label(new))
+        started = time.perf_counter()
         try:
             new.metadata = await self._pool.load(instance_id, settings)
         except Exception as error:
@@ -138,8 +150,9 @@ class Registry:
             raise _as_inferd_error(error) from error
         new.scheduler = Scheduler(self._pool, instance_id)
         new.state = ModelState.READY
+        new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new
-        logger.info("Loaded %s", _label(new))
+        logger.info("Loaded %s in %.2fs", _label(new), new.load_seconds)
         if old is not None and old.scheduler is not None:
             await self._retire(old)
 

@@ -17,6 +17,7 @@ from ..repository import ModelRepository
 from ..settings import ServerSettings
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
+from ..workers.pool import ProcessPool
 from .rest import build_rest_app
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,10 @@ class _Server(uvicorn.Server):
 
 
 def build_pool(settings: ServerSettings) -> Pool:
-    return InProcessPool()
+    """Worker processes for ``parallel_workers: N > 0``, else the main process."""
+    if settings.parallel_workers == 0:
+        return InProcessPool()
+    return ProcessPool(settings)
 
 
 class InferenceServer:

@@ -3,14 +3,19 @@
 It has the same interface as the process pool, so the scheduler does not care
 where a model runs. A synchronous ``predict`` is called on the event loop
 directly: for fast models (the common case) a thread hop costs more than the
-prediction; slow models belong in worker processes.
+prediction; slow models belong in worker processes. With ``threads_per_worker``
+above 1, a synchronous ``predict`` runs in that many threads of its own instead
+(for models that wait on I/O or a GPU), and an async one that many at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import cast
 
 from ..errors import InferdError, ModelError
@@ -22,12 +27,19 @@ from .runtime_loader import describe, load_runtime
 logger = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class _Loaded:
+    model: Model
+    is_async: bool
+    capacity: int
+    threads: concurrent.futures.ThreadPoolExecutor | None
+
+
 class InProcessPool:
     """Holds loaded runtimes by instance id and calls them directly."""
 
     def __init__(self) -> None:
-        self._models: dict[int, Model] = {}
-        self._async_predict: dict[int, bool] = {}
+        self._models: dict[int, _Loaded] = {}
 
     async def start(self) -> None:
         """Nothing to start: runtimes are loaded on demand."""
@@ -37,30 +49,59 @@ class InProcessPool:
             await self.unload(instance_id)
 
     async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
-        model = await load_runtime(settings, WorkerContext())
-        self._models[instance_id] = model
-        self._async_predict[instance_id] = inspect.iscoroutinefunction(model.predict)
+        device = settings.devices[0] if settings.devices else None
+        model = await load_runtime(settings, WorkerContext(device=device))
+        is_async = inspect.iscoroutinefunction(model.predict)
+        capacity = settings.threads_per_worker
+        threads = None
+        if capacity > 1 and not is_async:
+            threads = concurrent.futures.ThreadPoolExecutor(
+                capacity, thread_name_prefix=f"inferd-{settings.name}"
+            )
+        self._models[instance_id] = _Loaded(model, is_async, capacity, threads)
         return model.metadata()
 
     async def unload(self, instance_id: int) -> None:
-        model = self._models.pop(instance_id, None)
-        self._async_predict.pop(instance_id, None)
-        if model is None:
+        loaded = self._models.pop(instance_id, None)
+        if loaded is None:
             return
+        if loaded.threads is not None:
+            loaded.threads.shutdown(wait=False)
         try:
-            await model.unload()
+            await loaded.model.unload()
         except Exception:
-            logger.exception("Unloading model %r raised; it is dropped anyway", model.name)
+            logger.exception("Unloading model %r raised; it is dropped anyway", loaded.model.name)
 
     async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
-        model = self._models[instance_id]
+        loaded = self._models[instance_id]
+        model = loaded.model
         try:
+            if loaded.threads is not None:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(loaded.threads, model.predict, request)  # type: ignore[arg-type]
             result = model.predict(request)
-            if self._async_predict[instance_id]:
+            if loaded.is_async:
                 return await cast(Awaitable[InferenceResponse], result)
             return cast(InferenceResponse, result)
         except InferdError:
             raise
         except Exception as error:
-            logger.exception("Model %r failed while predicting", model.name)
-            raise ModelError(f"Model {model.name!r} failed: {describe(error)}") from error
+            raise as_inferd_error(model, error) from error
+
+    def capacity(self, instance_id: int) -> int:
+        loaded = self._models.get(instance_id)
+        return loaded.capacity if loaded is not None else 0
+
+    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
+        """Capacity here is fixed at load time: there is nothing to report."""
+
+    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
+        """Runtimes in the main process never fail on their own: nothing to report."""
+
+
+def as_inferd_error(model: Model, error: Exception) -> InferdError:
+    """What the client sees when ``predict`` raised: InferdErrors as they are, else a 500."""
+    if isinstance(error, InferdError):
+        return error
+    logger.error("Model %r failed while predicting", model.name, exc_info=error)
+    return ModelError(f"Model {model.name!r} failed: {describe(error)}")

@@ -75,3 +75,94 @@ class GatedLoad(Model):
 
     async def unload(self) -> None:
         (self.settings.folder / f"unloaded-{self.tag}").touch()
+
+
+# Runtimes for the worker-process tests (tests/e2e/test_workers*.py).
+
+WEB_STACK = ("starlette", "uvicorn", "grpc", "google.protobuf", "httptools")
+
+
+def _bytes_tensor(name: str, value: str) -> Tensor:
+    return Tensor(name, np.array([value.encode()], dtype=object))
+
+
+class WhereAmI(Model):
+    """Reports where it runs: pid, worker index, device, CUDA_VISIBLE_DEVICES, and
+    which web-stack modules are imported in its process.
+
+    Its load writes ``loaded-<pid>`` (holding "<worker index> <device> <cuda>") in
+    its folder; predict sleeps for the request parameter ``sleep`` seconds first.
+    """
+
+    def _where(self) -> dict[str, str]:
+        return {
+            "worker": str(self.context.worker_index),
+            "device": str(self.context.device),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
+        }
+
+    async def load(self) -> bool:
+        where = self._where()
+        text = f"{where['worker']} {where['device']} {where['cuda']}"
+        (self.settings.folder / f"loaded-{os.getpid()}").write_text(text)
+        return True
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        import sys
+
+        time.sleep(float(request.parameters.get("sleep", 0)))
+        imported = sorted(name for name in sys.modules if name.startswith(WEB_STACK))
+        outputs = [Tensor("pid", np.array([os.getpid()], dtype=np.int64))]
+        outputs += [_bytes_tensor(key, value) for key, value in self._where().items()]
+        outputs.append(_bytes_tensor("web_modules", ",".join(imported)))
+        return InferenceResponse(outputs=outputs)
+
+
+class Rendezvous(Model):
+    """Answers only once ``extra["parties"]`` requests are inside predict at the same
+    time (a threading barrier); fails after ``extra["timeout"]`` seconds otherwise."""
+
+    async def load(self) -> bool:
+        import threading
+
+        extra = self.settings.extra
+        self.barrier = threading.Barrier(int(extra["parties"]), timeout=float(extra["timeout"]))
+        return True
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        self.barrier.wait()
+        return InferenceResponse(outputs=[Tensor("pid", np.array([os.getpid()], np.int64))])
+
+
+class AsyncRendezvous(Model):
+    """Rendezvous with an ``async def predict`` and an asyncio barrier."""
+
+    async def load(self) -> bool:
+        self.barrier = asyncio.Barrier(int(self.settings.extra["parties"]))
+        return True
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        timeout = float(self.settings.extra["timeout"])
+        await asyncio.wait_for(self.barrier.wait(), timeout)
+        return InferenceResponse(outputs=[Tensor("pid", np.array([os.getpid()], np.int64))])
+
+
+class CrashesOnLoad(Model):
+    """Its load ends the process at once, as a segfault or an OOM kill would."""
+
+    async def load(self) -> bool:
+        os._exit(3)
+
+
+class CrashesOnReload(Model):
+    """Loads once; every later load (after a worker restart) kills its process."""
+
+    async def load(self) -> bool:
+        marker = self.settings.folder / "loaded-once"
+        if marker.exists():
+            os.kill(os.getpid(), 9)
+        marker.touch()
+        return True
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse(outputs=[Tensor("pid", np.array([os.getpid()], np.int64))])

@@ -1,0 +1,315 @@
+"""The process pool (``parallel_workers: N > 0``): runtimes run in N worker processes.
+
+The main process speaks the protocols; workers run models. Each model instance
+lives in ``workers`` of them (default: all), picked among the least loaded, and
+is loaded into one worker at a time so peak memory does not multiply. A request
+goes to the least loaded worker holding its instance that has a free slot (the
+scheduler never sends more than the instance's capacity: ``threads_per_worker``
+per live worker holding it).
+
+A worker that dies is noticed at once (its socket closes): its requests in
+flight fail with WorkerLost (503), it is restarted (backing off if it keeps
+dying young) and the instances it held are loaded again, while the other
+workers keep serving. An instance whose load crashes its worker
+``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once no worker
+holds it, the registry is told to mark it UNAVAILABLE with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
+from ..settings import ModelSettings, ServerSettings
+from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from . import ipc
+from .process import WorkerProcess
+
+logger = logging.getLogger(__name__)
+
+MAX_LOAD_CRASHES = 3
+# Delay before restarting a worker, by how many times in a row it died young.
+RESTART_BACKOFF = (0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
+# A worker that served this long before dying is restarted without delay.
+STABLE_AFTER = 30.0
+
+
+@dataclass(slots=True, eq=False)
+class _Instance:
+    settings: ModelSettings
+    holders: list[WorkerProcess]
+    capacity: int = 0
+    listeners: list[Callable[[], None]] = field(default_factory=list)
+    load_crashes: dict[int, int] = field(default_factory=dict)
+    failed: str = ""  # why no worker serves it any more
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+
+class ProcessPool:
+    """Starts, feeds, watches and restarts the worker processes."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self._settings = settings
+        self._workers = [
+            WorkerProcess(index, settings, self._worker_died)
+            for index in range(settings.parallel_workers)
+        ]
+        self._instances: dict[int, _Instance] = {}
+        self._restarts: dict[int, asyncio.Task[None]] = {}
+        self._failure_handler: Callable[[int, str], None] | None = None
+        self._closing = False
+
+    @property
+    def workers(self) -> list[WorkerProcess]:
+        return list(self._workers)
+
+    async def start(self) -> None:
+        results = await asyncio.gather(
+            *(worker.start() for worker in self._workers), return_exceptions=True
+        )
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            await self.close()
+            raise ConfigurationError(f"Could not start the worker processes: {failures[0]}")
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in self._restarts.values():
+            task.cancel()
+        timeout = self._settings.parallel_workers_timeout
+        await asyncio.gather(*(worker.stop(timeout) for worker in self._workers))
+
+    # Loading
+
+    async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
+        holders = self._choose_holders(settings)
+        instance = _Instance(settings, list(holders))
+        self._instances[instance_id] = instance
+        metadata: ModelMetadata | None = None
+        try:
+            for worker in holders:
+                if worker.alive:
+                    metadata = await self._load_into(worker, instance_id, instance)
+                else:  # died since it was chosen: not this model's fault
+                    instance.holders.remove(worker)
+        except BaseException:
+            await self.unload(instance_id)
+            raise
+        if metadata is None:
+            await self.unload(instance_id)
+            raise self._no_worker_error(settings.name)
+        return metadata
+
+    def _choose_holders(self, settings: ModelSettings) -> list[WorkerProcess]:
+        alive = [worker for worker in self._workers if worker.alive]
+        if not alive:
+            raise self._no_worker_error(settings.name)
+        wanted = settings.workers or len(self._workers)
+        if wanted > len(self._workers):
+            logger.warning(
+                "Model %r asks for %d workers but the server has %d; it is loaded in all",
+                settings.name,
+                wanted,
+                len(self._workers),
+            )
+
+        def models_held(worker: WorkerProcess) -> int:
+            return sum(worker in instance.holders for instance in self._instances.values())
+
+        return sorted(alive, key=lambda worker: (models_held(worker), worker.index))[:wanted]
+
+    def _no_worker_error(self, name: str) -> WorkerLost:
+        return WorkerLost(
+            f"Cannot load model {name!r}: no worker process is running right now "
+            "(they are being restarted); try again shortly"
+        )
+
+    async def _load_into(
+        self, worker: WorkerProcess, instance_id: int, instance: _Instance
+    ) -> ModelMetadata:
+        settings = instance.settings
+        devices = settings.devices
+        device = devices[worker.index % len(devices)] if devices else None
+        async with worker.load_lock:
+            try:
+                metadata: ModelMetadata = await worker.call(
+                    ipc.LOAD, instance_id, (settings, device)
+                )
+            except WorkerLost:
+                status = await worker.exit_status()
+                raise WorkerLost(
+                    f"Loading model {settings.name!r} failed: {worker.label} {status} while "
+                    "loading it"
+                ) from None
+        worker.loaded.add(instance_id)
+        self._update_capacity(instance_id)
+        return metadata
+
+    async def unload(self, instance_id: int) -> None:
+        instance = self._instances.pop(instance_id, None)
+        if instance is None:
+            return
+        instance.listeners.clear()
+        for worker in instance.holders:
+            await self._unload_from(worker, instance_id)
+
+    async def _unload_from(self, worker: WorkerProcess, instance_id: int) -> None:
+        if instance_id not in worker.loaded:
+            return
+        worker.loaded.discard(instance_id)
+        with contextlib.suppress(WorkerLost):  # a dead worker holds nothing
+            await worker.call(ipc.UNLOAD, instance_id, None)
+
+    # Serving
+
+    def predict(
+        self, instance_id: int, request: InferenceRequest
+    ) -> asyncio.Future[InferenceResponse]:
+        """Send the request to a worker now (so a slot handed on is used at once)."""
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            raise ModelNotReady("This model version is no longer loaded; retry the request")
+        worker = self._pick(instance_id, instance)
+        if worker is None:
+            raise self._unavailable_error(instance)
+        return worker.predict(instance_id, request)
+
+    def _pick(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
+        """The least loaded live worker holding the instance, with a free slot if any has."""
+        best: WorkerProcess | None = None
+        best_free = False
+        threads = instance.settings.threads_per_worker
+        for worker in instance.holders:
+            if not worker.alive or instance_id not in worker.loaded:
+                continue
+            free = worker.busy.get(instance_id, 0) < threads
+            if (
+                best is None
+                or (free and not best_free)
+                or (free == best_free and worker.outstanding < best.outstanding)
+            ):
+                best, best_free = worker, free
+        return best
+
+    def _unavailable_error(self, instance: _Instance) -> InferdError:
+        if instance.failed:
+            return ModelNotReady(f"Model {instance.name!r} is unavailable: {instance.failed}")
+        return WorkerLost(
+            f"No worker process holding model {instance.name!r} is running right now (it "
+            "stopped and is being restarted); retry the request shortly"
+        )
+
+    def capacity(self, instance_id: int) -> int:
+        instance = self._instances.get(instance_id)
+        return instance.capacity if instance is not None else 0
+
+    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
+        instance = self._instances.get(instance_id)
+        if instance is not None:
+            instance.listeners.append(on_capacity_change)
+
+    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
+        self._failure_handler = handler
+
+    def _update_capacity(self, instance_id: int) -> None:
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            return
+        serving = sum(w.alive and instance_id in w.loaded for w in instance.holders)
+        capacity = serving * instance.settings.threads_per_worker
+        if capacity != instance.capacity:
+            instance.capacity = capacity
+            for listener in list(instance.listeners):
+                listener()
+
+    # Deaths and restarts
+
+    def _worker_died(self, worker: WorkerProcess) -> None:
+        lost = [i for i in self._instances if i in worker.loaded and i not in worker.to_reload]
+        worker.to_reload.extend(lost)
+        worker.loaded.clear()
+        for instance_id in lost:
+            self._update_capacity(instance_id)
+        if self._closing:
+            return
+        lived = time.monotonic() - worker.started_at
+        worker.quick_deaths = worker.quick_deaths + 1 if lived < STABLE_AFTER else 0
+        restart = self._restarts.get(worker.index)
+        if restart is None or restart.done():
+            # A running restart notices the death itself and goes round again.
+            self._restarts[worker.index] = asyncio.create_task(
+                self._restart(worker), name=f"restart-worker-{worker.index}"
+            )
+
+    async def _restart(self, worker: WorkerProcess) -> None:
+        while not self._closing:
+            status = await worker.exit_status()
+            delay = RESTART_BACKOFF[min(worker.quick_deaths, len(RESTART_BACKOFF) - 1)]
+            logger.error("%s %s; restarting it in %.2fs", worker.label, status, delay)
+            await asyncio.sleep(delay)
+            try:
+                await worker.start()
+            except (WorkerLost, OSError) as error:
+                logger.error("%s", error)
+                worker.quick_deaths += 1
+                continue
+            await self._reload(worker)
+            if worker.alive:
+                return
+
+    async def _reload(self, worker: WorkerProcess) -> None:
+        """Load the instances the worker held again, oldest first, until done or it dies."""
+        while worker.alive and worker.to_reload:
+            instance_id = worker.to_reload[0]
+            instance = self._instances.get(instance_id)
+            if instance is None or worker not in instance.holders:
+                worker.to_reload.pop(0)
+                continue
+            try:
+                await self._load_into(worker, instance_id, instance)
+            except WorkerLost as error:
+                self._load_crashed(worker, instance_id, instance, error)
+                return
+            except (InferdError, ConfigurationError) as error:
+                worker.to_reload.pop(0)
+                reason = f"reloading it after its worker restarted failed: {error}"
+                self._drop_holder(worker, instance_id, instance, reason)
+                continue
+            worker.to_reload.pop(0)
+            instance.load_crashes.pop(worker.index, None)
+            if self._instances.get(instance_id) is not instance:
+                await self._unload_from(worker, instance_id)  # unloaded meanwhile
+
+    def _load_crashed(
+        self, worker: WorkerProcess, instance_id: int, instance: _Instance, error: WorkerLost
+    ) -> None:
+        crashes = instance.load_crashes.get(worker.index, 0) + 1
+        instance.load_crashes[worker.index] = crashes
+        if crashes >= MAX_LOAD_CRASHES:
+            worker.to_reload.remove(instance_id)
+            reason = (
+                f"{error.message} ({crashes} times in a row, so it is no longer loaded "
+                "there). Fix the model, then load it again."
+            )
+            self._drop_holder(worker, instance_id, instance, reason)
+
+    def _drop_holder(
+        self, worker: WorkerProcess, instance_id: int, instance: _Instance, reason: str
+    ) -> None:
+        with contextlib.suppress(ValueError):
+            instance.holders.remove(worker)
+        logger.error("Model %r is no longer served by %s: %s", instance.name, worker.label, reason)
+        if instance.holders:
+            return
+        instance.failed = reason
+        self._update_capacity(instance_id)
+        if self._failure_handler is not None:
+            self._failure_handler(instance_id, reason)

@@ -1,0 +1,259 @@
+"""The worker process: receive a command, run it, send the reply.
+
+Started by the process pool as ``python -m inferd.workers.worker FD PARENT_PID``
+with one end of a UNIX socket pair as file descriptor FD. It imports inferd's
+core and the runtimes it is asked to load, never the web stack.
+
+Threads, and why:
+
+- The main thread reads commands. A synchronous ``predict`` with
+  ``threads_per_worker: 1`` runs right there: no thread hop for the common case.
+- A synchronous ``predict`` with ``threads_per_worker: n > 1`` runs in a pool of
+  n threads of its own, so n requests of that model run at once.
+- Everything async (``load``, ``unload``, ``async def predict``) runs on one
+  event loop in a background thread, so a runtime's loop-bound resources made in
+  ``load`` work in ``predict``, and loading one model does not stop the others
+  from answering.
+
+The main process never sends a model more requests than its
+``threads_per_worker``, so none of these needs a queue of its own. Replies are
+sent under a lock, whichever thread finishes.
+
+The worker exits when the socket reaches end-of-file (the main process closed it
+or died) and is killed by the kernel when the main process dies
+(``PR_SET_PDEATHSIG``), so it never outlives the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, cast
+
+from ..errors import ConfigurationError, InferdError, ModelError
+from ..logs import configure_logging
+from ..model import Model, WorkerContext
+from ..settings import ModelSettings
+from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from . import ipc
+from .inprocess import as_inferd_error
+from .runtime_loader import load_runtime
+
+logger = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(slots=True)
+class _Loaded:
+    model: Model
+    is_async: bool
+    threads: concurrent.futures.ThreadPoolExecutor | None
+
+
+class Worker:
+    """Serves the commands arriving on one socket until it closes."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._decoder = ipc.FrameDecoder()
+        self._send_lock = threading.Lock()
+        self._models: dict[int, _Loaded] = {}
+        self._index = -1
+        self._cuda_devices: str | None = None
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="inferd-worker-loop", daemon=True
+        )
+
+    def serve(self) -> None:
+        self._loop_thread.start()
+        try:
+            while (messages := ipc.receive(self._sock, self._decoder)) is not None:
+                for message in messages:
+                    self._handle(*message)
+        finally:
+            self._stop()
+
+    def _handle(self, kind: int, call_id: int, instance_id: int, body: Any) -> None:
+        if kind == ipc.PREDICT:
+            self._predict(call_id, instance_id, body)
+        elif kind == ipc.LOAD:
+            self._on_loop(call_id, self._load(instance_id, *body))
+        elif kind == ipc.UNLOAD:
+            self._on_loop(call_id, self._unload(instance_id))
+        elif kind == ipc.INIT:
+            self._init(call_id, *body)
+        else:
+            self._reply_error(call_id, ModelError(f"Worker received unknown command {kind}"))
+
+    def _init(self, call_id: int, index: int, sys_path: list[str], settings: Any) -> None:
+        # The main process's import path, so runtimes import the same modules there and here.
+        sys.path[:] = sys_path
+        self._index = index
+        configure_logging(settings)
+        self._reply(call_id, os.getpid())
+
+    # Prediction
+
+    def _predict(self, call_id: int, instance_id: int, packed: tuple[Any, ...]) -> None:
+        request = ipc.unpack_request(packed)
+        loaded = self._models.get(instance_id)
+        if loaded is None:
+            error = ModelError(f"Worker {self._index} does not hold model instance {instance_id}")
+            self._reply_error(call_id, error)
+        elif loaded.is_async:
+            self._on_loop(call_id, self._predict_async(loaded.model, request))
+        elif loaded.threads is not None:
+            loaded.threads.submit(self._predict_sync, call_id, loaded.model, request)
+        else:
+            self._predict_sync(call_id, loaded.model, request)
+
+    def _predict_sync(self, call_id: int, model: Model, request: InferenceRequest) -> None:
+        try:
+            response = model.predict(request)
+            self._reply(call_id, ipc.pack_response(cast(InferenceResponse, response)))
+        except Exception as error:
+            self._reply_error(call_id, as_inferd_error(model, error))
+
+    async def _predict_async(self, model: Model, request: InferenceRequest) -> Any:
+        try:
+            return ipc.pack_response(await model.predict(request))  # type: ignore[misc]
+        except InferdError:
+            raise
+        except Exception as error:
+            raise as_inferd_error(model, error) from error
+
+    # Loading
+
+    async def _load(
+        self, instance_id: int, settings: ModelSettings, device: str | None
+    ) -> ModelMetadata:
+        self._use_device(settings, device)
+        model = await load_runtime(settings, WorkerContext(self._index, device))
+        is_async = inspect.iscoroutinefunction(model.predict)
+        threads = None
+        if settings.threads_per_worker > 1 and not is_async:
+            threads = concurrent.futures.ThreadPoolExecutor(
+                settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}"
+            )
+        self._models[instance_id] = _Loaded(model, is_async, threads)
+        return model.metadata()
+
+    def _use_device(self, settings: ModelSettings, device: str | None) -> None:
+        """Set CUDA_VISIBLE_DEVICES for a ``cuda:N`` device before the runtime loads."""
+        visible = cuda_visible_devices(device)
+        if visible is None:
+            return
+        if self._cuda_devices not in (None, visible):
+            logger.warning(
+                "Worker %d already set CUDA_VISIBLE_DEVICES=%s for another model; model %r "
+                "asks for %s, which may not take effect once CUDA is initialized",
+                self._index,
+                self._cuda_devices,
+                settings.name,
+                device,
+            )
+        self._cuda_devices = visible
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+
+    async def _unload(self, instance_id: int) -> None:
+        loaded = self._models.pop(instance_id, None)
+        if loaded is None:
+            return
+        if loaded.threads is not None:
+            loaded.threads.shutdown(wait=False)
+        try:
+            await loaded.model.unload()
+        except Exception:
+            logger.exception("Unloading model %r raised; it is dropped anyway", loaded.model.name)
+
+    # Replies
+
+    def _on_loop(self, call_id: int, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coroutine`` on the worker's event loop and reply when it is done."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        future.add_done_callback(lambda done: self._reply_with(call_id, done))
+
+    def _reply_with(self, call_id: int, done: concurrent.futures.Future[Any]) -> None:
+        error = done.exception()
+        if error is None:
+            self._reply(call_id, done.result())
+        else:
+            self._reply_error(call_id, error)
+
+    def _reply(self, call_id: int, result: Any) -> None:
+        try:
+            pieces = ipc.encode((ipc.RESULT, call_id, result))
+        except Exception as error:
+            message = f"Worker {self._index} cannot send the result back: {error}"
+            self._reply_error(call_id, ModelError(message))
+            return
+        self._send(pieces)
+
+    def _reply_error(self, call_id: int, error: BaseException) -> None:
+        if not isinstance(error, InferdError | ConfigurationError):
+            logger.error("Worker %d: %s", self._index, error, exc_info=error)
+        self._send(ipc.encode((ipc.ERROR, call_id, ipc.error_to_wire(error))))
+
+    def _send(self, pieces: list[ipc.Buffer]) -> None:
+        with self._send_lock:
+            try:
+                ipc.send(self._sock, pieces)
+            except OSError:
+                # The main process is gone; the receive loop sees end-of-file and exits.
+                logger.debug("Worker %d could not send a reply", self._index, exc_info=True)
+
+    def _stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sock.close()
+        for loaded in self._models.values():
+            if loaded.threads is not None:
+                loaded.threads.shutdown(wait=False, cancel_futures=True)
+
+
+def cuda_visible_devices(device: str | None) -> str | None:
+    """The CUDA_VISIBLE_DEVICES value for a device such as ``cuda:1`` (None: leave it)."""
+    if device is None:
+        return None
+    kind, _, index = device.partition(":")
+    if kind == "cuda" and index.isdigit():
+        return index
+    return None
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel kill this process when the main process dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the parent died before the signal was armed
+
+
+def main(argv: list[str] | None = None) -> None:
+    fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
+    _die_with_parent(parent_pid)
+    # Ctrl-C reaches the whole process group: the main process decides when workers
+    # stop (it drains requests first), by closing their sockets.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    os.set_inheritable(fd, False)  # processes a runtime starts must not hold it open
+    Worker(sock).serve()
+
+
+if __name__ == "__main__":
+    main()

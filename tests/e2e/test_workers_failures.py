@@ -1,0 +1,173 @@
+"""Worker processes that die: requests get answers, workers come back, nothing is orphaned."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import add_custom_model, wait_for
+from .serverproc import ServerProcess
+
+REQUEST_DEADLINE = 15.0
+X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [0]}]}
+
+
+def children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is ``pid``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        if int(parent) == pid and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def is_running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def infer(server: ServerProcess, model: str, **parameters: Any) -> httpx.Response:
+    body = {**X, "parameters": parameters}
+    return httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=REQUEST_DEADLINE)
+
+
+def pid_of(response: httpx.Response) -> int:
+    assert response.status_code == 200, response.text
+    outputs = {output["name"]: output["data"][0] for output in response.json()["outputs"]}
+    return int(outputs["pid"])
+
+
+def index_entry(server: ServerProcess, name: str) -> dict[str, Any]:
+    index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=10).json()
+    (entry,) = [entry for entry in index if entry["name"] == name]
+    return entry
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path, start: Callable[..., ServerProcess]) -> ServerProcess:
+    add_custom_model(tmp_path, "where", "WhereAmI")
+    add_custom_model(tmp_path, "alone", "WhereAmI", workers=1)
+    server = start(tmp_path, settings={"parallel_workers": 2})
+    wait_for(lambda: len(children(server.process.pid)) == 2, "two worker processes")
+    return server
+
+
+def hammer(server: ServerProcess, stop: threading.Event, answers: list[Any]) -> None:
+    with httpx.Client(base_url=server.url, timeout=REQUEST_DEADLINE) as client:
+        while not stop.is_set():
+            body = {**X, "parameters": {"sleep": 0.05}}
+            try:
+                answers.append(client.post("/v2/models/where/infer", json=body))
+            except httpx.HTTPError as error:  # a hang (timeout) or a dropped connection
+                answers.append(error)
+
+
+def test_a_worker_killed_under_load_fails_only_its_requests_and_comes_back(
+    two_workers: ServerProcess,
+) -> None:
+    server = two_workers
+    before = children(server.process.pid)
+    stop, answers = threading.Event(), []
+    clients = [threading.Thread(target=hammer, args=(server, stop, answers)) for _ in range(6)]
+    for client in clients:
+        client.start()
+    try:
+        wait_for(lambda: len(answers) > 10, "requests flowing")
+        victim = pid_of(answers[0])  # both workers are busy: 6 clients, 2 workers
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: children(server.process.pid) - before, "a new worker")
+        (restarted,) = children(server.process.pid) - before
+        count = len(answers)
+        wait_for(lambda: len(answers) > count + 10, "requests flowing after the restart")
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(REQUEST_DEADLINE + 5)
+    statuses = [a.status_code if isinstance(a, httpx.Response) else repr(a) for a in answers]
+    assert set(statuses) <= {200, 503}, "every request gets a result or a 503, none hangs"
+    lost = [a for a in answers if isinstance(a, httpx.Response) and a.status_code == 503]
+    assert lost, "the killed worker had a request in flight"
+    assert "stopped before answering" in lost[0].json()["error"]
+    served = {pid_of(a) for a in answers[count:] if a.status_code == 200}
+    assert restarted in served and victim not in served
+
+
+def test_a_model_only_in_a_killed_worker_is_503_until_it_is_back(
+    two_workers: ServerProcess,
+) -> None:
+    server = two_workers
+    victim = pid_of(infer(server, "alone"))
+    os.kill(victim, signal.SIGKILL)
+    seen = set()
+
+    def served_again() -> bool:
+        response = infer(server, "alone")
+        seen.add(response.status_code)
+        return response.status_code == 200 and pid_of(response) != victim
+
+    wait_for(served_again, "the model served by the restarted worker")
+    assert seen <= {200, 503}
+    assert infer(server, "where").status_code == 200
+
+
+def test_a_load_that_crashes_its_worker_fails_with_why(
+    two_workers: ServerProcess, tmp_path: Path
+) -> None:
+    server = two_workers
+    add_custom_model(tmp_path, "crasher", "CrashesOnLoad", workers=1)
+    response = httpx.post(f"{server.url}/v2/repository/models/crasher/load", timeout=30)
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert "Loading model 'crasher' failed" in error and "exited with code 3" in error
+    entry = index_entry(server, "crasher")
+    assert entry["state"] == "UNAVAILABLE" and "exited with code 3" in entry["reason"]
+    wait_for(lambda: infer(server, "alone").status_code == 200, "the worker restarted")
+    assert wait_for(lambda: len(children(server.process.pid)) == 2, "two workers again")
+
+
+def test_a_model_whose_reload_keeps_crashing_ends_unavailable(
+    two_workers: ServerProcess, tmp_path: Path
+) -> None:
+    server = two_workers
+    add_custom_model(tmp_path, "fragile", "CrashesOnReload", workers=1)
+    load = httpx.post(f"{server.url}/v2/repository/models/fragile/load", timeout=30)
+    assert load.status_code == 200, load.text
+    os.kill(pid_of(infer(server, "fragile")), signal.SIGKILL)
+
+    def unavailable() -> dict[str, Any] | None:
+        entry = index_entry(server, "fragile")
+        return entry if entry["state"] == "UNAVAILABLE" else None
+
+    entry = wait_for(unavailable, "the model to be given up", timeout=60)
+    assert "times in a row" in entry["reason"], entry
+    response = infer(server, "fragile")
+    assert response.status_code == 503 and "times in a row" in response.json()["error"]
+    wait_for(lambda: infer(server, "alone").status_code == 200, "the other models back")
+    assert infer(server, "where").status_code == 200
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_worker_outlives_the_server(two_workers: ServerProcess, sig: signal.Signals) -> None:
+    server = two_workers
+    workers = children(server.process.pid)
+    assert len(workers) == 2
+    server.process.send_signal(sig)
+    server.process.wait(30)
+    wait_for(lambda: not any(is_running(pid) for pid in workers), "the workers to exit", 10)
