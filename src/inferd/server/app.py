@@ -18,9 +18,13 @@ from ..settings import ServerSettings
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
 from ..workers.pool import ProcessPool
+from .grpc import GrpcServer
 from .rest import build_rest_app
 
 logger = logging.getLogger(__name__)
+
+# How long requests in flight may take to finish once shutdown starts.
+SHUTDOWN_GRACE_SECONDS = 30
 
 
 class _Server(uvicorn.Server):
