@@ -148,7 +148,7 @@ class Registry:
             await self._pool.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        new.scheduler = Scheduler(self._pool, instance_id)
+        new.scheduler = Scheduler(self._pool, instance_id, settings)
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new

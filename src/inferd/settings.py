@@ -143,6 +143,9 @@ class ServerSettings(BaseSettings):
     use_structured_logging: bool = False
     """Write logs as JSON lines."""
 
+    access_log: bool | None = None
+    """Log one line per HTTP request (uvicorn's access log); unset: on with ``debug``."""
+
     logging_settings: str | dict[str, Any] | None = None
     """A ``logging.config`` dict, or the path of a JSON/YAML file holding one."""
 
@@ -209,6 +212,10 @@ class ServerSettings(BaseSettings):
     @property
     def metrics_enabled(self) -> bool:
         return bool(self.metrics_endpoint)
+
+    @property
+    def access_log_enabled(self) -> bool:
+        return self.debug if self.access_log is None else self.access_log
 
     def ignored_settings(self) -> list[str]:
         """MLServer settings that are set but that inferd does not act on."""
@@ -333,6 +340,19 @@ class ModelSettings(BaseSettings):
 
     max_batch_time: float = Field(default=0.0, ge=0)
     """Adaptive batching: longest a request waits for company, in seconds."""
+
+    max_queue_size: int = Field(default=0, ge=0)
+    """Most requests that may wait in this version's queue (0: no bound). Past it a
+    request is refused at once with 503 / UNAVAILABLE and a Retry-After header."""
+
+    timeout: float | None = Field(default=None, ge=0)
+    """Longest a request may wait in the queue, in seconds (0 or none: no limit); a
+    request's own ``timeout`` parameter (microseconds, as in Triton) replaces it.
+    A request past it leaves the queue with 504 / DEADLINE_EXCEEDED, unrun."""
+
+    default_priority_level: int = Field(default=1, ge=1)
+    """The priority level of requests without a ``priority`` parameter (or with 0).
+    As in Triton, 1 is the highest level and larger numbers are lower."""
 
     parameters: ModelParameters | None = None
     """Per-version parameters: uri, version, content_type, extra."""

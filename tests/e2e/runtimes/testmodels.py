@@ -166,3 +166,36 @@ class CrashesOnReload(Model):
 
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         return InferenceResponse(outputs=[Tensor("pid", np.array([os.getpid()], np.int64))])
+
+
+# Runtimes for the batching tests (tests/e2e/test_batching.py).
+
+
+class BatchRecorder(Model):
+    """y = 2x for a numeric input ``x`` (or ``text`` echoed for a BYTES input), plus
+    ``batch_rows``: how many rows the batch it ran in had, on every row.
+
+    It appends the first column of every batch it runs to ``ran.txt`` in its folder.
+    A request with the parameter ``hold`` waits (polling, up to 30 s) until the file
+    ``open`` exists in its folder (it touches ``holding`` first): it keeps the one slot
+    busy while a test queues more. Every batch takes ``extra["delay"]`` seconds.
+    """
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        folder = self.settings.folder
+        await asyncio.sleep(float(self.settings.extra.get("delay", 0)))
+        if request.parameters.get("hold"):
+            (folder / "holding").touch()
+            deadline = time.monotonic() + 30
+            while not (folder / "open").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        outputs = []
+        for tensor in request.inputs:
+            data = tensor.data
+            outputs.append(Tensor("text" if data.dtype == object else "y", data * 2))
+        rows = len(request.inputs[0].data)
+        outputs.append(Tensor("batch_rows", np.full(rows, rows, dtype=np.int64)))
+        with (folder / "ran.txt").open("a") as ran:
+            first = request.inputs[0].data.reshape(rows, -1)[:, 0]
+            ran.write(" ".join(str(v) for v in first.tolist()) + "\n")
+        return InferenceResponse(outputs=outputs)

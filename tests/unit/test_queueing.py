@@ -1,0 +1,146 @@
+"""The queue policy with a fake clock: priorities, bounds, deadlines, batch forming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inferd.errors import InvalidRequest, Overloaded
+from inferd.queueing import Pending, QueuePolicy, RequestQueue
+from inferd.types import InferenceRequest, Tensor
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(rows: int, id: str, width: int = 3, **parameters: object) -> InferenceRequest:
+    data = np.zeros((rows, width), dtype=np.float32)
+    return InferenceRequest(inputs=[Tensor("x", data)], id=id, parameters=dict(parameters))
+
+
+def make_queue(clock: FakeClock, **policy: object) -> RequestQueue:
+    return RequestQueue(QueuePolicy(**policy), "model 'm'", clock)  # type: ignore[arg-type]
+
+
+def push(queue: RequestQueue, *requests: InferenceRequest) -> list[Pending]:
+    pendings = [queue.pending(r) for r in requests]
+    for pending in pendings:
+        queue.push(pending)
+    return pendings
+
+
+def ids(batch: list[Pending]) -> list[str | None]:
+    return [pending.request.id for pending in batch]
+
+
+def test_batches_count_rows_and_never_exceed_the_limit() -> None:
+    queue = make_queue(FakeClock(), max_batch_rows=12)
+    push(queue, request(1, "a"), request(10, "b"), request(5, "c"), request(1, "d"))
+    assert ids(queue.next_batch(in_flight=0)) == ["a", "b", "d"]  # 12 rows; c does not fit
+    assert ids(queue.next_batch(in_flight=0)) == ["c"]
+    assert len(queue) == 0
+
+
+def test_a_request_larger_than_the_limit_runs_alone() -> None:
+    queue = make_queue(FakeClock(), max_batch_rows=4)
+    push(queue, request(9, "big"), request(1, "small"))
+    assert ids(queue.next_batch(in_flight=0)) == ["big"]
+    assert ids(queue.next_batch(in_flight=0)) == ["small"]
+
+
+def test_without_batching_requests_leave_one_at_a_time_in_order() -> None:
+    queue = make_queue(FakeClock(), max_batch_rows=0)
+    push(queue, request(1, "a"), request(1, "b"))
+    assert ids(queue.next_batch(in_flight=3)) == ["a"]
+    assert ids(queue.next_batch(in_flight=3)) == ["b"]
+
+
+def test_mixed_shapes_go_in_different_batches_in_arrival_order() -> None:
+    queue = make_queue(FakeClock(), max_batch_rows=32)
+    push(queue, request(1, "a"), request(1, "wide", width=4), request(2, "b"))
+    assert ids(queue.next_batch(in_flight=0)) == ["a", "b"]
+    assert ids(queue.next_batch(in_flight=0)) == ["wide"]
+
+
+def test_a_partial_batch_waits_for_company_only_while_the_server_is_busy() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock, max_batch_rows=4, max_batch_time=0.01)
+    push(queue, request(1, "a"))
+    assert queue.next_batch(in_flight=1) == []  # busy: wait for company
+    assert queue.hold_until() == pytest.approx(100.01)
+    push(queue, request(1, "b"))
+    clock.now += 0.01
+    assert ids(queue.next_batch(in_flight=1)) == ["a", "b"]  # waited max_batch_time
+    push(queue, request(1, "c"))
+    assert ids(queue.next_batch(in_flight=0)) == ["c"]  # idle: at once
+    push(queue, request(2, "d"), request(2, "e"))
+    assert ids(queue.next_batch(in_flight=1)) == ["d", "e"]  # full: at once
+
+
+def test_priority_one_is_highest_and_fifo_holds_within_a_level() -> None:
+    queue = make_queue(FakeClock(), default_priority_level=2)
+    push(
+        queue,
+        request(1, "default-1"),
+        request(1, "low", priority=3),
+        request(1, "high-1", priority=1),
+        request(1, "default-2", priority=0),
+        request(1, "high-2", priority=1),
+    )
+    order = [ids(queue.next_batch(in_flight=0))[0] for _ in range(5)]
+    assert order == ["high-1", "high-2", "default-1", "default-2", "low"]
+
+
+def test_lower_priority_requests_fill_the_room_left_in_a_batch() -> None:
+    queue = make_queue(FakeClock(), max_batch_rows=3)
+    push(queue, request(1, "low", priority=5), request(1, "high", priority=1))
+    assert ids(queue.next_batch(in_flight=0)) == ["high", "low"]
+
+
+def test_a_full_queue_refuses_at_once() -> None:
+    queue = make_queue(FakeClock(), max_size=2)
+    push(queue, request(1, "a"), request(1, "b"))
+    with pytest.raises(Overloaded, match=r"queue of model 'm' is full.*max_queue_size"):
+        push(queue, request(1, "c"))
+    assert len(queue) == 2
+
+
+def test_expired_requests_leave_the_queue_and_never_join_a_batch() -> None:
+    clock = FakeClock()
+    queue = make_queue(clock, timeout=1.0)
+    push(queue, request(1, "default"), request(1, "short", timeout=500_000))  # 0.5 s
+    push(queue, request(1, "none", timeout=0))
+    clock.now += 0.6
+    assert ids(queue.pop_expired()) == ["short"]
+    clock.now += 0.5
+    assert ids(queue.pop_expired()) == ["default"]
+    assert ids(queue.next_batch(in_flight=0)) == ["none"]
+    assert queue.pop_expired() == []
+
+
+def test_removed_requests_are_gone() -> None:
+    queue = make_queue(FakeClock(), max_batch_rows=8)
+    a, _ = push(queue, request(1, "a"), request(1, "b"))
+    assert queue.remove(a)
+    assert not queue.remove(a)
+    assert ids(queue.next_batch(in_flight=0)) == ["b"]
+    assert len(queue) == 0
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"priority": -1}, "priority"),
+        ({"priority": "high"}, "priority"),
+        ({"timeout": "1s"}, "timeout"),
+    ],
+)
+def test_bad_queue_parameters_are_refused_clearly(parameters: dict, message: str) -> None:
+    queue = make_queue(FakeClock())
+    with pytest.raises(InvalidRequest, match=message):
+        queue.pending(request(1, "a", **parameters))
