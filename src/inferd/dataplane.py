@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from .errors import ConfigurationError, InvalidRequest, ModelNotFound
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
 from .settings import ServerSettings
+from .stats import ModelStats, ModelStatsTable
 from .types import (
     InferenceRequest,
     InferenceResponse,
@@ -19,9 +21,12 @@ from .types import (
 )
 
 logger = logging.getLogger(__name__)
+# One debug line per inference request; a logger of its own so that logging_settings
+# can turn request logs on or off without touching the rest.
+request_logger = logging.getLogger("inferd.requests")
 
 # Protocol extensions every inferd server implements.
-EXTENSIONS = ["model_repository", "binary_tensor_data"]
+EXTENSIONS = ["model_repository", "binary_tensor_data", "statistics"]
 
 # The index's reason for a model that is on disk but not loaded.
 NOT_LOADED = "Not loaded (found in the model repository)"
@@ -36,6 +41,8 @@ class DataPlane:
         self.repository = repository
         # False until the models that load at start-up have been tried.
         self.started = False
+        # Statistics extension counters, plus Prometheus histograms when metrics are on.
+        self.model_stats = ModelStatsTable(observe=settings.metrics_enabled)
 
     # Health
 
@@ -69,9 +76,43 @@ class DataPlane:
         self, name: str, version: str | None, request: InferenceRequest
     ) -> InferenceResponse:
         found = self.registry.get_ready(name, version)
-        assert found.scheduler is not None  # READY versions always have one
-        response = await found.scheduler.submit(request)
-        return _finish(response, found, request)
+        scheduler = found.scheduler
+        assert scheduler is not None  # READY versions always have one
+        stats = self.model_stats.of(found.name, found.version)
+        if scheduler.on_batch is None:
+            scheduler.on_batch = stats.executed  # counts executions and batch sizes
+        started = time.perf_counter_ns()
+        try:
+            response = _finish(await scheduler.submit(request, stats), found, request)
+        except BaseException as error:  # cancelled requests count as failed too
+            ended = time.perf_counter_ns()
+            stats.failed(started, ended)
+            if request_logger.isEnabledFor(logging.DEBUG):
+                _log_request(stats, request, ended - started, type(error).__name__)
+            raise
+        ended = time.perf_counter_ns()
+        stats.succeeded(started, ended)
+        if request_logger.isEnabledFor(logging.DEBUG):
+            _log_request(stats, request, ended - started, "ok")
+        return response
+
+    # Statistics
+
+    def statistics(self, name: str | None = None, version: str | None = None) -> list[ModelStats]:
+        """The statistics of every model version (``name`` empty), of every version of
+        ``name`` (``version`` empty), or of one version; ModelNotFound if unknown."""
+        if name and version:
+            versions = [self.registry.find(name, version)]
+        elif name:
+            versions = [found for found in self.registry.versions() if found.name == name]
+            if not versions:
+                raise ModelNotFound(name)
+        else:
+            versions = [
+                found for found in self.registry.versions() if found.state is ModelState.READY
+            ]
+        ordered = sorted(versions, key=lambda found: (found.name, found.version or ""))
+        return [self.model_stats.of(found.name, found.version) for found in ordered]
 
     # Model repository
 
@@ -132,6 +173,27 @@ def _finish(
     if request.outputs:
         response.outputs = _select_outputs(response.outputs, request, found.name)
     return response
+
+
+def _log_request(
+    stats: ModelStats, request: InferenceRequest, elapsed_ns: int, outcome: str
+) -> None:
+    milliseconds = elapsed_ns / 1e6
+    request_logger.debug(
+        "Inference on model %r version %r: %s in %.3f ms (id %s)",
+        stats.name,
+        stats.version,
+        outcome,
+        milliseconds,
+        request.id,
+        extra={
+            "model_name": stats.name,
+            "model_version": stats.version,
+            "outcome": outcome,
+            "duration_ms": round(milliseconds, 3),
+            "request_id": request.id,
+        },
+    )
 
 
 def _select_outputs(outputs: list[Tensor], request: InferenceRequest, model: str) -> list[Tensor]:

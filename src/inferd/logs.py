@@ -12,6 +12,14 @@ from .errors import ConfigurationError
 from .settings import ServerSettings
 
 FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+ACCESS_LOGGER = "uvicorn.access"
+# What every LogRecord carries; anything else was passed as ``extra`` and becomes a
+# field of its own in JSON logs (e.g. model_name and duration_ms in request logs).
+_RECORD_ATTRIBUTES = frozenset(
+    (*vars(logging.LogRecord("", 0, "", 0, "", (), None)), "message", "asctime", "taskName")
+)
+# uvicorn's access log arguments, as fields of JSON logs.
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status_code")
 
 
 class JSONFormatter(logging.Formatter):
@@ -24,9 +32,27 @@ class JSONFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key, value in vars(record).items():
+            if key not in _RECORD_ATTRIBUTES:
+                entry[key] = value
+        if record.name == ACCESS_LOGGER and isinstance(record.args, tuple):
+            entry.update(zip(_ACCESS_FIELDS, record.args, strict=False))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+class _SkipScrapes(logging.Filter):
+    """Keeps Prometheus scrapes of the metrics endpoint out of the access log
+    (uvicorn has one access logger for all its servers)."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__()
+        self.endpoint = "/" + endpoint.strip("/")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (isinstance(args, tuple) and len(args) > 2 and args[2] == self.endpoint)
 
 
 def configure_logging(settings: ServerSettings) -> None:
@@ -40,9 +66,14 @@ def configure_logging(settings: ServerSettings) -> None:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JSONFormatter())
     # uvicorn's own loggers would otherwise print in their own format.
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in ("uvicorn", "uvicorn.error", ACCESS_LOGGER):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    access = logging.getLogger(ACCESS_LOGGER)
+    for old in [f for f in access.filters if isinstance(f, _SkipScrapes)]:
+        access.removeFilter(old)
+    if settings.metrics_endpoint:
+        access.addFilter(_SkipScrapes(settings.metrics_endpoint))
     if settings.logging_settings:
         config = _logging_dict(settings.logging_settings)
         try:

@@ -197,12 +197,6 @@ def test_model_failure_is_internal(stub: pb_grpc.GRPCInferenceServiceStub) -> No
     assert error.details() == "Model 'fails' failed: ValueError: this model always fails"
 
 
-def test_statistics_are_unimplemented(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
-    error = rpc_error(stub.ModelStatistics, pb.ModelStatisticsRequest(name="echo"))
-    assert error.code() == Code.UNIMPLEMENTED
-    assert "ModelStatistics is not implemented" in error.details()
-
-
 def test_unsupported_repository_parameters_are_refused(
     stub: pb_grpc.GRPCInferenceServiceStub,
 ) -> None:

@@ -66,7 +66,7 @@ def test_server_metadata_lists_the_implemented_extensions(rest: httpx.Client) ->
     assert response.json() == {
         "name": "inferd",
         "version": __version__,
-        "extensions": ["model_repository", "binary_tensor_data"],
+        "extensions": ["model_repository", "binary_tensor_data", "statistics"],
     }
 
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
-from collections.abc import Generator
+import socket
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 import uvicorn
 
 from ..dataplane import DataPlane
+from ..errors import ConfigurationError
+from ..metrics import Sources, build_registry, metrics_app
 from ..registry import Registry
 from ..repository import ModelRepository
 from ..settings import ServerSettings
+from ..stats import GrpcStats, HttpStats
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
-from ..workers.pool import ProcessPool
 from .grpc import GrpcServer
 from .rest import build_rest_app
 
@@ -39,6 +43,8 @@ def build_pool(settings: ServerSettings) -> Pool:
     """Worker processes for ``parallel_workers: N > 0``, else the main process."""
     if settings.parallel_workers == 0:
         return InProcessPool()
+    from ..workers.pool import ProcessPool
+
     return ProcessPool(settings)
 
 
@@ -51,24 +57,33 @@ class InferenceServer:
         self.registry = Registry(self.pool)
         self.repository = ModelRepository(Path(settings.model_repository_root))
         self.dataplane = DataPlane(settings, self.registry, self.repository)
+        # Per-protocol request counters, kept only when metrics are served.
+        self.http_stats = HttpStats() if settings.metrics_enabled else None
+        self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down."""
         self._install_signal_handlers()
+        listening = self._listen()  # first: a port in use is a clear error, nothing started
         await self.pool.start()
-        rest = _Server(self._rest_config())
-        rest_task = asyncio.create_task(rest.serve(), name="rest-server")
-        grpc_server = GrpcServer(self.dataplane, self.settings)
+        servers = [
+            (what, server, asyncio.create_task(server.serve([sock]), name=what))
+            for what, server, sock in listening
+        ]
+        rest, rest_task = servers[0][1:]
+        grpc_server = GrpcServer(self.dataplane, self.settings, self.grpc_stats)
         try:
             await grpc_server.start()
-            await self._wait_started(rest, rest_task)
+            for what, server, task in servers:
+                await self._wait_started(what, server, task)
             await self._load_startup_models()
             self.dataplane.started = True
             logger.info("inferd is ready")
-            await self._wait_for_stop(rest_task)
+            await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
             await self._shutdown(rest, rest_task, grpc_server)
+            await _stop_servers(servers[1:])
 
     def stop(self) -> None:
         self._stop.set()
@@ -82,27 +97,68 @@ class InferenceServer:
         logger.info("Received %s; shutting down", sig.name)
         self.stop()
 
+    def _listen(self) -> list[tuple[str, uvicorn.Server, socket.socket]]:
+        """The HTTP servers to run (REST, and metrics if on), each with its bound socket."""
+        settings = self.settings
+        fix = "set http_port to a free port"
+        rest = _listen(settings.host, settings.http_port, "the REST server", fix)
+        servers: list[tuple[str, uvicorn.Server, socket.socket]] = [
+            ("REST server", _Server(self._rest_config()), rest)
+        ]
+        if settings.metrics_enabled:
+            fix = 'set metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
+            metrics = _listen(settings.host, settings.metrics_port, "metrics", fix)
+            servers.append(("Metrics server", _Server(self._metrics_config()), metrics))
+        return servers
+
     def _rest_config(self) -> uvicorn.Config:
         settings = self.settings
         return uvicorn.Config(
-            build_rest_app(self.dataplane, settings),
+            build_rest_app(self.dataplane, settings, self.http_stats),
             host=settings.host,
             port=settings.http_port,
             root_path=settings.root_path,
             lifespan="off",
-            access_log=settings.debug,
+            access_log=settings.access_log_enabled,
             log_config=None,
             http="httptools",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         )
 
-    async def _wait_started(self, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    def _metrics_config(self) -> uvicorn.Config:
+        """The Prometheus endpoint: its own small server, on this event loop."""
+        settings = self.settings
+        sources = Sources(
+            self.dataplane.model_stats,
+            versions=self.registry.versions,
+            # Worker processes (busy time, restarts); the in-process pool has none.
+            workers=lambda: getattr(self.pool, "workers", ()),
+            http=self.http_stats,
+            grpc=self.grpc_stats,
+        )
+        registry = build_registry(sources, settings.metrics_rest_server_prefix)
+        return uvicorn.Config(
+            metrics_app(registry, settings.metrics_endpoint or "/metrics"),
+            host=settings.host,
+            port=settings.metrics_port,
+            lifespan="off",
+            # As the REST server's: uvicorn's switch is one logger for both. Scrapes are
+            # kept out of it by a filter (see logs.py).
+            access_log=settings.access_log_enabled,
+            log_config=None,
+            http="httptools",
+        )
+
+    async def _wait_started(
+        self, what: str, server: uvicorn.Server, task: asyncio.Task[None]
+    ) -> None:
+        port = server.config.port
         while not server.started:
             if task.done():
                 await task  # re-raises why it stopped
-                raise RuntimeError(f"The REST server on port {self.settings.http_port} stopped")
+                raise RuntimeError(f"The {what} on port {port} stopped")
             await asyncio.sleep(0.01)
-        logger.info("REST server listening on %s:%d", self.settings.host, self.settings.http_port)
+        logger.info("%s listening on %s:%d", what, self.settings.host, port)
 
     async def _load_startup_models(self) -> None:
         if self.settings.load_models_at_startup:
@@ -129,3 +185,21 @@ class InferenceServer:
         await self.registry.close()
         await self.pool.close()
         logger.info("inferd stopped")
+
+
+def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise ConfigurationError(
+            f"Cannot listen for {what} on {host}:{port}: {reason}; {fix}"
+        ) from None
+
+
+async def _stop_servers(servers: Sequence[tuple[str, uvicorn.Server, asyncio.Task[None]]]) -> None:
+    for _, server, task in servers:
+        server.should_exit = True
+        with contextlib.suppress(Exception, SystemExit):
+            await task

@@ -13,11 +13,13 @@ from __future__ import annotations
 import gzip
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ..dataplane import DataPlane
 from ..errors import InferdError
+from ..stats import HttpStats, InProgress, RouteStats
 from .bodies import BodyReader
 from .codec_rest import (
     BINARY_CONTENT_TYPE,
@@ -38,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = InferdError("Internal server error; see the server logs")
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+# The route templates of INFER_PATH (the metrics' path label), as Starlette's routes.
+INFER_TEMPLATES = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer")
+# Other methods are counted as OTHER: clients choose them, metrics must not grow with them.
+HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
 GZIP_MINIMUM_SIZE = 1024
 GZIP_LEVEL = 6
 
@@ -61,33 +67,93 @@ class FastInferApp:
     """ASGI app that answers inference requests itself and passes the rest on."""
 
     def __init__(
-        self, app: ASGIApp, dataplane: DataPlane, body_reader: BodyReader, gzip_enabled: bool
+        self,
+        app: ASGIApp,
+        dataplane: DataPlane,
+        body_reader: BodyReader,
+        gzip_enabled: bool,
+        http_stats: HttpStats | None = None,
     ) -> None:
         self.app = app
         self.dataplane = dataplane
         self.body_reader = body_reader
         self.gzip_enabled = gzip_enabled
+        self.http_stats = http_stats
+        # Metrics of the inference routes, bound once (None: metrics are off).
+        self._infer_routes: tuple[RouteStats, ...] = ()
+        self._posts_in_progress: InProgress | None = None
+        if http_stats is not None:
+            self._infer_routes = tuple(http_stats.route("POST", path) for path in INFER_TEMPLATES)
+            self._posts_in_progress = http_stats.in_progress_of("POST")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = None
         if scope["type"] == "http" and scope["method"] == "POST":
             match = INFER_PATH.fullmatch(_route_path(scope))
-            if match is not None:
-                headers = dict(scope["headers"])
-                if b"origin" not in headers:
-                    await self._infer(match, headers, receive, send)
-                    return
-        await self.app(scope, receive, send)
+        if match is None:
+            await self._pass_on(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        if b"origin" in headers:  # CORS: the Starlette app's middleware handles it
+            await self._pass_on(scope, receive, send)
+            return
+        in_progress = self._posts_in_progress
+        if in_progress is None:
+            await self._infer(match, headers, receive, send)
+            return
+        # Recorded here rather than in a wrapper: one coroutine less per request.
+        route = self._infer_routes[match.group(2) is not None]
+        in_progress.count += 1
+        started = time.perf_counter()
+        status = 0
+        try:
+            status = await self._infer(match, headers, receive, send)
+        finally:
+            in_progress.count -= 1
+            if status:
+                route.finished(status, time.perf_counter() - started)
+
+    async def _pass_on(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.http_stats is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+        else:
+            await self._observed(self.http_stats, scope, receive, send)
+
+    async def _observed(
+        self, http_stats: HttpStats, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Pass a request to Starlette, recording it under its route's template."""
+        method = scope["method"] if scope["method"] in HTTP_METHODS else "OTHER"
+        status = 0
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        in_progress = http_stats.in_progress_of(method)
+        in_progress.count += 1
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            in_progress.count -= 1
+            if status:
+                # Starlette leaves the matched route in the scope.
+                path = getattr(scope.get("route"), "path", None) or HttpStats.UNMATCHED
+                http_stats.route(method, path).finished(status, time.perf_counter() - started)
 
     async def _infer(
         self, match: re.Match[str], headers: dict[bytes, bytes], receive: Receive, send: Send
-    ) -> None:
+    ) -> int:
+        """Answer one inference request; the status it answered with (0: none)."""
         try:
             body = await self.body_reader.read(_receive_chunks(receive), _decoded(headers))
         except ConnectionAbortedError:
-            return  # nobody is left to answer
+            return 0  # nobody is left to answer
         except InferdError as error:
-            await self._send_error(error, headers, send)
-            return
+            return await self._send_error(error, headers, send)
         try:
             header_length = headers.get(HEADER_LENGTH.encode())
             content, response_headers = await infer_response(
@@ -98,22 +164,19 @@ class FastInferApp:
                 header_length.decode("latin-1") if header_length is not None else None,
             )
         except InferdError as error:
-            await self._send_error(error, headers, send)
-            return
+            return await self._send_error(error, headers, send)
         except Exception:
             logger.exception("Unexpected error serving inference for %r", match.group(1))
-            await self._send_error(INTERNAL_ERROR, headers, send)
-            return
+            return await self._send_error(INTERNAL_ERROR, headers, send)
         await self._send(200, content, response_headers, headers, send)
+        return 200
 
-    async def _send_error(
-        self, error: InferdError, headers: dict[bytes, bytes], send: Send
-    ) -> None:
+    async def _send_error(self, error: InferdError, headers: dict[bytes, bytes], send: Send) -> int:
         response_headers = [(b"content-type", JSON_CONTENT_TYPE.encode())]
         response_headers += [(k.encode(), v.encode()) for k, v in error_headers(error)]
-        await self._send(
-            error.code.http_status, error_body(error.message), response_headers, headers, send
-        )
+        status = error.code.http_status
+        await self._send(status, error_body(error.message), response_headers, headers, send)
+        return status
 
     async def _send(
         self,

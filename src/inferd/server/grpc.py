@@ -24,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import descriptor_pool
+from google.protobuf import descriptor_pool, json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -36,6 +37,7 @@ from ..dataplane import DataPlane
 from ..errors import ConfigurationError, ErrorCode, InferdError, InvalidRequest
 from ..protocol import pb, pb_grpc
 from ..settings import ServerSettings
+from ..stats import GrpcMethodStats, GrpcStats
 from .codec_grpc import (
     decode_infer_request,
     encode_infer_response,
@@ -74,16 +76,33 @@ Handler = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]
 
 
 def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Response]:
-    """Turn core errors into gRPC status codes; never leak a traceback to the client."""
+    """Turn core errors into gRPC status codes; never leak a traceback to the client.
+
+    With metrics on, also count the call and its status code."""
+    name = method.__name__
 
     async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext) -> Response:
+        stats: GrpcMethodStats | None = self.method_stats.get(name)  # empty: metrics off
+        started = 0.0
+        if stats is not None:
+            stats.started += 1
+            started = time.perf_counter()
+        code = grpc.StatusCode.OK
         try:
             return await method(self, request, context)
         except InferdError as error:
-            await context.abort(STATUS_BY_ERROR_CODE[error.code], error.message)
+            code = STATUS_BY_ERROR_CODE[error.code]
+            await context.abort(code, error.message)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
         except Exception:
-            logger.exception("Unexpected error serving gRPC %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_ERROR)
+            logger.exception("Unexpected error serving gRPC %s", name)
+            code = grpc.StatusCode.INTERNAL
+            await context.abort(code, INTERNAL_ERROR)
+        finally:
+            if stats is not None:
+                stats.finished(code.name, time.perf_counter() - started)
         raise AssertionError("context.abort always raises")
 
     wrapper.__name__ = method.__name__
@@ -108,9 +127,15 @@ class _ShutdownSignal:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, dataplane: DataPlane, shutdown: _ShutdownSignal) -> None:
+    def __init__(
+        self, dataplane: DataPlane, shutdown: _ShutdownSignal, grpc_stats: GrpcStats | None = None
+    ) -> None:
         self.dataplane = dataplane
         self.shutdown = shutdown
+        # Each method's counters, bound once (none when metrics are off).
+        self.method_stats: dict[str, GrpcMethodStats] = {}
+        if grpc_stats is not None:
+            self.method_stats = _method_stats(grpc_stats)
 
     @_handles_errors
     async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
@@ -158,6 +183,29 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Answer each request of the stream, in order, running several at once."""
+        stats = self.method_stats.get("ModelStreamInfer")  # None: metrics off
+        started = time.perf_counter()
+        if stats is not None:
+            stats.started += 1
+        code = grpc.StatusCode.CANCELLED  # unless it ends in one of the ways below
+        try:
+            async with contextlib.aclosing(self._stream_infer(request_iterator, context)) as out:
+                async for answer in out:
+                    yield answer
+            code = grpc.StatusCode.OK
+        except grpc.aio.AbortError:
+            code = grpc.StatusCode.UNAVAILABLE  # its only abort: the server is shutting down
+            raise
+        except Exception:
+            code = grpc.StatusCode.UNKNOWN
+            raise
+        finally:
+            if stats is not None:
+                stats.finished(code.name, time.perf_counter() - started)
+
+    async def _stream_infer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
         if self.shutdown.is_set:
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         answers: asyncio.Queue[asyncio.Future[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
@@ -213,12 +261,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
         return pb.ModelStreamInferResponse(error_message=message, infer_response=identity)
 
-    async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "ModelStatistics is not implemented by inferd yet",
+    @_handles_errors
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
+        """Triton's statistics extension: every model, one model, or one version."""
+        found = self.dataplane.statistics(request.name or None, request.version or None)
+        return pb.ModelStatisticsResponse(
+            model_stats=[
+                json_format.ParseDict(stats.to_dict(), pb.ModelStatistics()) for stats in found
+            ]
         )
-        raise AssertionError("context.abort always raises")
 
     @_handles_errors
     async def RepositoryIndex(
@@ -243,6 +296,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         _refuse_parameters(request.parameters, ignored={"unload_dependents"})
         await self.dataplane.unload(_model_name(request.model_name))
         return pb.RepositoryModelUnloadResponse()
+
+
+def _method_stats(grpc_stats: GrpcStats) -> dict[str, GrpcMethodStats]:
+    """Counters for every method of the inference service, labelled as py-grpc-prometheus."""
+    service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    bound = {}
+    for method in service.methods:
+        kind = {
+            (False, False): "unary",
+            (False, True): "server_stream",
+            (True, False): "client_stream",
+            (True, True): "bidi_stream",
+        }[(method.client_streaming, method.server_streaming)]
+        bound[method.name] = grpc_stats.method(service.full_name, method.name, kind)
+    return bound
 
 
 def _model_name(name: str) -> str:
@@ -312,7 +380,9 @@ def _reflection_pool() -> descriptor_pool.DescriptorPool:
 class GrpcServer:
     """The gRPC server of one ``inferd start``: start it, then stop it gracefully."""
 
-    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+    def __init__(
+        self, dataplane: DataPlane, settings: ServerSettings, grpc_stats: GrpcStats | None = None
+    ) -> None:
         self.settings = settings
         self.address = _address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
@@ -326,7 +396,7 @@ class GrpcServer:
             ]
         )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(dataplane, self._shutdown), self._server
+            InferenceServicer(dataplane, self._shutdown, grpc_stats), self._server
         )
         health_pb2_grpc.add_HealthServicer_to_server(
             HealthServicer(dataplane, self._shutdown), self._server

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 
+from .. import custom_metrics
+from ..custom_metrics import ModelLabels
 from ..errors import InferdError, ModelError
 from ..model import Model, WorkerContext
 from ..settings import ModelSettings
@@ -33,6 +36,7 @@ class _Loaded:
     is_async: bool
     capacity: int
     threads: concurrent.futures.ThreadPoolExecutor | None
+    labels: ModelLabels  # of the custom metrics it logs
 
 
 class InProcessPool:
@@ -50,7 +54,12 @@ class InProcessPool:
 
     async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
         device = settings.devices[0] if settings.devices else None
-        model = await load_runtime(settings, WorkerContext(device=device))
+        labels = custom_metrics.model_labels(settings.name, settings.version)
+        token = custom_metrics.set_model(labels)  # load() may log custom metrics too
+        try:
+            model = await load_runtime(settings, WorkerContext(device=device))
+        finally:
+            custom_metrics.reset_model(token)
         is_async = inspect.iscoroutinefunction(model.predict)
         capacity = settings.threads_per_worker
         threads = None
@@ -58,7 +67,7 @@ class InProcessPool:
             threads = concurrent.futures.ThreadPoolExecutor(
                 capacity, thread_name_prefix=f"inferd-{settings.name}"
             )
-        self._models[instance_id] = _Loaded(model, is_async, capacity, threads)
+        self._models[instance_id] = _Loaded(model, is_async, capacity, threads, labels)
         return model.metadata()
 
     async def unload(self, instance_id: int) -> None:
@@ -75,10 +84,12 @@ class InProcessPool:
     async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
         loaded = self._models[instance_id]
         model = loaded.model
+        token = custom_metrics.set_model(loaded.labels)
         try:
             if loaded.threads is not None:
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(loaded.threads, model.predict, request)  # type: ignore[arg-type]
+                run = contextvars.copy_context().run  # the thread logs with the model's labels
+                return await loop.run_in_executor(loaded.threads, run, model.predict, request)  # type: ignore[arg-type]
             result = model.predict(request)
             if loaded.is_async:
                 return await cast(Awaitable[InferenceResponse], result)
@@ -87,6 +98,8 @@ class InProcessPool:
             raise
         except Exception as error:
             raise as_inferd_error(model, error) from error
+        finally:
+            custom_metrics.reset_model(token)
 
     def capacity(self, instance_id: int) -> int:
         loaded = self._models.get(instance_id)

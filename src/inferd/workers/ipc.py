@@ -39,6 +39,9 @@ UNLOAD = 3
 PREDICT = 4
 RESULT = 10
 ERROR = 11
+# worker -> main, in front of a reply: (METRICS, -1, custom_metrics.Shipment), the
+# custom metrics a runtime registered and logged since the worker's last reply.
+METRICS = 12
 
 PREFIX = struct.Struct("<II")
 LENGTH_SIZE = 8

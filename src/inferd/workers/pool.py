@@ -261,6 +261,8 @@ class ProcessPool:
                 logger.error("%s", error)
                 worker.quick_deaths += 1
                 continue
+            worker.restarts += 1
+            logger.info("Restarted %s (%d restarts so far)", worker.label, worker.restarts)
             await self._reload(worker)
             if worker.alive:
                 return

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from .. import custom_metrics
 from ..errors import ModelError, WorkerLost
 from ..settings import ServerSettings
 from ..types import InferenceRequest, InferenceResponse
@@ -102,6 +103,9 @@ class Channel(asyncio.BufferedProtocol):
             self.close()
             return
         for kind, call_id, body in messages:
+            if kind == ipc.METRICS:
+                custom_metrics.deliver(body)
+                continue
             future, decode = self._pending.pop(call_id, (None, None))
             if future is None or future.done():
                 continue  # its caller gave up (cancelled)
@@ -160,6 +164,10 @@ class WorkerProcess:
         self.outstanding = 0
         # Instances to load again after a restart, in the order they were loaded.
         self.to_reload: list[int] = []
+        # Metrics: time with requests in flight (up to _busy_since), restarts so far.
+        self._busy_total = 0.0
+        self._busy_since = 0.0
+        self.restarts = 0
         # One load at a time per worker, so peak memory stays one model's worth.
         self.load_lock = asyncio.Lock()
         self.quick_deaths = 0
@@ -214,6 +222,8 @@ class WorkerProcess:
         future = self._channel.start_call(
             ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
         )
+        if not self.outstanding:
+            self._busy_since = time.perf_counter()
         self.outstanding += 1
         self.busy[instance_id] = self.busy.get(instance_id, 0) + 1
         future.add_done_callback(lambda _: self._finished(instance_id))
@@ -222,6 +232,15 @@ class WorkerProcess:
     def _finished(self, instance_id: int) -> None:
         self.outstanding -= 1
         self.busy[instance_id] -= 1
+        if not self.outstanding:
+            self._busy_total += time.perf_counter() - self._busy_since
+
+    @property
+    def busy_seconds(self) -> float:
+        """Time this worker had at least one request in flight, since the server started."""
+        if self.outstanding:
+            return self._busy_total + time.perf_counter() - self._busy_since
+        return self._busy_total
 
     async def stop(self, timeout: float) -> None:
         """Close the channel (the worker exits on end-of-file); kill it after ``timeout``."""

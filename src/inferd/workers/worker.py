@@ -40,6 +40,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
+from .. import custom_metrics
+from ..custom_metrics import ModelLabels
 from ..errors import ConfigurationError, InferdError, ModelError
 from ..logs import configure_logging
 from ..model import Model, WorkerContext
@@ -59,6 +61,7 @@ class _Loaded:
     model: Model
     is_async: bool
     threads: concurrent.futures.ThreadPoolExecutor | None
+    labels: ModelLabels  # of the custom metrics it logs
 
 
 class Worker:
@@ -102,6 +105,9 @@ class Worker:
         sys.path[:] = sys_path
         self._index = index
         configure_logging(settings)
+        if settings.metrics_enabled:
+            # Custom metrics travel to the main process in front of the next reply.
+            custom_metrics.start_buffering()
         self._reply(call_id, os.getpid())
 
     # Prediction
@@ -113,20 +119,26 @@ class Worker:
             error = ModelError(f"Worker {self._index} does not hold model instance {instance_id}")
             self._reply_error(call_id, error)
         elif loaded.is_async:
-            self._on_loop(call_id, self._predict_async(loaded.model, request))
+            self._on_loop(call_id, self._predict_async(loaded, request))
         elif loaded.threads is not None:
-            loaded.threads.submit(self._predict_sync, call_id, loaded.model, request)
+            loaded.threads.submit(self._predict_sync, call_id, loaded, request)
         else:
-            self._predict_sync(call_id, loaded.model, request)
+            self._predict_sync(call_id, loaded, request)
 
-    def _predict_sync(self, call_id: int, model: Model, request: InferenceRequest) -> None:
+    def _predict_sync(self, call_id: int, loaded: _Loaded, request: InferenceRequest) -> None:
+        model = loaded.model
+        token = custom_metrics.set_model(loaded.labels)
         try:
             response = model.predict(request)
             self._reply(call_id, ipc.pack_response(cast(InferenceResponse, response)))
         except Exception as error:
             self._reply_error(call_id, as_inferd_error(model, error))
+        finally:
+            custom_metrics.reset_model(token)
 
-    async def _predict_async(self, model: Model, request: InferenceRequest) -> Any:
+    async def _predict_async(self, loaded: _Loaded, request: InferenceRequest) -> Any:
+        model = loaded.model
+        custom_metrics.set_model(loaded.labels)  # this task's own context
         try:
             return ipc.pack_response(await model.predict(request))  # type: ignore[misc]
         except InferdError:
@@ -140,6 +152,8 @@ class Worker:
         self, instance_id: int, settings: ModelSettings, device: str | None
     ) -> ModelMetadata:
         self._use_device(settings, device)
+        labels = custom_metrics.model_labels(settings.name, settings.version)
+        custom_metrics.set_model(labels)  # this task's own context: load() may log too
         model = await load_runtime(settings, WorkerContext(self._index, device))
         is_async = inspect.iscoroutinefunction(model.predict)
         threads = None
@@ -147,7 +161,7 @@ class Worker:
             threads = concurrent.futures.ThreadPoolExecutor(
                 settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}"
             )
-        self._models[instance_id] = _Loaded(model, is_async, threads)
+        self._models[instance_id] = _Loaded(model, is_async, threads, labels)
         return model.metadata()
 
     def _use_device(self, settings: ModelSettings, device: str | None) -> None:
@@ -208,6 +222,9 @@ class Worker:
 
     def _send(self, pieces: list[ipc.Buffer]) -> None:
         with self._send_lock:
+            metrics = custom_metrics.take()
+            if metrics is not None:
+                pieces = ipc.encode((ipc.METRICS, -1, metrics)) + pieces
             try:
                 ipc.send(self._sock, pieces)
             except OSError:

@@ -1,0 +1,114 @@
+"""Logs: one debug line per request, JSON lines, the access-log switch, lifecycle events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+from tritonclient.utils import InferenceServerException
+
+from .conftest import add_custom_model
+from .serverproc import ServerProcess
+
+X = {"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
+REQUEST_LOGGER = "inferd.requests"
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repository = tmp_path_factory.mktemp("logs")
+    add_custom_model(repository, "echo", "Echo")
+    add_custom_model(repository, "fails", "FailsToPredict")
+    return repository
+
+
+def make_requests(server: ServerProcess) -> None:
+    """Two successes and one failure over REST, one of each over gRPC, and a scrape."""
+    for name, status in (("echo", 200), ("echo", 200), ("fails", 500)):
+        response = httpx.post(f"{server.url}/v2/models/{name}/infer", json={"inputs": [X]})
+        assert response.status_code == status
+    with triton_grpc.InferenceServerClient(server.grpc_address) as client:
+        tensor = triton_grpc.InferInput("x", [2], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+        client.infer("echo", [tensor], request_id="grpc-1")
+        with pytest.raises(InferenceServerException):
+            client.infer("fails", [tensor])
+    httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").raise_for_status()
+
+
+def text_lines(server: ServerProcess, needle: str) -> list[str]:
+    return [line for line in server.log().splitlines() if needle in line]
+
+
+def json_lines(server: ServerProcess) -> list[dict[str, Any]]:
+    """Every log line as JSON; fails on a line that is not."""
+    return [json.loads(line) for line in server.log().splitlines() if line.strip()]
+
+
+def test_debug_logs_one_line_per_inference_request(
+    repository: Path, start: Callable[..., ServerProcess]
+) -> None:
+    server = start(repository, settings={"debug": True, "access_log": False})
+    make_requests(server)
+    lines = text_lines(server, f"[{REQUEST_LOGGER}]")
+    assert len(lines) == 5
+    assert all(" DEBUG " in line for line in lines)
+    assert sum("model 'echo' version '': ok in" in line for line in lines) == 3
+    assert sum("model 'fails' version '': ModelError in" in line for line in lines) == 2
+    assert sum("(id grpc-1)" in line for line in lines) == 1
+    assert not text_lines(server, "[uvicorn.access]")
+
+
+def test_structured_logs_are_json_lines_with_request_fields(
+    repository: Path, start: Callable[..., ServerProcess]
+) -> None:
+    settings = {"debug": True, "use_structured_logging": True, "access_log": True}
+    server = start(repository, settings=settings)
+    make_requests(server)
+    entries = json_lines(server)
+    requests = [entry for entry in entries if entry["logger"] == REQUEST_LOGGER]
+    assert [(e["model_name"], e["model_version"], e["outcome"]) for e in requests] == [
+        ("echo", "", "ok"),
+        ("echo", "", "ok"),
+        ("fails", "", "ModelError"),
+        ("echo", "", "ok"),
+        ("fails", "", "ModelError"),
+    ]
+    assert all(e["level"] == "DEBUG" and e["duration_ms"] >= 0 for e in requests)
+    access = [entry for entry in entries if entry["logger"] == "uvicorn.access"]
+    infer_path = "/v2/models/{name}/infer"
+    assert [(e["method"], e["path"], e["status_code"]) for e in access[-3:]] == [
+        ("POST", infer_path.format(name="echo"), 200),
+        ("POST", infer_path.format(name="echo"), 200),
+        ("POST", infer_path.format(name="fails"), 500),
+    ]
+    failures = [e for e in entries if e["level"] == "ERROR" and "fails" in e["message"]]
+    assert failures and "this model always fails" in failures[0]["exception"]
+
+
+def test_access_log_can_be_on_without_debug(
+    repository: Path, start: Callable[..., ServerProcess]
+) -> None:
+    server = start(repository, settings={"access_log": True})
+    make_requests(server)
+    access = text_lines(server, "[uvicorn.access]")
+    assert sum('"POST /v2/models/echo/infer HTTP/1.1" 200' in line for line in access) == 2
+    assert sum('"POST /v2/models/fails/infer HTTP/1.1" 500' in line for line in access) == 1
+    assert not [line for line in access if "/metrics" in line]  # scrapes stay out
+    assert not text_lines(server, f"[{REQUEST_LOGGER}]")
+
+
+def test_model_load_and_unload_are_logged_at_info(
+    repository: Path, start: Callable[..., ServerProcess]
+) -> None:
+    server = start(repository)
+    assert httpx.post(f"{server.url}/v2/repository/models/echo/unload").status_code == 200
+    assert text_lines(server, "INFO [inferd.registry] Loaded model 'echo' in ")
+    assert text_lines(server, "INFO [inferd.registry] Unloaded model 'echo'")
+    assert not text_lines(server, f"[{REQUEST_LOGGER}]")
