@@ -7,15 +7,16 @@ raw bytes after a JSON header.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 import orjson
+from msgspec import UNSET, UnsetType
 
 from ..encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 from ..errors import InvalidRequest
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ..types import InferenceRequest, InferenceResponse, ModelState, RequestedOutput, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_CONTENT_TYPE = "application/octet-stream"
@@ -212,3 +213,92 @@ def _flag(parameters: dict[str, Any], key: str, where: str) -> bool | None:
 
 def error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
+
+
+# ---- Response bodies ----
+#
+# The server writes its answers with orjson (numpy straight to JSON, no Struct
+# per request); these Structs describe those answers for the OpenAPI document
+# (server/docs.py), and the e2e schemathesis test checks every answer against them.
+
+Dimension = Annotated[int, msgspec.Meta(ge=0)]
+Parameters = Annotated[dict[str, Any], msgspec.Meta(description="Free-form parameters")]
+
+
+class ErrorBody(msgspec.Struct):
+    """Every error answer: what was wrong and, where it helps, what to do."""
+
+    error: str
+
+
+class LiveBody(msgspec.Struct):
+    live: bool
+
+
+class ReadyBody(msgspec.Struct):
+    ready: bool
+
+
+class ModelReadyBody(msgspec.Struct):
+    name: str
+    ready: bool
+
+
+class ServerMetadataBody(msgspec.Struct):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class MetadataTensorBody(msgspec.Struct):
+    """An input or output a model declares; -1 in ``shape`` is a dimension of any size."""
+
+    name: str
+    datatype: str
+    shape: list[Annotated[int, msgspec.Meta(ge=-1)]]
+    parameters: Parameters | UnsetType = UNSET
+
+
+class ModelMetadataBody(msgspec.Struct):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[MetadataTensorBody]
+    outputs: list[MetadataTensorBody]
+    parameters: Parameters | UnsetType = UNSET
+
+
+class ResponseOutputBody(msgspec.Struct):
+    """One output tensor: flat ``data`` in row-major order, or ``binary_data_size`` bytes
+    after the JSON header when the binary tensor extension was asked for."""
+
+    name: str
+    datatype: str
+    shape: list[Dimension]
+    # null stands for a float that JSON cannot hold (NaN, infinity).
+    data: list[bool | int | float | str | None] | UnsetType = UNSET
+    parameters: Parameters | UnsetType = UNSET
+
+
+class InferenceResponseBody(msgspec.Struct):
+    model_name: str
+    outputs: list[ResponseOutputBody]
+    model_version: str | UnsetType = UNSET
+    id: str | UnsetType = UNSET
+    parameters: Parameters | UnsetType = UNSET
+
+
+class RepositoryIndexEntryBody(msgspec.Struct):
+    """A model version the server knows: loaded, loading, failed, or only on disk.
+
+    ``version`` is "" for an unversioned model; ``reason`` says why it is not READY.
+    """
+
+    name: str
+    version: str
+    state: ModelState
+    reason: str
+
+
+class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
+    """The empty object ``{}``."""

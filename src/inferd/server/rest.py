@@ -18,8 +18,10 @@ from starlette.routing import Route
 from ..dataplane import DataPlane
 from ..errors import InferdError
 from ..settings import ServerSettings
+from ..stats import HttpStats
 from .bodies import BodyReader
 from .codec_rest import HEADER_LENGTH, JSON_CONTENT_TYPE, decode_index_request, error_body
+from .docs import DocsEndpoints
 from .fastpath import (
     GZIP_LEVEL,
     GZIP_MINIMUM_SIZE,
@@ -107,6 +109,12 @@ class RestEndpoints:
         response.raw_headers.extend(headers)
         return response
 
+    async def model_statistics(self, request: Request) -> Response:
+        """Triton's statistics extension: every model, one model, or one version."""
+        params = request.path_params
+        found = self.dataplane.statistics(params.get("name"), params.get("version"))
+        return json_response({"model_stats": [stats.to_dict() for stats in found]})
+
     async def repository_index(self, request: Request) -> Response:
         ready = decode_index_request(await self.read_body(request))
         return json_response([entry.to_dict() for entry in self.dataplane.index(ready)])
@@ -129,15 +137,19 @@ class RestEndpoints:
                 route(prefix, self.model_metadata, "GET"),
                 route(f"{prefix}/ready", self.model_ready, "GET"),
                 route(f"{prefix}/infer", self.infer, "POST"),
+                route(f"{prefix}/stats", self.model_statistics, "GET"),
             ]
         return [
             route("/v2/health/live", self.live, "GET"),
             route("/v2/health/ready", self.ready, "GET"),
             route("/v2", self.server_metadata, "GET"),
+            # Before /v2/models/{name}, which would take it for a model called "stats".
+            route("/v2/models/stats", self.model_statistics, "GET"),
             *model_routes,
             route("/v2/repository/index", self.repository_index, "POST"),
             route("/v2/repository/models/{name}/load", self.repository_load, "POST"),
             route("/v2/repository/models/{name}/unload", self.repository_unload, "POST"),
+            *(route(path, page, "GET") for path, page in DocsEndpoints(self.dataplane).endpoints()),
         ]
 
 
@@ -162,7 +174,10 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
     )
 
 
-def build_rest_app(dataplane: DataPlane, settings: ServerSettings) -> FastInferApp:
+def build_rest_app(
+    dataplane: DataPlane, settings: ServerSettings, http_stats: HttpStats | None = None
+) -> FastInferApp:
+    """The REST app; with ``http_stats`` it records every request there (metrics)."""
     middleware = []
     if settings.cors_settings is not None:
         cors = settings.cors_settings
@@ -188,4 +203,4 @@ def build_rest_app(dataplane: DataPlane, settings: ServerSettings) -> FastInferA
         middleware=middleware,
         exception_handlers={404: _not_found, 405: _method_not_allowed},
     )
-    return FastInferApp(app, dataplane, endpoints.body_reader, settings.gzip_enabled)
+    return FastInferApp(app, dataplane, endpoints.body_reader, settings.gzip_enabled, http_stats)
