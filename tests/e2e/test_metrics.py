@@ -9,11 +9,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
+
+from inferd.protocol import pb, pb_grpc
 
 from .conftest import add_custom_model, wait_for
 from .metrics_helpers import (
@@ -288,3 +291,27 @@ def test_a_metrics_port_in_use_is_a_clear_error(
         'metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
     ) in server.log()
     assert "Traceback" not in server.log()
+
+
+def test_a_grpc_stream_counts_as_one_call_and_its_requests_as_inferences(
+    served: ServerProcess,
+) -> None:
+    def request(name: str) -> pb.ModelInferRequest:
+        message = pb.ModelInferRequest(model_name=name)
+        tensor = message.inputs.add(name="x", datatype="FP32", shape=[1])
+        tensor.contents.fp32_contents.append(1.0)
+        return message
+
+    before = scrape(served.metrics_port)
+    with grpc.insecure_channel(served.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        answers = list(stub.ModelStreamInfer(iter([request("echo"), request("fails")])))
+    assert [bool(answer.error_message) for answer in answers] == [False, True]
+    delta = changes(before, scrape(served.metrics_port))
+    stream = {"grpc_service": INFER_SERVICE, "grpc_method": "ModelStreamInfer"}
+    assert delta("grpc_server_started_total", grpc_type="bidi_stream", **stream) == 1
+    assert (
+        delta("grpc_server_handled_total", grpc_type="bidi_stream", grpc_code="OK", **stream) == 1
+    )
+    assert delta("model_infer_request_success_total", **model("echo")) == 1
+    assert delta("model_infer_request_failure_total", **model("fails")) == 1
