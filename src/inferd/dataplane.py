@@ -8,6 +8,7 @@ import time
 from .errors import ConfigurationError, InvalidRequest, ModelNotFound
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
+from .scheduler import Disconnected
 from .settings import ServerSettings
 from .stats import ModelStats, ModelStatsTable
 from .types import (
@@ -73,8 +74,14 @@ class DataPlane:
     # Inference
 
     async def infer(
-        self, name: str, version: str | None, request: InferenceRequest
+        self,
+        name: str,
+        version: str | None,
+        request: InferenceRequest,
+        disconnected: Disconnected | None = None,
     ) -> InferenceResponse:
+        """Run one request. ``disconnected`` resolves if the client leaves; a request
+        still queued then is dropped without running."""
         found = self.registry.get_ready(name, version)
         scheduler = found.scheduler
         assert scheduler is not None  # READY versions always have one
@@ -83,7 +90,7 @@ class DataPlane:
             scheduler.on_batch = stats.executed  # counts executions and batch sizes
         started = time.perf_counter_ns()
         try:
-            response = _finish(await scheduler.submit(request, stats), found, request)
+            response = _finish(await scheduler.submit(request, stats, disconnected), found, request)
         except BaseException as error:  # cancelled requests count as failed too
             ended = time.perf_counter_ns()
             stats.failed(started, ended)

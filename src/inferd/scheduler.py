@@ -34,6 +34,12 @@ Started = Awaitable[InferenceResponse]
 # it holds the batch's slot (a batch of one) or the batch releases it (a real batch).
 Slot = tuple[Started, bool]
 BatchListener = Callable[[int, int], None]
+# Resolves when the client has gone away (an HTTP disconnect); watched only while queued.
+Disconnected = Callable[[], Awaitable[object]]
+
+
+class ClientGone(ConnectionAbortedError):
+    """The client left while its request waited in the queue; it was never run."""
 
 
 class Scheduler:
@@ -65,9 +71,16 @@ class Scheduler:
         return len(self._queue)
 
     async def submit(
-        self, request: InferenceRequest, stats: ModelStats | None = None
+        self,
+        request: InferenceRequest,
+        stats: ModelStats | None = None,
+        disconnected: Disconnected | None = None,
     ) -> InferenceResponse:
-        """Run ``request``; with ``stats``, record its wait and execution when it succeeds."""
+        """Run ``request``; with ``stats``, record its wait and execution when it succeeds.
+
+        ``disconnected`` is watched only if the request has to queue: a client that
+        leaves meanwhile takes its request out of the queue (ClientGone).
+        """
         if self._closed:
             raise ModelNotReady("The model is being unloaded; retry the request")
         capacity = self._pool.capacity(self.instance_id)
@@ -87,7 +100,7 @@ class Scheduler:
             return await self._pool.predict(self.instance_id, request)
         else:
             queued = time.perf_counter_ns()
-            started, owns_slot = await self._wait_for_slot(request)
+            started, owns_slot = await self._wait_for_slot(request, disconnected)
             dispatched = time.perf_counter_ns()
             try:
                 response = await started
@@ -111,7 +124,9 @@ class Scheduler:
         request_priority(request, policy.default_priority_level)
         request_timeout(request, policy.timeout)
 
-    async def _wait_for_slot(self, request: InferenceRequest) -> Slot:
+    async def _wait_for_slot(
+        self, request: InferenceRequest, disconnected: Disconnected | None
+    ) -> Slot:
         loop = asyncio.get_running_loop()
         pending = self._queue.pending(request)
         slot: asyncio.Future[Slot] = loop.create_future()
@@ -123,7 +138,9 @@ class Scheduler:
             )
         self._hand_out_slots()  # a slot may be free while a partial batch waited
         try:
-            return await slot
+            if disconnected is None or slot.done():
+                return await slot
+            return await self._slot_unless_gone(slot, pending, disconnected)
         except asyncio.CancelledError:
             if slot.done() and not slot.cancelled():
                 started, owns_slot = slot.result()
@@ -132,6 +149,20 @@ class Scheduler:
             else:
                 self._leave_queue(pending)
             raise
+
+    async def _slot_unless_gone(
+        self, slot: asyncio.Future[Slot], pending: Pending, disconnected: Disconnected
+    ) -> Slot:
+        watcher = asyncio.ensure_future(disconnected())
+        try:
+            await asyncio.wait((slot, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if slot.done():  # started (or failed) before the client left: it stands
+            return slot.result()
+        self._leave_queue(pending)
+        slot.cancel()
+        raise ClientGone("The client disconnected while its request was queued")
 
     def _leave_queue(self, pending: Pending) -> None:
         if pending.timer is not None:

@@ -183,10 +183,6 @@ def test_a_cancelled_grpc_call_is_not_run(
     assert ran(server) == ["-1.0", "5.0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server/fastpath.py does not yet watch for http.disconnect while a request waits",
-)
 def test_a_disconnected_http_client_is_not_run(
     server: ServerProcess, client: httpx.Client, held: Callable[[], None]
 ) -> None:

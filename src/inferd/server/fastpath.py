@@ -10,6 +10,7 @@ the same :func:`infer_response` so both paths answer identically.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import re
@@ -49,11 +50,22 @@ GZIP_LEVEL = 6
 
 
 async def infer_response(
-    dataplane: DataPlane, name: str, version: str | None, body: bytes, header_length: str | None
+    dataplane: DataPlane,
+    name: str,
+    version: str | None,
+    body: bytes,
+    header_length: str | None,
+    receive: Receive,
 ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    """Run one REST inference request: the response body and its headers."""
+    """Run one REST inference request: the response body and its headers.
+
+    ``receive`` is the ASGI channel, read (only if the request has to queue) to
+    notice a client that disconnects: its request then leaves the queue unrun.
+    """
     request = decode_infer_request(body, header_length)
-    response = await dataplane.infer(name, version, request)
+    response = await dataplane.infer(
+        name, version, request, disconnected=functools.partial(wait_for_disconnect, receive)
+    )
     content, json_length = encode_infer_response(response, request)
     if json_length is None:
         return content, [(b"content-type", JSON_CONTENT_TYPE.encode())]
@@ -162,7 +174,10 @@ class FastInferApp:
                 match.group(2),
                 body,
                 header_length.decode("latin-1") if header_length is not None else None,
+                receive,
             )
+        except ConnectionAbortedError:
+            return 0  # the client left while its request was queued
         except InferdError as error:
             return await self._send_error(error, headers, send)
         except Exception:
@@ -221,6 +236,12 @@ def _decoded(headers: dict[bytes, bytes]) -> dict[str, str]:
 
 def _accepts_gzip(headers: dict[bytes, bytes]) -> bool:
     return b"gzip" in headers.get(b"accept-encoding", b"")
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    """Return once the client has disconnected (the body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _receive_chunks(receive: Receive) -> Any:
