@@ -35,7 +35,7 @@ import numpy as np
 from common import ServerPorts, ServerProcess, post_json, run_wrk, write_settings
 
 from inferd.runtimes.sklearn import SKLearnModel
-from inferd.settings import model_settings_from_dict
+from inferd.settings_loader import model_settings_from_dict
 from inferd.types import InferenceRequest, RequestedOutput, Tensor
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,8 @@ from .errors import ConfigurationError
 from .logs import configure_logging
 from .repository import ModelRepository
 from .server.app import InferenceServer
-from .settings import ServerSettings, load_server_settings
+from .settings import ServerSettings
+from .settings_loader import load_server_settings
 from .version import __version__
 
 

@@ -14,13 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigurationError
-from .settings import (
-    MODEL_SETTINGS_FILE,
-    ModelSettings,
-    env_variable,
-    load_model_settings,
-    model_settings_from_env,
-)
+from .settings import MODEL_SETTINGS_FILE, ModelSettings
+from .settings_loader import env_variable, load_model_settings, model_settings_from_env
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ import pytest
 
 from inferd.errors import ModelError, ModelNotFound, ModelNotReady
 from inferd.registry import Registry
-from inferd.settings import ModelSettings, model_settings_from_dict
+from inferd.settings import ModelSettings
+from inferd.settings_loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
 
 pytestmark = pytest.mark.anyio

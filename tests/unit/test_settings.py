@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from inferd.errors import ConfigurationError
-from inferd.settings import (
-    ServerSettings,
+from inferd.settings import ServerSettings
+from inferd.settings_loader import (
     load_model_settings,
     load_server_settings,
     model_settings_from_dict,
@@ -220,7 +220,7 @@ def test_settings_inferd_ignores_are_accepted_with_a_warning(
         tmp_path,
         {"environments_dir": "/envs", "metrics_dir": "/metrics", "tracing_server": "t:1"},
     )
-    with caplog.at_level(logging.WARNING, logger="inferd.settings"):
+    with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
         settings = load_server_settings(tmp_path)
     assert settings.ignored_settings() == ["environments_dir", "metrics_dir", "tracing_server"]
     warned = caplog.text
@@ -376,7 +376,7 @@ def test_ignored_model_settings_warn_once_per_file(
     path = write_model(
         tmp_path / "m", {"warm_workers": True, "parameters": {"environment_tarball": "e.tar.gz"}}
     )
-    with caplog.at_level(logging.WARNING, logger="inferd.settings"):
+    with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
         settings = load_model_settings(path)
         load_model_settings(path)
     assert settings.ignored_settings() == ["warm_workers", "parameters.environment_tarball"]
