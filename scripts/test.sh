@@ -9,6 +9,13 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
 
+# The Swagger UI test renders the docs in headless Chromium (Debian's package).
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing chromium for the browser test"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+        || echo "chromium could not be installed: the browser test will be skipped"
+fi
+
 echo "== ruff"
 .venv/bin/python -m ruff check src tests benchmarks scripts examples
 .venv/bin/python -m ruff format --check src tests benchmarks scripts examples
