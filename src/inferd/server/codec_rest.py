@@ -300,5 +300,48 @@ class RepositoryIndexEntryBody(msgspec.Struct):
     reason: str
 
 
+class StatisticDurationBody(msgspec.Struct):
+    count: int
+    ns: int
+
+
+class InferStatisticsBody(msgspec.Struct):
+    """Cumulative counts and nanoseconds, as Triton's statistics extension defines them."""
+
+    success: StatisticDurationBody
+    fail: StatisticDurationBody
+    queue: StatisticDurationBody
+    compute_input: StatisticDurationBody
+    compute_infer: StatisticDurationBody
+    compute_output: StatisticDurationBody
+    cache_hit: StatisticDurationBody
+    cache_miss: StatisticDurationBody
+
+
+class InferBatchStatisticsBody(msgspec.Struct):
+    batch_size: int
+    compute_input: StatisticDurationBody
+    compute_infer: StatisticDurationBody
+    compute_output: StatisticDurationBody
+
+
+class ModelStatisticsBody(msgspec.Struct):
+    """One model version's statistics (``version`` "" when unversioned);
+    ``last_inference`` is in milliseconds since the epoch (0: never)."""
+
+    name: str
+    version: str
+    last_inference: int
+    inference_count: int
+    execution_count: int
+    inference_stats: InferStatisticsBody
+    batch_stats: list[InferBatchStatisticsBody]
+    memory_usage: list[dict[str, Any]]
+
+
+class ModelStatisticsResponseBody(msgspec.Struct):
+    model_stats: list[ModelStatisticsBody]
+
+
 class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
     """The empty object ``{}``."""

@@ -55,6 +55,7 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     bodies.RepositoryIndexEntryBody,
     bodies.EmptyBody,
     bodies.ErrorBody,
+    bodies.ModelStatisticsResponseBody,
 )
 # What the decoder's own checks add to the Structs' types (datatypes.py, encoding.check_shape).
 _DATATYPE = {"enum": list(DATATYPES)}
@@ -155,6 +156,7 @@ def api_document(server: ServerMetadata, root_path: str) -> Schema:
     for prefix, suffix in zip(MODEL_PREFIXES, ("", "_version"), strict=True):
         paths.update(_model_paths(prefix, suffix, _GENERIC_EXAMPLE))
     paths.update(_repository_paths())
+    paths.update(_statistics_paths())
     paths.update(_docs_paths())
     for path, item in paths.items():
         parameters = _path_parameters(path)
@@ -360,6 +362,26 @@ def _repository_paths() -> dict[str, Schema]:
             "post": _op("repository_unload", "repository", "Unload a model", unload | _errors(404))
         },
     }
+
+
+def _statistics_paths() -> dict[str, Schema]:
+    """Triton's statistics extension: every model, one model, or one version."""
+    answer = {"200": _answer("Statistics", _ref("ModelStatisticsResponse"))}
+    paths = {
+        "/v2/models/stats": {
+            "get": _op("statistics", "statistics", "Statistics of every model", answer)
+        }
+    }
+    for prefix, suffix in zip(MODEL_PREFIXES, ("", "_version"), strict=True):
+        paths[f"{prefix}/stats"] = {
+            "get": _op(
+                f"model_statistics{suffix}",
+                "statistics",
+                "A model's statistics",
+                answer | _errors(404),
+            )
+        }
+    return paths
 
 
 def _docs_paths() -> dict[str, Schema]:
