@@ -11,39 +11,26 @@ above 1, a synchronous ``predict`` runs in that many threads of its own instead
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import cast
 
 from .. import custom_metrics
-from ..custom_metrics import ModelLabels
 from ..errors import InferdError, ModelError
 from ..model import Model, WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
-from .runtime_loader import describe, load_runtime
+from .runtime_loader import LoadedModel, describe, load_runtime
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Loaded:
-    model: Model
-    is_async: bool
-    capacity: int
-    threads: concurrent.futures.ThreadPoolExecutor | None
-    labels: ModelLabels  # of the custom metrics it logs
 
 
 class InProcessPool:
     """Holds loaded runtimes by instance id and calls them directly."""
 
     def __init__(self) -> None:
-        self._models: dict[int, _Loaded] = {}
+        self._models: dict[int, LoadedModel] = {}
 
     async def start(self) -> None:
         """Nothing to start: runtimes are loaded on demand."""
@@ -60,26 +47,13 @@ class InProcessPool:
             model = await load_runtime(settings, WorkerContext(device=device))
         finally:
             custom_metrics.reset_model(token)
-        is_async = inspect.iscoroutinefunction(model.predict)
-        capacity = settings.threads_per_worker
-        threads = None
-        if capacity > 1 and not is_async:
-            threads = concurrent.futures.ThreadPoolExecutor(
-                capacity, thread_name_prefix=f"inferd-{settings.name}"
-            )
-        self._models[instance_id] = _Loaded(model, is_async, capacity, threads, labels)
+        self._models[instance_id] = LoadedModel.of(model, labels)
         return model.metadata()
 
     async def unload(self, instance_id: int) -> None:
         loaded = self._models.pop(instance_id, None)
-        if loaded is None:
-            return
-        if loaded.threads is not None:
-            loaded.threads.shutdown(wait=False)
-        try:
-            await loaded.model.unload()
-        except Exception:
-            logger.exception("Unloading model %r raised; it is dropped anyway", loaded.model.name)
+        if loaded is not None:
+            await loaded.release()
 
     async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
         loaded = self._models[instance_id]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import logging
 import os
 import signal
@@ -37,31 +36,21 @@ import socket
 import sys
 import threading
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any, cast
 
 from .. import custom_metrics
-from ..custom_metrics import ModelLabels
 from ..errors import ConfigurationError, InferdError, ModelError
 from ..logs import configure_logging
-from ..model import Model, WorkerContext
+from ..model import WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 from . import ipc
 from .inprocess import as_inferd_error
-from .runtime_loader import load_runtime
+from .runtime_loader import LoadedModel, load_runtime
 
 logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
-
-
-@dataclass(slots=True)
-class _Loaded:
-    model: Model
-    is_async: bool
-    threads: concurrent.futures.ThreadPoolExecutor | None
-    labels: ModelLabels  # of the custom metrics it logs
 
 
 class Worker:
@@ -71,7 +60,7 @@ class Worker:
         self._sock = sock
         self._decoder = ipc.FrameDecoder()
         self._send_lock = threading.Lock()
-        self._models: dict[int, _Loaded] = {}
+        self._models: dict[int, LoadedModel] = {}
         self._index = -1
         self._cuda_devices: str | None = None
         self._loop = asyncio.new_event_loop()
@@ -125,7 +114,7 @@ class Worker:
         else:
             self._predict_sync(call_id, loaded, request)
 
-    def _predict_sync(self, call_id: int, loaded: _Loaded, request: InferenceRequest) -> None:
+    def _predict_sync(self, call_id: int, loaded: LoadedModel, request: InferenceRequest) -> None:
         model = loaded.model
         token = custom_metrics.set_model(loaded.labels)
         try:
@@ -136,7 +125,7 @@ class Worker:
         finally:
             custom_metrics.reset_model(token)
 
-    async def _predict_async(self, loaded: _Loaded, request: InferenceRequest) -> Any:
+    async def _predict_async(self, loaded: LoadedModel, request: InferenceRequest) -> Any:
         model = loaded.model
         custom_metrics.set_model(loaded.labels)  # this task's own context
         try:
@@ -155,13 +144,7 @@ class Worker:
         labels = custom_metrics.model_labels(settings.name, settings.version)
         custom_metrics.set_model(labels)  # this task's own context: load() may log too
         model = await load_runtime(settings, WorkerContext(self._index, device))
-        is_async = inspect.iscoroutinefunction(model.predict)
-        threads = None
-        if settings.threads_per_worker > 1 and not is_async:
-            threads = concurrent.futures.ThreadPoolExecutor(
-                settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}"
-            )
-        self._models[instance_id] = _Loaded(model, is_async, threads, labels)
+        self._models[instance_id] = LoadedModel.of(model, labels)
         return model.metadata()
 
     def _use_device(self, settings: ModelSettings, device: str | None) -> None:
@@ -183,14 +166,8 @@ class Worker:
 
     async def _unload(self, instance_id: int) -> None:
         loaded = self._models.pop(instance_id, None)
-        if loaded is None:
-            return
-        if loaded.threads is not None:
-            loaded.threads.shutdown(wait=False)
-        try:
-            await loaded.model.unload()
-        except Exception:
-            logger.exception("Unloading model %r raised; it is dropped anyway", loaded.model.name)
+        if loaded is not None:
+            await loaded.release()
 
     # Replies
 
