@@ -58,6 +58,7 @@ from common import (
     ServerError,
     ServerPorts,
     ServerProcess,
+    exit_status,
     train_iris_model,
     write_model_repo,
 )
@@ -373,12 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "medians_note": "medians over rounds; errors summed",
         }
         args.json_out.write_text(json.dumps(out, indent=2) + "\n")
-    total_errors = sum(r.result.errors for r in records)
-    if total_errors:
-        print(f"\nFAILED: {total_errors} errors during measured runs", file=sys.stderr)
-    if failures:
-        print(f"\nFAILED: {len(failures)} run(s) did not complete", file=sys.stderr)
-    return 1 if failures else 2 if total_errors else 0
+    return exit_status(sum(r.result.errors for r in records), len(failures))
 
 
 if __name__ == "__main__":

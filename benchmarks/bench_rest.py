@@ -33,6 +33,7 @@ from common import (
     ServerPorts,
     ServerProcess,
     WrkResult,
+    exit_status,
     post_json,
     run_wrk,
     train_iris_model,
@@ -264,12 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out["failures"] = failures
         out |= {"summary": summary, "ratio_inferd_over_mlserver": ratio}
         args.json_out.write_text(json.dumps(out, indent=2) + "\n")
-    total_errors = sum(r.result.errors for r in records)
-    if total_errors:
-        print(f"\nFAILED: {total_errors} errors during measured runs", file=sys.stderr)
-    if failures:
-        print(f"\nFAILED: {len(failures)} run(s) did not complete", file=sys.stderr)
-    return 1 if failures else 2 if total_errors else 0
+    return exit_status(sum(r.result.errors for r in records), len(failures))
 
 
 if __name__ == "__main__":

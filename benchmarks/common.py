@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -330,3 +331,12 @@ def run_wrk(
     if done.returncode != 0:
         raise RuntimeError(f"wrk exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return parse_wrk_output(done.stdout)
+
+
+def exit_status(errors: int, failed_runs: int) -> int:
+    """Say what went wrong; 0 ok, 1 a run did not complete, 2 errors during a run."""
+    if errors:
+        print(f"\nFAILED: {errors} errors during measured runs", file=sys.stderr)
+    if failed_runs:
+        print(f"\nFAILED: {failed_runs} run(s) did not complete", file=sys.stderr)
+    return 1 if failed_runs else 2 if errors else 0
