@@ -15,6 +15,7 @@ import pytest
 import tritonclient.grpc as triton
 
 from .conftest import add_custom_model, wait_for
+from .metrics_helpers import model, scrape, value
 from .serverproc import ServerProcess, start_server
 
 LONE_WAIT = 1.0  # the batched model's max_batch_time: a lone request must not wait it
@@ -147,6 +148,11 @@ def fill_check(client: httpx.Client) -> bool:
     return True
 
 
+def queued(server: ServerProcess) -> float:
+    samples = scrape(server.metrics_port)
+    return value(samples, "batch_request_queue", **model("guarded"))
+
+
 def ran(server: ServerProcess) -> list[str]:
     return (server.repository / "guarded" / "ran.txt").read_text().split()
 
@@ -191,6 +197,9 @@ def test_a_disconnected_http_client_is_not_run(
         pytest.raises(httpx.ReadTimeout),
     ):
         infer(impatient, "guarded", [[7.0]])
+    # Open the gate only once the server has noticed the client left: opening it
+    # first would race the disconnect against the queue handing out the slot.
+    wait_for(lambda: queued(server) == 0, "the disconnected request to leave the queue")
     held()
     outputs(infer(client, "guarded", [[5.0]]))
     assert ran(server) == ["-1.0", "5.0"]
