@@ -142,6 +142,8 @@ def test_a_model_that_fails_to_load_makes_the_server_unready(
     assert infer.status_code == 503
     assert "cannot find the weights" in infer.json()["error"]
     assert get(server.url + "/v2/models/broken").status_code == 503
+    wait_for(lambda: "not ready: 1 model version(s) failed" in server.log(), "the start-up log")
+    assert "inferd is ready" not in server.log()
 
     failure_lines = [line for line in server.log().splitlines() if "ERROR" in line]
     assert any("'broken'" in line and "cannot find the weights" in line for line in failure_lines)

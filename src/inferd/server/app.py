@@ -20,6 +20,7 @@ from ..registry import Registry
 from ..repository import ModelRepository
 from ..settings import ServerSettings
 from ..stats import GrpcStats, HttpStats
+from ..types import ModelState
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
 from .grpc import GrpcServer
@@ -79,11 +80,23 @@ class InferenceServer:
                 await self._wait_started(what, server, task)
             await self._load_startup_models()
             self.dataplane.started = True
-            logger.info("inferd is ready")
+            self._log_readiness()
             await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
             await self._shutdown(rest, rest_task, grpc_server)
             await _stop_servers(servers[1:])
+
+    def _log_readiness(self) -> None:
+        failed = [v.name for v in self.registry.versions() if v.state is not ModelState.READY]
+        if failed:
+            logger.error(
+                "inferd is serving, but not ready: %d model version(s) failed to load (%s); "
+                "see the errors above, fix them and load them again",
+                len(failed),
+                ", ".join(sorted(set(failed))),
+            )
+        else:
+            logger.info("inferd is ready")
 
     def stop(self) -> None:
         self._stop.set()
