@@ -68,6 +68,11 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
                 "as Inference-Header-Content-Length says)"
             )
         raise InvalidRequest(f"Invalid inference request: {error}{hint}") from None
+    if parsed.parameters:
+        _check_parameters(parsed.parameters, "The request's parameters")
+    for output in parsed.outputs or ():
+        if output.parameters:
+            _check_parameters(output.parameters, f"Output {output.name!r}: parameters")
     inputs = _decode_inputs(parsed.inputs, binary_part)
     outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
     request = InferenceRequest(
@@ -75,6 +80,23 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
     )
     _binary_choice(request)  # refuse bad output parameters before the model runs
     return request
+
+
+def _check_parameters(parameters: dict[str, Any], where: str) -> None:
+    # JSON integers are unbounded but the protocol's are 64-bit, and orjson cannot
+    # write a bigger one back: a model that echoes it would fail with a 500.
+    if not _fits_64_bits(parameters):
+        raise InvalidRequest(f"{where} hold an integer beyond 64 bits; send it as a string")
+
+
+def _fits_64_bits(value: Any) -> bool:
+    if type(value) is int:
+        return -(2**63) <= value < 2**64
+    if isinstance(value, dict):
+        return all(_fits_64_bits(item) for item in value.values())
+    if isinstance(value, list):
+        return all(_fits_64_bits(item) for item in value)
+    return True
 
 
 def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | None]:
@@ -103,6 +125,8 @@ def _decode_inputs(inputs: list[_InputBody], binary: memoryview | None) -> list[
             raise InvalidRequest(f"Input {item.name!r} appears more than once")
         seen.add(item.name)
         parameters = item.parameters or {}
+        if parameters:
+            _check_parameters(parameters, f"Input {item.name!r}: parameters")
         size = parameters.get("binary_data_size")
         if size is None:
             if item.data is None:

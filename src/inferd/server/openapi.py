@@ -123,6 +123,7 @@ def components() -> dict[str, Schema]:
         public["title"] = names[name]
         if "description" in public:  # a docstring, indented as in the source
             public["description"] = inspect.cleandoc(public["description"])
+    schemas["ModelState"]["type"] = "string"  # msgspec gives an enum of strings no type
     for (struct, field), extra in _REFINEMENTS.items():
         schemas[struct]["properties"][field].update(extra)  # KeyError if a field went away
     return schemas

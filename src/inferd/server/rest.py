@@ -175,6 +175,7 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
     return Response(
         error_body(f"Method {request.method} is not allowed on {request.url.path}"),
         405,
+        headers=getattr(exc, "headers", None),  # Starlette's Allow: the methods there are
         media_type=JSON_CONTENT_TYPE,
     )
 
