@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,8 @@ from common import (
 from inferd.protocol import pb, pb_grpc
 
 MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+REFERENCE = "floor"
+REFERENCE_SERVER = Path(__file__).with_name("grpc_floor_server.py")
 GRPC_HEADERS = ("content-type: application/grpc", "te: trailers")
 INPUT_NAME = "input-0"
 
@@ -144,6 +146,9 @@ class H2loadResult:
     # Server CPU (all its processes and threads) per request: steadier than req/s
     # on a machine shared with other work. None where /proc is not available.
     cpu_us_per_request: float | None = None
+    # CPU of the server's main thread (its event loop) per request: the bound on
+    # req/s when spare cores take the other threads and the load generator.
+    main_thread_us_per_request: float | None = None
 
     @property
     def errors(self) -> int:
@@ -229,15 +234,32 @@ def group_cpu_seconds(server: ServerProcess) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def main_thread_cpu_seconds(server: ServerProcess) -> float | None:
+    """User+system CPU seconds of the server process's main thread."""
+    if server.proc is None:
+        return None
+    pid = server.proc.pid
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def print_cpu_summary(records: list[RunRecord]) -> None:
-    medians = {}
-    for name in ("inferd", "mlserver"):
-        values = [r.result.cpu_us_per_request for r in records if r.server == name]
-        if values and None not in values:
-            medians[name] = float(np.median(values))
-            print(f"{name:<9}server CPU per request (median): {medians[name]:7.0f} us")
-    if len(medians) == 2:
-        print(f"CPU per request mlserver/inferd: x{medians['mlserver'] / medians['inferd']:.2f}")
+    for label, field in (
+        ("server CPU", "cpu_us_per_request"),
+        ("main-thread CPU", "main_thread_us_per_request"),
+    ):
+        medians = {}
+        for name in ("inferd", "mlserver"):
+            values = [getattr(r.result, field) for r in records if r.server == name]
+            if values and None not in values:
+                medians[name] = float(np.median(values))
+                print(f"{name:<9}{label} per request (median): {medians[name]:7.0f} us")
+        if len(medians) == 2:
+            ratio = medians["mlserver"] / medians["inferd"]
+            print(f"{label} per request mlserver/inferd: x{ratio:.2f}")
 
 
 # ---------------------------------------------------------------------- runs
@@ -258,6 +280,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mlserver-bin", default="/work/mlserver-venv/bin/mlserver")
     p.add_argument("--only", choices=("inferd", "mlserver", "both"), default="both")
     p.add_argument("--parallel-workers", type=int, default=0)
+    p.add_argument("--reference", action="store_true",
+                   help="also run grpc_floor_server.py (grpcio + the model alone)")  # fmt: skip
     p.add_argument("--extra-settings", type=json.loads, default={},
                    help="JSON merged into settings.json, e.g. '{\"debug\": false}'")  # fmt: skip
     p.add_argument("--work-dir", type=Path, help="keep repos/logs here (default: temp dir)")
@@ -284,7 +308,7 @@ def bench_one(name: str, args: argparse.Namespace, work: Path, round_index: int)
     body.write_bytes(grpc_frame(request.SerializeToString()))
     address = f"127.0.0.1:{ports.grpc}"
     url = f"http://{address}{MODEL_INFER_PATH}"
-    factory = command_factories(args)[name]
+    factory = {**command_factories(args), REFERENCE: reference_command(args)}[name]
     server = ServerProcess(factory(repo), cwd=repo, log_path=repo / "server.log")
     load = {"connections": args.connections, "streams": args.streams, "threads": args.threads}
     try:
@@ -299,18 +323,31 @@ def bench_one(name: str, args: argparse.Namespace, work: Path, round_index: int)
                           log_file=log_file, **load)  # fmt: skip
         report_errors(f"{name} warm-up", warm)
         count = max(1000, int(warm.requests_per_s * args.duration))
-        cpu_before = group_cpu_seconds(server)
+        cpu_before = group_cpu_seconds(server), main_thread_cpu_seconds(server)
         result = run_h2load(url, body, requests=count, answer_size=answer_size,
                             log_file=log_file, **load)  # fmt: skip
-        cpu_after = group_cpu_seconds(server)
-        if cpu_before is not None and cpu_after is not None:
-            cpu_us = (cpu_after - cpu_before) / result.requests * 1e6
-            result = replace(result, cpu_us_per_request=cpu_us)
+        cpu_after = group_cpu_seconds(server), main_thread_cpu_seconds(server)
+        result = with_cpu(result, cpu_before, cpu_after)
     finally:
         server.stop()
     print(f"  {name:<8} round {round_index}: {format_row(result)}  (ready in {startup:.1f}s)")
     report_errors(name, result)
     return RunRecord(name, round_index, startup, result)  # duck-types WrkResult
+
+
+def with_cpu(
+    result: H2loadResult,
+    before: tuple[float | None, float | None],
+    after: tuple[float | None, float | None],
+) -> H2loadResult:
+    """``result`` with the CPU spent between ``before`` and ``after`` per request."""
+    per_request = [
+        (end - start) / result.requests * 1e6 if start is not None and end is not None else None
+        for start, end in zip(before, after, strict=True)
+    ]
+    return replace(
+        result, cpu_us_per_request=per_request[0], main_thread_us_per_request=per_request[1]
+    )
 
 
 def warmup_requests(args: argparse.Namespace) -> int:
@@ -329,17 +366,43 @@ def report_errors(label: str, result: H2loadResult) -> None:
 
 def format_row(r: H2loadResult) -> str:
     cpu = f"  cpu {r.cpu_us_per_request:5.0f} us/req" if r.cpu_us_per_request else ""
+    if r.main_thread_us_per_request:
+        cpu += f" (main thread {r.main_thread_us_per_request:4.0f})"
     return (
         f"{r.requests_per_s:9.1f} req/s  p50 {r.p50_ms:7.2f} ms  "
         f"p99 {r.p99_ms:7.2f} ms  errors {r.errors}{cpu}  ({r.requests} requests)"
     )
 
 
+def round_order(args: argparse.Namespace, round_index: int) -> list[str]:
+    """The servers of one round; with ``--reference`` the floor server too."""
+    names = server_order(args.only, 0) + ([REFERENCE] if args.reference else [])
+    return names if round_index % 2 == 0 else names[::-1]
+
+
+def reference_command(args: argparse.Namespace) -> Callable[[Path], list[str]]:
+    return lambda repo: [args.inferd_python, str(REFERENCE_SERVER), str(repo)]
+
+
+def print_reference_summary(summary: dict[str, dict[str, float]]) -> None:
+    """Where the floor ran: how close inferd comes to it, and the ceiling it sets."""
+    floor = summary.get(REFERENCE)
+    if floor is None:
+        return
+    for name in ("inferd", "mlserver"):
+        if name in summary:
+            share = summary[name]["requests_per_s"] / floor["requests_per_s"]
+            print(f"{name}/floor: req/s x{share:.2f}")
+    if "mlserver" in summary:
+        ceiling = floor["requests_per_s"] / summary["mlserver"]["requests_per_s"]
+        print(f"floor/mlserver: req/s x{ceiling:.2f} (the most any grpcio server could show)")
+
+
 def run_all(args: argparse.Namespace, work: Path) -> tuple[list[RunRecord], list[str]]:
     records: list[RunRecord] = []
     failures: list[str] = []
     for round_index in range(args.rounds):
-        for name in server_order(args.only, round_index):
+        for name in round_order(args, round_index):
             try:
                 records.append(bench_one(name, args, work, round_index))
             except (ServerError, RuntimeError) as exc:
@@ -359,9 +422,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="inferd-bench-grpc-") as tmp:
         records, failures = run_all(args, args.work_dir or Path(tmp))
-    summary = summarize(records)
+    summary = summarize(records, round_order(args, 0))
     ratio = ratios(summary)
     print_summary(summary, ratio)
+    print_reference_summary(summary)
     print_cpu_summary(records)
     if args.json_out:
         out = {

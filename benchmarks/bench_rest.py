@@ -171,10 +171,12 @@ def format_row(r: WrkResult) -> str:
     )
 
 
-def summarize(records: list[RunRecord]) -> dict[str, dict[str, float]]:
+def summarize(
+    records: list[RunRecord], names: Sequence[str] = SERVERS
+) -> dict[str, dict[str, float]]:
     """Median over rounds per server (errors are summed)."""
     summary: dict[str, dict[str, float]] = {}
-    for name in SERVERS:
+    for name in names:
         runs = [r.result for r in records if r.server == name]
         if not runs:
             continue

@@ -1,0 +1,90 @@
+"""The least a Python gRPC server on grpcio can spend per ModelInfer call.
+
+A reference for ``bench_grpc.py --reference``: grpcio's asyncio server on uvloop
+(as inferd and MLServer use), one handler that parses the request, calls the
+scikit-learn model's ``predict`` on the FP32 input and answers the class in
+``raw_output_contents``: no settings, no checks, no metrics, no queue. What it
+reaches is the ceiling for any server built on grpcio with this model, so
+``floor / mlserver`` bounds the ratio inferd can show in that benchmark.
+
+Reads the benchmark's repository (``settings.json`` for the ports, the model's
+``model-settings.json`` for its file). ``GET /v2/health/ready`` on ``http_port``
+answers 200 once serving, so the harness waits for it as for the real servers.
+
+    python benchmarks/grpc_floor_server.py REPO
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import joblib
+import numpy as np
+import uvicorn
+import uvloop
+
+from inferd.protocol import pb
+
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def load_model(repo: Path) -> tuple[str, Any]:
+    """The one model in ``repo``: its name and its unpickled estimator."""
+    (settings_file,) = repo.glob("*/model-settings.json")
+    settings = json.loads(settings_file.read_text())
+    uri = settings["parameters"]["uri"]
+    return settings["name"], joblib.load(settings_file.parent / uri)
+
+
+def infer_handler(estimator: Any) -> grpc.RpcMethodHandler:
+    # A coroutine: grpcio's asyncio server would run a plain function in a thread.
+    async def infer(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        request = pb.ModelInferRequest.FromString(body)
+        tensor = request.inputs[0]
+        if request.raw_input_contents:
+            rows = np.frombuffer(request.raw_input_contents[0], dtype="<f4")
+        else:
+            rows = np.array(tensor.contents.fp32_contents, dtype=np.float32)
+        classes = estimator.predict(rows.reshape(tuple(tensor.shape)))
+        response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+        response.outputs.add(name="predict", datatype="INT64", shape=[len(classes), 1])
+        response.raw_output_contents.append(np.asarray(classes, dtype="<i8").tobytes())
+        return response.SerializeToString()
+
+    return grpc.unary_unary_rpc_method_handler(infer)
+
+
+class OneMethod(grpc.GenericRpcHandler):
+    def __init__(self, handler: grpc.RpcMethodHandler) -> None:
+        self._handler = handler
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._handler if details.method == MODEL_INFER else None
+
+
+async def ready(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """ASGI app answering 200 to every HTTP request: the harness's readiness poll."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def serve(repo: Path) -> None:
+    settings = json.loads((repo / "settings.json").read_text())
+    _, estimator = load_model(repo)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((OneMethod(infer_handler(estimator)),))
+    server.add_insecure_port(f"127.0.0.1:{settings['grpc_port']}")
+    await server.start()
+    config = uvicorn.Config(ready, port=settings["http_port"], log_level="warning", lifespan="off")
+    await uvicorn.Server(config).serve()  # returns on SIGTERM
+    await server.stop(grace=1)
+
+
+if __name__ == "__main__":
+    uvloop.run(serve(Path(sys.argv[1])))
