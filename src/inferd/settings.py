@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_settings import (
@@ -33,15 +33,27 @@ SERVER_SETTINGS_FILE = "settings.json"
 MODEL_SETTINGS_FILE = "model-settings.json"
 
 
-def _env_first(
-    settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource, prefix: str
-) -> tuple[PydanticBaseSettingsSource, ...]:
-    """Sources in precedence order: INFERD_ env, MLSERVER_ env, the file (init)."""
-    return (
-        EnvSettingsSource(settings_cls, env_prefix=f"INFERD_{prefix}", case_sensitive=False),
-        EnvSettingsSource(settings_cls, env_prefix=f"MLSERVER_{prefix}", case_sensitive=False),
-        init_settings,
-    )
+class _EnvFirstSettings(BaseSettings):
+    """Settings read, in precedence order, from ``INFERD_<prefix>*`` env vars,
+    ``MLSERVER_<prefix>*`` env vars, then the file (passed as init arguments)."""
+
+    env_infix: ClassVar[str] = ""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        prefix = cls.env_infix
+        return (
+            EnvSettingsSource(settings_cls, env_prefix=f"INFERD_{prefix}", case_sensitive=False),
+            EnvSettingsSource(settings_cls, env_prefix=f"MLSERVER_{prefix}", case_sensitive=False),
+            init_settings,
+        )
 
 
 class CORSSettings(BaseModel):
@@ -65,21 +77,10 @@ class CORSSettings(BaseModel):
     """How long browsers may cache a preflight answer, in seconds."""
 
 
-class ServerSettings(BaseSettings):
+class ServerSettings(_EnvFirstSettings):
     """Server-wide settings (``settings.json``)."""
 
     model_config = SettingsConfigDict(extra="forbid", validate_default=True)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return _env_first(settings_cls, init_settings, "")
 
     debug: bool = False
     """Log at debug level (one line per request)."""
@@ -247,21 +248,12 @@ class MetadataTensorSettings(BaseModel):
         return value
 
 
-class ModelParameters(BaseSettings):
+class ModelParameters(_EnvFirstSettings):
     """The ``parameters`` block of ``model-settings.json``."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return _env_first(settings_cls, init_settings, "MODEL_")
+    env_infix: ClassVar[str] = "MODEL_"
 
     uri: str | None = None
     """Where the model's artifacts are; relative paths are relative to the model's folder."""
@@ -296,21 +288,12 @@ class ModelParameters(BaseSettings):
         return {} if value is None else value
 
 
-class ModelSettings(BaseSettings):
+class ModelSettings(_EnvFirstSettings):
     """One model version (``model-settings.json``)."""
 
     model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return _env_first(settings_cls, init_settings, "MODEL_")
+    env_infix: ClassVar[str] = "MODEL_"
 
     name: str = ""
     """The model's name; defaults to the name of its folder."""
