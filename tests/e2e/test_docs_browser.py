@@ -22,8 +22,8 @@ import pytest
 from PIL import Image
 from websockets.sync.client import ClientConnection, connect
 
-from .serverproc import ServerProcess, start_server
-from .test_docs import build_docs_repository
+from . import test_docs
+from .serverproc import ServerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(
@@ -166,11 +166,9 @@ class Chromium:
             self.process.wait()
 
 
-@pytest.fixture(scope="module")
-def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = start_server(build_docs_repository(tmp_path_factory.mktemp("browser")))
-    yield process
-    process.stop()
+# test_docs.py's fixture: module-scoped, so this module gets a server of its own
+# (its clicks load and unload models).
+docs_server = test_docs.docs_server
 
 
 @pytest.fixture(scope="module")
