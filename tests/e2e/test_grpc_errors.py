@@ -49,6 +49,14 @@ def raw_request(model: str, raw: bytes, version: str = "", **input_kwargs: Any) 
     )
 
 
+def typed_request(datatype: str, shape: list[int], **contents: list[Any]) -> Any:
+    """An ``echo`` request with one input ``x`` whose values are in typed ``contents``."""
+    tensor = pb.ModelInferRequest.InferInputTensor(
+        name="x", datatype=datatype, shape=shape, contents=pb.InferTensorContents(**contents)
+    )
+    return pb.ModelInferRequest(model_name="echo", inputs=[tensor])
+
+
 TWO_FLOATS = np.array([1.0, 2.0], dtype=np.float32).tobytes()
 
 
@@ -82,55 +90,22 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
     ),
     (
         "wrong typed field",
-        pb.ModelInferRequest(
-            model_name="echo",
-            inputs=[
-                pb.ModelInferRequest.InferInputTensor(
-                    name="x",
-                    datatype="FP32",
-                    shape=[1],
-                    contents=pb.InferTensorContents(fp64_contents=[1.0]),
-                )
-            ],
-        ),
+        typed_request("FP32", [1], fp64_contents=[1.0]),
         "belongs in contents.fp32_contents, not contents.fp64_contents",
     ),
     (
         "typed count",
-        pb.ModelInferRequest(
-            model_name="echo",
-            inputs=[
-                pb.ModelInferRequest.InferInputTensor(
-                    name="x",
-                    datatype="INT32",
-                    shape=[3],
-                    contents=pb.InferTensorContents(int_contents=[1, 2]),
-                )
-            ],
-        ),
+        typed_request("INT32", [3], int_contents=[1, 2]),
         "needs 3 elements, contents.int_contents has 2",
     ),
     (
         "typed out of range",
-        pb.ModelInferRequest(
-            model_name="echo",
-            inputs=[
-                pb.ModelInferRequest.InferInputTensor(
-                    name="x",
-                    datatype="UINT8",
-                    shape=[1],
-                    contents=pb.InferTensorContents(uint_contents=[256]),
-                )
-            ],
-        ),
+        typed_request("UINT8", [1], uint_contents=[256]),
         "values out of range for UINT8",
     ),
     (
         "FP16 typed",
-        pb.ModelInferRequest(
-            model_name="echo",
-            inputs=[pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP16", shape=[0])],
-        ),
+        typed_request("FP16", [0]),
         "send it in raw_input_contents",
     ),
     (
