@@ -36,9 +36,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import grpc
 import numpy as np
@@ -48,6 +47,7 @@ from bench_rest import (
     RunRecord,
     command_factories,
     expected_prediction,
+    prepare_repo,
     print_summary,
     ratios,
     server_order,
@@ -55,12 +55,10 @@ from bench_rest import (
 )
 from common import (
     MODEL_FILE,
+    LoadResult,
     ServerError,
-    ServerPorts,
     ServerProcess,
     exit_status,
-    train_iris_model,
-    write_model_repo,
 )
 
 from inferd.protocol import pb, pb_grpc
@@ -130,17 +128,9 @@ _DATA = re.compile(r"^traffic: .*?\((\d+)\) data", re.MULTILINE)
 
 
 @dataclass(frozen=True)
-class H2loadResult:
-    """One h2load run; field names follow ``common.WrkResult`` so the summaries are shared."""
+class H2loadResult(LoadResult):
+    """One h2load run."""
 
-    requests: int
-    duration_s: float
-    requests_per_s: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    mean_ms: float
-    max_ms: float
     failed: int
     grpc_errors: int
     # Server CPU (all its processes and threads) per request: steadier than req/s
@@ -154,9 +144,6 @@ class H2loadResult:
     def errors(self) -> int:
         """Requests h2load saw fail plus answers that were not the verified gRPC answer."""
         return self.failed + self.grpc_errors
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "errors": self.errors}
 
 
 def run_h2load(
@@ -293,16 +280,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def bench_one(name: str, args: argparse.Namespace, work: Path, round_index: int) -> RunRecord:
-    ports = ServerPorts.allocate()
-    repo = work / f"{name}-r{round_index}"
-    write_model_repo(
-        repo,
-        ports,
-        model_name=MODEL_NAME,
-        parallel_workers=args.parallel_workers,
-        extra_settings=args.extra_settings,
-        model=train_iris_model(),
-    )
+    ports, repo = prepare_repo(name, args, work, round_index)
     request = infer_request(args.encoding)
     body = repo / "request.grpc"
     body.write_bytes(grpc_frame(request.SerializeToString()))

@@ -122,9 +122,10 @@ def verify_response(url: str, expected: int) -> None:
         raise ServerError(f"verification POST {url}: expected [{expected}], got {outputs[0]}")
 
 
-def bench_one(
-    name: str, args: argparse.Namespace, work: Path, round_index: int, factory: CommandFactory
-) -> RunRecord:
+def prepare_repo(
+    name: str, args: argparse.Namespace, work: Path, round_index: int
+) -> tuple[ServerPorts, Path]:
+    """Free ports and a fresh repository (settings + the iris model) for one run."""
     ports = ServerPorts.allocate()
     repo = work / f"{name}-r{round_index}"
     write_model_repo(
@@ -135,6 +136,13 @@ def bench_one(
         extra_settings=args.extra_settings,
         model=train_iris_model(),
     )
+    return ports, repo
+
+
+def bench_one(
+    name: str, args: argparse.Namespace, work: Path, round_index: int, factory: CommandFactory
+) -> RunRecord:
+    ports, repo = prepare_repo(name, args, work, round_index)
     base = f"http://127.0.0.1:{ports.http}"
     url = f"{base}/v2/models/{MODEL_NAME}/infer"
     body = json.dumps(REQUEST)

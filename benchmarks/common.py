@@ -255,7 +255,9 @@ _WRK_LINE = re.compile(rf"^{WRK_MARKER} (.*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
-class WrkResult:
+class LoadResult:
+    """What every load generator run reports; subclasses add how errors are counted."""
+
     requests: int
     duration_s: float
     requests_per_s: float
@@ -264,6 +266,17 @@ class WrkResult:
     p99_ms: float
     mean_ms: float
     max_ms: float
+
+    @property
+    def errors(self) -> int:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "errors": self.errors}
+
+
+@dataclass(frozen=True)
+class WrkResult(LoadResult):
     non2xx: int
     socket_errors: dict[str, int]
 
@@ -271,9 +284,6 @@ class WrkResult:
     def errors(self) -> int:
         """Non-2xx responses plus socket errors (connect/read/write/timeout)."""
         return self.non2xx + sum(self.socket_errors.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "errors": self.errors}
 
 
 def wrk_lua_script(body: str) -> str:
