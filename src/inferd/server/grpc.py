@@ -11,9 +11,7 @@ Message conversion lives in :mod:`inferd.server.codec_grpc`.
 - ``ModelStreamInfer`` runs up to :data:`STREAM_WINDOW` requests of one stream at
   once and answers them in order; a failed request is answered with
   ``error_message`` and the stream goes on.
-- ``grpc.health.v1.Health``: service ``""`` and ``inference.GRPCInferenceService``
-  are SERVING when the server is ready (as ``/v2/health/ready``), service
-  ``liveness`` while it is live; use the latter for Kubernetes liveness probes.
+- ``grpc.health.v1.Health`` (see :mod:`inferd.server.grpc_health`).
 - Server reflection lists and describes all three services (grpcurl works).
 - Shutdown: new calls are refused, calls in flight finish (up to a grace period);
   open streams answer what they already read, then end with UNAVAILABLE.
@@ -46,6 +44,7 @@ from .codec_grpc import (
     encode_server_metadata,
     wants_raw_output,
 )
+from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +57,6 @@ STATUS_BY_ERROR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
-INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
-LIVENESS_SERVICE = "liveness"
 INTERNAL_ERROR = "Internal server error; see the server logs"
 SHUTTING_DOWN = (
     "The server is shutting down; requests sent on this stream after the last answer "
@@ -68,7 +65,6 @@ SHUTTING_DOWN = (
 # Requests of one stream running at once: enough to keep a worker busy and let
 # the scheduler batch, few enough to bound the memory a single stream can hold.
 STREAM_WINDOW = 16
-HEALTH_WATCH_INTERVAL = 1.0
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -109,26 +105,9 @@ def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Resp
     return wrapper
 
 
-class _ShutdownSignal:
-    """Set once when the server starts to stop; streams watch it to end early."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.stream_readers: set[asyncio.Task[None]] = set()
-
-    @property
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-    def set(self) -> None:
-        self.event.set()
-        for reader in self.stream_readers:
-            reader.cancel()
-
-
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
-        self, dataplane: DataPlane, shutdown: _ShutdownSignal, grpc_stats: GrpcStats | None = None
+        self, dataplane: DataPlane, shutdown: ShutdownSignal, grpc_stats: GrpcStats | None = None
     ) -> None:
         self.dataplane = dataplane
         self.shutdown = shutdown
@@ -328,47 +307,6 @@ def _refuse_parameters(parameters: Any, ignored: set[str] | None = None) -> None
         )
 
 
-class HealthServicer(health_pb2_grpc.HealthServicer):
-    """grpc.health.v1, answered from the DataPlane at the time of each call."""
-
-    def __init__(self, dataplane: DataPlane, shutdown: _ShutdownSignal) -> None:
-        self.dataplane = dataplane
-        self.shutdown = shutdown
-
-    def _status(self, service: str) -> Any:
-        status = health_pb2.HealthCheckResponse
-        if service in ("", INFERENCE_SERVICE):
-            healthy = self.dataplane.ready() and not self.shutdown.is_set
-        elif service == LIVENESS_SERVICE:
-            healthy = self.dataplane.live()
-        else:
-            return status.SERVICE_UNKNOWN
-        return status.SERVING if healthy else status.NOT_SERVING
-
-    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        status = self._status(request.service)
-        if status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"Unknown service {request.service!r}; use '' or {INFERENCE_SERVICE!r} "
-                f"for readiness, {LIVENESS_SERVICE!r} for liveness",
-            )
-        return health_pb2.HealthCheckResponse(status=status)
-
-    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        """Send the status now and on every change; end once the server stops."""
-        last = None
-        while True:
-            status = self._status(request.service)
-            if status != last:
-                yield health_pb2.HealthCheckResponse(status=status)
-                last = status
-            if self.shutdown.is_set:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.shutdown.event.wait(), HEALTH_WATCH_INTERVAL)
-
-
 def _reflection_pool() -> descriptor_pool.DescriptorPool:
     """Our protocol lives in a private pool; reflection needs health's and its own too."""
     pool = descriptor_pool.DescriptorPool()
@@ -386,7 +324,7 @@ class GrpcServer:
         self.settings = settings
         self.address = _address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
-        self._shutdown = _ShutdownSignal()
+        self._shutdown = ShutdownSignal()
         self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", self.max_message_length),
