@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .datatypes import datatype_of, element_count, numpy_dtype
+from .datatypes import datatype_of, element_count, is_floating, numpy_dtype
 from .errors import InvalidRequest
 
 _LENGTH_PREFIX = struct.Struct("<I")
@@ -71,7 +71,7 @@ def _check_values(name: str, datatype: str, dtype: np.dtype, array: np.ndarray) 
         if kind == "b" or (kind in _INTEGER_KINDS and np.isin(array, (0, 1)).all()):
             return
         raise InvalidRequest(f"Input {name!r}: BOOL data must be true/false")
-    if dtype.kind == "f":
+    if is_floating(dtype):
         if kind in "fiub":
             return
         raise InvalidRequest(f"Input {name!r}: {datatype} data must be numbers")
@@ -87,7 +87,7 @@ def _check_values(name: str, datatype: str, dtype: np.dtype, array: np.ndarray) 
 def _check_big_numbers(name: str, datatype: str, dtype: np.dtype, array: np.ndarray) -> None:
     """Check data numpy kept as Python objects: big integers, ``null``s, mixed types."""
     items = array.reshape(-1).tolist()
-    if dtype.kind == "f" and all(type(item) in (int, float) for item in items):
+    if is_floating(dtype) and all(type(item) in (int, float) for item in items):
         if max(abs(item) for item in items) <= _FLOAT64_MAX:
             return
         raise InvalidRequest(f"Input {name!r}: values out of range for {datatype}")
@@ -98,7 +98,9 @@ def _check_big_numbers(name: str, datatype: str, dtype: np.dtype, array: np.ndar
         raise InvalidRequest(
             f"Input {name!r}: values out of range for {datatype} ({info.min}..{info.max})"
         )
-    expected = {"b": "true/false", "f": "numbers"}.get(dtype.kind, "integers")
+    expected = "numbers" if is_floating(dtype) else "integers"
+    if dtype.kind == "b":
+        expected = "true/false"
     raise InvalidRequest(f"Input {name!r}: {datatype} data must be {expected}")
 
 
@@ -186,8 +188,8 @@ def array_to_json(array: np.ndarray) -> Any:
     kind = array.dtype.kind
     if kind == "O":
         return [_utf8(item) for item in _as_bytes_items(array)]
-    if kind == "f" and array.dtype.itemsize == 2:
-        array = array.astype(np.float32)
+    if is_floating(array.dtype) and array.dtype.itemsize == 2:
+        array = array.astype(np.float32)  # FP16 and BF16: JSON writes float32 values
     return np.ascontiguousarray(array).reshape(-1)
 
 

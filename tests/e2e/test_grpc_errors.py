@@ -109,6 +109,11 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
         "send it in raw_input_contents",
     ),
     (
+        "BF16 typed",
+        typed_request("BF16", [1], fp32_contents=[1.0]),
+        "BF16 has no typed contents field; send it in raw_input_contents",
+    ),
+    (
         "duplicate input",
         pb.ModelInferRequest(
             model_name="echo",

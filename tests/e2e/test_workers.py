@@ -27,6 +27,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         {"name": "u8", "datatype": "UINT8", "shape": [2, 2], "data": [0, 255, 1, 2]},
         {"name": "i64", "datatype": "INT64", "shape": [2], "data": [-(2**63), 2**63 - 1]},
         {"name": "f16", "datatype": "FP16", "shape": [2], "data": [0.5, -1.25]},
+        {"name": "bf16", "datatype": "BF16", "shape": [2], "data": [0.5, -1.25]},
         {"name": "f64", "datatype": "FP64", "shape": [3], "data": [0.1, -1e300, 2]},
         {"name": "s", "datatype": "BYTES", "shape": [2], "data": ["héllo", ""]},
         {"name": "big", "datatype": "FP32", "shape": [64, 64], "data": [0.25] * 4096},

@@ -9,6 +9,7 @@ import socket
 import threading
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -46,6 +47,8 @@ ARRAYS = {
     "large int": np.arange(100_000, dtype=np.int64).reshape(100, 1000),
     "bool": np.array([True, False, True]),
     "fp16": np.array([0.5, -1.25], dtype=np.float16),
+    "bf16": np.array([0.5, -1.25], dtype=ml_dtypes.bfloat16),
+    "raw void": np.zeros(3, dtype="V2"),
     "big-endian": np.arange(600, dtype=">i4"),
     "fortran order": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
     "a strided view": np.arange(2000.0)[::2],

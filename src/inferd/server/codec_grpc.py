@@ -7,8 +7,8 @@ no Python loop over elements except for BYTES.
 
 Outputs travel in ``raw_output_contents`` (what tritonclient reads) unless the
 request sets the boolean parameter ``raw_output`` to false; then every output
-is written to its typed ``contents`` field instead. FP16 has no typed field, so
-FP16 tensors travel only raw.
+is written to its typed ``contents`` field instead. FP16 and BF16 have no typed
+field, so they travel only raw.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Message conversion lives in :mod:`inferd.server.codec_grpc`.
 
 - Outputs come back in ``raw_output_contents`` (what tritonclient reads). A
   request with the parameter ``raw_output`` = false (``bool_param``) gets every
-  output in its typed ``contents`` field instead; FP16 travels only raw.
+  output in its typed ``contents`` field instead; FP16 and BF16 travel only raw.
 - Core errors become gRPC status codes through :data:`STATUS_BY_ERROR_CODE`.
 - ``ModelStreamInfer`` runs up to :data:`STREAM_WINDOW` requests of one stream at
   once and answers them in order; a failed request is answered with

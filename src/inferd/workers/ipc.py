@@ -97,7 +97,12 @@ def _pack_array(data: Any) -> tuple[str | None, tuple[int, ...], Any]:
     dtype = data.dtype
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
-        name = _DTYPE_NAMES[dtype] = dtype.str
+        # Extension dtypes such as ml_dtypes.bfloat16 have the .str of raw bytes
+        # ("<V2"); their registered name finds them again.
+        name = dtype.str if np.dtype(dtype.str) == dtype else dtype.name
+        _DTYPE_NAMES[dtype] = name
+    if dtype.kind == "V":  # numpy cannot export these as a buffer: send their bytes
+        return name, data.shape, pickle.PickleBuffer(data.reshape(-1).view(np.uint8))
     return name, data.shape, pickle.PickleBuffer(data)
 
 

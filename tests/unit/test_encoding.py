@@ -1,0 +1,64 @@
+"""BF16 in the wire conversions: numpy has no bfloat16, ml_dtypes provides it."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from inferd.datatypes import datatype_of, numpy_dtype
+from inferd.encoding import (
+    array_from_bytes,
+    array_from_json,
+    array_to_bytes,
+    array_to_json,
+    to_output_array,
+)
+from inferd.errors import InvalidRequest
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def test_bf16_is_the_ml_dtypes_bfloat16_and_back() -> None:
+    assert numpy_dtype("BF16") == BF16
+    assert datatype_of(BF16) == "BF16"
+    # Raw two-byte records share bfloat16's kind and size but are not BF16.
+    with pytest.raises(ValueError, match="no Open Inference Protocol datatype"):
+        datatype_of(np.dtype("V2"))
+
+
+def test_raw_bytes_are_two_little_endian_bytes_per_element() -> None:
+    # 1.0 is 0x3F80 and -2.0 is 0xC000 in bfloat16.
+    array = array_from_bytes("x", "BF16", [2], b"\x80\x3f\x00\xc0")
+    assert array.dtype == BF16
+    assert array.astype(np.float32).tolist() == [1.0, -2.0]
+    assert array_to_bytes(array) == b"\x80\x3f\x00\xc0"
+
+
+def test_raw_bytes_of_the_wrong_length_are_refused() -> None:
+    with pytest.raises(InvalidRequest, match=r"shape \[2\] of BF16 needs 4 bytes, got 3"):
+        array_from_bytes("x", "BF16", [2], b"\x00" * 3)
+
+
+def test_json_numbers_round_to_the_nearest_bf16() -> None:
+    array = array_from_json("x", "BF16", [2, 2], [[0.1, 1], [-3e38, 2**-20]])
+    assert array.dtype == BF16 and array.shape == (2, 2)
+    expected = np.array([0.1, 1, -3e38, 2**-20]).astype(BF16)
+    np.testing.assert_array_equal(array.reshape(-1), expected)
+
+
+@pytest.mark.parametrize("data", [["a"], [True, "b"], [None]])
+def test_json_data_that_is_not_numbers_is_refused(data: list[object]) -> None:
+    with pytest.raises(InvalidRequest, match="BF16 data must be numbers"):
+        array_from_json("x", "BF16", [len(data)], data)
+
+
+def test_json_output_is_float32_values() -> None:
+    values = array_to_json(np.array([0.5, -1.25], dtype=BF16))
+    assert values.dtype == np.float32
+    assert values.tolist() == [0.5, -1.25]
+
+
+def test_a_model_may_return_bf16_arrays() -> None:
+    array = to_output_array(np.zeros((2, 3), dtype=BF16))
+    assert datatype_of(array.dtype) == "BF16"
