@@ -172,10 +172,14 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    # Starlette's Allow lists the route's methods from a set: sort them so the
+    # header is the same on every run.
+    allowed = getattr(exc, "headers", None) or {}
+    methods = sorted(method.strip() for method in allowed.get("Allow", "").split(",") if method)
     return Response(
         error_body(f"Method {request.method} is not allowed on {request.url.path}"),
         405,
-        headers=getattr(exc, "headers", None),  # Starlette's Allow: the methods there are
+        headers={"Allow": ", ".join(methods)} if methods else None,
         media_type=JSON_CONTENT_TYPE,
     )
 
