@@ -205,9 +205,12 @@ def test_not_ready_and_overloaded_are_unavailable(start: Any, tmp_path: Path) ->
         assert error.code() == Code.UNAVAILABLE
         assert "Model 'broken' is unavailable" in error.details()
         assert "cannot find the weights" in error.details()
+        assert not [key for key, _ in error.trailing_metadata() if key.endswith("pushback-ms")]
         error = rpc_error(stub.ModelInfer, raw_request("busy", TWO_FLOATS))
         assert error.code() == Code.UNAVAILABLE
         assert error.details() == "Model 'busy' has too many requests waiting; retry later"
+        # When to retry, for clients with a retry policy (Retry-After's gRPC twin).
+        assert ("grpc-retry-pushback-ms", "1000") in error.trailing_metadata()
         assert not stub.ServerReady(pb.ServerReadyRequest()).ready
 
 

@@ -58,6 +58,7 @@ STATUS_BY_ERROR_CODE: dict[ErrorCode, grpc.StatusCode] = {
 }
 
 INTERNAL_ERROR = "Internal server error; see the server logs"
+RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
 SHUTTING_DOWN = (
     "The server is shutting down; requests sent on this stream after the last answer "
     "were not run, send them again (to another replica)"
@@ -88,7 +89,7 @@ def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Resp
             return await method(self, request, context)
         except InferdError as error:
             code = STATUS_BY_ERROR_CODE[error.code]
-            await context.abort(code, error.message)
+            await context.abort(code, error.message, trailing_metadata=_retry_hint(error))
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
@@ -103,6 +104,15 @@ def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Resp
 
     wrapper.__name__ = method.__name__
     return wrapper
+
+
+def _retry_hint(error: InferdError) -> tuple[tuple[str, str], ...]:
+    """``grpc-retry-pushback-ms`` when overloaded: gRPC clients with a retry policy
+    wait that long before retrying (what Retry-After is to REST clients)."""
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is None:
+        return ()
+    return ((RETRY_PUSHBACK_KEY, str(max(1, round(retry_after * 1000)))),)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
