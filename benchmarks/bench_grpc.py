@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -57,6 +57,7 @@ from common import (
     MODEL_FILE,
     LoadResult,
     ServerError,
+    ServerPorts,
     ServerProcess,
     exit_status,
 )
@@ -65,7 +66,9 @@ from inferd.protocol import pb, pb_grpc
 
 MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
 REFERENCE = "floor"
-REFERENCE_SERVER = Path(__file__).with_name("grpc_floor_server.py")
+ENVOY_FLOOR = "envoy-floor"
+BENCHMARKS_DIR = Path(__file__).resolve().parent
+REFERENCE_SERVER = BENCHMARKS_DIR / "grpc_floor_server.py"
 GRPC_HEADERS = ("content-type: application/grpc", "te: trailers")
 INPUT_NAME = "input-0"
 
@@ -269,6 +272,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel-workers", type=int, default=0)
     p.add_argument("--reference", action="store_true",
                    help="also run grpc_floor_server.py (grpcio + the model alone)")  # fmt: skip
+    p.add_argument("--envoy-floor", metavar="PYVOY",
+                   help="also run grpc_floor_asgi.py under this pyvoy executable")  # fmt: skip
     p.add_argument("--extra-settings", type=json.loads, default={},
                    help="JSON merged into settings.json, e.g. '{\"debug\": false}'")  # fmt: skip
     p.add_argument("--work-dir", type=Path, help="keep repos/logs here (default: temp dir)")
@@ -286,12 +291,13 @@ def bench_one(name: str, args: argparse.Namespace, work: Path, round_index: int)
     body.write_bytes(grpc_frame(request.SerializeToString()))
     address = f"127.0.0.1:{ports.grpc}"
     url = f"http://{address}{MODEL_INFER_PATH}"
-    factory = {**command_factories(args), REFERENCE: reference_command(args)}[name]
-    server = ServerProcess(factory(repo), cwd=repo, log_path=repo / "server.log")
+    server = server_process(name, args, repo, ports)
+    # The Envoy floor answers the readiness poll on its one port, the gRPC one.
+    ready_port = ports.grpc if name == ENVOY_FLOOR else ports.http
     load = {"connections": args.connections, "streams": args.streams, "threads": args.threads}
     try:
         server.start()
-        startup = server.wait_ready(f"http://127.0.0.1:{ports.http}", args.ready_timeout)
+        startup = server.wait_ready(f"http://127.0.0.1:{ready_port}", args.ready_timeout)
         expected = expected_prediction(repo / MODEL_NAME / MODEL_FILE)
         answer_size = verify_answer(address, request, expected)
         log_file = repo / "h2load.log"
@@ -355,11 +361,24 @@ def format_row(r: H2loadResult) -> str:
 def round_order(args: argparse.Namespace, round_index: int) -> list[str]:
     """The servers of one round; with ``--reference`` the floor server too."""
     names = server_order(args.only, 0) + ([REFERENCE] if args.reference else [])
+    names += [ENVOY_FLOOR] if args.envoy_floor else []
     return names if round_index % 2 == 0 else names[::-1]
 
 
-def reference_command(args: argparse.Namespace) -> Callable[[Path], list[str]]:
-    return lambda repo: [args.inferd_python, str(REFERENCE_SERVER), str(repo)]
+def server_process(
+    name: str, args: argparse.Namespace, repo: Path, ports: ServerPorts
+) -> ServerProcess:
+    log_path = repo / "server.log"
+    if name == REFERENCE:
+        command = [args.inferd_python, str(REFERENCE_SERVER), str(repo)]
+        return ServerProcess(command, cwd=repo, log_path=log_path)
+    if name == ENVOY_FLOOR:
+        command = [args.envoy_floor, "--address", "127.0.0.1", "--port", str(ports.grpc),
+                   "grpc_floor_asgi:app"]  # fmt: skip
+        path = os.pathsep.join([str(BENCHMARKS_DIR), str(BENCHMARKS_DIR.parent / "src")])
+        env = {**os.environ, "PYTHONPATH": path, "INFERD_FLOOR_REPO": str(repo)}
+        return ServerProcess(command, cwd=repo, log_path=log_path, env=env)
+    return ServerProcess(command_factories(args)[name](repo), cwd=repo, log_path=log_path)
 
 
 def print_reference_summary(summary: dict[str, dict[str, float]]) -> None:
@@ -374,6 +393,9 @@ def print_reference_summary(summary: dict[str, dict[str, float]]) -> None:
     if "mlserver" in summary:
         ceiling = floor["requests_per_s"] / summary["mlserver"]["requests_per_s"]
         print(f"floor/mlserver: req/s x{ceiling:.2f} (the most any grpcio server could show)")
+    if ENVOY_FLOOR in summary:
+        gain = summary[ENVOY_FLOOR]["requests_per_s"] / floor["requests_per_s"]
+        print(f"{ENVOY_FLOOR}/floor: req/s x{gain:.2f} (the same model call behind Envoy)")
 
 
 def run_all(args: argparse.Namespace, work: Path) -> tuple[list[RunRecord], list[str]]:

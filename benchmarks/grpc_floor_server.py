@@ -40,20 +40,25 @@ def load_model(repo: Path) -> tuple[str, Any]:
     return settings["name"], joblib.load(settings_file.parent / uri)
 
 
+def answer(estimator: Any, body: bytes) -> bytes:
+    """The serialized ModelInferResponse for a serialized ModelInferRequest."""
+    request = pb.ModelInferRequest.FromString(body)
+    tensor = request.inputs[0]
+    if request.raw_input_contents:
+        rows = np.frombuffer(request.raw_input_contents[0], dtype="<f4")
+    else:
+        rows = np.array(tensor.contents.fp32_contents, dtype=np.float32)
+    classes = estimator.predict(rows.reshape(tuple(tensor.shape)))
+    response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+    response.outputs.add(name="predict", datatype="INT64", shape=[len(classes), 1])
+    response.raw_output_contents.append(np.asarray(classes, dtype="<i8").tobytes())
+    return response.SerializeToString()
+
+
 def infer_handler(estimator: Any) -> grpc.RpcMethodHandler:
     # A coroutine: grpcio's asyncio server would run a plain function in a thread.
     async def infer(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        request = pb.ModelInferRequest.FromString(body)
-        tensor = request.inputs[0]
-        if request.raw_input_contents:
-            rows = np.frombuffer(request.raw_input_contents[0], dtype="<f4")
-        else:
-            rows = np.array(tensor.contents.fp32_contents, dtype=np.float32)
-        classes = estimator.predict(rows.reshape(tuple(tensor.shape)))
-        response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
-        response.outputs.add(name="predict", datatype="INT64", shape=[len(classes), 1])
-        response.raw_output_contents.append(np.asarray(classes, dtype="<i8").tobytes())
-        return response.SerializeToString()
+        return answer(estimator, body)
 
     return grpc.unary_unary_rpc_method_handler(infer)
 
