@@ -17,6 +17,8 @@ from .conftest import add_custom_model
 from .serverproc import ServerProcess
 
 Code = grpc.StatusCode
+SERVICE = "/inference.GRPCInferenceService/"
+MODEL_INFER = SERVICE + "ModelInfer"
 
 # A runtime that refuses work as an overloaded server does (written into a model folder).
 BUSY_RUNTIME = """
@@ -238,3 +240,30 @@ def test_a_100_mb_tensor_fits_by_default(server: ServerProcess) -> None:
     echoed = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
     assert echoed.shape == (count,)
     assert echoed[-1] == count - 1
+
+
+def test_a_message_protobuf_cannot_parse_is_invalid_argument(server: ServerProcess) -> None:
+    garbage = b"\xff\xff\xff not protobuf"
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        error = rpc_error(channel.unary_unary(MODEL_INFER), garbage)
+        assert error.code() == Code.INVALID_ARGUMENT
+        assert error.details().startswith(
+            "The request is not a valid inference.ModelInferRequest message"
+        )
+        error = rpc_error(channel.unary_unary(SERVICE + "ModelMetadata"), garbage)
+        assert error.code() == Code.INVALID_ARGUMENT
+        assert "not a valid inference.ModelMetadataRequest message" in error.details()
+    assert "DecodeError" not in server.log()  # a client's mistake, not a server fault
+
+
+def test_a_stream_answers_a_malformed_message_and_goes_on(server: ServerProcess) -> None:
+    valid = raw_request("echo", TWO_FLOATS).SerializeToString()
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stream = channel.stream_stream(SERVICE + "ModelStreamInfer")
+        answers = [
+            pb.ModelStreamInferResponse.FromString(answer)
+            for answer in stream(iter([b"\xff\xff\xff", valid]), timeout=30)
+        ]
+    assert answers[0].error_message.startswith("The request is not a valid")
+    assert not answers[1].error_message
+    assert answers[1].infer_response.model_name == "echo"

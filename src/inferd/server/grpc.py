@@ -45,6 +45,7 @@ from .codec_grpc import (
     wants_raw_output,
 )
 from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
+from .grpc_registration import MalformedMessage, add_inference_service
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ STREAM_WINDOW = 16
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
+# What a stream yields: a request, or what grpc_registration made of an unparsable one.
+StreamRequest = pb.ModelInferRequest | MalformedMessage
 Handler = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]
 
 
@@ -86,6 +89,8 @@ def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Resp
             started = time.perf_counter()
         code = grpc.StatusCode.OK
         try:
+            if isinstance(request, MalformedMessage):
+                raise request.error()
             return await method(self, request, context)
         except InferdError as error:
             code = STATUS_BY_ERROR_CODE[error.code]
@@ -169,7 +174,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encode_infer_response(response, raw)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+        self, request_iterator: AsyncIterator[StreamRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Answer each request of the stream, in order, running several at once."""
         stats = self.method_stats.get("ModelStreamInfer")  # None: metrics off
@@ -193,7 +198,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 stats.finished(code.name, time.perf_counter() - started)
 
     async def _stream_infer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+        self, request_iterator: AsyncIterator[StreamRequest], context: Any
     ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
         if self.shutdown.is_set:
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
@@ -219,7 +224,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _read_stream(
         self,
-        requests: AsyncIterator[pb.ModelInferRequest],
+        requests: AsyncIterator[StreamRequest],
         answers: asyncio.Queue[asyncio.Future[pb.ModelStreamInferResponse] | None],
         window: asyncio.Semaphore,
     ) -> None:
@@ -236,7 +241,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         finally:
             answers.put_nowait(None)
 
-    async def _stream_answer(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_answer(self, request: StreamRequest) -> pb.ModelStreamInferResponse:
+        if isinstance(request, MalformedMessage):
+            return pb.ModelStreamInferResponse(error_message=request.error().message)
         try:
             return pb.ModelStreamInferResponse(infer_response=await self._infer(request))
         except InferdError as error:
@@ -343,7 +350,7 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
+        add_inference_service(
             InferenceServicer(dataplane, self._shutdown, grpc_stats), self._server
         )
         health_pb2_grpc.add_HealthServicer_to_server(
