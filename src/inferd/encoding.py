@@ -155,6 +155,13 @@ def array_from_bytes(name: str, datatype: str, shape: Sequence[int], buffer: Any
 
 def _bytes_from_buffer(name: str, shape: tuple[int, ...], view: memoryview) -> np.ndarray:
     count = element_count(shape)
+    # Each element takes at least its 4-byte length: refuse a shape the data cannot
+    # hold before allocating for it (a few bytes must not make the server allocate GBs).
+    if count > len(view) // _LENGTH_PREFIX.size:
+        raise InvalidRequest(
+            f"Input {name!r}: shape {list(shape)} has {count} BYTES elements, more than "
+            f"{len(view)} bytes of data can hold (each takes at least 4)"
+        )
     array = np.empty(count, dtype=object)
     offset = 0
     end = len(view)

@@ -101,8 +101,13 @@ BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
         "runs past the data",
     ),
     "BYTES elements missing": (
-        *binary_body({"inputs": [sized("BYTES", [2], 5)]}, b"\x01\0\0\0a"),
+        *binary_body({"inputs": [sized("BYTES", [2], 8)]}, b"\x04\0\0\0abcd"),
         "ends before element 1",
+    ),
+    "BYTES shape the data cannot hold": (
+        # Refused before allocating room for two billion elements.
+        *binary_body({"inputs": [sized("BYTES", [2_000_000_000], 4)]}, b"\0" * 4),
+        "has 2000000000 BYTES elements, more than 4 bytes of data can hold",
     ),
     "BOOL bytes other than 0 and 1": (
         *binary_body({"inputs": [sized("BOOL", [2], 2)]}, b"\x01\x02"),

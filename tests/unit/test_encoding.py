@@ -1,4 +1,4 @@
-"""BF16 in the wire conversions: numpy has no bfloat16, ml_dtypes provides it."""
+"""Wire conversions: BF16 (numpy has none, ml_dtypes provides it) and BYTES limits."""
 
 from __future__ import annotations
 
@@ -62,3 +62,9 @@ def test_json_output_is_float32_values() -> None:
 def test_a_model_may_return_bf16_arrays() -> None:
     array = to_output_array(np.zeros((2, 3), dtype=BF16))
     assert datatype_of(array.dtype) == "BF16"
+
+
+def test_a_bytes_shape_larger_than_its_data_is_refused_before_allocating() -> None:
+    with pytest.raises(InvalidRequest, match="has 2000000000 BYTES elements, more than 8 bytes"):
+        array_from_bytes("x", "BYTES", [2_000_000_000], b"\0" * 8)
+    assert array_from_bytes("x", "BYTES", [2], b"\0" * 8).tolist() == [b"", b""]
