@@ -111,7 +111,9 @@ def _decode_elements(tensor: Tensor, decode: Callable[[Any], Any], expected: str
     for index, item in enumerate(tensor.data.reshape(-1).tolist()):
         try:
             decoded.append(decode(item))
-        except (ValueError, TypeError) as error:  # UnicodeDecodeError, binascii.Error too
+        # UnicodeDecodeError and binascii.Error are ValueErrors; RecursionError is
+        # json.loads on a document nested too deeply.
+        except (ValueError, TypeError, RecursionError) as error:
             raise InvalidRequest(
                 f"Input {tensor.name!r}: element {index} is not {expected} ({error})"
             ) from None

@@ -41,7 +41,8 @@ def array_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -
         array = np.asarray(data)
     except ValueError:
         raise InvalidRequest(
-            f"Input {name!r}: data is a ragged nested list; it must be rectangular"
+            f"Input {name!r}: data is a ragged nested list or nests more than numpy's "
+            "64 dimensions; send it flat or as a rectangular list"
         ) from None
     _check_size(name, dims, array.size)
     if array.dtype.kind == "f" and dtype.kind in _INTEGER_KINDS:

@@ -27,6 +27,15 @@ def sized(datatype: str, shape: list[int], size: int) -> dict[str, Any]:
     return {"name": "t", "datatype": datatype, "shape": shape, "parameters": parameters}
 
 
+def nested_body(data_depth: int = 1, parameter_depth: int = 0) -> bytes:
+    """A request whose data, and parameters, nest this deep (built as text: json.dumps
+    recurses too)."""
+    data = "[" * data_depth + "1" + "]" * data_depth
+    parameters = '{"p":' * parameter_depth + "1" + "}" * parameter_depth
+    tensor = f'{{"name": "t", "datatype": "FP32", "shape": [1], "data": {data}}}'
+    return f'{{"inputs": [{tensor}], "parameters": {{"deep": {parameters}}}}}'.encode()
+
+
 BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
     "malformed JSON": (b'{"inputs": [', {}, "Invalid inference request"),
     "empty body": (b"", {}, "The request body is empty"),
@@ -123,6 +132,12 @@ BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
         "Unsupported Content-Encoding",
     ),
     "not gzip data": (body(), {"Content-Encoding": "gzip"}, "not valid gzip data"),
+    # Nesting: past Python's recursion limit, past numpy's 64 dimensions, and in
+    # parameters (deep enough to break a recursive walk, or merely too deep to echo).
+    "JSON nested too deeply": (nested_body(data_depth=100_000), {}, "nested too deeply"),
+    "data past 64 dimensions": (nested_body(data_depth=70), {}, "numpy's 64 dimensions"),
+    "parameters nested too deeply": (nested_body(parameter_depth=900), {}, "32 levels deep"),
+    "parameters nested past 32": (nested_body(parameter_depth=33), {}, "32 levels deep"),
 }
 
 
@@ -184,3 +199,8 @@ def test_model_raising_on_bad_input_is_500_with_its_message(rest: httpx.Client) 
     response = rest.post("/v2/models/double/infer", content=body(tensor("FP32", [1], [1], "z")))
     assert_error(response, 500, "KeyError: 'x'")
     assert_still_serving(rest)
+
+
+def test_parameters_nested_within_the_limit_are_served(rest: httpx.Client) -> None:
+    response = rest.post("/v2/models/echo/infer", content=nested_body(parameter_depth=32))
+    assert response.status_code == 200, response.text

@@ -88,6 +88,7 @@ def test_pd_json_decodes_each_element() -> None:
         ("base64", b"aGk=", b"not base64!", "element 1 is not base64"),
         ("datetime", b"2024-01-01", b"yesterday", "element 1 is not an ISO 8601 date/time"),
         ("pd_json", b"1", b"{oops", "element 1 is not a JSON document"),
+        ("pd_json", b"[]", b"[" * 100_000, "element 1 is not a JSON document"),  # too deep
     ],
 )
 def test_undecodable_element_names_input_and_element(

@@ -47,6 +47,8 @@ class _RepositoryIndexBody(msgspec.Struct):
     ready: bool | None = None
 
 
+# msgspec follows Python's recursion limit: JSON nested deeper raises RecursionError.
+TOO_DEEP = "Invalid {what}: the JSON is nested too deeply; send tensor data flat"
 _request_decoder = msgspec.json.Decoder(_RequestBody)
 _index_decoder = msgspec.json.Decoder(_RepositoryIndexBody)
 
@@ -60,6 +62,8 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
         )
     try:
         parsed = _request_decoder.decode(json_part)
+    except RecursionError:
+        raise InvalidRequest(TOO_DEEP.format(what="inference request")) from None
     except msgspec.DecodeError as error:
         hint = ""
         if binary_part is not None:
@@ -82,21 +86,27 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
     return request
 
 
+MAX_PARAMETER_DEPTH = 32
+"""How deep lists and objects may nest in a parameter value (the protocol's are scalars)."""
+
+
 def _check_parameters(parameters: dict[str, Any], where: str) -> None:
-    # JSON integers are unbounded but the protocol's are 64-bit, and orjson cannot
-    # write a bigger one back: a model that echoes it would fail with a 500.
-    if not _fits_64_bits(parameters):
-        raise InvalidRequest(f"{where} hold an integer beyond 64 bits; send it as a string")
-
-
-def _fits_64_bits(value: Any) -> bool:
-    if type(value) is int:
-        return -(2**63) <= value < 2**64
-    if isinstance(value, dict):
-        return all(_fits_64_bits(item) for item in value.values())
-    if isinstance(value, list):
-        return all(_fits_64_bits(item) for item in value)
-    return True
+    """Refuse what the server could not write back if a model echoed it: integers
+    beyond 64 bits (orjson cannot write them) and values nested beyond
+    MAX_PARAMETER_DEPTH (orjson stops at 255 levels), each a 500 otherwise."""
+    pending: list[tuple[Any, int]] = [(value, 1) for value in parameters.values()]
+    while pending:  # a loop, not recursion: the depth is the client's to choose
+        value, depth = pending.pop()
+        if type(value) is int and not -(2**63) <= value < 2**64:
+            raise InvalidRequest(f"{where} hold an integer beyond 64 bits; send it as a string")
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            if depth > MAX_PARAMETER_DEPTH:
+                raise InvalidRequest(
+                    f"{where} nest lists or objects more than {MAX_PARAMETER_DEPTH} levels deep"
+                )
+            pending.extend((child, depth + 1) for child in value)
 
 
 def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | None]:
@@ -168,6 +178,8 @@ def decode_index_request(body: bytes) -> bool | None:
         return None
     try:
         return _index_decoder.decode(body).ready
+    except RecursionError:
+        raise InvalidRequest(TOO_DEEP.format(what="repository index request")) from None
     except msgspec.DecodeError as error:
         raise InvalidRequest(f"Invalid repository index request: {error}") from None
 
