@@ -19,7 +19,17 @@ from .errors import InvalidRequest
 
 _LENGTH_PREFIX = struct.Struct("<I")
 _INTEGER_KINDS = "iu"
+# BYTES tensors: object arrays of bytes, or numpy text arrays a runtime returned as is.
+_TEXT_KINDS = "OSU"
 _FLOAT64_MAX = float(np.finfo(np.float64).max)
+
+
+MAX_DIMENSIONS = 32
+"""Dimensions a tensor may have: numpy 1.x's limit (2.x allows 64), and what pickle
+and every framework take."""
+MAX_EXTENT = 2**48
+"""Bound on the product of a shape's non-zero dimensions: numpy refuses shapes whose
+size overflows, even with a 0 elsewhere in them."""
 
 
 def check_shape(name: str, shape: Sequence[Any]) -> tuple[int, ...]:
@@ -28,6 +38,15 @@ def check_shape(name: str, shape: Sequence[Any]) -> tuple[int, ...]:
             raise InvalidRequest(
                 f"Input {name!r}: shape {list(shape)} must be a list of non-negative integers"
             )
+    if len(shape) > MAX_DIMENSIONS:
+        raise InvalidRequest(
+            f"Input {name!r}: shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS}"
+        )
+    extent = 1
+    for dim in shape:
+        extent *= dim or 1
+    if extent > MAX_EXTENT:
+        raise InvalidRequest(f"Input {name!r}: shape {list(shape)} is too large for a tensor")
     return tuple(shape)
 
 
@@ -51,7 +70,14 @@ def array_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -
         array = np.asarray(data, dtype=object)
     if array.size:
         _check_values(name, datatype, dtype, array)
-    return array.astype(dtype, copy=False).reshape(dims)
+    if not (is_floating(dtype) and dtype.itemsize < 8 and array.size):
+        return array.astype(dtype, copy=False).reshape(dims)
+    # JSON has no infinity, so one here means a number too large for the datatype.
+    with np.errstate(over="ignore"):
+        narrowed = array.astype(dtype)
+    if not np.isfinite(narrowed).all():
+        raise InvalidRequest(f"Input {name!r}: values out of range for {datatype}")
+    return narrowed.reshape(dims)
 
 
 def _check_size(name: str, shape: tuple[int, ...], size: int) -> None:
@@ -184,7 +210,7 @@ def _bytes_from_buffer(name: str, shape: tuple[int, ...], view: memoryview) -> n
 
 def array_to_bytes(array: np.ndarray) -> bytes:
     """Raw little-endian bytes of an array; BYTES as 4-byte length + bytes each."""
-    if array.dtype.kind == "O":
+    if array.dtype.kind in _TEXT_KINDS:
         return b"".join(_LENGTH_PREFIX.pack(len(item)) + item for item in _as_bytes_items(array))
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
@@ -193,11 +219,12 @@ def array_to_bytes(array: np.ndarray) -> bytes:
 
 def array_to_json(array: np.ndarray) -> Any:
     """A flat value orjson can write (with OPT_SERIALIZE_NUMPY) for ``array``."""
-    kind = array.dtype.kind
-    if kind == "O":
+    if array.dtype.kind in _TEXT_KINDS:
         return [_utf8(item) for item in _as_bytes_items(array)]
     if is_floating(array.dtype) and array.dtype.itemsize == 2:
         array = array.astype(np.float32)  # FP16 and BF16: JSON writes float32 values
+    elif array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))  # orjson writes native order
     return np.ascontiguousarray(array).reshape(-1)
 
 

@@ -47,12 +47,12 @@ class InvalidRequest(InferdError):
 class ModelNotFound(InferdError):
     code = ErrorCode.NOT_FOUND
 
-    def __init__(self, name: str, version: str | None = None) -> None:
+    def __init__(self, name: str, version: str | None = None, hint: str = "") -> None:
         if version:
             message = f"Model {name!r} with version {version!r} not found"
         else:
             message = f"Model {name!r} not found"
-        super().__init__(message)
+        super().__init__(message + hint)
         self.name = name
         self.version = version
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ModelNotFound
 from .settings import MODEL_SETTINGS_FILE, ModelSettings
 from .settings_loader import env_variable, load_model_settings, model_settings_from_env
 
@@ -28,6 +28,7 @@ class BrokenModel:
     # else its folder's name (the default name). Kept as ``folder`` for callers.
     folder: str
     error: str
+    name_known: bool = True  # False: the file's "name" could not be read
 
 
 @dataclass(slots=True)
@@ -57,14 +58,18 @@ class ModelRepository:
         """Every version of the model called ``name``; empty if there is none.
 
         A broken settings file elsewhere in the repository does not stop another
-        model from loading; one in this model's own folder does.
+        model from loading; one meant for this model (by its "name", or its folder
+        when that cannot be read) does. An unknown name is ModelNotFound, which
+        mentions the broken files whose name could not be read (one may be it).
         """
         scan = self.scan()
         found = [settings for settings in scan.models if settings.name == name]
         own_broken = [broken for broken in scan.broken if broken.folder == name]
-        if own_broken or (scan.broken and not found):
-            problems = own_broken or scan.broken
-            raise ConfigurationError("\n".join(broken.error for broken in problems))
+        if own_broken:
+            raise ConfigurationError("\n".join(broken.error for broken in own_broken))
+        unnamed = [broken for broken in scan.broken if not broken.name_known]
+        if not found and unnamed:
+            raise ModelNotFound(name, hint=_maybe_it(unnamed))
         _check_unique_versions(found)
         return found
 
@@ -76,7 +81,9 @@ class ModelRepository:
             try:
                 scan.models.append(load_model_settings(path))
             except ConfigurationError as error:
-                scan.broken.append(BrokenModel(_guess_name(path), str(error)))
+                name = _name_in(path)
+                guess = name or path.parent.name
+                scan.broken.append(BrokenModel(guess, str(error), name_known=name is not None))
         if not files:
             from_env = model_settings_from_env()
             if from_env is not None:
@@ -94,13 +101,23 @@ class ModelRepository:
         return files
 
 
-def _guess_name(settings_file: Path) -> str:
-    """The name a broken settings file was meant to give its model."""
+def _name_in(settings_file: Path) -> str | None:
+    """The name a broken settings file gives its model: its "name", or its folder's
+    when it sets none (the default name); None when that cannot be read."""
     try:
-        name = json.loads(settings_file.read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
-        name = None
-    return name if isinstance(name, str) and name else settings_file.parent.name
+        settings = json.loads(settings_file.read_text())
+    except (OSError, ValueError):
+        return None
+    name = settings.get("name") if isinstance(settings, dict) else 0
+    if name is None or name == "":
+        return settings_file.parent.name
+    return name if isinstance(name, str) else None
+
+
+def _maybe_it(unnamed: list[BrokenModel]) -> str:
+    return "; these settings files cannot be read and may define it: " + "; ".join(
+        broken.error for broken in unnamed
+    )
 
 
 def _check_unique_versions(found: list[ModelSettings]) -> None:

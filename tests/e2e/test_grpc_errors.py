@@ -111,6 +111,13 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
         "send it in raw_input_contents",
     ),
     (
+        "too many dimensions",
+        raw_request("echo", TWO_FLOATS[:4], shape=(1,) * 33),
+        "33 dimensions; at most 32",
+    ),
+    ("too large to size", raw_request("echo", b"", shape=(0, 2**62)), "too large for a tensor"),
+    ("typed, too large", typed_request("INT32", [0, 2**62]), "too large for a tensor"),
+    (
         "BF16 typed",
         typed_request("BF16", [1], fp32_contents=[1.0]),
         "BF16 has no typed contents field; send it in raw_input_contents",

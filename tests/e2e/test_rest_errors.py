@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import httpx
 import pytest
+
+from .conftest import wait_for
+from .metrics_helpers import scrape, value
+from .serverproc import ServerProcess
 
 
 def tensor(datatype: str, shape: Any, data: Any, name: str = "t") -> dict[str, Any]:
@@ -138,6 +143,24 @@ BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
     "data past 64 dimensions": (nested_body(data_depth=70), {}, "numpy's 64 dimensions"),
     "parameters nested too deeply": (nested_body(parameter_depth=900), {}, "32 levels deep"),
     "parameters nested past 32": (nested_body(parameter_depth=33), {}, "32 levels deep"),
+    # Shapes numpy cannot build.
+    "33 dimensions": (body(tensor("INT32", [1] * 33, [1])), {}, "33 dimensions; at most 32"),
+    "an empty shape numpy cannot size": (
+        body(tensor("INT32", [0, 2**62], [])),
+        {},
+        "is too large for a tensor",
+    ),
+    "binary, too many dimensions": (
+        *binary_body({"inputs": [sized("INT32", [1] * 40, 4)]}, b"\0" * 4),
+        "40 dimensions; at most 32",
+    ),
+    "not UTF-8": (
+        b'{"inputs": [{"name": "\xff", "datatype": "FP32", "shape": [1], "data": [1]}]}',
+        {},
+        "JSON must be UTF-8 text",
+    ),
+    "FP32 out of range": (body(tensor("FP32", [2], [1.5, 1e300])), {}, "out of range for FP32"),
+    "FP16 out of range": (body(tensor("FP16", [1], [70000])), {}, "out of range for FP16"),
 }
 
 
@@ -204,3 +227,19 @@ def test_model_raising_on_bad_input_is_500_with_its_message(rest: httpx.Client) 
 def test_parameters_nested_within_the_limit_are_served(rest: httpx.Client) -> None:
     response = rest.post("/v2/models/echo/infer", content=nested_body(parameter_depth=32))
     assert response.status_code == 200, response.text
+
+
+def test_a_client_leaving_mid_body_on_a_starlette_route_is_499_not_an_error(
+    server: ServerProcess,
+) -> None:
+    """Starlette's ClientDisconnect (not the fast path's) must not read as a server fault."""
+    labels = {"method": "POST", "path": "/v2/repository/index", "status_code": "499"}
+    before = value(scrape(server.metrics_port), "rest_server_requests_total", **labels)
+    with socket.create_connection(("127.0.0.1", server.http_port)) as client:
+        head = "POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        client.sendall(head.encode() + b'{"ready":')  # then leave, 91 bytes short
+    wait_for(
+        lambda: value(scrape(server.metrics_port), "rest_server_requests_total", **labels) > before,
+        "the disconnect to be counted as 499",
+    )
+    assert "ClientDisconnect" not in server.log()

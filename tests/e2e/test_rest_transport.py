@@ -77,12 +77,43 @@ def test_large_responses_are_gzipped_for_clients_that_accept_it(rest: httpx.Clie
     assert echoed(response) == [1.25] * 5000  # httpx decompresses
 
 
+def test_a_gzip_body_of_several_members_is_read_whole(rest: httpx.Client) -> None:
+    body = request_of(3)
+    members = gzip.compress(body[:10]) + gzip.compress(body[10:])  # RFC 1952 allows it
+    response = rest.post(
+        "/v2/models/echo/infer", content=members, headers={"Content-Encoding": "gzip"}
+    )
+    assert echoed(response) == [1.25] * 3
+
+
+@pytest.mark.parametrize(
+    ("encoding", "content"),
+    [
+        ("gzip", gzip.compress(request_of(3)) + b"trailing junk"),
+        ("deflate", zlib.compress(request_of(3)) + b"trailing junk"),
+    ],
+)
+def test_bytes_after_the_compressed_body_are_refused(
+    rest: httpx.Client, encoding: str, content: bytes
+) -> None:
+    response = rest.post(
+        "/v2/models/echo/infer", content=content, headers={"Content-Encoding": encoding}
+    )
+    assert response.status_code == 400, response.text
+    assert "The body" in response.json()["error"]
+
+
 def test_responses_are_not_gzipped_otherwise(rest: httpx.Client) -> None:
     identity = rest.post(
         "/v2/models/echo/infer", content=request_of(5000), headers={"Accept-Encoding": "identity"}
     )
     assert "content-encoding" not in identity.headers
+    assert identity.headers["vary"] == "Accept-Encoding"  # it would be, for another client
     assert echoed(identity) == [1.25] * 5000
+    refused = rest.post(
+        "/v2/models/echo/infer", content=request_of(5000), headers={"Accept-Encoding": "gzip;q=0"}
+    )
+    assert "content-encoding" not in refused.headers
     small = rest.post(
         "/v2/models/echo/infer", content=request_of(2), headers={"Accept-Encoding": "gzip"}
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from inferd.errors import ConfigurationError
+from inferd.errors import ConfigurationError, ModelNotFound
 from inferd.repository import ModelRepository
 
 
@@ -157,11 +157,23 @@ def test_a_broken_file_is_attributed_to_the_name_it_sets(tmp_path: Path) -> None
     assert [settings.name for settings in repository.find("other")] == ["other"]
 
 
-def test_a_broken_file_is_reported_when_its_name_is_asked_for_and_unknown(
+def test_an_unknown_name_is_not_found_and_mentions_files_whose_name_is_unreadable(
     tmp_path: Path,
 ) -> None:
-    # The broken file's name cannot be read: asking for any name not found reports it.
+    # The broken file's name cannot be read, so it may be the model asked for.
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "model-settings.json").write_text('{"name": ')
-    with pytest.raises(ConfigurationError, match=re.escape("folder/model-settings.json")):
+    with pytest.raises(ModelNotFound) as raised:
         ModelRepository(tmp_path).find("what-it-meant")
+    assert raised.value.message.startswith("Model 'what-it-meant' not found; these settings")
+    assert "folder/model-settings.json" in raised.value.message
+
+
+def test_broken_files_that_name_other_models_do_not_answer_for_an_unknown_name(
+    tmp_path: Path,
+) -> None:
+    add_model(tmp_path, "named", name="other", max_batch_size="many")
+    add_model(tmp_path, "unnamed", max_batch_size="many")  # named after its folder
+    repository = ModelRepository(tmp_path)
+    assert [broken.folder for broken in repository.scan().broken] == ["other", "unnamed"]
+    assert repository.find("does-not-exist") == []

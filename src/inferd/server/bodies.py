@@ -41,23 +41,34 @@ class BodyReader:
         return b"".join([first, *rest]) if rest else first
 
     def _decompress(self, body: bytes, encoding: str) -> bytes:
-        """gzip or deflate, refusing to inflate past the limit (a zip bomb guard)."""
+        """gzip (every member, RFC 1952) or deflate, refusing to inflate past the
+        limit (a zip bomb guard) and refusing bytes after the compressed data."""
         if encoding == "gzip":
             wbits = 16 + zlib.MAX_WBITS
         elif encoding == "deflate":
             wbits = zlib.MAX_WBITS
         else:
             raise InvalidRequest(f"Unsupported Content-Encoding {encoding!r}; use gzip or deflate")
-        inflater = zlib.decompressobj(wbits)
-        try:
-            data = inflater.decompress(body, self.limit + 1)
-        except zlib.error as error:
-            raise InvalidRequest(f"The body is not valid {encoding} data: {error}") from None
-        if len(data) > self.limit or inflater.unconsumed_tail:
-            raise PayloadTooLarge(self._too_large() + " once decompressed")
-        if not inflater.eof:
-            raise InvalidRequest(f"The body is truncated {encoding} data")
-        return data
+        parts: list[bytes] = []
+        size = 0
+        remaining = body
+        while True:
+            inflater = zlib.decompressobj(wbits)
+            try:
+                # At least 1: a max_length of 0 would mean no limit at all.
+                parts.append(inflater.decompress(remaining, self.limit + 1 - size))
+            except zlib.error as error:
+                raise InvalidRequest(f"The body is not valid {encoding} data: {error}") from None
+            size += len(parts[-1])
+            if size > self.limit or inflater.unconsumed_tail:
+                raise PayloadTooLarge(self._too_large() + " once decompressed")
+            if not inflater.eof:
+                raise InvalidRequest(f"The body is truncated {encoding} data")
+            remaining = inflater.unused_data
+            if not remaining:
+                return b"".join(parts)  # one member, the usual case: no copy
+            if encoding == "deflate":  # one stream only; gzip may hold several members
+                raise InvalidRequest(f"The body has {len(remaining)} bytes after its deflate data")
 
     def _too_large(self) -> str:
         return f"The request body is larger than max_request_size ({self.limit} bytes)"

@@ -169,9 +169,7 @@ def _array_from_contents(tensor: pb.ModelInferRequest.InferInputTensor) -> np.nd
         raise InvalidRequest(
             f"Input {name!r}: {datatype} has no typed contents field; send it in raw_input_contents"
         )
-    dims = tuple(tensor.shape)
-    if dims and min(dims) < 0:
-        check_shape(name, dims)  # raises with the usual message
+    dims = check_shape(name, tensor.shape)
     count = element_count(dims)
     contents = tensor.contents
     values = getattr(contents, field)

@@ -49,6 +49,8 @@ class _RepositoryIndexBody(msgspec.Struct):
 
 # msgspec follows Python's recursion limit: JSON nested deeper raises RecursionError.
 TOO_DEEP = "Invalid {what}: the JSON is nested too deeply; send tensor data flat"
+# msgspec raises UnicodeDecodeError (not DecodeError) for bytes that are not UTF-8.
+NOT_UTF8 = "Invalid {what}: JSON must be UTF-8 text ({error})"
 _request_decoder = msgspec.json.Decoder(_RequestBody)
 _index_decoder = msgspec.json.Decoder(_RepositoryIndexBody)
 
@@ -64,6 +66,8 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
         parsed = _request_decoder.decode(json_part)
     except RecursionError:
         raise InvalidRequest(TOO_DEEP.format(what="inference request")) from None
+    except UnicodeDecodeError as error:
+        raise InvalidRequest(NOT_UTF8.format(what="inference request", error=error)) from None
     except msgspec.DecodeError as error:
         hint = ""
         if binary_part is not None:
@@ -180,6 +184,10 @@ def decode_index_request(body: bytes) -> bool | None:
         return _index_decoder.decode(body).ready
     except RecursionError:
         raise InvalidRequest(TOO_DEEP.format(what="repository index request")) from None
+    except UnicodeDecodeError as error:
+        raise InvalidRequest(
+            NOT_UTF8.format(what="repository index request", error=error)
+        ) from None
     except msgspec.DecodeError as error:
         raise InvalidRequest(f"Invalid repository index request: {error}") from None
 

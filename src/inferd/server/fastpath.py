@@ -201,13 +201,12 @@ class FastInferApp:
         request_headers: dict[bytes, bytes],
         send: Send,
     ) -> None:
-        if (
-            self.gzip_enabled
-            and len(content) >= GZIP_MINIMUM_SIZE
-            and _accepts_gzip(request_headers)
-        ):
-            content = gzip.compress(content, GZIP_LEVEL)
-            response_headers += [(b"content-encoding", b"gzip"), (b"vary", b"Accept-Encoding")]
+        if self.gzip_enabled and len(content) >= GZIP_MINIMUM_SIZE:
+            # Compressed or not, this answer depends on Accept-Encoding: tell caches.
+            response_headers.append((b"vary", b"Accept-Encoding"))
+            if _accepts_gzip(request_headers):
+                content = gzip.compress(content, GZIP_LEVEL)
+                response_headers.append((b"content-encoding", b"gzip"))
         response_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": response_headers})
         await send({"type": "http.response.body", "body": content})
@@ -235,7 +234,16 @@ def _decoded(headers: dict[bytes, bytes]) -> dict[str, str]:
 
 
 def _accepts_gzip(headers: dict[bytes, bytes]) -> bool:
-    return b"gzip" in headers.get(b"accept-encoding", b"")
+    """Whether Accept-Encoding lists gzip with a quality above 0 (``gzip;q=0`` refuses it)."""
+    for coding in headers.get(b"accept-encoding", b"").split(b","):
+        name, _, parameters = coding.partition(b";")
+        if name.strip().lower() == b"gzip":
+            quality = parameters.strip().lower().removeprefix(b"q=")
+            try:
+                return not parameters.strip() or float(quality) > 0
+            except ValueError:
+                return False  # a malformed quality: do not guess
+    return False
 
 
 async def wait_for_disconnect(receive: Receive) -> None:

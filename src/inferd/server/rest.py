@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -59,7 +59,7 @@ def _handles_errors(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except InferdError as error:
             return error_response(error)
-        except ConnectionAbortedError:
+        except (ConnectionAbortedError, ClientDisconnect):  # ours, and Starlette's stream()
             # Nobody reads this; 499 (nginx's "client closed request") marks it in metrics.
             return Response(error_body("The client disconnected"), CLIENT_CLOSED_REQUEST)
         except Exception:

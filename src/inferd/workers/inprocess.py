@@ -16,11 +16,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+import numpy as np
+
 from .. import custom_metrics
+from ..datatypes import datatype_of
 from ..errors import InferdError, ModelError
 from ..model import Model, WorkerContext
 from ..settings import ModelSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from ..types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from .runtime_loader import LoadedModel, describe, load_runtime
 
 logger = logging.getLogger(__name__)
@@ -63,11 +66,12 @@ class InProcessPool:
             if loaded.threads is not None:
                 loop = asyncio.get_running_loop()
                 run = contextvars.copy_context().run  # the thread logs with the model's labels
-                return await loop.run_in_executor(loaded.threads, run, model.predict, request)  # type: ignore[arg-type]
+                answer = await loop.run_in_executor(loaded.threads, run, model.predict, request)
+                return checked_response(model, answer)
             result = model.predict(request)
             if loaded.is_async:
-                return await cast(Awaitable[InferenceResponse], result)
-            return cast(InferenceResponse, result)
+                result = await cast(Awaitable[InferenceResponse], result)
+            return checked_response(model, result)
         except InferdError:
             raise
         except Exception as error:
@@ -92,3 +96,30 @@ def as_inferd_error(model: Model, error: Exception) -> InferdError:
         return error
     logger.error("Model %r failed while predicting", model.name, exc_info=error)
     return ModelError(f"Model {model.name!r} failed: {describe(error)}")
+
+
+def checked_response(model: Model, response: object) -> InferenceResponse:
+    """What ``predict`` returned, if the wire layers can send it; else a ModelError
+    that says what is wrong (in every pool alike, not a bare 500 from the codec)."""
+    if not isinstance(response, InferenceResponse):
+        raise _bad_return(
+            model, f"predict returned {type(response).__name__}, not an InferenceResponse"
+        )
+    for tensor in response.outputs:
+        data = getattr(tensor, "data", None)
+        if not isinstance(tensor, Tensor) or not isinstance(data, np.ndarray):
+            got = type(data if isinstance(tensor, Tensor) else tensor).__name__
+            raise _bad_return(
+                model, f"each output must be a Tensor holding a numpy array, got {got}"
+            )
+        try:
+            datatype_of(data.dtype)
+        except ValueError as error:
+            raise _bad_return(model, f"output {tensor.name!r}: {error}") from None
+    return response
+
+
+def _bad_return(model: Model, problem: str) -> ModelError:
+    message = f"Model {model.name!r}: {problem}"
+    logger.error("%s", message)  # a bug in the runtime: its author needs to see it
+    return ModelError(message)

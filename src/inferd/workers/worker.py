@@ -36,16 +36,16 @@ import socket
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import Any, cast
+from typing import Any
 
 from .. import custom_metrics
 from ..errors import ConfigurationError, InferdError, ModelError
 from ..logs import configure_logging
 from ..model import WorkerContext
 from ..settings import ModelSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from ..types import InferenceRequest, ModelMetadata
 from . import ipc
-from .inprocess import as_inferd_error
+from .inprocess import as_inferd_error, checked_response
 from .runtime_loader import LoadedModel, load_runtime
 
 logger = logging.getLogger(__name__)
@@ -118,8 +118,8 @@ class Worker:
         model = loaded.model
         token = custom_metrics.set_model(loaded.labels)
         try:
-            response = model.predict(request)
-            self._reply(call_id, ipc.pack_response(cast(InferenceResponse, response)))
+            response = checked_response(model, model.predict(request))
+            self._reply(call_id, ipc.pack_response(response))
         except Exception as error:
             self._reply_error(call_id, as_inferd_error(model, error))
         finally:
@@ -129,7 +129,7 @@ class Worker:
         model = loaded.model
         custom_metrics.set_model(loaded.labels)  # this task's own context
         try:
-            return ipc.pack_response(await model.predict(request))  # type: ignore[misc]
+            return ipc.pack_response(checked_response(model, await model.predict(request)))  # type: ignore[misc]
         except InferdError:
             raise
         except Exception as error:

@@ -199,3 +199,18 @@ class BatchRecorder(Model):
             first = request.inputs[0].data.reshape(rows, -1)[:, 0]
             ran.write(" ".join(str(v) for v in first.tolist()) + "\n")
         return InferenceResponse(outputs=outputs)
+
+
+class OddOutputs(Model):
+    """Returns what the request parameter ``kind`` names: a numpy text array, a
+    big-endian array, an array with no V2 datatype, or no response at all."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        kind = request.parameters.get("kind")
+        if kind == "text":
+            return InferenceResponse([Tensor("y", np.array(["h\u00e9llo", "x"]))])
+        if kind == "big-endian":
+            return InferenceResponse([Tensor("y", np.arange(3, dtype=">i4"))])
+        if kind == "complex":
+            return InferenceResponse([Tensor("y", np.array([1 + 2j]))])
+        return None  # type: ignore[return-value]  # the mistake under test
