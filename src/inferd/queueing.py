@@ -20,6 +20,7 @@ timers, slots). Rules:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
@@ -196,7 +197,8 @@ def request_timeout(request: InferenceRequest, default: float | None) -> float |
     value = request.parameters.get("timeout")
     if value is None:
         return default or None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    valid_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not valid_number or not math.isfinite(value) or value < 0:  # NaN is not < 0
         raise InvalidRequest(
             f"The request parameter 'timeout' must be a number of microseconds >= 0 "
             f"(0: no timeout), not {value!r}"

@@ -133,9 +133,13 @@ class Scheduler:
         pending.waiter = slot
         self._queue.push(pending)  # Overloaded when full
         if pending.deadline is not None:
-            pending.timer = loop.call_later(
-                pending.deadline - time.monotonic(), self._expire, pending
-            )
+            try:
+                pending.timer = loop.call_later(
+                    pending.deadline - time.monotonic(), self._expire, pending
+                )
+            except BaseException:
+                self._leave_queue(pending)  # never leave a request nobody waits for
+                raise
         self._hand_out_slots()  # a slot may be free while a partial batch waited
         try:
             if disconnected is None or slot.done():

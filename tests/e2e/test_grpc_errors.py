@@ -132,6 +132,16 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
         "appears more than once",
     ),
     (
+        "NaN timeout",  # wedged the model's queue before it was refused
+        pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[fp32_input()],
+            raw_input_contents=[TWO_FLOATS],
+            parameters={"timeout": pb.InferParameter(double_param=float("nan"))},
+        ),
+        "'timeout' must be a number of microseconds >= 0",
+    ),
+    (
         "raw_output not bool",
         pb.ModelInferRequest(
             model_name="echo",

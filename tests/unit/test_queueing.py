@@ -138,6 +138,9 @@ def test_removed_requests_are_gone() -> None:
         ({"priority": -1}, "priority"),
         ({"priority": "high"}, "priority"),
         ({"timeout": "1s"}, "timeout"),
+        # NaN passes "< 0" and "or None" checks, then breaks the timer: refused first.
+        ({"timeout": float("nan")}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
     ],
 )
 def test_bad_queue_parameters_are_refused_clearly(parameters: dict, message: str) -> None:
