@@ -244,6 +244,26 @@ def test_message_size_limit(start: Any, tmp_path: Path) -> None:
         error = rpc_error(stub.ModelInfer, raw_request("echo", large, shape=(32 * 1024,)))
         assert error.code() == Code.RESOURCE_EXHAUSTED
         assert "larger than max" in error.details()
+        # 40 KiB in, but ~80 KB as typed contents (2-byte varints): too big to send back.
+        typed_answer = pb.ModelInferRequest(
+            model_name="echo",
+            inputs=[
+                pb.ModelInferRequest.InferInputTensor(name="x", datatype="UINT8", shape=[40960])
+            ],
+            raw_input_contents=[np.full(40960, 200, dtype=np.uint8).tobytes()],
+            parameters={"raw_output": pb.InferParameter(bool_param=False)},
+        )
+        error = rpc_error(stub.ModelInfer, typed_answer)
+        assert error.code() == Code.RESOURCE_EXHAUSTED
+        assert "over grpc_max_message_length (65536)" in error.details()
+        assert "leave out the raw_output parameter" in error.details()
+        # In a stream that request alone fails; the stream goes on.
+        answers = list(
+            stub.ModelStreamInfer(iter([typed_answer, raw_request("echo", small, shape=(1024,))]))
+        )
+        assert "over grpc_max_message_length" in answers[0].error_message
+        assert not answers[1].error_message and answers[1].infer_response.outputs
+    assert "Traceback" not in process.log()
 
 
 def test_a_100_mb_tensor_fits_by_default(server: ServerProcess) -> None:

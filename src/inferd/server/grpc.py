@@ -32,7 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from ..dataplane import DataPlane
-from ..errors import ConfigurationError, ErrorCode, InferdError, InvalidRequest
+from ..errors import ConfigurationError, ErrorCode, InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
 from ..settings import ServerSettings
 from ..stats import GrpcMethodStats, GrpcStats
@@ -67,6 +67,8 @@ SHUTTING_DOWN = (
 # Requests of one stream running at once: enough to keep a worker busy and let
 # the scheduler batch, few enough to bound the memory a single stream can hold.
 STREAM_WINDOW = 16
+# Bytes a ModelStreamInferResponse adds around the ModelInferResponse it carries.
+_STREAM_WRAPPING = 16
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -122,10 +124,17 @@ def _retry_hint(error: InferdError) -> tuple[tuple[str, str], ...]:
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
-        self, dataplane: DataPlane, shutdown: ShutdownSignal, grpc_stats: GrpcStats | None = None
+        self,
+        dataplane: DataPlane,
+        shutdown: ShutdownSignal,
+        max_message_length: int,
+        grpc_stats: GrpcStats | None = None,
     ) -> None:
         self.dataplane = dataplane
         self.shutdown = shutdown
+        # Answers beyond it are refused here, with a message: grpcio would fail the
+        # call (and end a whole stream) with a traceback in the log.
+        self.max_answer_size = max_message_length - _STREAM_WRAPPING
         # Each method's counters, bound once (none when metrics are off).
         self.method_stats: dict[str, GrpcMethodStats] = {}
         if grpc_stats is not None:
@@ -171,7 +180,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         response = await self.dataplane.infer(
             message.model_name, message.model_version or None, request
         )
-        return encode_infer_response(response, raw)
+        answer = encode_infer_response(response, raw)
+        if answer.ByteSize() > self.max_answer_size:
+            raise PayloadTooLarge(
+                f"The answer of model {message.model_name!r} is {answer.ByteSize()} bytes, "
+                f"over grpc_max_message_length ({self.max_answer_size + _STREAM_WRAPPING}); "
+                + (
+                    "ask for fewer outputs or raise grpc_max_message_length"
+                    if raw
+                    else "leave out the raw_output parameter: raw outputs are smaller"
+                )
+            )
+        return answer
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[StreamRequest], context: Any
@@ -351,7 +371,8 @@ class GrpcServer:
             ]
         )
         add_inference_service(
-            InferenceServicer(dataplane, self._shutdown, grpc_stats), self._server
+            InferenceServicer(dataplane, self._shutdown, self.max_message_length, grpc_stats),
+            self._server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(
             HealthServicer(dataplane, self._shutdown), self._server
