@@ -91,10 +91,7 @@ class Scheduler:
             queued = dispatched = time.perf_counter_ns()
             if self.on_batch is not None:
                 self.on_batch(rows_of(request.inputs), 1)
-            try:
-                response = await self._pool.predict(self.instance_id, request)
-            finally:
-                self._release_slot()
+            response = await self._await_started(self._predict(request))
         elif capacity == 0:
             # No worker can run it now; the pool answers with the reason.
             return await self._pool.predict(self.instance_id, request)
@@ -102,11 +99,8 @@ class Scheduler:
             queued = time.perf_counter_ns()
             started, owns_slot = await self._wait_for_slot(request, disconnected)
             dispatched = time.perf_counter_ns()
-            try:
-                response = await started
-            finally:
-                if owns_slot:
-                    self._release_slot()
+            # A batch's answer: the batch gives its slot back when it ends.
+            response = await (self._await_started(started) if owns_slot else started)
         if stats is not None:
             stats.waited(dispatched - queued)
             stats.computed(time.perf_counter_ns() - dispatched)
@@ -178,6 +172,30 @@ class Scheduler:
         if self._queue.remove(pending) and not pending.waiter.done():
             pending.waiter.set_exception(_deadline_error(pending))
         self._notify_if_drained()
+
+    async def _await_started(self, started: Started) -> InferenceResponse:
+        """The answer of a request holding a slot, giving the slot back when it ends.
+
+        A coroutine (in-process runtime) stops when its caller is cancelled. A
+        future (a call sent to a worker) does not: the worker goes on, so its slot
+        stays taken until the worker answers, or requests would pile up in the
+        worker beyond capacity and beyond the queue's bound.
+        """
+        if not isinstance(started, asyncio.Future):
+            try:
+                return await started
+            finally:
+                self._release_slot()
+        try:
+            response = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            self._abandon(started)  # frees the slot now if done, else once it is
+            raise
+        except BaseException:
+            self._release_slot()
+            raise
+        self._release_slot()
+        return response
 
     def _abandon(self, started: Started) -> None:
         """Free the slot of a started request nobody waits for, once it is done."""

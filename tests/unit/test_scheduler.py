@@ -255,3 +255,33 @@ async def test_a_cancelled_waiter_whose_request_started_frees_its_slot_when_it_e
     pool.finish(2)
     await asyncio.gather(tasks[0], tasks[2])
     assert (scheduler.in_flight, scheduler.waiting) == (0, 0)
+
+
+async def test_a_client_leaving_a_request_sent_to_a_worker_keeps_its_slot_until_it_ends() -> None:
+    """A worker does not stop when the client leaves: the slot stays taken, or work
+    would pile up in the worker beyond capacity (and beyond the queue's bound)."""
+    pool = StartingPool(capacity=1)
+    scheduler = Scheduler(pool, 1)
+    leaving = asyncio.create_task(scheduler.submit(request(0)))  # straight to the worker
+    await settle()
+    leaving.cancel()
+    await settle()
+    waiting = await submit_all(scheduler, range(1, 2))
+    assert pool.started == [0] and scheduler.waiting == 1, "0 still runs in the worker"
+    pool.finish(0)  # its answer arrives, for nobody
+    await settle()
+    assert pool.started == [0, 1]
+    queued_then_leaving = await submit_all(scheduler, range(2, 3))
+    pool.finish(1)
+    await settle()
+    assert pool.started == [0, 1, 2]
+    queued_then_leaving[0].cancel()  # 2 was queued, started, and now its client leaves
+    await submit_all(scheduler, range(3, 4))
+    assert pool.started == [0, 1, 2] and scheduler.waiting == 1
+    pool.calls[2].set_exception(WorkerLost("gone"))  # nobody to tell, no warning either
+    await settle()
+    assert pool.started == [0, 1, 2, 3]
+    pool.finish(3)
+    await asyncio.gather(*waiting)
+    await settle()
+    assert (scheduler.in_flight, scheduler.waiting) == (0, 0)
