@@ -33,18 +33,17 @@ size overflows, even with a 0 elsewhere in them."""
 
 
 def check_shape(name: str, shape: Sequence[Any]) -> tuple[int, ...]:
+    extent = 1
     for dim in shape:
         if type(dim) is not int or dim < 0:
             raise InvalidRequest(
                 f"Input {name!r}: shape {list(shape)} must be a list of non-negative integers"
             )
+        extent *= dim or 1
     if len(shape) > MAX_DIMENSIONS:
         raise InvalidRequest(
             f"Input {name!r}: shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS}"
         )
-    extent = 1
-    for dim in shape:
-        extent *= dim or 1
     if extent > MAX_EXTENT:
         raise InvalidRequest(f"Input {name!r}: shape {list(shape)} is too large for a tensor")
     return tuple(shape)
@@ -211,21 +210,25 @@ def _bytes_from_buffer(name: str, shape: tuple[int, ...], view: memoryview) -> n
 def array_to_bytes(array: np.ndarray) -> bytes:
     """Raw little-endian bytes of an array; BYTES as 4-byte length + bytes each."""
     if array.dtype.kind in _TEXT_KINDS:
-        return b"".join(_LENGTH_PREFIX.pack(len(item)) + item for item in _as_bytes_items(array))
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(array).tobytes()
+        return b"".join(_LENGTH_PREFIX.pack(len(item)) + item for item in bytes_items(array))
+    return np.ascontiguousarray(_little_endian(array)).tobytes()
 
 
 def array_to_json(array: np.ndarray) -> Any:
     """A flat value orjson can write (with OPT_SERIALIZE_NUMPY) for ``array``."""
     if array.dtype.kind in _TEXT_KINDS:
-        return [_utf8(item) for item in _as_bytes_items(array)]
+        return [_utf8(item) for item in bytes_items(array)]
     if is_floating(array.dtype) and array.dtype.itemsize == 2:
         array = array.astype(np.float32)  # FP16 and BF16: JSON writes float32 values
-    elif array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))  # orjson writes native order
-    return np.ascontiguousarray(array).reshape(-1)
+    # orjson writes native (little-endian) arrays only.
+    return np.ascontiguousarray(_little_endian(array)).reshape(-1)
+
+
+def _little_endian(array: np.ndarray) -> np.ndarray:
+    """``array`` itself unless it is big-endian: the protocol's order is little-endian."""
+    if array.dtype.byteorder == ">":
+        return array.astype(array.dtype.newbyteorder("<"))
+    return array
 
 
 def _utf8(item: bytes) -> str:
@@ -238,7 +241,8 @@ def _utf8(item: bytes) -> str:
         ) from None
 
 
-def _as_bytes_items(array: np.ndarray) -> list[bytes]:
+def bytes_items(array: np.ndarray) -> list[bytes]:
+    """The elements of a BYTES tensor, flat, as bytes (str encoded as UTF-8)."""
     items = array.reshape(-1).tolist()
     for index, item in enumerate(items):
         if not isinstance(item, bytes):
@@ -256,7 +260,7 @@ def to_output_array(value: Any) -> np.ndarray:
     kind = array.dtype.kind
     if kind in "US" or (kind == "O" and not _all_bytes(array)):
         converted = np.empty(array.shape, dtype=object)
-        converted.reshape(-1)[:] = _as_bytes_items(array)
+        converted.reshape(-1)[:] = bytes_items(array)
         return converted
     datatype_of(array.dtype)  # raises for dtypes with no V2 datatype
     return array

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..datatypes import element_count, numpy_dtype
-from ..encoding import array_from_bytes, array_to_bytes, check_shape, to_output_array
+from ..encoding import array_from_bytes, array_to_bytes, bytes_items, check_shape
 from ..errors import InvalidRequest
 from ..protocol import pb
 from ..types import (
@@ -240,8 +240,6 @@ def encode_infer_response(response: InferenceResponse, raw: bool) -> pb.ModelInf
     for tensor in response.outputs:
         data = tensor.data
         datatype = tensor.datatype
-        if datatype == "BYTES" and data.dtype.kind != "O":
-            data = to_output_array(data)  # numpy str arrays -> object arrays of bytes
         output = message.outputs.add(
             name=tensor.name,
             datatype=datatype,
@@ -262,16 +260,11 @@ def _typed_contents(name: str, datatype: str, data: np.ndarray) -> pb.InferTenso
             f"Output {name!r} is {datatype}, which has no typed contents field; "
             f"leave the {RAW_OUTPUT_PARAMETER!r} parameter unset to receive raw outputs"
         )
-    values = data.reshape(-1).tolist()
-    if field == "bytes_contents":
-        values = [_as_bytes(item) for item in values]
+    # BYTES outputs may be object arrays of bytes or str, or numpy text arrays.
+    values: list[Any] = (
+        bytes_items(data) if field == "bytes_contents" else data.reshape(-1).tolist()
+    )
     return pb.InferTensorContents(**{field: values})
-
-
-def _as_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    return item.encode() if isinstance(item, str) else str(item).encode()
 
 
 # ---- metadata and repository ----------------------------------------------

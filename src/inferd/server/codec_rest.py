@@ -7,7 +7,7 @@ raw bytes after a JSON header.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -47,12 +47,24 @@ class _RepositoryIndexBody(msgspec.Struct):
     ready: bool | None = None
 
 
-# msgspec follows Python's recursion limit: JSON nested deeper raises RecursionError.
-TOO_DEEP = "Invalid {what}: the JSON is nested too deeply; send tensor data flat"
-# msgspec raises UnicodeDecodeError (not DecodeError) for bytes that are not UTF-8.
-NOT_UTF8 = "Invalid {what}: JSON must be UTF-8 text ({error})"
 _request_decoder = msgspec.json.Decoder(_RequestBody)
 _index_decoder = msgspec.json.Decoder(_RepositoryIndexBody)
+
+Body = TypeVar("Body")
+
+
+def _decode(decoder: msgspec.json.Decoder[Body], body: bytes, what: str, hint: str = "") -> Body:
+    """``body`` decoded, or InvalidRequest saying why not (``hint`` helps with syntax)."""
+    try:
+        return decoder.decode(body)
+    except RecursionError:  # msgspec follows Python's recursion limit
+        raise InvalidRequest(
+            f"Invalid {what}: the JSON is nested too deeply; send tensor data flat"
+        ) from None
+    except UnicodeDecodeError as error:  # msgspec's error for bytes that are not UTF-8
+        raise InvalidRequest(f"Invalid {what}: JSON must be UTF-8 text ({error})") from None
+    except msgspec.DecodeError as error:
+        raise InvalidRequest(f"Invalid {what}: {error}{hint}") from None
 
 
 def decode_infer_request(body: bytes, header_length: str | None) -> InferenceRequest:
@@ -62,20 +74,13 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
         raise InvalidRequest(
             "The request body is empty; send a JSON inference request with an 'inputs' list"
         )
-    try:
-        parsed = _request_decoder.decode(json_part)
-    except RecursionError:
-        raise InvalidRequest(TOO_DEEP.format(what="inference request")) from None
-    except UnicodeDecodeError as error:
-        raise InvalidRequest(NOT_UTF8.format(what="inference request", error=error)) from None
-    except msgspec.DecodeError as error:
-        hint = ""
-        if binary_part is not None:
-            hint = (
-                f" (the JSON header is the first {len(json_part)} bytes of the body, "
-                "as Inference-Header-Content-Length says)"
-            )
-        raise InvalidRequest(f"Invalid inference request: {error}{hint}") from None
+    hint = ""
+    if binary_part is not None:
+        hint = (
+            f" (the JSON header is the first {len(json_part)} bytes of the body, "
+            "as Inference-Header-Content-Length says)"
+        )
+    parsed = _decode(_request_decoder, json_part, "inference request", hint)
     if parsed.parameters:
         _check_parameters(parsed.parameters, "The request's parameters")
     for output in parsed.outputs or ():
@@ -180,16 +185,7 @@ def _binary_input(
 def decode_index_request(body: bytes) -> bool | None:
     if not body.strip():
         return None
-    try:
-        return _index_decoder.decode(body).ready
-    except RecursionError:
-        raise InvalidRequest(TOO_DEEP.format(what="repository index request")) from None
-    except UnicodeDecodeError as error:
-        raise InvalidRequest(
-            NOT_UTF8.format(what="repository index request", error=error)
-        ) from None
-    except msgspec.DecodeError as error:
-        raise InvalidRequest(f"Invalid repository index request: {error}") from None
+    return _decode(_index_decoder, body, "repository index request").ready
 
 
 def encode_infer_response(

@@ -238,9 +238,11 @@ def _accepts_gzip(headers: dict[bytes, bytes]) -> bool:
     for coding in headers.get(b"accept-encoding", b"").split(b","):
         name, _, parameters = coding.partition(b";")
         if name.strip().lower() == b"gzip":
-            quality = parameters.strip().lower().removeprefix(b"q=")
+            parameters = parameters.strip().lower()
+            if not parameters:
+                return True
             try:
-                return not parameters.strip() or float(quality) > 0
+                return float(parameters.removeprefix(b"q=")) > 0
             except ValueError:
                 return False  # a malformed quality: do not guess
     return False

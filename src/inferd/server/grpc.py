@@ -45,7 +45,7 @@ from .codec_grpc import (
     wants_raw_output,
 )
 from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
-from .grpc_registration import MalformedMessage, add_inference_service
+from .grpc_registration import SERVICE, MalformedMessage, add_inference_service
 
 logger = logging.getLogger(__name__)
 
@@ -316,16 +316,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 def _method_stats(grpc_stats: GrpcStats) -> dict[str, GrpcMethodStats]:
     """Counters for every method of the inference service, labelled as py-grpc-prometheus."""
-    service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     bound = {}
-    for method in service.methods:
+    for method in SERVICE.methods:
         kind = {
             (False, False): "unary",
             (False, True): "server_stream",
             (True, False): "client_stream",
             (True, True): "bidi_stream",
         }[(method.client_streaming, method.server_streaming)]
-        bound[method.name] = grpc_stats.method(service.full_name, method.name, kind)
+        bound[method.name] = grpc_stats.method(SERVICE.full_name, method.name, kind)
     return bound
 
 

@@ -17,9 +17,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..dataplane import DataPlane
-from ..protocol import pb
+from .grpc_registration import SERVICE
 
-INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+INFERENCE_SERVICE = SERVICE.full_name
 LIVENESS_SERVICE = "liveness"
 HEALTH_WATCH_INTERVAL = 1.0
 """Seconds between status checks of a ``Watch`` call."""
