@@ -120,20 +120,20 @@ class ModelStats:
 
     def succeeded(self, started_ns: int, ended_ns: int) -> None:
         """A request answered; both times from ``time.perf_counter_ns()``."""
-        elapsed = ended_ns - started_ns
         self.success_count += 1
-        self.success_ns += elapsed
-        self.last_inference_ns = ended_ns
-        if self.observe:
-            self.duration.observe(elapsed / NS_PER_SECOND)
+        self.success_ns += self._ended(started_ns, ended_ns)
 
     def failed(self, started_ns: int, ended_ns: int) -> None:
-        elapsed = ended_ns - started_ns
         self.fail_count += 1
-        self.fail_ns += elapsed
+        self.fail_ns += self._ended(started_ns, ended_ns)
+
+    def _ended(self, started_ns: int, ended_ns: int) -> int:
+        """What every answered request records, failed or not; its duration in ns."""
+        elapsed = ended_ns - started_ns
         self.last_inference_ns = ended_ns
         if self.observe:
             self.duration.observe(elapsed / NS_PER_SECOND)
+        return elapsed
 
     def waited(self, queue_ns: int) -> None:
         """A request got a worker slot after waiting ``queue_ns`` for it."""

@@ -10,6 +10,7 @@ import signal
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -126,15 +127,10 @@ class InferenceServer:
 
     def _rest_config(self) -> uvicorn.Config:
         settings = self.settings
-        return uvicorn.Config(
+        return self._uvicorn_config(
             build_rest_app(self.dataplane, settings, self.http_stats),
-            host=settings.host,
-            port=settings.http_port,
+            settings.http_port,
             root_path=settings.root_path,
-            lifespan="off",
-            access_log=settings.access_log_enabled,
-            log_config=None,
-            http="httptools",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         )
 
@@ -150,16 +146,24 @@ class InferenceServer:
             grpc=self.grpc_stats,
         )
         registry = build_registry(sources, settings.metrics_rest_server_prefix)
+        return self._uvicorn_config(
+            metrics_app(registry, settings.metrics_endpoint or "/metrics"), settings.metrics_port
+        )
+
+    def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:
+        """One of this process's HTTP servers, on this event loop, logging through ours.
+
+        ``access_log`` is the same for both: uvicorn's switch is one logger for all its
+        servers (metrics scrapes are kept out of it by a filter, see logs.py)."""
         return uvicorn.Config(
-            metrics_app(registry, settings.metrics_endpoint or "/metrics"),
-            host=settings.host,
-            port=settings.metrics_port,
+            app,
+            host=self.settings.host,
+            port=port,
             lifespan="off",
-            # As the REST server's: uvicorn's switch is one logger for both. Scrapes are
-            # kept out of it by a filter (see logs.py).
-            access_log=settings.access_log_enabled,
+            access_log=self.settings.access_log_enabled,
             log_config=None,
             http="httptools",
+            **options,
         )
 
     async def _wait_started(
