@@ -108,7 +108,9 @@ def _name_in(settings_file: Path) -> str | None:
         settings = json.loads(settings_file.read_text())
     except (OSError, ValueError):
         return None
-    name = settings.get("name") if isinstance(settings, dict) else 0
+    if not isinstance(settings, dict):
+        return None
+    name = settings.get("name")
     if name is None or name == "":
         return settings_file.parent.name
     return name if isinstance(name, str) else None

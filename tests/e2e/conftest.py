@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import joblib
 import numpy as np
@@ -16,6 +17,8 @@ import pytest
 import tritonclient.http
 from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
+
+from inferd.protocol import pb_grpc
 
 from .serverproc import ServerProcess, start_server
 
@@ -122,6 +125,13 @@ def triton_http(server: ServerProcess) -> Iterator[tritonclient.http.InferenceSe
     client = tritonclient.http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def stub(server: ServerProcess) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
+    """A plain grpcio stub of the inference service on the shared server."""
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        yield pb_grpc.GRPCInferenceServiceStub(channel)
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:

@@ -6,8 +6,6 @@ an ``ml_dtypes.bfloat16`` array (a float32 one would come back as FP32).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import httpx
 import ml_dtypes
@@ -23,12 +21,6 @@ from .serverproc import ServerProcess
 # Exactly representable in bfloat16 (8 bits of mantissa), so tritonclient's
 # truncating encoder and our decoder agree to the bit.
 VALUES = np.array([[0.5, -1.25, 256.0], [-3.0, 0.0, 1 / 64]], dtype=np.float32)
-
-
-@pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield pb_grpc.GRPCInferenceServiceStub(channel)
 
 
 def test_tritonclient_http_binary_round_trip(

@@ -28,12 +28,6 @@ def client(server: ServerProcess) -> Iterator[triton.InferenceServerClient]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield pb_grpc.GRPCInferenceServiceStub(channel)
-
-
 def triton_input(name: str, array: np.ndarray) -> triton.InferInput:
     tensor = triton.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
     tensor.set_data_from_numpy(array)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,6 @@ class Busy(Model):
     def predict(self, request):
         raise Overloaded("Model 'busy' has too many requests waiting; retry later")
 """
-
-
-@pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        yield pb_grpc.GRPCInferenceServiceStub(channel)
 
 
 def fp32_input(name: str = "x", shape: tuple[int, ...] = (2,)) -> Any:

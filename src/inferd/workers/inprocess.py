@@ -66,11 +66,11 @@ class InProcessPool:
             if loaded.threads is not None:
                 loop = asyncio.get_running_loop()
                 run = contextvars.copy_context().run  # the thread logs with the model's labels
-                answer = await loop.run_in_executor(loaded.threads, run, model.predict, request)
-                return checked_response(model, answer)
-            result = model.predict(request)
-            if loaded.is_async:
-                result = await cast(Awaitable[InferenceResponse], result)
+                result = await loop.run_in_executor(loaded.threads, run, model.predict, request)
+            else:
+                result = model.predict(request)
+                if loaded.is_async:
+                    result = await cast(Awaitable[InferenceResponse], result)
             return checked_response(model, result)
         except InferdError:
             raise
