@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import time
 
+from .context import NO_CONTEXT, RequestContext
 from .errors import ConfigurationError, InvalidRequest, ModelNotFound
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
-from .scheduler import Disconnected
 from .settings import ServerSettings
 from .stats import ModelStats, ModelStatsTable
 from .types import (
@@ -43,7 +43,7 @@ class DataPlane:
         # False until the models that load at start-up have been tried.
         self.started = False
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
-        self.model_stats = ModelStatsTable(observe=settings.metrics_enabled)
+        self.model_stats: ModelStatsTable = registry.stats
 
     # Health
 
@@ -78,19 +78,16 @@ class DataPlane:
         name: str,
         version: str | None,
         request: InferenceRequest,
-        disconnected: Disconnected | None = None,
+        context: RequestContext = NO_CONTEXT,
     ) -> InferenceResponse:
-        """Run one request. ``disconnected`` resolves if the client leaves; a request
-        still queued then is dropped without running."""
+        """Run one request; ``context`` is what the server knows of it besides its
+        tensors (see :class:`~inferd.context.RequestContext`)."""
         found = self.registry.get_ready(name, version)
-        scheduler = found.scheduler
-        assert scheduler is not None  # READY versions always have one
-        stats = self.model_stats.of(found.name, found.version)
-        if scheduler.on_batch is None:
-            scheduler.on_batch = stats.executed  # counts executions and batch sizes
+        scheduler, stats = found.scheduler, found.stats
+        assert scheduler is not None and stats is not None  # READY versions have both
         started = time.perf_counter_ns()
         try:
-            response = _finish(await scheduler.submit(request, stats, disconnected), found, request)
+            response = _finish(await scheduler.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too
             ended = time.perf_counter_ns()
             stats.failed(started, ended)

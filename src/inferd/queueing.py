@@ -1,4 +1,4 @@
-"""The queue policy of one model version: priorities, bounds, deadlines, batch forming.
+"""The queue of one model version: priorities, bounds, deadlines, batch forming.
 
 Pure logic with an injectable clock; the scheduler owns the asyncio side (futures,
 timers, slots). Rules:
@@ -10,12 +10,8 @@ timers, slots). Rules:
   raises :class:`Overloaded` at once.
 - A request whose deadline has passed is taken out by :meth:`pop_expired` and never
   reaches a batch.
-- A batch is the first waiting request plus every later one that can be stacked
-  with it (same :func:`~inferd.batching.batch_key`) while the total stays within
-  ``max_batch_rows`` rows. A request larger than that runs alone.
-- A batch goes out at once when the server is idle (nothing in flight) or when it
-  is full; while other batches run, a partial batch waits for company until its
-  oldest request has waited ``max_batch_time``.
+- Which requests leave together, and when, is the version's
+  :class:`~inferd.batch_policy.BatchPolicy`'s call.
 """
 
 from __future__ import annotations
@@ -25,11 +21,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .batching import batch_key, batch_rows
 from .errors import InvalidRequest, Overloaded
 from .types import InferenceRequest
+
+if TYPE_CHECKING:  # batch_policy imports Pending from here
+    from .batch_policy import BatchPolicy
 
 Clock = Callable[[], float]
 
@@ -50,22 +48,25 @@ class Pending:
 
 @dataclass(slots=True, frozen=True)
 class QueuePolicy:
-    max_batch_rows: int = 1  # 0 or 1: no batching
-    max_batch_time: float = 0.0  # seconds
     max_size: int = 0  # 0: unbounded
     timeout: float | None = None  # seconds; None or 0: no deadline
     default_priority_level: int = 1
 
-    @property
-    def batching(self) -> bool:
-        return self.max_batch_rows > 1
+
+# The requests to send now (empty: none yet), and until when a held batch may wait.
+Batch = tuple[list[Pending], float | None]
 
 
 class RequestQueue:
     def __init__(
-        self, policy: QueuePolicy, label: str = "the model", clock: Clock = time.monotonic
+        self,
+        policy: QueuePolicy,
+        batch_policy: BatchPolicy,
+        label: str = "the model",
+        clock: Clock = time.monotonic,
     ):
         self.policy = policy
+        self.batch_policy = batch_policy
         self._label = label
         self._clock = clock
         self._levels: dict[int, deque[Pending]] = {}
@@ -83,11 +84,11 @@ class RequestQueue:
         """Wrap a request for :meth:`push`; InvalidRequest for bad queue parameters."""
         now = self._clock()
         timeout = request_timeout(request, self.policy.timeout)
-        rows = batch_rows(request) if self.policy.batching else None
+        rows, key = self.batch_policy.describe(request)
         return Pending(
             request=request,
             rows=rows,
-            key=batch_key(request) if rows is not None else None,
+            key=key,
             priority=request_priority(request, self.policy.default_priority_level),
             arrived=now,
             deadline=now + timeout if timeout else None,
@@ -127,48 +128,20 @@ class RequestQueue:
             self.remove(pending)
         return expired
 
-    def next_batch(self, in_flight: int) -> list[Pending]:
-        """The requests to send now as one batch; empty if none should go yet."""
+    def next_batch(self, in_flight: int) -> Batch:
+        """The requests to send now as one batch, taken out of the queue; none while
+        the batch policy holds them (with the time it holds them until)."""
         if not self._size:
-            return []
+            return [], None
         head = next(iter(self))
-        batch = self._gather(head)
-        if self._should_hold(batch, in_flight):
-            return []
+        batch = self.batch_policy.gather(head, self)
+        due = self.batch_policy.hold(batch, in_flight)
+        if due is not None:
+            return [], due
         for pending in batch:
             self._levels[pending.priority].remove(pending)
             self._forget(pending)
-        return batch
-
-    def hold_until(self) -> float | None:
-        """When the first request stops waiting for company (clock time), if batching."""
-        if not self._size or not self.policy.batching:
-            return None
-        return next(iter(self)).arrived + self.policy.max_batch_time
-
-    def _gather(self, head: Pending) -> list[Pending]:
-        limit = self.policy.max_batch_rows
-        if head.rows is None or not self.policy.batching or head.rows >= limit:
-            return [head]
-        batch, rows = [head], head.rows
-        for pending in self:
-            if rows >= limit:
-                break
-            if pending is head or pending.key != head.key or pending.rows is None:
-                continue
-            if rows + pending.rows <= limit:
-                batch.append(pending)
-                rows += pending.rows
-        return batch
-
-    def _should_hold(self, batch: list[Pending], in_flight: int) -> bool:
-        if not in_flight or not self.policy.batching:
-            return False
-        rows = sum(pending.rows or 0 for pending in batch)
-        if batch[0].rows is None or rows >= self.policy.max_batch_rows:
-            return False
-        oldest = min(pending.arrived for pending in batch)
-        return self._clock() < oldest + self.policy.max_batch_time
+        return batch, None
 
     def _forget(self, pending: Pending) -> None:
         self._size -= 1

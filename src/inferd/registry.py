@@ -24,6 +24,7 @@ from .errors import (
 )
 from .scheduler import Scheduler
 from .settings import ModelSettings
+from .stats import ModelStats, ModelStatsTable
 from .types import ModelMetadata, ModelState, RepositoryEntry
 from .workers.base import Pool
 
@@ -40,6 +41,9 @@ class ModelVersion:
     metadata: ModelMetadata | None = None
     scheduler: Scheduler | None = None
     load_seconds: float = 0.0  # how long loading this instance took
+    # Its counters: shared by every instance of this name and version, so they
+    # survive reloads.
+    stats: ModelStats | None = None
 
     @property
     def name(self) -> str:
@@ -57,8 +61,9 @@ class _Model:
 
 
 class Registry:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, stats: ModelStatsTable) -> None:
         self._pool = pool
+        self.stats = stats
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
@@ -148,7 +153,8 @@ class Registry:
             await self._pool.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        new.scheduler = Scheduler(self._pool, instance_id, settings)
+        new.stats = self.stats.of(settings.name, settings.version)
+        new.scheduler = Scheduler(self._pool, instance_id, settings, new.stats)
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new

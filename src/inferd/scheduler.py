@@ -10,32 +10,43 @@ slot to the next batch by starting it itself, before it goes on to answer its ow
 clients: a worker is not left idle for a trip round the event loop. Which worker
 runs a batch is the pool's choice (the least loaded one that holds the model).
 
-With adaptive batching (``max_batch_size`` > 1), what waits when a slot frees is
-merged into one batch of up to ``max_batch_size`` rows (:mod:`inferd.batching`);
-while other batches run, a partial batch may wait ``max_batch_time`` for company.
+Which requests run together, and when, is the version's
+:class:`~inferd.batch_policy.BatchPolicy`: with adaptive batching
+(``max_batch_size`` > 1), what waits when a slot frees is merged into one batch
+of up to ``max_batch_size`` rows (:mod:`inferd.batching`); while other batches
+run, a partial batch may wait ``max_batch_time`` for company.
+
+The slot contract with the pool is :class:`~inferd.workers.base.Execution`: each
+request started holds one slot until its execution says the slot is free.
+Counts (waits, executions, batch sizes) go to the version's ModelStats, bound
+when the version loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from .batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
 from .batching import merge, split
+from .context import NO_CONTEXT, Disconnected, RequestContext
 from .errors import DeadlineExceeded, ModelNotReady
 from .queueing import Pending, QueuePolicy, RequestQueue, request_priority, request_timeout
 from .settings import ModelSettings
 from .stats import ModelStats, rows_of
 from .types import InferenceRequest, InferenceResponse
-from .workers.base import Pool
+from .workers.base import Execution, Pool
 
-Started = Awaitable[InferenceResponse]
-# What a waiter gets once its batch has started: its own answer to await, and whether
-# it holds the batch's slot (a batch of one) or the batch releases it (a real batch).
-Slot = tuple[Started, bool]
-BatchListener = Callable[[int, int], None]
-# Resolves when the client has gone away (an HTTP disconnect); watched only while queued.
-Disconnected = Callable[[], Awaitable[object]]
+
+@dataclass(slots=True, frozen=True)
+class Grant:
+    """What a queued request receives when its batch starts."""
+
+    execution: Execution
+    # A batch of one runs in its own slot, which its waiter gives back; the members
+    # of a real batch share the batch's slot, which the batch gives back.
+    owns_slot: bool
 
 
 class ClientGone(ConnectionAbortedError):
@@ -43,19 +54,25 @@ class ClientGone(ConnectionAbortedError):
 
 
 class Scheduler:
-    def __init__(self, pool: Pool, instance_id: int, settings: ModelSettings | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        instance_id: int,
+        settings: ModelSettings | None = None,
+        stats: ModelStats | None = None,
+    ) -> None:
         self._pool = pool
         self.instance_id = instance_id
         self._in_flight = 0
-        self._queue = RequestQueue(_policy(settings), _label(settings), time.monotonic)
+        self._batch_policy = batch_policy_of(settings)
+        self._queue = RequestQueue(
+            queue_policy_of(settings), self._batch_policy, _label(settings), time.monotonic
+        )
         self._hold_timer: asyncio.TimerHandle | None = None
-        # Whether a request that finds a free slot while others run waits for company.
-        policy = self._queue.policy
-        self._holds = policy.batching and policy.max_batch_time > 0
         self._closed = False
         self._drained: asyncio.Event | None = None
-        # Metrics hook: called with (rows, requests) for every batch sent to the pool.
-        self.on_batch: BatchListener | None = None
+        # Where waits, executions and batch sizes are counted (None: nowhere).
+        self._stats = stats
         pool.watch(instance_id, self._capacity_changed)
 
     @property
@@ -66,44 +83,38 @@ class Scheduler:
     def waiting(self) -> int:
         return len(self._queue)
 
-    @property
-    def queue_size(self) -> int:
-        return len(self._queue)
-
     async def submit(
-        self,
-        request: InferenceRequest,
-        stats: ModelStats | None = None,
-        disconnected: Disconnected | None = None,
+        self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
     ) -> InferenceResponse:
-        """Run ``request``; with ``stats``, record its wait and execution when it succeeds.
+        """Run ``request``; record its wait and execution when it succeeds.
 
-        ``disconnected`` is watched only if the request has to queue: a client that
-        leaves meanwhile takes its request out of the queue (ClientGone).
+        ``context.disconnected`` is watched only if the request has to queue: a
+        client that leaves meanwhile takes its request out of the queue (ClientGone).
         """
         if self._closed:
             raise ModelNotReady("The model is being unloaded; retry the request")
         capacity = self._pool.capacity(self.instance_id)
-        if not self._queue and self._in_flight < capacity and not (self._in_flight and self._holds):
+        if self._batch_policy.admit(self._in_flight, capacity, len(self._queue)):
             if request.parameters:
                 self._check_queue_parameters(request)
             self._in_flight += 1
             queued = dispatched = time.perf_counter_ns()
-            if self.on_batch is not None:
-                self.on_batch(rows_of(request.inputs), 1)
-            response = await self._await_started(self._predict(request))
+            self._count_execution(rows_of(request.inputs), 1)
+            response = await self._run_in_slot(self._start_one(request))
         elif capacity == 0:
-            # No worker can run it now; the pool answers with the reason.
-            return await self._pool.predict(self.instance_id, request)
+            # No worker can run it now: the pool refuses it with the reason.
+            return await self._start_one(request).result()
         else:
             queued = time.perf_counter_ns()
-            started, owns_slot = await self._wait_for_slot(request, disconnected)
+            grant = await self._wait_for_slot(request, context.disconnected)
             dispatched = time.perf_counter_ns()
-            # A batch's answer: the batch gives its slot back when it ends.
-            response = await (self._await_started(started) if owns_slot else started)
-        if stats is not None:
-            stats.waited(dispatched - queued)
-            stats.computed(time.perf_counter_ns() - dispatched)
+            if grant.owns_slot:
+                response = await self._run_in_slot(grant.execution)
+            else:
+                response = await grant.execution.result()
+        if self._stats is not None:
+            self._stats.waited(dispatched - queued)
+            self._stats.computed(time.perf_counter_ns() - dispatched)
         return response
 
     async def close(self) -> None:
@@ -120,10 +131,10 @@ class Scheduler:
 
     async def _wait_for_slot(
         self, request: InferenceRequest, disconnected: Disconnected | None
-    ) -> Slot:
+    ) -> Grant:
         loop = asyncio.get_running_loop()
         pending = self._queue.pending(request)
-        slot: asyncio.Future[Slot] = loop.create_future()
+        slot: asyncio.Future[Grant] = loop.create_future()
         pending.waiter = slot
         self._queue.push(pending)  # Overloaded when full
         if pending.deadline is not None:
@@ -141,16 +152,16 @@ class Scheduler:
             return await self._slot_unless_gone(slot, pending, disconnected)
         except asyncio.CancelledError:
             if slot.done() and not slot.cancelled():
-                started, owns_slot = slot.result()
-                if owns_slot:
-                    self._abandon(started)  # started just as we were cancelled
+                grant = slot.result()
+                if grant.owns_slot:
+                    grant.execution.when_free(self._release_slot)  # started as we were cancelled
             else:
                 self._leave_queue(pending)
             raise
 
     async def _slot_unless_gone(
-        self, slot: asyncio.Future[Slot], pending: Pending, disconnected: Disconnected
-    ) -> Slot:
+        self, slot: asyncio.Future[Grant], pending: Pending, disconnected: Disconnected
+    ) -> Grant:
         watcher = asyncio.ensure_future(disconnected())
         try:
             await asyncio.wait((slot, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -173,43 +184,18 @@ class Scheduler:
             pending.waiter.set_exception(_deadline_error(pending))
         self._notify_if_drained()
 
-    async def _await_started(self, started: Started) -> InferenceResponse:
-        """The answer of a request holding a slot, giving the slot back when it ends.
-
-        A coroutine (in-process runtime) stops when its caller is cancelled. A
-        future (a call sent to a worker) does not: the worker goes on, so its slot
-        stays taken until the worker answers, or requests would pile up in the
-        worker beyond capacity and beyond the queue's bound.
-        """
-        if not isinstance(started, asyncio.Future):
-            try:
-                return await started
-            finally:
-                self._release_slot()
+    async def _run_in_slot(self, execution: Execution) -> InferenceResponse:
+        """The answer of a request holding a slot, giving the slot back once it is free."""
         try:
-            response = await asyncio.shield(started)
+            response = await execution.result()
         except asyncio.CancelledError:
-            self._abandon(started)  # frees the slot now if done, else once it is
+            execution.when_free(self._release_slot)
             raise
         except BaseException:
             self._release_slot()
             raise
         self._release_slot()
         return response
-
-    def _abandon(self, started: Started) -> None:
-        """Free the slot of a started request nobody waits for, once it is done."""
-        if isinstance(started, asyncio.Future):
-            started.add_done_callback(self._release_when_done)
-            return
-        if asyncio.iscoroutine(started):
-            started.close()  # never ran: its slot is free now
-        self._release_slot()
-
-    def _release_when_done(self, started: asyncio.Future[InferenceResponse]) -> None:
-        if not started.cancelled():
-            started.exception()  # retrieved: nobody is left to see it
-        self._release_slot()
 
     def _release_slot(self) -> None:
         self._in_flight -= 1
@@ -226,9 +212,9 @@ class Scheduler:
         for pending in self._queue.pop_expired():
             _settle_expired(pending)
         while self._queue and self._in_flight < capacity:
-            batch = self._queue.next_batch(self._in_flight)
-            if not batch:
-                self._hold(batch_due=self._queue.hold_until())
+            batch, held_until = self._queue.next_batch(self._in_flight)
+            if held_until is not None:
+                self._hold(held_until)
                 return
             batch = [p for p in batch if _still_waiting(p)]
             if batch:
@@ -236,11 +222,11 @@ class Scheduler:
                 self._start(batch)
         self._notify_if_drained()
 
-    def _hold(self, batch_due: float | None) -> None:
+    def _hold(self, until: float) -> None:
         """Look again when the waiting partial batch may wait no longer."""
-        if self._hold_timer is not None or batch_due is None:
+        if self._hold_timer is not None:
             return
-        delay = max(0.0, batch_due - time.monotonic())
+        delay = max(0.0, until - time.monotonic())
         self._hold_timer = asyncio.get_running_loop().call_later(delay, self._hold_over)
 
     def _hold_over(self) -> None:
@@ -249,19 +235,17 @@ class Scheduler:
             self._hand_out_slots()
 
     def _start(self, batch: list[Pending]) -> None:
-        if self.on_batch is not None:
-            total = sum(p.rows or rows_of(p.request.inputs) for p in batch)
-            self.on_batch(total, len(batch))
+        self._count_execution(sum(p.rows or rows_of(p.request.inputs) for p in batch), len(batch))
         if len(batch) == 1:
-            batch[0].waiter.set_result((self._predict(batch[0].request), True))
+            batch[0].waiter.set_result(Grant(self._start_one(batch[0].request), owns_slot=True))
             return
         requests = [pending.request for pending in batch]
-        running = asyncio.ensure_future(self._predict(merge(requests)))
+        running = self._start_one(merge(requests)).as_future()
         answers: list[asyncio.Future[InferenceResponse]] = []
         for pending in batch:
             answer: asyncio.Future[InferenceResponse] = running.get_loop().create_future()
             answers.append(answer)
-            pending.waiter.set_result((answer, False))
+            pending.waiter.set_result(Grant(Execution.sent(answer), owns_slot=False))
         rows = [pending.rows or 0 for pending in batch]
         running.add_done_callback(lambda done: self._batch_done(done, requests, rows, answers))
 
@@ -284,13 +268,15 @@ class Scheduler:
             if not answer.done():
                 answer.set_result(response)
 
-    def _predict(self, request: InferenceRequest) -> Started:
+    def _start_one(self, request: InferenceRequest) -> Execution:
         try:
             return self._pool.predict(self.instance_id, request)
         except Exception as error:  # raised before it started: the waiter gets it
-            failed: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-            failed.set_exception(error)
-            return failed
+            return Execution.failed(error)
+
+    def _count_execution(self, rows: int, requests: int) -> None:
+        if self._stats is not None:
+            self._stats.executed(rows, requests)
 
     def _capacity_changed(self) -> None:
         if self._queue:
@@ -301,16 +287,20 @@ class Scheduler:
             self._drained.set()
 
 
-def _policy(settings: ModelSettings | None) -> QueuePolicy:
+def queue_policy_of(settings: ModelSettings | None) -> QueuePolicy:
     if settings is None:
         return QueuePolicy()
     return QueuePolicy(
-        max_batch_rows=settings.max_batch_size,
-        max_batch_time=settings.max_batch_time,
         max_size=settings.max_queue_size,
         timeout=settings.timeout or None,
         default_priority_level=settings.default_priority_level,
     )
+
+
+def batch_policy_of(settings: ModelSettings | None) -> BatchPolicy:
+    if settings is None or settings.max_batch_size <= 1:
+        return NoBatching()
+    return AdaptiveBatching(settings.max_batch_size, settings.max_batch_time)
 
 
 def _label(settings: ModelSettings | None) -> str:

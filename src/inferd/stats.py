@@ -69,7 +69,7 @@ class ModelStats:
     Per request, the data plane records the outcome (:meth:`succeeded` /
     :meth:`failed`) and the scheduler, for a successful one, how long it waited for
     a worker slot and then computed (:meth:`waited`, :meth:`computed`); per batch
-    sent to the pool, the scheduler's batch hook calls :meth:`executed`. Queue and
+    sent to the pool, the scheduler calls :meth:`executed`. Queue and
     compute figures count successful requests only, as Triton's do. The histograms
     exist for Prometheus alone: with ``observe`` false (metrics off) they are not
     kept, and only the counters of the statistics extension are.
@@ -148,8 +148,7 @@ class ModelStats:
         self.compute_ns += compute_ns
 
     def executed(self, rows: int, requests: int) -> None:
-        """A batch of ``rows`` rows from ``requests`` requests went to the pool (the
-        scheduler's ``on_batch`` hook)."""
+        """A batch of ``rows`` rows from ``requests`` requests went to the pool."""
         self.execution_count += 1
         self.inference_count += rows
         self.batch_counts[rows] = self.batch_counts.get(rows, 0) + 1

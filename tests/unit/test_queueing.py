@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from inferd.batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
 from inferd.errors import InvalidRequest, Overloaded
 from inferd.queueing import Pending, QueuePolicy, RequestQueue
 from inferd.types import InferenceRequest, Tensor
@@ -23,8 +24,19 @@ def request(rows: int, id: str, width: int = 3, **parameters: object) -> Inferen
     return InferenceRequest(inputs=[Tensor("x", data)], id=id, parameters=dict(parameters))
 
 
-def make_queue(clock: FakeClock, **policy: object) -> RequestQueue:
-    return RequestQueue(QueuePolicy(**policy), "model 'm'", clock)  # type: ignore[arg-type]
+def make_queue(
+    clock: FakeClock, max_batch_rows: int = 0, max_batch_time: float = 0.0, **policy: object
+) -> RequestQueue:
+    batch_policy: BatchPolicy = NoBatching()
+    if max_batch_rows > 1:
+        batch_policy = AdaptiveBatching(max_batch_rows, max_batch_time, clock)
+    return RequestQueue(QueuePolicy(**policy), batch_policy, "model 'm'", clock)  # type: ignore[arg-type]
+
+
+def next_ids(queue: RequestQueue, in_flight: int) -> list[str | None]:
+    batch, held_until = queue.next_batch(in_flight)
+    assert held_until is None, "the batch was held"
+    return ids(batch)
 
 
 def push(queue: RequestQueue, *requests: InferenceRequest) -> list[Pending]:
@@ -41,45 +53,45 @@ def ids(batch: list[Pending]) -> list[str | None]:
 def test_batches_count_rows_and_never_exceed_the_limit() -> None:
     queue = make_queue(FakeClock(), max_batch_rows=12)
     push(queue, request(1, "a"), request(10, "b"), request(5, "c"), request(1, "d"))
-    assert ids(queue.next_batch(in_flight=0)) == ["a", "b", "d"]  # 12 rows; c does not fit
-    assert ids(queue.next_batch(in_flight=0)) == ["c"]
+    assert next_ids(queue, in_flight=0) == ["a", "b", "d"]  # 12 rows; c does not fit
+    assert next_ids(queue, in_flight=0) == ["c"]
     assert len(queue) == 0
 
 
 def test_a_request_larger_than_the_limit_runs_alone() -> None:
     queue = make_queue(FakeClock(), max_batch_rows=4)
     push(queue, request(9, "big"), request(1, "small"))
-    assert ids(queue.next_batch(in_flight=0)) == ["big"]
-    assert ids(queue.next_batch(in_flight=0)) == ["small"]
+    assert next_ids(queue, in_flight=0) == ["big"]
+    assert next_ids(queue, in_flight=0) == ["small"]
 
 
 def test_without_batching_requests_leave_one_at_a_time_in_order() -> None:
     queue = make_queue(FakeClock(), max_batch_rows=0)
     push(queue, request(1, "a"), request(1, "b"))
-    assert ids(queue.next_batch(in_flight=3)) == ["a"]
-    assert ids(queue.next_batch(in_flight=3)) == ["b"]
+    assert next_ids(queue, in_flight=3) == ["a"]
+    assert next_ids(queue, in_flight=3) == ["b"]
 
 
 def test_mixed_shapes_go_in_different_batches_in_arrival_order() -> None:
     queue = make_queue(FakeClock(), max_batch_rows=32)
     push(queue, request(1, "a"), request(1, "wide", width=4), request(2, "b"))
-    assert ids(queue.next_batch(in_flight=0)) == ["a", "b"]
-    assert ids(queue.next_batch(in_flight=0)) == ["wide"]
+    assert next_ids(queue, in_flight=0) == ["a", "b"]
+    assert next_ids(queue, in_flight=0) == ["wide"]
 
 
 def test_a_partial_batch_waits_for_company_only_while_the_server_is_busy() -> None:
     clock = FakeClock()
     queue = make_queue(clock, max_batch_rows=4, max_batch_time=0.01)
     push(queue, request(1, "a"))
-    assert queue.next_batch(in_flight=1) == []  # busy: wait for company
-    assert queue.hold_until() == pytest.approx(100.01)
+    batch, held_until = queue.next_batch(in_flight=1)  # busy: wait for company
+    assert batch == [] and held_until == pytest.approx(100.01)
     push(queue, request(1, "b"))
     clock.now += 0.01
-    assert ids(queue.next_batch(in_flight=1)) == ["a", "b"]  # waited max_batch_time
+    assert next_ids(queue, in_flight=1) == ["a", "b"]  # waited max_batch_time
     push(queue, request(1, "c"))
-    assert ids(queue.next_batch(in_flight=0)) == ["c"]  # idle: at once
+    assert next_ids(queue, in_flight=0) == ["c"]  # idle: at once
     push(queue, request(2, "d"), request(2, "e"))
-    assert ids(queue.next_batch(in_flight=1)) == ["d", "e"]  # full: at once
+    assert next_ids(queue, in_flight=1) == ["d", "e"]  # full: at once
 
 
 def test_priority_one_is_highest_and_fifo_holds_within_a_level() -> None:
@@ -92,14 +104,14 @@ def test_priority_one_is_highest_and_fifo_holds_within_a_level() -> None:
         request(1, "default-2", priority=0),
         request(1, "high-2", priority=1),
     )
-    order = [ids(queue.next_batch(in_flight=0))[0] for _ in range(5)]
+    order = [next_ids(queue, in_flight=0)[0] for _ in range(5)]
     assert order == ["high-1", "high-2", "default-1", "default-2", "low"]
 
 
 def test_lower_priority_requests_fill_the_room_left_in_a_batch() -> None:
     queue = make_queue(FakeClock(), max_batch_rows=3)
     push(queue, request(1, "low", priority=5), request(1, "high", priority=1))
-    assert ids(queue.next_batch(in_flight=0)) == ["high", "low"]
+    assert next_ids(queue, in_flight=0) == ["high", "low"]
 
 
 def test_a_full_queue_refuses_at_once() -> None:
@@ -119,7 +131,7 @@ def test_expired_requests_leave_the_queue_and_never_join_a_batch() -> None:
     assert ids(queue.pop_expired()) == ["short"]
     clock.now += 0.5
     assert ids(queue.pop_expired()) == ["default"]
-    assert ids(queue.next_batch(in_flight=0)) == ["none"]
+    assert next_ids(queue, in_flight=0) == ["none"]
     assert queue.pop_expired() == []
 
 
@@ -128,7 +140,7 @@ def test_removed_requests_are_gone() -> None:
     a, _ = push(queue, request(1, "a"), request(1, "b"))
     assert queue.remove(a)
     assert not queue.remove(a)
-    assert ids(queue.next_batch(in_flight=0)) == ["b"]
+    assert next_ids(queue, in_flight=0) == ["b"]
     assert len(queue) == 0
 
 

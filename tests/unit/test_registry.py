@@ -13,7 +13,9 @@ from inferd.errors import ModelError, ModelNotFound, ModelNotReady
 from inferd.registry import Registry
 from inferd.settings import ModelSettings
 from inferd.settings_loader import model_settings_from_dict
+from inferd.stats import ModelStatsTable
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
+from inferd.workers.base import Execution
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +63,10 @@ class FakePool:
         self.loaded.pop(instance_id, None)
         self.unloaded.append(instance_id)
 
-    async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+        return Execution.inline(self._answer(instance_id))
+
+    async def _answer(self, instance_id: int) -> InferenceResponse:
         return InferenceResponse([Tensor("instance", np.array([instance_id]))])
 
     def capacity(self, instance_id: int) -> int:
@@ -96,7 +101,7 @@ def pool() -> FakePool:
 
 @pytest.fixture
 def registry(pool: FakePool) -> Registry:
-    return Registry(pool)
+    return Registry(pool, ModelStatsTable())
 
 
 async def test_a_loaded_model_is_ready_with_its_metadata(registry: Registry) -> None:

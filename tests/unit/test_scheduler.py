@@ -12,6 +12,7 @@ from inferd.errors import WorkerLost
 from inferd.scheduler import Scheduler
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
+from inferd.workers.base import Execution
 
 pytestmark = pytest.mark.anyio
 
@@ -45,10 +46,12 @@ class GatedPool:
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Not used here."""
 
-    async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
         if self._capacity == 0:
             raise WorkerLost("no worker")
-        number = int(request.inputs[0].data[0])
+        return Execution.inline(self._run(int(request.inputs[0].data[0])))
+
+    async def _run(self, number: int) -> InferenceResponse:
         gate = asyncio.Event()
         self.running.append((number, gate))
         self.started.append(number)
@@ -207,13 +210,11 @@ class StartingPool(GatedPool):
         super().__init__(capacity)
         self.calls: dict[int, asyncio.Future[InferenceResponse]] = {}
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest
-    ) -> asyncio.Future[InferenceResponse]:
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
         number = int(request.inputs[0].data[0])
         self.started.append(number)
         self.calls[number] = future = asyncio.get_running_loop().create_future()
-        return future
+        return Execution.sent(future)
 
     def finish(self, number: int) -> None:
         self.calls[number].set_result(InferenceResponse([Tensor("n", np.array([number]))]))

@@ -11,7 +11,9 @@ import pytest
 from inferd.errors import DeadlineExceeded, ModelError, Overloaded
 from inferd.scheduler import Scheduler
 from inferd.settings import ModelSettings
+from inferd.stats import ModelStats
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
+from inferd.workers.base import Execution
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +37,10 @@ class BatchPool:
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         """Capacity never changes here."""
 
-    async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+        return Execution.inline(self._run(request))
+
+    async def _run(self, request: InferenceRequest) -> InferenceResponse:
         x = request.input("x").data
         self.batches.append(x[:, 0].tolist())
         gate = asyncio.Event()
@@ -65,25 +70,25 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def scheduler(pool: BatchPool, **settings: object) -> Scheduler:
-    return Scheduler(pool, 1, ModelSettings(name="m", **settings))  # type: ignore[arg-type]
+def scheduler(pool: BatchPool, stats: ModelStats | None = None, **settings: object) -> Scheduler:
+    return Scheduler(pool, 1, ModelSettings(name="m", **settings), stats)  # type: ignore[arg-type]
 
 
 async def test_waiting_requests_go_out_as_one_batch_and_get_their_own_rows() -> None:
     pool = BatchPool()
-    batched = scheduler(pool, max_batch_size=8, max_batch_time=5.0)
-    sizes: list[tuple[int, int]] = []
-    batched.on_batch = lambda rows, requests: sizes.append((rows, requests))
+    stats = ModelStats("m", None)
+    batched = scheduler(pool, stats, max_batch_size=8, max_batch_time=5.0)
     first = asyncio.create_task(batched.submit(request(1)))
     await settle()
     assert pool.batches == [[1]], "a lone request on an idle server does not wait"
     rest = [asyncio.create_task(batched.submit(request(*r))) for r in ([2], [3, 4, 5], [6])]
     await settle()
-    assert batched.queue_size == 3
+    assert batched.waiting == 3
     pool.go()
     await first
     await settle()
-    assert pool.batches[1] == [2, 3, 4, 5, 6] and sizes == [(1, 1), (5, 3)]
+    assert pool.batches[1] == [2, 3, 4, 5, 6]
+    assert stats.batch_counts == {1: 1, 5: 1} and stats.execution_count == 2
     pool.go()
     answers = await asyncio.gather(*rest)
     assert [a.output("y").data[:, 0].tolist() for a in answers] == [[4], [6, 8, 10], [12]]
@@ -116,7 +121,7 @@ async def test_a_full_queue_refuses_at_once_and_a_cancelled_waiter_leaves_it() -
         await bounded.submit(request(3))
     waiting.cancel()
     await settle()
-    assert bounded.queue_size == 0
+    assert bounded.waiting == 0
     pool.go()
     await running
     assert pool.batches == [[1]], "the cancelled request never ran"
@@ -129,7 +134,7 @@ async def test_a_request_past_its_deadline_leaves_the_queue_unrun() -> None:
     await settle()
     with pytest.raises(DeadlineExceeded, match="past its timeout"):
         await asyncio.wait_for(timed.submit(request(2, timeout=1000)), 5)  # 1 ms
-    assert timed.queue_size == 0
+    assert timed.waiting == 0
     pool.go()
     await running
     assert pool.batches == [[1]]

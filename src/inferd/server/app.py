@@ -20,7 +20,7 @@ from ..metrics import Sources, build_registry, metrics_app
 from ..registry import Registry
 from ..repository import ModelRepository
 from ..settings import ServerSettings
-from ..stats import GrpcStats, HttpStats
+from ..stats import GrpcStats, HttpStats, ModelStatsTable
 from ..types import ModelState
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
@@ -56,7 +56,8 @@ class InferenceServer:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.pool = build_pool(settings)
-        self.registry = Registry(self.pool)
+        # Statistics extension counters, plus Prometheus histograms when metrics are on.
+        self.registry = Registry(self.pool, ModelStatsTable(observe=settings.metrics_enabled))
         self.repository = ModelRepository(Path(settings.model_repository_root))
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.

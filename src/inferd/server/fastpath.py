@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from ..context import RequestContext
 from ..dataplane import DataPlane
 from ..errors import InferdError
 from ..stats import HttpStats, InProgress, RouteStats
@@ -63,9 +64,8 @@ async def infer_response(
     notice a client that disconnects: its request then leaves the queue unrun.
     """
     request = decode_infer_request(body, header_length)
-    response = await dataplane.infer(
-        name, version, request, disconnected=functools.partial(wait_for_disconnect, receive)
-    )
+    context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
+    response = await dataplane.infer(name, version, request, context)
     content, json_length = encode_infer_response(response, request)
     if json_length is None:
         return content, [(b"content-type", JSON_CONTENT_TYPE.encode())]

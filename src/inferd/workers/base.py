@@ -1,12 +1,83 @@
-"""The interface every pool offers the scheduler and the registry."""
+"""The interface every pool offers the scheduler and the registry, and the slot contract.
+
+A model instance has a number of slots (its capacity): requests it may run at
+once. The scheduler counts them; a pool starts a request on a slot and returns
+an :class:`Execution`, which says when that slot is free again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+
+Answer = Coroutine[Any, Any, InferenceResponse]
+
+
+@dataclass(slots=True, frozen=True)
+class Execution:
+    """A request a pool has started on one of an instance's slots.
+
+    Two kinds, because work in the main process can be stopped and work in a
+    worker process cannot:
+
+    - :meth:`inline`: a coroutine that runs the model as it is awaited. Cancelling
+      its awaiter stops it; the slot is free once it has returned, raised, or been
+      dropped unstarted.
+    - :meth:`sent`: a future for a request already sent to a worker process. The
+      worker goes on whatever the awaiter does, so the slot stays taken until the
+      future is done; otherwise requests would pile up in the worker beyond its
+      capacity and beyond the queue's bound.
+    """
+
+    _answer: Answer | asyncio.Future[InferenceResponse]
+    _detached: bool
+
+    @classmethod
+    def inline(cls, answer: Answer) -> Execution:
+        return cls(answer, False)
+
+    @classmethod
+    def sent(cls, answer: asyncio.Future[InferenceResponse]) -> Execution:
+        return cls(answer, True)
+
+    @classmethod
+    def failed(cls, error: BaseException) -> Execution:
+        """A request that could not start; its slot is free at once."""
+        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        future.set_exception(error)
+        return cls(future, True)
+
+    async def result(self) -> InferenceResponse:
+        """The response. Cancelling this stops inline work, never sent work."""
+        if self._detached:
+            return await asyncio.shield(self._answer)
+        return await self._answer
+
+    def as_future(self) -> asyncio.Future[InferenceResponse]:
+        """The response as a future that nobody's cancellation stops (a batch's run)."""
+        return asyncio.ensure_future(self._answer)
+
+    def when_free(self, release: Callable[[], None]) -> None:
+        """Call ``release`` once the slot is free; for an awaiter that stopped waiting."""
+        answer = self._answer
+        if not self._detached:
+            assert asyncio.iscoroutine(answer)
+            answer.close()  # unstarted: it never runs; finished: nothing happens
+            release()
+            return
+        assert isinstance(answer, asyncio.Future)
+
+        def done(finished: asyncio.Future[InferenceResponse]) -> None:
+            if not finished.cancelled():
+                finished.exception()  # retrieved: nobody is left to see it
+            release()
+
+        answer.add_done_callback(done)
 
 
 class Pool(Protocol):
@@ -24,11 +95,10 @@ class Pool(Protocol):
         """Unload an instance; one that is not loaded (or failed to load) is ignored."""
         ...
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Awaitable[InferenceResponse]:
-        """Run one request on the instance (the scheduler keeps within its capacity).
-
-        An ``async def`` will do; the process pool returns a future instead, having
-        sent the request before it returns, so a slot handed on is used at once."""
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+        """Start one request on a free slot of the instance (the scheduler keeps within
+        its capacity) and return at once. A request that cannot start raises (an
+        InferdError saying why) and takes no slot."""
         ...
 
     def capacity(self, instance_id: int) -> int:

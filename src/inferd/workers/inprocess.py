@@ -20,10 +20,11 @@ import numpy as np
 
 from .. import custom_metrics
 from ..datatypes import datatype_of
-from ..errors import InferdError, ModelError
+from ..errors import InferdError, ModelError, ModelNotReady
 from ..model import Model, WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
+from .base import Execution
 from .runtime_loader import LoadedModel, describe, load_runtime
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,13 @@ class InProcessPool:
         if loaded is not None:
             await loaded.release()
 
-    async def predict(self, instance_id: int, request: InferenceRequest) -> InferenceResponse:
-        loaded = self._models[instance_id]
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+        loaded = self._models.get(instance_id)
+        if loaded is None:
+            raise ModelNotReady("This model version is no longer loaded; retry the request")
+        return Execution.inline(self._call(loaded, request))
+
+    async def _call(self, loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
         model = loaded.model
         token = custom_metrics.set_model(loaded.labels)
         try:

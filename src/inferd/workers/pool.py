@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from ..types import InferenceRequest, ModelMetadata
 from . import ipc
+from .base import Execution
 from .process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -170,9 +171,7 @@ class ProcessPool:
 
     # Serving
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest
-    ) -> asyncio.Future[InferenceResponse]:
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
         """Send the request to a worker now (so a slot handed on is used at once)."""
         instance = self._instances.get(instance_id)
         if instance is None:
@@ -180,7 +179,7 @@ class ProcessPool:
         worker = self._pick(instance_id, instance)
         if worker is None:
             raise self._unavailable_error(instance)
-        return worker.predict(instance_id, request)
+        return Execution.sent(worker.predict(instance_id, request))
 
     def _pick(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
         """The least loaded live worker holding the instance, with a free slot if any has."""

@@ -1,0 +1,25 @@
+"""What travels with one request besides its tensors.
+
+The server that receives a request makes one :class:`RequestContext` for it and
+hands it to :meth:`DataPlane.infer <inferd.dataplane.DataPlane.infer>`; the layers
+below read what they need from it instead of taking one more argument each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+# Resolves once the client has gone away (an HTTP disconnect).
+Disconnected = Callable[[], Awaitable[object]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    # Watched only while the request waits in its model's queue: a client that leaves
+    # then takes its request out unrun. A gRPC call needs none: cancelling the call
+    # cancels the task that awaits the request, which does the same.
+    disconnected: Disconnected | None = None
+
+
+NO_CONTEXT = RequestContext()
