@@ -1,0 +1,193 @@
+"""One model version's settings (``model-settings.json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from ..datatypes import DATATYPES
+from .base import EnvFirstSettings
+
+
+class MetadataTensorSettings(BaseModel):
+    """A declared input or output in ``model-settings.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: dict[str, Any] | None = None
+
+    @field_validator("datatype")
+    @classmethod
+    def _known_datatype(cls, value: str) -> str:
+        if value not in DATATYPES:
+            raise ValueError(f"unknown datatype {value!r}; expected one of {', '.join(DATATYPES)}")
+        return value
+
+
+class ModelParameters(EnvFirstSettings):
+    """The ``parameters`` block of ``model-settings.json``."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    env_infix: ClassVar[str] = "MODEL_"
+
+    uri: str | None = None
+    """Where the model's artifacts are; relative paths are relative to the model's folder."""
+
+    version: str | None = None
+    """This model's version; a model may be served in several versions at once."""
+
+    format: str | None = None
+    """Format of the artifact, for runtimes that read several."""
+
+    content_type: str | None = None
+    """Default content type for decoding requests and encoding responses."""
+
+    extra: dict[str, Any] = {}
+    """Runtime-specific settings (e.g. ``predict_fn`` for scikit-learn)."""
+
+    environment_path: str | None = None
+    """Accepted for MLServer compatibility; per-model environments are not supported."""
+
+    environment_tarball: str | None = None
+    """Accepted for MLServer compatibility; per-model environments are not supported."""
+
+    inference_pool_gid: str | None = None
+    """Accepted for MLServer compatibility; unused."""
+
+    autogenerate_inference_pool_gid: bool = False
+    """Accepted for MLServer compatibility; unused."""
+
+    @field_validator("extra", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+class ModelSettings(EnvFirstSettings):
+    """One model version (``model-settings.json``)."""
+
+    model_config = SettingsConfigDict(extra="forbid", populate_by_name=True)
+
+    env_infix: ClassVar[str] = "MODEL_"
+
+    name: str = ""
+    """The model's name; defaults to the name of its folder."""
+
+    platform: str = ""
+    """Framework the model was trained with, reported in metadata."""
+
+    versions: list[str] = []
+    """Versions of the libraries the model was trained with, reported in metadata."""
+
+    inputs: list[MetadataTensorSettings] = []
+    """Declared inputs, reported in metadata."""
+
+    outputs: list[MetadataTensorSettings] = []
+    """Declared outputs, reported in metadata."""
+
+    implementation: str | None = None
+    """Import path of the runtime class, e.g. ``inferd.runtimes.sklearn.SKLearnModel``
+    (MLServer names such as ``mlserver_sklearn.SKLearnModel`` work too)."""
+
+    max_batch_size: int = Field(default=0, ge=0)
+    """Adaptive batching: most rows in one batch; 0 or 1 turns batching off."""
+
+    max_batch_time: float = Field(default=0.0, ge=0)
+    """Adaptive batching: longest a request waits for company, in seconds."""
+
+    max_queue_size: int = Field(default=0, ge=0)
+    """Most requests that may wait in this version's queue (0: no bound). Past it a
+    request is refused at once with 503 / UNAVAILABLE and a Retry-After header."""
+
+    timeout: float | None = Field(default=None, ge=0)
+    """Longest a request may wait in the queue, in seconds (0 or none: no limit); a
+    request's own ``timeout`` parameter (microseconds, as in Triton) replaces it.
+    A request past it leaves the queue with 504 / DEADLINE_EXCEEDED, unrun."""
+
+    default_priority_level: int = Field(default=1, ge=1)
+    """The priority level of requests without a ``priority`` parameter (or with 0).
+    As in Triton, 1 is the highest level and larger numbers are lower."""
+
+    parameters: ModelParameters | None = None
+    """Per-version parameters: uri, version, content_type, extra."""
+
+    workers: int | None = Field(default=None, ge=1)
+    """How many of the server's worker processes load this model (default: all of
+    them). A heavy model can live in a few workers and a light one in all, so memory
+    is not models x workers. Has no effect with ``parallel_workers: 0``."""
+
+    threads_per_worker: int = Field(default=1, ge=1)
+    """How many requests one worker runs at once for this model. Raise it for models
+    that wait on I/O or a GPU; CPU-bound Python gains nothing (one worker = one core).
+    With ``parallel_workers: 0`` it bounds the requests running in the main process."""
+
+    devices: list[str] = []
+    """Devices to spread this model's workers over, e.g. ``["cuda:0", "cuda:1"]``:
+    worker i gets device i mod n as ``self.context.device``, and for ``cuda:N``
+    CUDA_VISIBLE_DEVICES=N is set in that worker before the runtime loads, so there
+    the GPU is the only one visible (address it as ``cuda`` or ``cuda:0``).
+    With ``parallel_workers: 0`` the model gets the first device and no variable is set."""
+
+    parallel_workers: int | None = None
+    """Deprecated in MLServer; accepted and ignored (use the server's setting)."""
+
+    warm_workers: bool = False
+    """Deprecated in MLServer; accepted and ignored."""
+
+    cache_enabled: bool = False
+    """Accepted for MLServer compatibility; response caching is not supported."""
+
+    # The model-settings.json this came from; set by the loader, never by the file.
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def version(self) -> str | None:
+        return self.parameters.version if self.parameters else None
+
+    @property
+    def folder(self) -> Path:
+        """Folder the model's relative paths are resolved against."""
+        return self.source.parent if self.source else Path.cwd()
+
+    @property
+    def uri(self) -> Path:
+        """Absolute location of the model's artifacts (its folder when no uri is set)."""
+        uri = self.parameters.uri if self.parameters else None
+        if not uri:
+            return self.folder
+        path = Path(uri)
+        return path if path.is_absolute() else self.folder / path
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return self.parameters.extra if self.parameters else {}
+
+    def ignored_settings(self) -> list[str]:
+        """MLServer model settings that are set but that inferd does not act on."""
+        ignored = [name for name in _IGNORED_MODEL_SETTINGS if getattr(self, name)]
+        if self.parameters:
+            parameters = self.parameters
+            ignored += [
+                f"parameters.{name}" for name in _IGNORED_PARAMETERS if getattr(parameters, name)
+            ]
+        return ignored
+
+
+_IGNORED_MODEL_SETTINGS = ("parallel_workers", "warm_workers", "cache_enabled")
+_IGNORED_PARAMETERS = (
+    "environment_path",
+    "environment_tarball",
+    "inference_pool_gid",
+    "autogenerate_inference_pool_gid",
+)

@@ -1,0 +1,186 @@
+"""Server-wide settings (``settings.json``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from ..version import __version__
+from .base import EnvFirstSettings
+
+
+class CORSSettings(BaseModel):
+    """Cross-origin resource sharing, as MLServer's ``cors_settings``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow_origins: list[str] = []
+    """Origins allowed to make cross-origin requests; ``["*"]`` allows any."""
+    allow_origin_regex: str | None = None
+    """A regex matched against the origin, e.g. ``https://.*\\.example\\.org``."""
+    allow_credentials: bool = False
+    """Whether cookies are supported on cross-origin requests."""
+    allow_methods: list[str] = ["GET"]
+    """HTTP methods allowed on cross-origin requests."""
+    allow_headers: list[str] = []
+    """Request headers allowed on cross-origin requests."""
+    expose_headers: list[str] = []
+    """Response headers the browser may read."""
+    max_age: int = 600
+    """How long browsers may cache a preflight answer, in seconds."""
+
+
+class ServerSettings(EnvFirstSettings):
+    """Server-wide settings (``settings.json``)."""
+
+    model_config = SettingsConfigDict(extra="forbid", validate_default=True)
+
+    debug: bool = False
+    """Log at debug level (one line per request)."""
+
+    parallel_workers: int = 1
+    """Worker processes that run inference; 0 runs it in the main process.
+    ``"cpu_count"`` means the number of cores this process may use."""
+
+    parallel_workers_timeout: int = 5
+    """Seconds to wait for a worker process to stop before it is killed."""
+
+    model_repository_root: str = "."
+    """Folder searched (recursively) for ``model-settings.json`` files."""
+
+    load_models_at_startup: bool = True
+    """Load every model found in the repository when the server starts."""
+
+    server_name: str = "inferd"
+    """Name reported by server metadata (``GET /v2``)."""
+
+    server_version: str = __version__
+    """Version reported by server metadata."""
+
+    extensions: list[str] = []
+    """Extra protocol extensions to report in server metadata."""
+
+    host: str = "0.0.0.0"
+    """Address the REST, gRPC and metrics servers listen on."""
+
+    http_port: int = 8080
+    """Port of the REST server."""
+
+    root_path: str = ""
+    """ASGI root path, for a server mounted below a URL prefix by a proxy."""
+
+    grpc_port: int = 8081
+    """Port of the gRPC server."""
+
+    grpc_max_message_length: int | None = None
+    """Largest gRPC message accepted or sent, in bytes (default: max_request_size)."""
+
+    cors_settings: CORSSettings | None = None
+    """CORS for the REST server; no CORS headers when unset."""
+
+    metrics_endpoint: str | None = "/metrics"
+    """Path of the Prometheus endpoint on ``metrics_port``; empty or null turns it off."""
+
+    metrics_port: int = 8082
+    """Port of the Prometheus metrics server."""
+
+    metrics_rest_server_prefix: str = "rest_server"
+    """Prefix of the REST server's metric names."""
+
+    metrics_dir: str | None = None
+    """Accepted for MLServer compatibility; inferd keeps metrics in memory."""
+
+    use_structured_logging: bool = False
+    """Write logs as JSON lines."""
+
+    access_log: bool | None = None
+    """Log one line per HTTP request (uvicorn's access log); unset: on with ``debug``."""
+
+    logging_settings: str | dict[str, Any] | None = None
+    """A ``logging.config`` dict, or the path of a JSON/YAML file holding one."""
+
+    gzip_enabled: bool = True
+    """Compress large REST responses for clients that accept gzip."""
+
+    max_request_size: int = Field(default=128 * 1024 * 1024, gt=0)
+    """Largest request body accepted, in bytes (after gzip decompression); larger gets 413."""
+
+    environments_dir: str | None = None
+    """Accepted for MLServer compatibility; per-model environments are not supported."""
+
+    model_repository_implementation: str | None = None
+    """Accepted for MLServer compatibility; only the folder repository is supported."""
+
+    model_repository_implementation_args: dict[str, Any] = {}
+    """Accepted for MLServer compatibility; unused."""
+
+    kafka_enabled: bool = False
+    """MLServer's Kafka server is not supported; true is refused."""
+
+    kafka_servers: str = "localhost:9092"
+    """Accepted for MLServer compatibility; unused."""
+
+    kafka_topic_input: str = "mlserver-input"
+    """Accepted for MLServer compatibility; unused."""
+
+    kafka_topic_output: str = "mlserver-output"
+    """Accepted for MLServer compatibility; unused."""
+
+    tracing_server: str | None = None
+    """Accepted for MLServer compatibility; tracing is not supported."""
+
+    cache_enabled: bool = False
+    """Accepted for MLServer compatibility; response caching is not supported."""
+
+    cache_size: int = 100
+    """Accepted for MLServer compatibility; unused."""
+
+    @field_validator("parallel_workers", mode="before")
+    @classmethod
+    def _cpu_count(cls, value: Any) -> Any:
+        if value == "cpu_count":
+            return len(os.sched_getaffinity(0))
+        return value
+
+    @field_validator("parallel_workers")
+    @classmethod
+    def _non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 (inference in the main process) or more")
+        return value
+
+    @field_validator("kafka_enabled")
+    @classmethod
+    def _no_kafka(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "inferd has no Kafka server (MLServer's Kafka inference is not supported); "
+                "remove kafka_enabled or set it to false"
+            )
+        return value
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return bool(self.metrics_endpoint)
+
+    @property
+    def access_log_enabled(self) -> bool:
+        return self.debug if self.access_log is None else self.access_log
+
+    def ignored_settings(self) -> list[str]:
+        """MLServer settings that are set but that inferd does not act on."""
+        ignored = []
+        for name in (
+            "environments_dir",
+            "metrics_dir",
+            "model_repository_implementation",
+            "tracing_server",
+        ):
+            if getattr(self, name):
+                ignored.append(name)
+        if self.cache_enabled:
+            ignored.append("cache_enabled")
+        return ignored
