@@ -25,6 +25,8 @@ from .scenarios import SCENARIOS, Scenario
 def use_inferd_source(src: Path) -> None:
     """Measure ``src`` in this process too (in-process figures, worker processes it
     starts), whatever inferd the interpreter has installed."""
+    if "inferd" in sys.modules:  # imported before this: it may be another tree
+        raise RuntimeError("inferd was imported before its source tree was chosen")
     sys.path.insert(0, str(src))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(src), os.environ.get("PYTHONPATH")) if p

@@ -50,7 +50,7 @@ def run_one(
 ) -> RunRecord:
     options = scenario.options
     ports = free_ports(3)
-    repo = work / case.name / f"{contender.slug}-r{round_index}"
+    repo = work / case.name.replace(" ", "-") / f"{contender.slug}-r{round_index}"
     layers = (
         {"parallel_workers": options.parallel_workers},
         scenario.settings,
