@@ -8,6 +8,7 @@ library only: a benchmark may run from an interpreter without the test extras.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -47,7 +48,8 @@ def free_port() -> int:
 
 
 def http_status(url: str, timeout: float = 2.0) -> int:
-    """The status of ``GET url`` (4xx and 5xx included); OSError when nothing answers."""
+    """The status of ``GET url`` (4xx and 5xx included); OSError when nothing answers,
+    http.client.HTTPException when what answers is not HTTP."""
     try:
         with _LOCAL_OPENER.open(url, timeout=timeout) as response:
             return int(response.status)
@@ -100,7 +102,7 @@ class ServerProcess:
                 last = http_status(url)
                 if last == status:
                     return time.monotonic() - self.started_at
-            except OSError as error:
+            except (OSError, http.client.HTTPException) as error:  # not listening, or half-up
                 last = error
             time.sleep(POLL_INTERVAL)
         raise TimeoutError(f"{path} did not answer {status} (last: {last}):\n{self.log()}")
