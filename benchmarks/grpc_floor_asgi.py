@@ -1,6 +1,6 @@
 """grpc_floor_server.py's model call behind Envoy instead of grpcio (via pyvoy).
 
-For ``bench_grpc.py --envoy-floor PYVOY``: pyvoy runs this ASGI app in Envoy,
+For ``python -m benchmarks grpc --envoy-floor PYVOY``: pyvoy runs this ASGI app in Envoy,
 which speaks HTTP/2 and gRPC framing in C++ and hands Python one call per
 request, with trailers. The model call is the very same ``answer()``, so the
 gap between this and the grpcio floor is what the transport costs. Only unary

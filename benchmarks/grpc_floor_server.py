@@ -1,6 +1,6 @@
 """The least a Python gRPC server on grpcio can spend per ModelInfer call.
 
-A reference for ``bench_grpc.py --reference``: grpcio's asyncio server on uvloop
+A reference for ``python -m benchmarks grpc --reference``: grpcio's asyncio server on uvloop
 (as inferd and MLServer use), one handler that parses the request, calls the
 scikit-learn model's ``predict`` on the FP32 input and answers the class in
 ``raw_output_contents``: no settings, no checks, no metrics, no queue. What it

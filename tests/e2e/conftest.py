@@ -19,8 +19,7 @@ from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
 from inferd.protocol import pb_grpc
-
-from .serverproc import ServerProcess, start_server
+from tests.support.serverproc import ServerProcess, start_server
 
 RUNTIMES = Path(__file__).parent / "runtimes" / "testmodels.py"
 

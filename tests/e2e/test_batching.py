@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_custom_model, wait_for
 from .metrics_helpers import model, scrape, value
-from .serverproc import ServerProcess, start_server
 
 LONE_WAIT = 1.0  # the batched model's max_batch_time: a lone request must not wait it
 

@@ -15,8 +15,7 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http
 
 from inferd.protocol import pb, pb_grpc
-
-from .serverproc import ServerProcess
+from tests.support.serverproc import ServerProcess
 
 # Exactly representable in bfloat16 (8 bits of mantissa), so tritonclient's
 # truncating encoder and our decoder agree to the bit.

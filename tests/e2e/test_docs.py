@@ -20,8 +20,9 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_custom_model, add_sklearn_model
-from .serverproc import ServerProcess, start_server
 
 # What the `echo` model of the docs repository declares in its model-settings.json.
 ECHO_INPUTS = [

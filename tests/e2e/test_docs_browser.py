@@ -22,8 +22,9 @@ import pytest
 from PIL import Image
 from websockets.sync.client import ClientConnection, connect
 
+from tests.support.serverproc import ServerProcess
+
 from . import test_docs
-from .serverproc import ServerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(

@@ -15,9 +15,9 @@ import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.serverproc import ServerProcess
 
 from .conftest import add_custom_model, add_sklearn_model
-from .serverproc import ServerProcess
 
 STREAM_TIMEOUT = 30.0
 

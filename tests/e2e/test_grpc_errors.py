@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.serverproc import ServerProcess
 
 from .conftest import add_custom_model
-from .serverproc import ServerProcess
 
 Code = grpc.StatusCode
 SERVICE = "/inference.GRPCInferenceService/"

@@ -22,9 +22,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.serverproc import ServerProcess, free_port
 
 from .conftest import add_custom_model
-from .serverproc import ServerProcess, free_port
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"

@@ -13,8 +13,9 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.support.serverproc import ServerProcess
+
 from .conftest import add_custom_model
-from .serverproc import ServerProcess
 
 X = {"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
 REQUEST_LOGGER = "inferd.requests"

@@ -17,6 +17,7 @@ import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.serverproc import ServerProcess, start_server
 
 from .conftest import add_custom_model, wait_for
 from .metrics_helpers import (
@@ -27,7 +28,6 @@ from .metrics_helpers import (
     scrape,
     value,
 )
-from .serverproc import ServerProcess, start_server
 
 X = {"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
 INFER = "/v2/models/{name}/infer"

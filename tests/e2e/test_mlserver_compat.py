@@ -15,9 +15,9 @@ from sklearn import datasets, svm
 from sklearn.model_selection import train_test_split
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.serverproc import ServerProcess, free_ports, start_server
 
 from .conftest import add_sklearn_model, train_iris, wait_for
-from .serverproc import ServerProcess, free_port, start_server
 from .test_settings_e2e import launch
 
 # A runtime in a model's folder, importing a module that sits beside it.
@@ -156,7 +156,7 @@ def test_a_kserve_style_start_from_environment_variables_alone(
     models_dir = tmp_path / "mnt-models"  # where KServe's storage initializer puts the model
     models_dir.mkdir()
     classifier = train_iris(models_dir / "model.joblib")
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     env = {
         "MLSERVER_MODEL_NAME": "iris-kserve",
         "MLSERVER_MODEL_IMPLEMENTATION": "mlserver_sklearn.SKLearnModel",

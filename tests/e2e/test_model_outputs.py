@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tritonclient.http
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_custom_model
-from .serverproc import ServerProcess, start_server
 
 ODD = "/v2/models/odd/infer"
 

@@ -9,9 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.serverproc import ServerProcess
+
 from .conftest import wait_for
 from .metrics_helpers import scrape, value
-from .serverproc import ServerProcess
 
 
 def tensor(datatype: str, shape: Any, data: Any, name: str = "t") -> dict[str, Any]:

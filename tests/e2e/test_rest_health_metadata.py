@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from inferd import __version__
+from tests.support.serverproc import ServerProcess
 
 from .conftest import TYPED_METADATA, add_custom_model, wait_for
-from .serverproc import ServerProcess
 
 
 def get(url: str) -> httpx.Response:

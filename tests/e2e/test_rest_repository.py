@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_custom_model, wait_for
-from .serverproc import ServerProcess, start_server
 
 INPUT = {"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}
 

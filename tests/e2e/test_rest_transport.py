@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_custom_model
-from .serverproc import ServerProcess, start_server
 
 LIMIT = 100_000
 ORIGIN = "https://app.example"

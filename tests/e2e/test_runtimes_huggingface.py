@@ -15,9 +15,9 @@ import pytest
 import tritonclient.grpc as triton
 
 from tests.frameworks import require_module, save_tiny_text_classifier
+from tests.support.serverproc import ServerProcess, start_server
 
 from .runtime_models import grpc_infer, metadata_tensors, rest_infer
-from .serverproc import ServerProcess, start_server
 
 transformers = require_module("transformers", "huggingface")
 

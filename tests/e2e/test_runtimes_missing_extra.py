@@ -10,8 +10,9 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_sklearn_model, wait_for
-from .serverproc import ServerProcess, start_server
 
 # Put first on the server's PYTHONPATH, it makes `import xgboost` fail as it does
 # where the package is not installed.

@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tests.support.serverproc import ServerProcess
+
 from .runtime_models import IRIS_X, FrameworkModels, grpc_infer, metadata_tensors, rest_body
-from .serverproc import ServerProcess
 
 BOTH = ("predict", "predict_proba")
 

@@ -3,33 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
 from inferd import __version__
+from tests.support.serverproc import (
+    ServerProcess,
+    free_ports,
+    server_environment,
+    spawn,
+    write_settings,
+)
 
 from .conftest import add_custom_model
-from .serverproc import ServerProcess, free_port, write_settings
 
 # A refused start must be quick: it happens before any model loads or port opens.
 REFUSAL_TIMEOUT = 15.0
 INFERD_SCRIPT = Path(sys.executable).parent / "inferd"
-
-
-def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without INFERD_/MLSERVER_ variables, plus ``extra``."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.upper().startswith(("MLSERVER_", "INFERD_"))
-    }
-    env.update(extra or {})
-    return env
 
 
 def launch(
@@ -37,21 +33,18 @@ def launch(
     cwd: Path,
     log_dir: Path,
     env: Mapping[str, str] | None = None,
-    ports: tuple[int, int, int] | None = None,
+    ports: Sequence[int] | None = None,
 ) -> ServerProcess:
     """Run ``python -m inferd ARGS`` in ``cwd``; the caller says where it will listen."""
-    http_port, grpc_port, metrics_port = ports or (free_port(), free_port(), free_port())
-    log_path = log_dir / f"inferd-{http_port}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "inferd", *args],
-            cwd=cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=clean_env(env),
-            start_new_session=True,
-        )
-    return ServerProcess(cwd, process, log_path, http_port, grpc_port, metrics_port)
+    http_port, grpc_port, metrics_port = ports or free_ports(3)
+    return spawn(
+        [sys.executable, "-m", "inferd", *args],
+        repository=cwd,
+        cwd=cwd,
+        log_path=log_dir / f"inferd-{http_port}.log",
+        ports=(http_port, grpc_port, metrics_port),
+        env=server_environment(env),
+    )
 
 
 @pytest.fixture
@@ -72,7 +65,7 @@ def run_inferd(
         [sys.executable, "-m", "inferd", "start", str(repository)],
         capture_output=True,
         text=True,
-        env=clean_env(env),
+        env=server_environment(env),
         timeout=REFUSAL_TIMEOUT,  # a start that is not refused is killed, and fails the test
     )
     assert time.monotonic() - started < REFUSAL_TIMEOUT, result.stderr
@@ -115,7 +108,7 @@ def test_start_serves_the_current_folder_by_default_with_structured_logs(
     add_custom_model(tmp_path, "echo", "Echo")
     nested = add_custom_model(tmp_path, "group/inner", "Echo")
     (nested / "model-settings.json").write_text(json.dumps({"implementation": "testmodels.Echo"}))
-    ports = (free_port(), free_port(), free_port())
+    ports = free_ports(3)
     write_settings(
         tmp_path,
         {
@@ -145,7 +138,7 @@ def test_start_serves_the_current_folder_by_default_with_structured_logs(
 
 def test_the_environment_wins_over_the_file(tmp_path: Path, launched: list[ServerProcess]) -> None:
     add_custom_model(tmp_path, "echo", "Echo")
-    file_port, env_port, grpc_port, metrics_port = (free_port() for _ in range(4))
+    file_port, env_port, grpc_port, metrics_port = free_ports(4)
     write_settings(
         tmp_path,
         {

@@ -13,8 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.support.serverproc import ServerProcess, start_server
+
 from .conftest import add_custom_model
-from .serverproc import ServerProcess, start_server
 
 # Requests whose full answers must not depend on where inference runs.
 CASES: list[tuple[str, dict[str, Any]]] = [

@@ -1,0 +1,99 @@
+"""The round loop every scenario shares: start, verify, warm up, measure, stop.
+
+Each run gets fresh ports and a fresh repository, so no run inherits another's
+warm caches or sockets; a contender that fails is reported and the others go on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.support.serverproc import ServerProcess, free_ports
+
+from .loadgen import LoadResult
+from .repository import settings_json, write_json
+from .results import RunRecord, alternate, format_run
+from .scenarios.base import Case, Scenario
+from .servers import Contender, group_cpu_seconds, main_thread_cpu_seconds, ready_port, start
+
+# What a failed run may raise: the server (RuntimeError, TimeoutError), a load generator
+# (RuntimeError), a check (VerificationError), a missing program (OSError, ValueError).
+RUN_FAILURES = (RuntimeError, TimeoutError, OSError, ValueError)
+FAILURE_CHARS = 4000  # a failure's message ends with the server's log: its tail is enough
+
+
+def run_rounds(scenario: Scenario, work: Path) -> tuple[list[RunRecord], list[str]]:
+    """Every case, round after round, its contenders in alternating order."""
+    records: list[RunRecord] = []
+    failures: list[str] = []
+    for case in scenario.cases():
+        print(f"\n{case.name} ({case.load.name}):", flush=True)
+        for round_index in range(scenario.options.rounds):
+            for contender in alternate(case.contenders, round_index):
+                what = f"{contender.label} round {round_index}"
+                try:
+                    record = run_one(scenario, case, contender, round_index, work)
+                except RUN_FAILURES as error:
+                    message = str(error)[-FAILURE_CHARS:]
+                    print(f"  {what}: FAILED: {message}", file=sys.stderr, flush=True)
+                    failures.append(f"{case.name} {what}: {message}")
+                    continue
+                records.append(record)
+                print(f"  {what:<24} {format_run(record)}", flush=True)
+                warn_errors(what, record.result)
+    return records, failures
+
+
+def run_one(
+    scenario: Scenario, case: Case, contender: Contender, round_index: int, work: Path
+) -> RunRecord:
+    options = scenario.options
+    ports = free_ports(3)
+    repo = work / case.name.replace(" ", "-") / f"{contender.slug}-r{round_index}"
+    layers = (
+        {"parallel_workers": options.parallel_workers},
+        scenario.settings,
+        options.extra_settings,
+        contender.settings,
+    )
+    write_json(repo / "settings.json", settings_json(ports, *layers))
+    scenario.write_repository(repo, contender, case)
+    server = start(contender, options.programs, repo, ports)
+    try:
+        startup = server.wait_until(
+            timeout=options.ready_timeout, port=ready_port(contender, ports)
+        )
+        target = scenario.verify(server, contender, case)
+        warm = case.load.run(target, options.warmup, None) if options.warmup > 0 else None
+        if warm is not None:
+            warn_errors(f"{contender.label} warm-up", warm)
+        before = cpu_seconds(server)
+        result = case.load.run(target, options.duration, warm.requests_per_s if warm else None)
+        after = cpu_seconds(server)
+    finally:
+        server.stop()
+    all_processes, main_thread = (
+        per_request_us(begin, end, result.requests)
+        for begin, end in zip(before, after, strict=True)
+    )
+    return RunRecord(
+        case.name, contender.label, round_index, startup, result, all_processes, main_thread
+    )
+
+
+def cpu_seconds(server: ServerProcess) -> tuple[float | None, float | None]:
+    """CPU seconds so far of the server's process group and of its main thread."""
+    pid = server.process.pid  # the leader of its own process group
+    return group_cpu_seconds(pid), main_thread_cpu_seconds(pid)
+
+
+def per_request_us(begin: float | None, end: float | None, requests: int) -> float | None:
+    if begin is None or end is None or not requests:
+        return None
+    return (end - begin) / requests * 1e6
+
+
+def warn_errors(what: str, result: LoadResult) -> None:
+    if result.errors:
+        print(f"  WARNING {what}: {result.errors} errors: {result}", file=sys.stderr)

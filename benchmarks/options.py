@@ -1,0 +1,209 @@
+"""The command line: ``python -m benchmarks <scenario> [options]``.
+
+Options every scenario shares are defined here, with each scenario's defaults;
+a scenario adds its own flags. Paths come from options or environment
+variables, never from the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .servers import CHECKOUT_SRC, INFERD, MLSERVER, Programs, resolve_source
+
+MLSERVER_PYTHON_ENV = "INFERD_BENCH_MLSERVER_PYTHON"
+ONLY_CHOICES = {"inferd": (INFERD,), "mlserver": (MLSERVER,), "both": (INFERD, MLSERVER)}
+
+
+class ScenarioSpec(Protocol):
+    """What the parser needs of a scenario class."""
+
+    name: str
+    description: str
+    defaults: Mapping[str, Any]
+    compares_mlserver: bool
+    varies: frozenset[str]
+    load_tool: str
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None: ...
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every scenario is given; ``args`` holds its own flags too."""
+
+    scenario: str
+    duration: float
+    warmup: float
+    rounds: int
+    connections: tuple[int, ...]
+    threads: int
+    wrk_timeout: float
+    ready_timeout: float
+    parallel_workers: int
+    extra_settings: Mapping[str, Any]
+    servers: tuple[str, ...]  # the servers of an inferd-vs-MLServer comparison
+    programs: Programs
+    baseline_src: Path | None
+    work_dir: Path | None
+    json_out: Path | None
+    args: argparse.Namespace
+
+
+def json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) -> None:
+    defaults = {"duration": 10.0, "warmup": 3.0, "rounds": 2, "connections": [16]}
+    defaults |= {"parallel_workers": 0, **spec.defaults}
+    add = parser.add_argument
+    add("--duration", type=float, default=defaults["duration"], help="seconds per measured run")
+    add("--warmup", type=float, default=defaults["warmup"], help="warm-up seconds (discarded)")
+    add("--rounds", type=int, default=defaults["rounds"], help="the order alternates by round")
+    add(
+        "--connections",
+        type=int,
+        nargs="+",
+        default=defaults["connections"],
+        help="concurrent connections; several values: one comparison each",
+    )
+    add("--threads", type=int, default=1, help="load generator threads")
+    if spec.load_tool == "wrk":
+        add("--wrk-timeout", type=float, default=10.0, help="wrk's per-request timeout, s")
+    add("--ready-timeout", type=float, default=120.0, help="server start deadline, s")
+    if "parallel_workers" not in spec.varies:
+        add(
+            "--parallel-workers",
+            type=int,
+            default=defaults["parallel_workers"],
+            help="parallel_workers in settings.json",
+        )
+    add(
+        "--extra-settings",
+        type=json_object,
+        default={},
+        help="JSON object merged into settings.json, e.g. '{\"debug\": false}'",
+    )
+    add("--inferd-python", default=sys.executable, help="runs inferd (default: this Python)")
+    add(
+        "--inferd-src",
+        type=Path,
+        default=CHECKOUT_SRC,
+        help="the inferd sources measured (default: this checkout's src)",
+    )
+    add(
+        "--baseline-src",
+        type=Path,
+        metavar="PATH",
+        help="also run inferd from this checkout (PYTHONPATH=PATH/src), side by side",
+    )
+    if spec.compares_mlserver:
+        add(
+            "--mlserver-python",
+            default=os.environ.get(MLSERVER_PYTHON_ENV),
+            help=f"a Python with mlserver 1.7.1 installed (or ${MLSERVER_PYTHON_ENV})",
+        )
+        add(
+            "--only",
+            choices=sorted(ONLY_CHOICES),
+            help="servers to run (default: both when MLServer's Python is known)",
+        )
+    add("--work-dir", type=Path, help="keep repositories and logs here (default: a temp dir)")
+    add("--json-out", type=Path, help="write every run and summary as JSON")
+
+
+def build_parser(specs: Sequence[ScenarioSpec]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="inferd benchmarks, side by side with the servers they compare to.",
+    )
+    subparsers = parser.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    for spec in specs:
+        summary = spec.description.splitlines()[0]
+        sub = subparsers.add_parser(
+            spec.name,
+            help=summary,
+            description=spec.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add_common_arguments(sub, spec)
+        spec.add_arguments(sub)
+    return parser
+
+
+def choose_servers(only: str | None, mlserver_python: str | None) -> tuple[str, ...]:
+    """--only, or both servers when MLServer's Python is known (else inferd alone)."""
+    if only is None:
+        return ONLY_CHOICES["both" if mlserver_python else "inferd"]
+    servers = ONLY_CHOICES[only]
+    if MLSERVER in servers and not mlserver_python:
+        raise ValueError(f"--only {only} needs --mlserver-python or ${MLSERVER_PYTHON_ENV}")
+    return servers
+
+
+def check_executable(option: str, path: str | None) -> None:
+    if path is not None and shutil.which(path) is None:
+        raise ValueError(f"{option} {path}: no such executable")
+
+
+def spec_of(specs: Sequence[ScenarioSpec], name: str) -> ScenarioSpec:
+    return next(spec for spec in specs if spec.name == name)
+
+
+def check_counts(args: argparse.Namespace, load_tool: str) -> None:
+    if min(args.connections) < 1 or args.rounds < 0 or args.duration <= 0 or args.warmup < 0:
+        raise ValueError("--connections must be >= 1, --rounds and --warmup >= 0, --duration > 0")
+    if load_tool == "wrk" and not (args.duration.is_integer() and args.warmup.is_integer()):
+        raise ValueError("wrk runs whole seconds: --duration and --warmup must be whole numbers")
+
+
+def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = None) -> Options:
+    parser = build_parser(specs)
+    args = parser.parse_args(argv)
+    mlserver_python = getattr(args, "mlserver_python", None)
+    try:
+        servers = choose_servers(getattr(args, "only", None), mlserver_python)
+        check_executable("--mlserver-python", mlserver_python if MLSERVER in servers else None)
+        check_executable("--inferd-python", args.inferd_python)
+        inferd_src = resolve_source(args.inferd_src)
+        baseline = resolve_source(args.baseline_src) if args.baseline_src else None
+        check_counts(args, spec_of(specs, args.scenario).load_tool)
+    except ValueError as error:
+        parser.error(str(error))
+    programs = Programs(
+        inferd_python=args.inferd_python,
+        inferd_src=inferd_src,
+        mlserver_python=mlserver_python,
+        pyvoy=getattr(args, "envoy_floor", None),
+    )
+    return Options(
+        scenario=args.scenario,
+        duration=args.duration,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        connections=tuple(args.connections),
+        threads=args.threads,
+        wrk_timeout=getattr(args, "wrk_timeout", 10.0),
+        ready_timeout=args.ready_timeout,
+        parallel_workers=getattr(args, "parallel_workers", 0),
+        extra_settings=args.extra_settings,
+        servers=servers,
+        programs=programs,
+        baseline_src=baseline,
+        work_dir=args.work_dir,
+        json_out=args.json_out,
+        args=args,
+    )

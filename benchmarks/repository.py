@@ -1,0 +1,162 @@
+"""Model repositories the scenarios write: ``settings.json`` and model folders.
+
+The same layout serves inferd and MLServer (``mlserver_sklearn.SKLearnModel`` is
+an implementation both load), so a comparison runs both on identical files.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import joblib
+import numpy as np
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+
+MODEL_FILE = "model.joblib"
+SKLEARN_IMPLEMENTATION = "mlserver_sklearn.SKLearnModel"
+ROW = [5.1, 3.5, 1.4, 0.2]
+EXAMPLE_TRAINER = Path(__file__).resolve().parent.parent / "examples" / "train_sklearn.py"
+
+
+def settings_json(ports: Sequence[int], *layers: Mapping[str, Any]) -> dict[str, Any]:
+    """settings.json: the ports, then each layer of settings over the previous ones."""
+    http, grpc, metrics = ports
+    settings: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "http_port": http,
+        "grpc_port": grpc,
+        "metrics_port": metrics,
+    }
+    for layer in layers:
+        settings.update(layer)
+    return settings
+
+
+def write_json(path: Path, content: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(content), indent=2) + "\n")
+
+
+def train_iris_model() -> LogisticRegression:
+    """Deterministic LogisticRegression on iris (4 FP32 features, 3 classes)."""
+    features, target = load_iris(return_X_y=True)
+    model = LogisticRegression(max_iter=1000, random_state=0)
+    model.fit(features.astype(np.float32), target)
+    return model
+
+
+def example_model() -> Any:
+    """The bundled example model, trained as examples/train_sklearn.py trains it."""
+    spec = importlib.util.spec_from_file_location("train_sklearn", EXAMPLE_TRAINER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.train()
+
+
+def predicted_class(model: Any, row: Sequence[float] = ROW) -> int:
+    return int(model.predict(np.asarray([row], dtype=np.float32))[0])
+
+
+def write_sklearn_model(
+    repo: Path,
+    name: str,
+    model: Any,
+    *,
+    implementation: str = SKLEARN_IMPLEMENTATION,
+    fields: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """``repo/name/{model-settings.json, model.joblib}``; ``fields`` are added to
+    model-settings.json (e.g. batching), ``extra`` is its ``parameters.extra``."""
+    folder = repo / name
+    parameters: dict[str, Any] = {"uri": f"./{MODEL_FILE}"}
+    if extra:
+        parameters["extra"] = dict(extra)
+    settings = {"name": name, "implementation": implementation, "parameters": parameters}
+    write_json(folder / "model-settings.json", settings | dict(fields or {}))
+    joblib.dump(model, folder / MODEL_FILE)
+    return folder
+
+
+# A CPU-bound model: both servers' runtime classes in one module, copied into the model's
+# folder; each server imports the one its framework offers.
+BUSY_MODULE = '''\
+"""A CPU-bound model: a pure-Python loop of about {ms} ms per call, then y = 2x."""
+
+ITERATIONS = {iterations}
+
+
+def spin(iterations=ITERATIONS):
+    total = 0
+    for i in range(iterations):
+        total += i * i
+    return total
+
+
+try:
+    from inferd import InferenceResponse, Model, Tensor
+
+    class BusyInferd(Model):
+        def predict(self, request):
+            x = request.inputs[0].data
+            spin()
+            return InferenceResponse(outputs=[Tensor("y", x * 2)])
+
+except ImportError:
+    pass
+
+try:
+    from mlserver import MLModel
+    from mlserver.codecs import NumpyCodec
+    from mlserver.types import InferenceResponse as MLServerResponse
+
+    class BusyMLServer(MLModel):
+        async def predict(self, payload):
+            x = NumpyCodec.decode_input(payload.inputs[0])
+            spin()
+            return MLServerResponse(
+                model_name=self.name, outputs=[NumpyCodec.encode_output("y", x * 2)]
+            )
+
+except ImportError:
+    pass
+'''
+
+
+def busy_module(ms: float, iterations: int) -> str:
+    return BUSY_MODULE.format(ms=ms, iterations=iterations)
+
+
+def write_busy_model(repo: Path, implementation: str, ms: float, iterations: int) -> Path:
+    """``repo/busy``: the CPU-bound model, served by ``busy.<implementation>``."""
+    folder = repo / "busy"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "busy.py").write_text(busy_module(ms, iterations))
+    write_json(folder / "model-settings.json", {"name": "busy", "implementation": implementation})
+    return folder
+
+
+def v2_request(
+    rows: Any, *, name: str = "input-0", datatype: str = "FP32", outputs: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A V2 REST inference request with one tensor (rows: a 2-D array-like)."""
+    array = np.asarray(rows)
+    request: dict[str, Any] = {
+        "inputs": [
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": datatype,
+                "data": array.ravel().tolist(),
+            }
+        ]
+    }
+    if outputs:
+        request["outputs"] = [{"name": output} for output in outputs]
+    return request

@@ -1,0 +1,158 @@
+"""The servers a scenario compares, and how each is started.
+
+A :class:`Contender` is one server with its settings: inferd from a source tree,
+MLServer from its own virtualenv, or a gRPC floor (the least a server can do).
+Where the programs are comes from :class:`Programs` (command-line options or
+environment variables), never from this file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tests.support.serverproc import ServerProcess, server_environment, spawn
+
+INFERD = "inferd"
+MLSERVER = "mlserver"
+FLOOR = "floor"
+ENVOY_FLOOR = "envoy-floor"
+BASELINE_SUFFIX = "@baseline"
+BENCHMARKS_DIR = Path(__file__).resolve().parent
+CHECKOUT_SRC = BENCHMARKS_DIR.parent / "src"
+# MLServer 1.7.1 has no ``python -m mlserver``; this is its console script's body.
+MLSERVER_MAIN = "import sys; from mlserver.cli import main; sys.exit(main())"
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One server in a comparison."""
+
+    label: str  # its name in tables and ratios
+    kind: str  # INFERD, MLSERVER, FLOOR or ENVOY_FLOOR
+    settings: Mapping[str, Any] = field(default_factory=dict)  # added to settings.json
+    model: str | None = None  # the model its load targets; None: the scenario's
+    source: Path | None = None  # inferd's source tree; None: Programs.inferd_src
+
+    @property
+    def slug(self) -> str:
+        """The label as a folder name."""
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in self.label)
+
+
+@dataclass(frozen=True)
+class Programs:
+    """Where the servers' programs are."""
+
+    inferd_python: str
+    inferd_src: Path = CHECKOUT_SRC
+    mlserver_python: str | None = None
+    pyvoy: str | None = None
+
+
+def resolve_source(path: Path) -> Path:
+    """The folder to put on PYTHONPATH for an inferd checkout (its ``src``) or source
+    folder; ValueError when neither holds the ``inferd`` package."""
+    for candidate in (path / "src", path):
+        if (candidate / "inferd" / "__init__.py").is_file():
+            return candidate.resolve()
+    raise ValueError(f"{path} holds no inferd sources (neither src/inferd nor inferd)")
+
+
+def with_baseline(contenders: Sequence[Contender], baseline: Path | None) -> list[Contender]:
+    """Each inferd contender followed by its twin running the ``baseline`` sources."""
+    if baseline is None:
+        return list(contenders)
+    out: list[Contender] = []
+    for contender in contenders:
+        out.append(contender)
+        if contender.kind == INFERD:
+            twin = replace(contender, label=contender.label + BASELINE_SUFFIX, source=baseline)
+            out.append(twin)
+    return out
+
+
+def baseline_pairs(labels: Sequence[str]) -> list[tuple[str, str]]:
+    """(current, baseline) label pairs among ``labels``."""
+    return [
+        (label, label + BASELINE_SUFFIX) for label in labels if label + BASELINE_SUFFIX in labels
+    ]
+
+
+def command_and_env(
+    contender: Contender, programs: Programs, repo: Path, grpc_port: int
+) -> tuple[list[str], dict[str, str]]:
+    """How to start ``contender`` on ``repo``, and its whole environment. PYTHONPATH is
+    set explicitly: an inferd server runs exactly the tree it is given."""
+    source = str(contender.source or programs.inferd_src)
+    env = server_environment()
+    env.pop("PYTHONPATH", None)
+    if contender.kind == INFERD:
+        command = [programs.inferd_python, "-m", "inferd", "start", str(repo)]
+        return command, env | {"PYTHONPATH": source}
+    if contender.kind == MLSERVER:
+        if programs.mlserver_python is None:
+            raise ValueError("MLServer's Python is not known: pass --mlserver-python")
+        return [programs.mlserver_python, "-c", MLSERVER_MAIN, "start", str(repo)], env
+    if contender.kind == FLOOR:
+        script = BENCHMARKS_DIR / "grpc_floor_server.py"
+        return [programs.inferd_python, str(script), str(repo)], env | {"PYTHONPATH": source}
+    if contender.kind == ENVOY_FLOOR:
+        if programs.pyvoy is None:
+            raise ValueError("pyvoy is not known: pass --envoy-floor PYVOY")
+        command = [programs.pyvoy, "--address", "127.0.0.1", "--port", str(grpc_port),
+                   "grpc_floor_asgi:app"]  # fmt: skip
+        path = os.pathsep.join([str(BENCHMARKS_DIR), source])
+        return command, env | {"PYTHONPATH": path, "INFERD_FLOOR_REPO": str(repo)}
+    raise ValueError(f"unknown server kind {contender.kind!r}")
+
+
+def ready_port(contender: Contender, ports: Sequence[int]) -> int:
+    """The port answering the readiness poll: Envoy's floor has only the gRPC one."""
+    return ports[1] if contender.kind == ENVOY_FLOOR else ports[0]
+
+
+def start(
+    contender: Contender, programs: Programs, repo: Path, ports: Sequence[int]
+) -> ServerProcess:
+    command, env = command_and_env(contender, programs, repo, ports[1])
+    return spawn(
+        command, repository=repo, cwd=repo, log_path=repo / "server.log", ports=ports, env=env
+    )
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+def _cpu_ticks(stat_text: str) -> tuple[int, int]:
+    """(process group id, user+system ticks) from a /proc/<pid>/stat line."""
+    fields = stat_text.rsplit(")", 1)[1].split()  # past the command name, which may hold spaces
+    return int(fields[2]), int(fields[11]) + int(fields[12])
+
+
+def group_cpu_seconds(pgid: int) -> float | None:
+    """User+system CPU seconds of every live process in the process group ``pgid``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    ticks = 0
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                group, used = _cpu_ticks((entry / "stat").read_text())
+            except (OSError, IndexError, ValueError):
+                continue  # the process ended meanwhile
+            ticks += used if group == pgid else 0
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def main_thread_cpu_seconds(pid: int) -> float | None:
+    """User+system CPU seconds of the main thread of process ``pid``."""
+    try:
+        _, used = _cpu_ticks(Path(f"/proc/{pid}/task/{pid}/stat").read_text())
+    except (OSError, IndexError, ValueError):
+        return None
+    return used / os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,34 @@
+"""``python -m benchmarks`` end to end: the rest scenario, briefly, against inferd alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.serverproc import server_environment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_the_rest_scenario_measures_inferd_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "rest.json"
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "2"]
+    options = ["--only", "inferd", *brief, "--json-out", str(out)]
+    command = [sys.executable, "-m", "benchmarks", "rest", *options]
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "c2 (medians over rounds):" in done.stdout
+    figures = json.loads(out.read_text())
+    (run,) = figures["runs"]
+    assert (run["label"], run["case"], run["errors"]) == ("inferd", "c2", 0)
+    assert run["requests"] > 0 and run["requests_per_s"] > 0
+    assert figures["summary"]["c2"]["inferd"]["runs"] == 1
+    assert figures["failures"] == []

@@ -1,0 +1,112 @@
+"""``python -m benchmarks``'s command line: scenario defaults, servers, paths."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.options import MLSERVER_PYTHON_ENV, Options, parse_options
+from benchmarks.scenarios import SCENARIOS
+from benchmarks.servers import CHECKOUT_SRC
+
+SPECS = list(SCENARIOS.values())
+
+
+def parse(*argv: str) -> Options:
+    return parse_options(SPECS, list(argv))
+
+
+@pytest.fixture(autouse=True)
+def no_mlserver_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MLSERVER_PYTHON_ENV, raising=False)
+
+
+def test_every_scenario_is_offered() -> None:
+    assert list(SCENARIOS) == ["rest", "grpc", "workers", "batching", "metrics", "sklearn-onnx"]
+
+
+def test_rest_defaults() -> None:
+    options = parse("rest")
+    assert (options.duration, options.warmup, options.rounds) == (10.0, 3.0, 2)
+    assert options.connections == (16,) and options.parallel_workers == 0
+    assert options.programs.inferd_python == sys.executable
+    assert options.programs.inferd_src == CHECKOUT_SRC.resolve()
+    assert options.baseline_src is None and options.extra_settings == {}
+
+
+def test_scenarios_bring_their_own_defaults_and_flags() -> None:
+    batching = parse("batching")
+    assert batching.connections == (1, 16, 64) and batching.parallel_workers == 1
+    workers = parse("workers", "--workers", "1", "4", "--models", "busy")
+    assert (workers.duration, workers.warmup, workers.rounds) == (8.0, 2.0, 1)
+    assert workers.args.workers == [1, 4] and workers.args.models == ["busy"]
+    grpc = parse("grpc", "--streams", "4", "--encoding", "raw", "--reference")
+    assert (grpc.args.streams, grpc.args.encoding, grpc.args.reference) == (4, "raw", True)
+    assert parse("metrics", "--asgi-requests", "10").args.asgi_requests == 10
+    assert parse("sklearn-onnx", "--repeats", "3").args.repeats == 3
+
+
+@pytest.mark.parametrize(
+    ("scenario", "flag"),
+    [
+        ("workers", "--parallel-workers"),  # it compares its own --workers values
+        ("grpc", "--wrk-timeout"),  # h2load, not wrk
+        ("metrics", "--mlserver-python"),  # inferd against itself
+        ("sklearn-onnx", "--only"),
+    ],
+)
+def test_a_flag_a_scenario_would_ignore_is_refused(scenario: str, flag: str) -> None:
+    with pytest.raises(SystemExit):
+        parse(scenario, flag, "1")
+
+
+def test_mlserver_joins_when_its_python_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse("rest").servers == ("inferd",)
+    assert parse("rest", "--mlserver-python", sys.executable).servers == ("inferd", "mlserver")
+    monkeypatch.setenv(MLSERVER_PYTHON_ENV, sys.executable)
+    options = parse("rest")
+    assert options.servers == ("inferd", "mlserver")
+    assert options.programs.mlserver_python == sys.executable
+    assert parse("rest", "--only", "inferd").servers == ("inferd",)
+    assert parse("rest", "--only", "mlserver").servers == ("mlserver",)
+
+
+def test_mlserver_without_its_python_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("rest", "--only", "both")
+    assert MLSERVER_PYTHON_ENV in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("rest", "--mlserver-python", "/no/such/python")
+
+
+def test_extra_settings_must_be_a_json_object() -> None:
+    assert parse("rest", "--extra-settings", '{"debug": false}').extra_settings == {"debug": False}
+    with pytest.raises(SystemExit):
+        parse("rest", "--extra-settings", "[1]")
+
+
+def test_baseline_src_is_a_checkout_or_its_src(tmp_path: Path) -> None:
+    package = tmp_path / "src" / "inferd"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert parse("rest", "--baseline-src", str(tmp_path)).baseline_src == tmp_path / "src"
+    src = parse("rest", "--baseline-src", str(tmp_path / "src")).baseline_src
+    assert src == tmp_path / "src"
+    with pytest.raises(SystemExit):
+        parse("rest", "--baseline-src", str(tmp_path / "src" / "inferd"))
+
+
+def test_nonsense_counts_are_refused() -> None:
+    for argv in (["--connections", "0"], ["--duration", "0"], ["--rounds", "-1"]):
+        with pytest.raises(SystemExit):
+            parse("rest", *argv)
+
+
+def test_wrk_runs_whole_seconds_h2load_any(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--duration", "1.5"], ["--warmup", "0.5"]):
+        with pytest.raises(SystemExit):
+            parse("rest", *argv)
+        assert "wrk runs whole seconds" in capsys.readouterr().err
+    assert parse("grpc", "--duration", "1.5", "--warmup", "0.5").duration == 1.5
