@@ -45,8 +45,7 @@ from ..model import WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, ModelMetadata
 from . import ipc
-from .inprocess import as_inferd_error, checked_response
-from .runtime_loader import LoadedModel, load_runtime
+from .loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -115,25 +114,15 @@ class Worker:
             self._predict_sync(call_id, loaded, request)
 
     def _predict_sync(self, call_id: int, loaded: LoadedModel, request: InferenceRequest) -> None:
-        model = loaded.model
-        token = custom_metrics.set_model(loaded.labels)
         try:
-            response = checked_response(model, model.predict(request))
-            self._reply(call_id, ipc.pack_response(response))
-        except Exception as error:
-            self._reply_error(call_id, as_inferd_error(model, error))
-        finally:
-            custom_metrics.reset_model(token)
+            packed = ipc.pack_response(loaded.call_sync(request))
+        except Exception as error:  # an InferdError, unless something is badly wrong
+            self._reply_error(call_id, error)
+        else:
+            self._reply(call_id, packed)
 
     async def _predict_async(self, loaded: LoadedModel, request: InferenceRequest) -> Any:
-        model = loaded.model
-        custom_metrics.set_model(loaded.labels)  # this task's own context
-        try:
-            return ipc.pack_response(checked_response(model, await model.predict(request)))  # type: ignore[misc]
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
+        return ipc.pack_response(await loaded.call_async(request))
 
     # Loading
 
@@ -141,11 +130,9 @@ class Worker:
         self, instance_id: int, settings: ModelSettings, device: str | None
     ) -> ModelMetadata:
         self._use_device(settings, device)
-        labels = custom_metrics.model_labels(settings.name, settings.version)
-        custom_metrics.set_model(labels)  # this task's own context: load() may log too
-        model = await load_runtime(settings, WorkerContext(self._index, device))
-        self._models[instance_id] = LoadedModel.of(model, labels)
-        return model.metadata()
+        loaded = await LoadedModel.load(settings, WorkerContext(self._index, device))
+        self._models[instance_id] = loaded
+        return loaded.model.metadata()
 
     def _use_device(self, settings: ModelSettings, device: str | None) -> None:
         """Set CUDA_VISIBLE_DEVICES for a ``cuda:N`` device before the runtime loads."""
