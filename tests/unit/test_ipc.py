@@ -23,7 +23,7 @@ from inferd.errors import (
 )
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferd.workers import ipc
-from inferd.workers.process import Channel
+from inferd.workers.channel import Channel
 
 
 def frame_bytes(message: Any) -> bytes:
