@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
@@ -78,9 +78,11 @@ class ProcessPool:
         settings: ServerSettings,
         make_worker: WorkerFactory = WorkerProcess,
         policy: RestartPolicy = RestartPolicy(),  # frozen: safe to share
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,  # tests skip the back-off
     ) -> None:
         self._settings = settings
         self._policy = policy
+        self._sleep = sleep
         self._workers = [
             make_worker(index, settings, self._worker_died)
             for index in range(settings.parallel_workers)
@@ -251,7 +253,7 @@ class ProcessPool:
             status = await worker.exit_status()
             delay = self._policy.delay(worker.quick_deaths)
             logger.error("%s %s; restarting it in %.2fs", worker.label, status, delay)
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
             try:
                 await worker.start()
             except (WorkerLost, OSError) as error:
