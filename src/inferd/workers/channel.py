@@ -32,7 +32,7 @@ class Channel(asyncio.BufferedProtocol):
     def __init__(self, describe_loss: Callable[[], str], on_closed: Callable[[], None]) -> None:
         self._describe_loss = describe_loss
         self._on_closed = on_closed
-        self._decoder = ipc.FrameDecoder()
+        self._decoder: ipc.FrameDecoder[ipc.Reply] = ipc.FrameDecoder()
         # Each call waiting for its reply: its future and what turns the reply into
         # the result (so a call's result is ready when its awaiter wakes up).
         self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
@@ -60,7 +60,7 @@ class Channel(asyncio.BufferedProtocol):
         call_id = next(self._call_ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = (future, decode)
-        self._transport.writelines(ipc.encode((kind, call_id, instance_id, body)))
+        self._transport.writelines(ipc.encode_command(kind, call_id, instance_id, body))
         return future
 
     async def call(self, kind: int, instance_id: int, body: Any) -> Any:

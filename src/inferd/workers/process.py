@@ -113,7 +113,7 @@ class WorkerProcess:
         begun = time.monotonic()
         self._exit = None
         self._channel = channel = await self._spawn()
-        init = (self.index, list(sys.path), self._settings)
+        init: ipc.InitBody = (self.index, list(sys.path), self._settings)
         try:
             await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
         except (WorkerLost, TimeoutError):
@@ -197,9 +197,8 @@ class WorkerProcess:
         ended if it died while loading."""
         async with self._load_lock:
             try:
-                metadata: ModelMetadata = await self._call(
-                    ipc.LOAD, instance_id, (settings, device)
-                )
+                body: ipc.LoadBody = (settings, device)
+                metadata: ModelMetadata = await self._call(ipc.LOAD, instance_id, body)
             except WorkerLost:
                 status = await self.exit_status()
                 raise WorkerLost(

@@ -36,13 +36,13 @@ import socket
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from .. import custom_metrics
 from ..errors import ConfigurationError, InferdError, ModelError
 from ..logs import configure_logging
 from ..model import WorkerContext
-from ..settings import ModelSettings
+from ..settings import ModelSettings, ServerSettings
 from ..types import InferenceRequest, ModelMetadata
 from . import ipc
 from .loaded_model import LoadedModel
@@ -57,7 +57,7 @@ class Worker:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._decoder = ipc.FrameDecoder()
+        self._decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
         self._send_lock = threading.Lock()
         self._models: dict[int, LoadedModel] = {}
         self._index = -1
@@ -71,8 +71,8 @@ class Worker:
         self._loop_thread.start()
         try:
             while (messages := ipc.receive(self._sock, self._decoder)) is not None:
-                for message in messages:
-                    self._handle(*message)
+                for kind, call_id, instance_id, body in messages:
+                    self._handle(kind, call_id, instance_id, body)
         finally:
             self._stop()
 
@@ -80,15 +80,18 @@ class Worker:
         if kind == ipc.PREDICT:
             self._predict(call_id, instance_id, body)
         elif kind == ipc.LOAD:
-            self._on_loop(call_id, self._load(instance_id, *body))
+            settings, device = cast(ipc.LoadBody, body)
+            self._on_loop(call_id, self._load(instance_id, settings, device))
         elif kind == ipc.UNLOAD:
             self._on_loop(call_id, self._unload(instance_id))
         elif kind == ipc.INIT:
-            self._init(call_id, *body)
+            self._init(call_id, *cast(ipc.InitBody, body))
         else:
             self._reply_error(call_id, ModelError(f"Worker received unknown command {kind}"))
 
-    def _init(self, call_id: int, index: int, sys_path: list[str], settings: Any) -> None:
+    def _init(
+        self, call_id: int, index: int, sys_path: list[str], settings: ServerSettings
+    ) -> None:
         # The main process's import path, so runtimes import the same modules there and here.
         sys.path[:] = sys_path
         self._index = index
@@ -100,7 +103,7 @@ class Worker:
 
     # Prediction
 
-    def _predict(self, call_id: int, instance_id: int, packed: tuple[Any, ...]) -> None:
+    def _predict(self, call_id: int, instance_id: int, packed: ipc.PackedRequest) -> None:
         request = ipc.unpack_request(packed)
         loaded = self._models.get(instance_id)
         if loaded is None:
@@ -172,7 +175,7 @@ class Worker:
 
     def _reply(self, call_id: int, result: Any) -> None:
         try:
-            pieces = ipc.encode((ipc.RESULT, call_id, result))
+            pieces = ipc.encode_reply(ipc.RESULT, call_id, result)
         except Exception as error:
             message = f"Worker {self._index} cannot send the result back: {error}"
             self._reply_error(call_id, ModelError(message))
@@ -182,13 +185,13 @@ class Worker:
     def _reply_error(self, call_id: int, error: BaseException) -> None:
         if not isinstance(error, InferdError | ConfigurationError):
             logger.error("Worker %d: %s", self._index, error, exc_info=error)
-        self._send(ipc.encode((ipc.ERROR, call_id, ipc.error_to_wire(error))))
+        self._send(ipc.encode_reply(ipc.ERROR, call_id, ipc.error_to_wire(error)))
 
     def _send(self, pieces: list[ipc.Buffer]) -> None:
         with self._send_lock:
             metrics = custom_metrics.take()
             if metrics is not None:
-                pieces = ipc.encode((ipc.METRICS, -1, metrics)) + pieces
+                pieces = ipc.encode_reply(ipc.METRICS, -1, metrics) + pieces
             try:
                 ipc.send(self._sock, pieces)
             except OSError:
