@@ -6,8 +6,8 @@ restart, how often in a row it died young). The pool reads and updates them
 through methods only, so each rule about them lives here once.
 
 The process itself is reached through two methods, :meth:`WorkerProcess._spawn`
-and :meth:`WorkerProcess._reap`; tests replace just those to run the pool's
-logic on fake workers, without processes.
+and :meth:`WorkerProcess._reap`; tests replace just those (and ``uptime``, to
+play a long life) to run the pool's logic on fake workers, without processes.
 """
 
 from __future__ import annotations
