@@ -23,7 +23,7 @@ from inferd.errors import (
 )
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferd.workers import ipc
-from inferd.workers.process import Channel
+from inferd.workers.channel import Channel
 
 
 def frame_bytes(message: Any) -> bytes:
@@ -109,7 +109,7 @@ def test_a_stream_cut_anywhere_yields_the_same_messages() -> None:
         (ipc.PREDICT, i, 7, ipc.pack_tensors([Tensor("t", ARRAYS[name])]))
         for i, name in enumerate(ARRAYS)
     ]
-    data = b"".join(frame_bytes(message) for message in messages)
+    data = b"".join(b"".join(ipc.encode_command(*message)) for message in messages)
     rng = random.Random(1)
     for chunks in ([1] * len(data), [rng.randint(1, 5000) for _ in range(len(data))], [1 << 30]):
         received = feed(ipc.FrameDecoder(scratch_size=8192), data, chunks)
@@ -161,7 +161,7 @@ def test_configuration_errors_stay_and_other_errors_become_model_errors() -> Non
 def test_send_and_receive_a_message_larger_than_the_socket_buffer() -> None:
     left, right = socket.socketpair()
     array = np.random.default_rng(0).random((1000, 1000))
-    pieces = ipc.encode((ipc.RESULT, 1, ipc.pack_tensors([Tensor("t", array)])))
+    pieces = ipc.encode_reply(ipc.RESULT, 1, ipc.pack_tensors([Tensor("t", array)]))
     sender = threading.Thread(target=ipc.send, args=(left, pieces))
     sender.start()
     (message,) = ipc.receive(right, ipc.FrameDecoder()) or []
@@ -174,16 +174,17 @@ def test_send_and_receive_a_message_larger_than_the_socket_buffer() -> None:
 
 def answer_in_reverse(sock: socket.socket, count: int) -> None:
     """A fake worker: reads ``count`` commands, answers them last first, then closes."""
-    decoder, commands = ipc.FrameDecoder(), []
+    decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
+    commands: list[ipc.Command] = []
     while len(commands) < count:
         commands += ipc.receive(sock, decoder) or []
     for kind, call_id, instance_id, body in reversed(commands):
         if body == "fail":
             ipc.send(
-                sock, ipc.encode((ipc.ERROR, call_id, ipc.error_to_wire(InvalidRequest("no"))))
+                sock, ipc.encode_reply(ipc.ERROR, call_id, ipc.error_to_wire(InvalidRequest("no")))
             )
         else:
-            ipc.send(sock, ipc.encode((ipc.RESULT, call_id, (kind, instance_id, body))))
+            ipc.send(sock, ipc.encode_reply(ipc.RESULT, call_id, (kind, instance_id, body)))
     sock.close()
 
 

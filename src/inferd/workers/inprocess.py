@@ -12,22 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import logging
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Callable
 
-import numpy as np
-
-from .. import custom_metrics
-from ..datatypes import datatype_of
-from ..errors import InferdError, ModelError, ModelNotReady
-from ..model import Model, WorkerContext
+from ..errors import ModelNotReady
+from ..model import WorkerContext
 from ..settings import ModelSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
+from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 from .base import Execution
-from .runtime_loader import LoadedModel, describe, load_runtime
-
-logger = logging.getLogger(__name__)
+from .loaded_model import LoadedModel
 
 
 class InProcessPool:
@@ -45,14 +37,9 @@ class InProcessPool:
 
     async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
         device = settings.devices[0] if settings.devices else None
-        labels = custom_metrics.model_labels(settings.name, settings.version)
-        token = custom_metrics.set_model(labels)  # load() may log custom metrics too
-        try:
-            model = await load_runtime(settings, WorkerContext(device=device))
-        finally:
-            custom_metrics.reset_model(token)
-        self._models[instance_id] = LoadedModel.of(model, labels)
-        return model.metadata()
+        loaded = await LoadedModel.load(settings, WorkerContext(device=device))
+        self._models[instance_id] = loaded
+        return loaded.model.metadata()
 
     async def unload(self, instance_id: int) -> None:
         loaded = self._models.pop(instance_id, None)
@@ -63,27 +50,11 @@ class InProcessPool:
         loaded = self._models.get(instance_id)
         if loaded is None:
             raise ModelNotReady("This model version is no longer loaded; retry the request")
-        return Execution.inline(self._call(loaded, request))
-
-    async def _call(self, loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
-        model = loaded.model
-        token = custom_metrics.set_model(loaded.labels)
-        try:
-            if loaded.threads is not None:
-                loop = asyncio.get_running_loop()
-                run = contextvars.copy_context().run  # the thread logs with the model's labels
-                result = await loop.run_in_executor(loaded.threads, run, model.predict, request)
-            else:
-                result = model.predict(request)
-                if loaded.is_async:
-                    result = await cast(Awaitable[InferenceResponse], result)
-            return checked_response(model, result)
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
+        if loaded.is_async:
+            return Execution.inline(loaded.call_async(request))
+        if loaded.threads is None:
+            return Execution.inline(_on_the_loop(loaded, request))
+        return Execution.inline(_in_a_thread(loaded, request))
 
     def capacity(self, instance_id: int) -> int:
         loaded = self._models.get(instance_id)
@@ -96,36 +67,12 @@ class InProcessPool:
         """Runtimes in the main process never fail on their own: nothing to report."""
 
 
-def as_inferd_error(model: Model, error: Exception) -> InferdError:
-    """What the client sees when ``predict`` raised: InferdErrors as they are, else a 500."""
-    if isinstance(error, InferdError):
-        return error
-    logger.error("Model %r failed while predicting", model.name, exc_info=error)
-    return ModelError(f"Model {model.name!r} failed: {describe(error)}")
+async def _on_the_loop(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
+    return loaded.call_sync(request)
 
 
-def checked_response(model: Model, response: object) -> InferenceResponse:
-    """What ``predict`` returned, if the wire layers can send it; else a ModelError
-    that says what is wrong (in every pool alike, not a bare 500 from the codec)."""
-    if not isinstance(response, InferenceResponse):
-        raise _bad_return(
-            model, f"predict returned {type(response).__name__}, not an InferenceResponse"
-        )
-    for tensor in response.outputs:
-        data = getattr(tensor, "data", None)
-        if not isinstance(tensor, Tensor) or not isinstance(data, np.ndarray):
-            got = type(data if isinstance(tensor, Tensor) else tensor).__name__
-            raise _bad_return(
-                model, f"each output must be a Tensor holding a numpy array, got {got}"
-            )
-        try:
-            datatype_of(data.dtype)
-        except ValueError as error:
-            raise _bad_return(model, f"output {tensor.name!r}: {error}") from None
-    return response
-
-
-def _bad_return(model: Model, problem: str) -> ModelError:
-    message = f"Model {model.name!r}: {problem}"
-    logger.error("%s", message)  # a bug in the runtime: its author needs to see it
-    return ModelError(message)
+async def _in_a_thread(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
+    assert loaded.threads is not None
+    run = contextvars.copy_context().run  # the request's context goes along into the thread
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(loaded.threads, run, loaded.call_sync, request)

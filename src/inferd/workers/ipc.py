@@ -1,7 +1,7 @@
 """Messages between the main process and its workers: framing and tensor transport.
 
-A message is any picklable value (in practice a short tuple: kind, call id, body).
-On the wire it is one frame::
+A message is a :data:`Command` (main -> worker) or a :data:`Reply` (worker ->
+main), each a plain tuple. On the wire it is one frame::
 
     u32 header length | u32 buffer count | u64 length of each buffer
     header: the message pickled with protocol 5
@@ -23,25 +23,40 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from .. import errors
 from ..errors import ConfigurationError, InferdError, ModelError
+from ..settings import ModelSettings, ServerSettings
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
-# Message kinds. Commands go main -> worker as (kind, call_id, instance_id, body);
-# replies go worker -> main as (kind, call_id, body).
-INIT = 1
-LOAD = 2
-UNLOAD = 3
-PREDICT = 4
-RESULT = 10
-ERROR = 11
-# worker -> main, in front of a reply: (METRICS, -1, custom_metrics.Shipment), the
-# custom metrics a runtime registered and logged since the worker's last reply.
+# Command kinds, and the body each carries.
+INIT = 1  # InitBody; the worker answers with its pid
+LOAD = 2  # LoadBody; answered with the ModelMetadata
+UNLOAD = 3  # None
+PREDICT = 4  # PackedRequest; answered with a PackedResponse
+# Reply kinds.
+RESULT = 10  # what the command returned
+ERROR = 11  # a WireError: what the command raised
+# In front of a reply, with call id -1: a custom_metrics.Shipment, the custom
+# metrics a runtime registered and logged since the worker's last reply.
 METRICS = 12
+
+# Messages are plain tuples, named by these aliases, not NamedTuple classes: each
+# class instance pickles as a class reference that is looked up again on decode and
+# a Python-level constructor call. Measured with a one-row FP32 request: encode +
+# decode of a command and its reply 2.2x slower, a worker round trip 1.4x slower.
+Command = tuple[int, int, int, Any]
+"""(kind, call_id, instance_id, body): main -> worker."""
+Reply = tuple[int, int, Any]
+"""(kind, call_id, body): worker -> main."""
+InitBody = tuple[int, list[str], ServerSettings]
+"""(worker index, the main process's sys.path, the server's settings)."""
+LoadBody = tuple[ModelSettings, str | None]
+"""(the model's settings, the device it gets)."""
+Message = TypeVar("Message", Command, Reply)
 
 PREFIX = struct.Struct("<II")
 LENGTH_SIZE = 8
@@ -53,6 +68,16 @@ SCRATCH_SIZE = 256 * 1024
 MAX_PIECES = 1024
 
 Buffer = bytes | bytearray | memoryview
+
+
+def encode_command(kind: int, call_id: int, instance_id: int, body: Any) -> list[Buffer]:
+    command: Command = (kind, call_id, instance_id, body)
+    return encode(command)
+
+
+def encode_reply(kind: int, call_id: int, body: Any) -> list[Buffer]:
+    reply: Reply = (kind, call_id, body)
+    return encode(reply)
 
 
 def encode(message: Any) -> list[Buffer]:
@@ -78,6 +103,13 @@ def encode(message: Any) -> list[Buffer]:
 # buffer): ~4x cheaper than pickling the dataclasses and numpy's own reduce.
 
 PackedTensor = tuple[str, str | None, tuple[int, ...], Any, dict[str, Any]]
+"""(name, dtype name or None, shape, raw buffer or the data itself, parameters)."""
+PackedRequest = tuple[
+    list[PackedTensor], str | None, dict[str, Any], list[tuple[str, dict[str, Any]]]
+]
+"""(inputs, id, parameters, requested outputs as (name, parameters))."""
+PackedResponse = tuple[list[PackedTensor], str, str | None, str | None, dict[str, Any]]
+"""(outputs, model name, model version, id, parameters)."""
 
 
 def pack_tensors(tensors: list[Tensor]) -> list[PackedTensor]:
@@ -122,18 +154,18 @@ def unpack_tensors(packed: list[PackedTensor]) -> list[Tensor]:
     ]
 
 
-def pack_request(request: InferenceRequest) -> tuple[Any, ...]:
+def pack_request(request: InferenceRequest) -> PackedRequest:
     outputs = [(output.name, output.parameters) for output in request.outputs]
     return pack_tensors(request.inputs), request.id, request.parameters, outputs
 
 
-def unpack_request(packed: tuple[Any, ...]) -> InferenceRequest:
+def unpack_request(packed: PackedRequest) -> InferenceRequest:
     inputs, request_id, parameters, outputs = packed
     requested = [RequestedOutput(name, params) for name, params in outputs]
     return InferenceRequest(unpack_tensors(inputs), request_id, parameters, requested)
 
 
-def pack_response(response: InferenceResponse) -> tuple[Any, ...]:
+def pack_response(response: InferenceResponse) -> PackedResponse:
     return (
         pack_tensors(response.outputs),
         response.model_name,
@@ -143,7 +175,7 @@ def pack_response(response: InferenceResponse) -> tuple[Any, ...]:
     )
 
 
-def unpack_response(packed: tuple[Any, ...]) -> InferenceResponse:
+def unpack_response(packed: PackedResponse) -> InferenceResponse:
     outputs, model_name, model_version, response_id, parameters = packed
     return InferenceResponse(
         unpack_tensors(outputs), model_name, model_version, response_id, parameters
@@ -163,8 +195,9 @@ class _PartialFrame:
         self.buffers: list[bytearray] = []
 
 
-class FrameDecoder:
-    """Turns a byte stream back into messages.
+class FrameDecoder(Generic[Message]):
+    """Turns a byte stream back into messages (commands in a worker, replies in the
+    main process).
 
     The reader asks :meth:`get_buffer` where to put the next bytes and reports
     how many arrived with :meth:`buffer_updated`, which returns the messages
@@ -188,7 +221,7 @@ class FrameDecoder:
             self._make_room()
         return self._view[self._end :]
 
-    def buffer_updated(self, nbytes: int) -> list[Any]:
+    def buffer_updated(self, nbytes: int) -> list[Message]:
         if self._target is not None:
             self._filled += nbytes
             if self._filled < len(self._target):
@@ -217,8 +250,8 @@ class FrameDecoder:
         self._scratch, self._view = scratch, memoryview(scratch)
         self._start, self._end = 0, unparsed
 
-    def _parse(self) -> list[Any]:
-        messages = []
+    def _parse(self) -> list[Message]:
+        messages: list[Message] = []
         while True:
             if self._frame is None:
                 start = self._start
@@ -285,16 +318,17 @@ def _unpickle(header: Buffer, buffers: list[bytearray]) -> Any:
 
 # Errors cross the boundary as (class name, message, attributes) and come back as
 # the same InferdError class, so a worker's 400 stays a 400.
+WireError = tuple[str, str, dict[str, Any]]
 
 
-def error_to_wire(error: BaseException) -> tuple[str, str, dict[str, Any]]:
+def error_to_wire(error: BaseException) -> WireError:
     if isinstance(error, InferdError | ConfigurationError):
         attributes = {k: v for k, v in vars(error).items() if _is_plain(v)}
         return type(error).__name__, str(error), attributes
     return ModelError.__name__, str(error) or type(error).__name__, {}
 
 
-def error_from_wire(wire: tuple[str, str, dict[str, Any]]) -> Exception:
+def error_from_wire(wire: WireError) -> Exception:
     name, message, attributes = wire
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, InferdError | ConfigurationError)):
@@ -330,7 +364,7 @@ def _unsent(pieces: list[Buffer], sent: int) -> list[Buffer]:
     return []
 
 
-def receive(sock: socket.socket, decoder: FrameDecoder) -> list[Any] | None:
+def receive(sock: socket.socket, decoder: FrameDecoder[Message]) -> list[Message] | None:
     """Block until at least one message arrives; None when the other end closed."""
     while True:
         nbytes = sock.recv_into(decoder.get_buffer())

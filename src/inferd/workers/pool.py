@@ -20,24 +20,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
 from ..types import InferenceRequest, ModelMetadata
-from . import ipc
 from .base import Execution
 from .process import WorkerProcess
 
 logger = logging.getLogger(__name__)
 
-MAX_LOAD_CRASHES = 3
 # Delay before restarting a worker, by how many times in a row it died young.
 RESTART_BACKOFF = (0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 # A worker that served this long before dying is restarted without delay.
 STABLE_AFTER = 30.0
+# An instance whose load crashes a worker this many times in a row is dropped there.
+MAX_LOAD_CRASHES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """When a dead worker starts again, and when a worker gives up on an instance."""
+
+    backoff: tuple[float, ...] = RESTART_BACKOFF
+    stable_after: float = STABLE_AFTER
+    max_load_crashes: int = MAX_LOAD_CRASHES
+
+    def delay(self, quick_deaths: int) -> float:
+        """Seconds to wait before restarting a worker that died young this many times."""
+        return self.backoff[min(quick_deaths, len(self.backoff) - 1)]
+
+
+# Makes worker ``index``, which calls ``on_death(worker)`` when its process dies.
+WorkerFactory = Callable[[int, ServerSettings, Callable[[WorkerProcess], None]], WorkerProcess]
 
 
 @dataclass(slots=True, eq=False)
@@ -57,14 +73,22 @@ class _Instance:
 class ProcessPool:
     """Starts, feeds, watches and restarts the worker processes."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        make_worker: WorkerFactory = WorkerProcess,
+        policy: RestartPolicy = RestartPolicy(),  # frozen: safe to share
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,  # tests skip the back-off
+    ) -> None:
         self._settings = settings
+        self._policy = policy
+        self._sleep = sleep
         self._workers = [
-            WorkerProcess(index, settings, self._worker_died)
+            make_worker(index, settings, self._worker_died)
             for index in range(settings.parallel_workers)
         ]
         self._instances: dict[int, _Instance] = {}
-        self._restarts: dict[int, asyncio.Task[None]] = {}
+        self._restart_tasks: dict[int, asyncio.Task[None]] = {}
         self._failure_handler: Callable[[int, str], None] | None = None
         self._closing = False
 
@@ -83,7 +107,7 @@ class ProcessPool:
 
     async def close(self) -> None:
         self._closing = True
-        for task in self._restarts.values():
+        for task in self._restart_tasks.values():
             task.cancel()
         timeout = self._settings.parallel_workers_timeout
         await asyncio.gather(*(worker.stop(timeout) for worker in self._workers))
@@ -136,21 +160,9 @@ class ProcessPool:
     async def _load_into(
         self, worker: WorkerProcess, instance_id: int, instance: _Instance
     ) -> ModelMetadata:
-        settings = instance.settings
-        devices = settings.devices
+        devices = instance.settings.devices
         device = devices[worker.index % len(devices)] if devices else None
-        async with worker.load_lock:
-            try:
-                metadata: ModelMetadata = await worker.call(
-                    ipc.LOAD, instance_id, (settings, device)
-                )
-            except WorkerLost:
-                status = await worker.exit_status()
-                raise WorkerLost(
-                    f"Loading model {settings.name!r} failed: {worker.label} {status} while "
-                    "loading it"
-                ) from None
-        worker.loaded.add(instance_id)
+        metadata = await worker.load(instance_id, instance.settings, device)
         self._update_capacity(instance_id)
         return metadata
 
@@ -160,14 +172,7 @@ class ProcessPool:
             return
         instance.listeners.clear()
         for worker in instance.holders:
-            await self._unload_from(worker, instance_id)
-
-    async def _unload_from(self, worker: WorkerProcess, instance_id: int) -> None:
-        if instance_id not in worker.loaded:
-            return
-        worker.loaded.discard(instance_id)
-        with contextlib.suppress(WorkerLost):  # a dead worker holds nothing
-            await worker.call(ipc.UNLOAD, instance_id, None)
+            await worker.unload(instance_id)
 
     # Serving
 
@@ -185,11 +190,10 @@ class ProcessPool:
         """The least loaded live worker holding the instance, with a free slot if any has."""
         best: WorkerProcess | None = None
         best_free = False
-        threads = instance.settings.threads_per_worker
         for worker in instance.holders:
-            if not worker.alive or instance_id not in worker.loaded:
+            if not worker.serves(instance_id):
                 continue
-            free = worker.busy.get(instance_id, 0) < threads
+            free = worker.free_slots(instance_id) > 0
             if (
                 best is None
                 or (free and not best_free)
@@ -222,8 +226,7 @@ class ProcessPool:
         instance = self._instances.get(instance_id)
         if instance is None:
             return
-        serving = sum(w.alive and instance_id in w.loaded for w in instance.holders)
-        capacity = serving * instance.settings.threads_per_worker
+        capacity = sum(worker.slots(instance_id) for worker in instance.holders)
         if capacity != instance.capacity:
             instance.capacity = capacity
             for listener in list(instance.listeners):
@@ -232,35 +235,31 @@ class ProcessPool:
     # Deaths and restarts
 
     def _worker_died(self, worker: WorkerProcess) -> None:
-        lost = [i for i in self._instances if i in worker.loaded and i not in worker.to_reload]
-        worker.to_reload.extend(lost)
-        worker.loaded.clear()
-        for instance_id in lost:
-            self._update_capacity(instance_id)
+        for instance_id, instance in list(self._instances.items()):
+            if worker in instance.holders:
+                self._update_capacity(instance_id)
         if self._closing:
             return
-        lived = time.monotonic() - worker.started_at
-        worker.quick_deaths = worker.quick_deaths + 1 if lived < STABLE_AFTER else 0
-        restart = self._restarts.get(worker.index)
+        worker.record_death(young=worker.uptime < self._policy.stable_after)
+        restart = self._restart_tasks.get(worker.index)
         if restart is None or restart.done():
             # A running restart notices the death itself and goes round again.
-            self._restarts[worker.index] = asyncio.create_task(
+            self._restart_tasks[worker.index] = asyncio.create_task(
                 self._restart(worker), name=f"restart-worker-{worker.index}"
             )
 
     async def _restart(self, worker: WorkerProcess) -> None:
         while not self._closing:
             status = await worker.exit_status()
-            delay = RESTART_BACKOFF[min(worker.quick_deaths, len(RESTART_BACKOFF) - 1)]
+            delay = self._policy.delay(worker.quick_deaths)
             logger.error("%s %s; restarting it in %.2fs", worker.label, status, delay)
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
             try:
                 await worker.start()
             except (WorkerLost, OSError) as error:
                 logger.error("%s", error)
-                worker.quick_deaths += 1
+                worker.record_death(young=True)
                 continue
-            worker.restarts += 1
             logger.info("Restarted %s (%d restarts so far)", worker.label, worker.restarts)
             await self._reload(worker)
             if worker.alive:
@@ -268,11 +267,10 @@ class ProcessPool:
 
     async def _reload(self, worker: WorkerProcess) -> None:
         """Load the instances the worker held again, oldest first, until done or it dies."""
-        while worker.alive and worker.to_reload:
-            instance_id = worker.to_reload[0]
+        while worker.alive and (instance_id := worker.next_to_reload()) is not None:
             instance = self._instances.get(instance_id)
             if instance is None or worker not in instance.holders:
-                worker.to_reload.pop(0)
+                worker.cancel_reload(instance_id)
                 continue
             try:
                 await self._load_into(worker, instance_id, instance)
@@ -280,22 +278,21 @@ class ProcessPool:
                 self._load_crashed(worker, instance_id, instance, error)
                 return
             except (InferdError, ConfigurationError) as error:
-                worker.to_reload.pop(0)
+                worker.cancel_reload(instance_id)
                 reason = f"reloading it after its worker restarted failed: {error}"
                 self._drop_holder(worker, instance_id, instance, reason)
                 continue
-            worker.to_reload.pop(0)
             instance.load_crashes.pop(worker.index, None)
             if self._instances.get(instance_id) is not instance:
-                await self._unload_from(worker, instance_id)  # unloaded meanwhile
+                await worker.unload(instance_id)  # unloaded meanwhile
 
     def _load_crashed(
         self, worker: WorkerProcess, instance_id: int, instance: _Instance, error: WorkerLost
     ) -> None:
         crashes = instance.load_crashes.get(worker.index, 0) + 1
         instance.load_crashes[worker.index] = crashes
-        if crashes >= MAX_LOAD_CRASHES:
-            worker.to_reload.remove(instance_id)
+        if crashes >= self._policy.max_load_crashes:
+            worker.cancel_reload(instance_id)
             reason = (
                 f"{error.message} ({crashes} times in a row, so it is no longer loaded "
                 "there). Fix the model, then load it again."

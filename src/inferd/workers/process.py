@@ -1,13 +1,19 @@
-"""One worker process as the main process sees it: start, call, notice death, stop.
+"""One worker process as the main process sees it: start, command, notice death, stop.
 
-:class:`Channel` is the main process's end of a worker's socket (see ipc.py for
-what travels on it); :class:`WorkerProcess` owns the process and its channel.
+It also keeps the books the pool dispatches on (which instances it serves and
+with how many slots, its requests in flight, the instances to load again after a
+restart, how often in a row it died young). The pool reads and updates them
+through methods only, so each rule about them lives here once.
+
+The process itself is reached through two methods, :meth:`WorkerProcess._spawn`
+and :meth:`WorkerProcess._reap`; tests replace just those (and ``uptime``, to
+play a long life) to run the pool's logic on fake workers, without processes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import logging
 import os
 import signal
@@ -16,13 +22,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from .. import custom_metrics
-from ..errors import ModelError, WorkerLost
-from ..settings import ServerSettings
-from ..types import InferenceRequest, InferenceResponse
+from ..errors import WorkerLost
+from ..settings import ModelSettings, ServerSettings
+from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 from . import ipc
+from .channel import Channel
 
 logger = logging.getLogger(__name__)
 
@@ -32,113 +38,6 @@ START_TIMEOUT = 60.0
 # How long a worker whose socket closed may take to exit before it is killed.
 EXIT_GRACE = 2.0
 EXIT_POLL_INTERVAL = 0.005
-
-
-class Channel(asyncio.BufferedProtocol):
-    """The main process's end of one worker's socket.
-
-    Calls are multiplexed: each gets an id, its future is resolved when the reply
-    with that id arrives, in whatever order the worker answers. When the socket
-    closes (the worker exited or died), every call still waiting fails with
-    WorkerLost and ``on_closed`` is called once.
-    """
-
-    def __init__(self, describe_loss: Callable[[], str], on_closed: Callable[[], None]) -> None:
-        self._describe_loss = describe_loss
-        self._on_closed = on_closed
-        self._decoder = ipc.FrameDecoder()
-        # Each call waiting for its reply: its future and what turns the reply into
-        # the result (so a call's result is ready when its awaiter wakes up).
-        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
-        self._call_ids = itertools.count()
-        self._transport: asyncio.Transport | None = None
-        self.closed = False
-
-    @classmethod
-    async def open(
-        cls, sock: socket.socket, describe_loss: Callable[[], str], on_closed: Callable[[], None]
-    ) -> Channel:
-        loop = asyncio.get_running_loop()
-        _, channel = await loop.create_unix_connection(
-            lambda: cls(describe_loss, on_closed), sock=sock
-        )
-        return channel
-
-    def start_call(
-        self, kind: int, instance_id: int, body: Any, decode: Callable[[Any], Any] | None = None
-    ) -> asyncio.Future[Any]:
-        """Send one command now; the future gets its result (through ``decode``, if
-        given) or the worker's error. Raises WorkerLost if the channel is closed."""
-        if self.closed or self._transport is None:
-            raise WorkerLost(self._describe_loss())
-        call_id = next(self._call_ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = (future, decode)
-        self._transport.writelines(ipc.encode((kind, call_id, instance_id, body)))
-        return future
-
-    async def call(self, kind: int, instance_id: int, body: Any) -> Any:
-        """Send one command and wait for its reply (a result, or the worker's error)."""
-        return await self.start_call(kind, instance_id, body)
-
-    def close(self) -> None:
-        """Close the socket; the worker sees end-of-file and exits."""
-        if self._transport is not None:
-            self._transport.close()
-
-    # asyncio.BufferedProtocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._decoder.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            messages = self._decoder.buffer_updated(nbytes)
-        except ipc.ProtocolError:
-            logger.exception("Closing a worker's channel: it sent a message that cannot be read")
-            self.close()
-            return
-        for kind, call_id, body in messages:
-            if kind == ipc.METRICS:
-                custom_metrics.deliver(body)
-                continue
-            future, decode = self._pending.pop(call_id, (None, None))
-            if future is None or future.done():
-                continue  # its caller gave up (cancelled)
-            if kind != ipc.RESULT:
-                future.set_exception(ipc.error_from_wire(body))
-            elif decode is None:
-                future.set_result(body)
-            else:
-                self._resolve(future, decode, body)
-
-    def _resolve(
-        self, future: asyncio.Future[Any], decode: Callable[[Any], Any], body: Any
-    ) -> None:
-        try:
-            result = decode(body)
-        except Exception as error:
-            logger.exception("A worker's answer cannot be read")
-            future.set_exception(ModelError(f"The worker's answer cannot be read: {error}"))
-        else:
-            future.set_result(result)
-
-    def eof_received(self) -> bool:
-        return False  # close our end too; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
-            if not future.done():
-                future.set_exception(WorkerLost(self._describe_loss()))
-        self._on_closed()
 
 
 class WorkerProcess:
@@ -156,21 +55,22 @@ class WorkerProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: Channel | None = None
         self._exit: asyncio.Task[str] | None = None
-        self.alive = False
-        self.started_at = 0.0
-        # Instances loaded and serving here; requests in flight, per instance and in all.
-        self.loaded: set[int] = set()
-        self.busy: dict[int, int] = {}
-        self.outstanding = 0
+        self._alive = False
+        self._started_at = 0.0
+        self._starts = 0
+        # Instances loaded and serving here, each with its slots (threads_per_worker).
+        self._slots: dict[int, int] = {}
+        # Requests in flight, per instance and in all.
+        self._busy: dict[int, int] = {}
+        self._outstanding = 0
         # Instances to load again after a restart, in the order they were loaded.
-        self.to_reload: list[int] = []
-        # Metrics: time with requests in flight (up to _busy_since), restarts so far.
+        self._to_reload: list[int] = []
+        self._quick_deaths = 0
+        # Metrics: time with requests in flight (up to _busy_since).
         self._busy_total = 0.0
         self._busy_since = 0.0
-        self.restarts = 0
         # One load at a time per worker, so peak memory stays one model's worth.
-        self.load_lock = asyncio.Lock()
-        self.quick_deaths = 0
+        self._load_lock = asyncio.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -180,13 +80,57 @@ class WorkerProcess:
     def label(self) -> str:
         return f"worker {self.index} (pid {self.pid})"
 
+    @property
+    def alive(self) -> bool:
+        """Started and not (yet) seen to die."""
+        return self._alive
+
+    @property
+    def uptime(self) -> float:
+        """Seconds since it last started."""
+        return time.monotonic() - self._started_at
+
+    @property
+    def restarts(self) -> int:
+        """Times it was started again after dying."""
+        return max(self._starts - 1, 0)
+
+    @property
+    def quick_deaths(self) -> int:
+        """Times in a row it died young (or failed to start)."""
+        return self._quick_deaths
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent to it and not answered yet."""
+        return self._outstanding
+
+    # Lifetime
+
     async def start(self) -> None:
-        """Spawn the process and wait until it has set itself up."""
+        """Spawn the process and wait until it has set itself up; WorkerLost if it
+        dies or hangs first (OSError if it cannot be spawned)."""
+        begun = time.monotonic()
+        self._exit = None
+        self._channel = channel = await self._spawn()
+        init: ipc.InitBody = (self.index, list(sys.path), self._settings)
+        try:
+            await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
+        except (WorkerLost, TimeoutError):
+            channel.close()
+            status = await self.exit_status()
+            raise WorkerLost(f"Worker {self.index} did not start: it {status}") from None
+        self._alive = True
+        self._started_at = time.monotonic()
+        self._starts += 1
+        logger.info("Started %s in %.2fs", self.label, self._started_at - begun)
+
+    async def _spawn(self) -> Channel:
+        """Start the process; the channel to it (not yet initialized)."""
         ours, theirs = socket.socketpair()
         command = [
             sys.executable, "-m", "inferd.workers.worker", str(theirs.fileno()), str(os.getpid())
         ]  # fmt: skip
-        begun = time.monotonic()
         try:
             self._process = subprocess.Popen(
                 command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL
@@ -196,51 +140,7 @@ class WorkerProcess:
             raise
         finally:
             theirs.close()
-        self._exit = None
-        self._channel = await Channel.open(ours, self._describe_loss, self._channel_closed)
-        init = (self.index, list(sys.path), self._settings)
-        try:
-            await asyncio.wait_for(self._channel.call(ipc.INIT, 0, init), START_TIMEOUT)
-        except (WorkerLost, TimeoutError):
-            self._channel.close()
-            status = await self.exit_status()
-            raise WorkerLost(f"Worker {self.index} did not start: it {status}") from None
-        self.alive = True
-        self.started_at = time.monotonic()
-        logger.info("Started %s in %.2fs", self.label, self.started_at - begun)
-
-    async def call(self, kind: int, instance_id: int, body: Any) -> Any:
-        if self._channel is None:
-            raise WorkerLost(self._describe_loss())
-        return await self._channel.call(kind, instance_id, body)
-
-    def predict(
-        self, instance_id: int, request: InferenceRequest
-    ) -> asyncio.Future[InferenceResponse]:
-        """Send the request now; the future gets the response."""
-        assert self._channel is not None  # only live workers are picked
-        future = self._channel.start_call(
-            ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
-        )
-        if not self.outstanding:
-            self._busy_since = time.perf_counter()
-        self.outstanding += 1
-        self.busy[instance_id] = self.busy.get(instance_id, 0) + 1
-        future.add_done_callback(lambda _: self._finished(instance_id))
-        return future
-
-    def _finished(self, instance_id: int) -> None:
-        self.outstanding -= 1
-        self.busy[instance_id] -= 1
-        if not self.outstanding:
-            self._busy_total += time.perf_counter() - self._busy_since
-
-    @property
-    def busy_seconds(self) -> float:
-        """Time this worker had at least one request in flight, since the server started."""
-        if self.outstanding:
-            return self._busy_total + time.perf_counter() - self._busy_since
-        return self._busy_total
+        return await Channel.open(ours, self._describe_loss, self._channel_closed)
 
     async def stop(self, timeout: float) -> None:
         """Close the channel (the worker exits on end-of-file); kill it after ``timeout``."""
@@ -256,6 +156,11 @@ class WorkerProcess:
             self._exit = asyncio.ensure_future(self._reap(grace))
         return self._exit
 
+    def record_death(self, *, young: bool) -> None:
+        """Count one more death in a row if it died young (a failed start counts too);
+        a worker that lived long enough starts the count afresh."""
+        self._quick_deaths = self._quick_deaths + 1 if young else 0
+
     def _describe_loss(self) -> str:
         return (
             f"The worker process running this request ({self.label}) stopped before "
@@ -263,9 +168,11 @@ class WorkerProcess:
         )
 
     def _channel_closed(self) -> None:
-        was_alive, self.alive = self.alive, False
+        was_alive, self._alive = self._alive, False
         self.exit_status()
         if was_alive:  # a worker that dies while starting is start()'s to report
+            self._to_reload += [i for i in self._slots if i not in self._to_reload]
+            self._slots.clear()
             self._on_death(self)
 
     async def _reap(self, grace: float) -> str:
@@ -280,6 +187,93 @@ class WorkerProcess:
                 deadline = float("inf")
             await asyncio.sleep(EXIT_POLL_INTERVAL)
         return describe_exit(process.returncode)
+
+    # Instances
+
+    async def load(
+        self, instance_id: int, settings: ModelSettings, device: str | None
+    ) -> ModelMetadata:
+        """Load an instance here, one load at a time; WorkerLost saying how the process
+        ended if it died while loading."""
+        async with self._load_lock:
+            try:
+                body: ipc.LoadBody = (settings, device)
+                metadata: ModelMetadata = await self._call(ipc.LOAD, instance_id, body)
+            except WorkerLost:
+                status = await self.exit_status()
+                raise WorkerLost(
+                    f"Loading model {settings.name!r} failed: {self.label} {status} while "
+                    "loading it"
+                ) from None
+        if self._alive:
+            self._slots[instance_id] = settings.threads_per_worker
+            self.cancel_reload(instance_id)
+        elif instance_id not in self._to_reload:  # it died right after answering
+            self._to_reload.append(instance_id)
+        return metadata
+
+    async def unload(self, instance_id: int) -> None:
+        """Unload an instance it serves; one it does not serve is ignored."""
+        if self._slots.pop(instance_id, None) is None:
+            return
+        with contextlib.suppress(WorkerLost):  # a dead worker holds nothing
+            await self._call(ipc.UNLOAD, instance_id, None)
+
+    def serves(self, instance_id: int) -> bool:
+        """Whether requests for the instance may be sent here now."""
+        return self._alive and instance_id in self._slots
+
+    def slots(self, instance_id: int) -> int:
+        """How many requests of the instance it may run at once (0 unless it serves it)."""
+        return self._slots.get(instance_id, 0) if self._alive else 0
+
+    def free_slots(self, instance_id: int) -> int:
+        return self.slots(instance_id) - self._busy.get(instance_id, 0)
+
+    def next_to_reload(self) -> int | None:
+        """The instance to load again first now that it restarted, if any is left."""
+        return self._to_reload[0] if self._to_reload else None
+
+    def cancel_reload(self, instance_id: int) -> None:
+        """Load the instance here no more after a restart (gone, or it keeps failing)."""
+        with contextlib.suppress(ValueError):
+            self._to_reload.remove(instance_id)
+
+    # Requests
+
+    def predict(
+        self, instance_id: int, request: InferenceRequest
+    ) -> asyncio.Future[InferenceResponse]:
+        """Send the request now; the future gets the response."""
+        future: asyncio.Future[InferenceResponse] = self._call(
+            ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
+        )
+        if not self._outstanding:
+            self._busy_since = time.perf_counter()
+        self._outstanding += 1
+        self._busy[instance_id] = self._busy.get(instance_id, 0) + 1
+        future.add_done_callback(lambda _: self._finished(instance_id))
+        return future
+
+    def _finished(self, instance_id: int) -> None:
+        self._outstanding -= 1
+        self._busy[instance_id] -= 1
+        if not self._outstanding:
+            self._busy_total += time.perf_counter() - self._busy_since
+
+    @property
+    def busy_seconds(self) -> float:
+        """Time this worker had at least one request in flight, since the server started."""
+        if self._outstanding:
+            return self._busy_total + time.perf_counter() - self._busy_since
+        return self._busy_total
+
+    def _call(
+        self, kind: int, instance_id: int, body: Any, decode: Callable[[Any], Any] | None = None
+    ) -> asyncio.Future[Any]:
+        if self._channel is None:
+            raise WorkerLost(self._describe_loss())
+        return self._channel.start_call(kind, instance_id, body, decode)
 
 
 def describe_exit(returncode: int) -> str:

@@ -1,11 +1,11 @@
 """Find, import and load a model's runtime class.
 
-Used both in the main process (``parallel_workers: 0``) and in worker processes.
+Used both in the main process (``parallel_workers: 0``) and in worker processes
+(through :class:`~inferd.workers.loaded_model.LoadedModel`).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import importlib
@@ -14,12 +14,10 @@ import inspect
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
-from .. import custom_metrics
 from ..errors import ConfigurationError, ModelError
 from ..model import Model, WorkerContext
 from ..settings import MODEL_SETTINGS_FILE, ModelSettings
@@ -157,39 +155,3 @@ def describe(error: BaseException) -> str:
     """``Type: message`` for errors raised inside a model's own code."""
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-@dataclass(slots=True)
-class LoadedModel:
-    """A loaded runtime and what calling it takes; shared by both kinds of pool."""
-
-    model: Model
-    is_async: bool
-    # Runs a plain predict when threads_per_worker > 1 (None: called inline).
-    threads: concurrent.futures.ThreadPoolExecutor | None
-    labels: custom_metrics.ModelLabels  # of the custom metrics it logs
-
-    @classmethod
-    def of(cls, model: Model, labels: custom_metrics.ModelLabels) -> LoadedModel:
-        settings = model.settings
-        is_async = inspect.iscoroutinefunction(model.predict)
-        threads = None
-        if settings.threads_per_worker > 1 and not is_async:
-            threads = concurrent.futures.ThreadPoolExecutor(
-                settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}"
-            )
-        return cls(model, is_async, threads, labels)
-
-    @property
-    def capacity(self) -> int:
-        """How many requests this model may run at once here."""
-        return self.model.settings.threads_per_worker
-
-    async def release(self) -> None:
-        """Stop its threads and unload it; an unload that raises is logged, not raised."""
-        if self.threads is not None:
-            self.threads.shutdown(wait=False)
-        try:
-            await self.model.unload()
-        except Exception:
-            logger.exception("Unloading model %r raised; it is dropped anyway", self.model.name)

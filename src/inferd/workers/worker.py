@@ -36,17 +36,16 @@ import socket
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from .. import custom_metrics
 from ..errors import ConfigurationError, InferdError, ModelError
 from ..logs import configure_logging
 from ..model import WorkerContext
-from ..settings import ModelSettings
+from ..settings import ModelSettings, ServerSettings
 from ..types import InferenceRequest, ModelMetadata
 from . import ipc
-from .inprocess import as_inferd_error, checked_response
-from .runtime_loader import LoadedModel, load_runtime
+from .loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ class Worker:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._decoder = ipc.FrameDecoder()
+        self._decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
         self._send_lock = threading.Lock()
         self._models: dict[int, LoadedModel] = {}
         self._index = -1
@@ -72,8 +71,8 @@ class Worker:
         self._loop_thread.start()
         try:
             while (messages := ipc.receive(self._sock, self._decoder)) is not None:
-                for message in messages:
-                    self._handle(*message)
+                for kind, call_id, instance_id, body in messages:
+                    self._handle(kind, call_id, instance_id, body)
         finally:
             self._stop()
 
@@ -81,15 +80,18 @@ class Worker:
         if kind == ipc.PREDICT:
             self._predict(call_id, instance_id, body)
         elif kind == ipc.LOAD:
-            self._on_loop(call_id, self._load(instance_id, *body))
+            settings, device = cast(ipc.LoadBody, body)
+            self._on_loop(call_id, self._load(instance_id, settings, device))
         elif kind == ipc.UNLOAD:
             self._on_loop(call_id, self._unload(instance_id))
         elif kind == ipc.INIT:
-            self._init(call_id, *body)
+            self._init(call_id, *cast(ipc.InitBody, body))
         else:
             self._reply_error(call_id, ModelError(f"Worker received unknown command {kind}"))
 
-    def _init(self, call_id: int, index: int, sys_path: list[str], settings: Any) -> None:
+    def _init(
+        self, call_id: int, index: int, sys_path: list[str], settings: ServerSettings
+    ) -> None:
         # The main process's import path, so runtimes import the same modules there and here.
         sys.path[:] = sys_path
         self._index = index
@@ -101,7 +103,7 @@ class Worker:
 
     # Prediction
 
-    def _predict(self, call_id: int, instance_id: int, packed: tuple[Any, ...]) -> None:
+    def _predict(self, call_id: int, instance_id: int, packed: ipc.PackedRequest) -> None:
         request = ipc.unpack_request(packed)
         loaded = self._models.get(instance_id)
         if loaded is None:
@@ -115,25 +117,15 @@ class Worker:
             self._predict_sync(call_id, loaded, request)
 
     def _predict_sync(self, call_id: int, loaded: LoadedModel, request: InferenceRequest) -> None:
-        model = loaded.model
-        token = custom_metrics.set_model(loaded.labels)
         try:
-            response = checked_response(model, model.predict(request))
-            self._reply(call_id, ipc.pack_response(response))
-        except Exception as error:
-            self._reply_error(call_id, as_inferd_error(model, error))
-        finally:
-            custom_metrics.reset_model(token)
+            packed = ipc.pack_response(loaded.call_sync(request))
+        except Exception as error:  # an InferdError, unless something is badly wrong
+            self._reply_error(call_id, error)
+        else:
+            self._reply(call_id, packed)
 
     async def _predict_async(self, loaded: LoadedModel, request: InferenceRequest) -> Any:
-        model = loaded.model
-        custom_metrics.set_model(loaded.labels)  # this task's own context
-        try:
-            return ipc.pack_response(checked_response(model, await model.predict(request)))  # type: ignore[misc]
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
+        return ipc.pack_response(await loaded.call_async(request))
 
     # Loading
 
@@ -141,11 +133,9 @@ class Worker:
         self, instance_id: int, settings: ModelSettings, device: str | None
     ) -> ModelMetadata:
         self._use_device(settings, device)
-        labels = custom_metrics.model_labels(settings.name, settings.version)
-        custom_metrics.set_model(labels)  # this task's own context: load() may log too
-        model = await load_runtime(settings, WorkerContext(self._index, device))
-        self._models[instance_id] = LoadedModel.of(model, labels)
-        return model.metadata()
+        loaded = await LoadedModel.load(settings, WorkerContext(self._index, device))
+        self._models[instance_id] = loaded
+        return loaded.model.metadata()
 
     def _use_device(self, settings: ModelSettings, device: str | None) -> None:
         """Set CUDA_VISIBLE_DEVICES for a ``cuda:N`` device before the runtime loads."""
@@ -185,7 +175,7 @@ class Worker:
 
     def _reply(self, call_id: int, result: Any) -> None:
         try:
-            pieces = ipc.encode((ipc.RESULT, call_id, result))
+            pieces = ipc.encode_reply(ipc.RESULT, call_id, result)
         except Exception as error:
             message = f"Worker {self._index} cannot send the result back: {error}"
             self._reply_error(call_id, ModelError(message))
@@ -195,13 +185,13 @@ class Worker:
     def _reply_error(self, call_id: int, error: BaseException) -> None:
         if not isinstance(error, InferdError | ConfigurationError):
             logger.error("Worker %d: %s", self._index, error, exc_info=error)
-        self._send(ipc.encode((ipc.ERROR, call_id, ipc.error_to_wire(error))))
+        self._send(ipc.encode_reply(ipc.ERROR, call_id, ipc.error_to_wire(error)))
 
     def _send(self, pieces: list[ipc.Buffer]) -> None:
         with self._send_lock:
             metrics = custom_metrics.take()
             if metrics is not None:
-                pieces = ipc.encode((ipc.METRICS, -1, metrics)) + pieces
+                pieces = ipc.encode_reply(ipc.METRICS, -1, metrics) + pieces
             try:
                 ipc.send(self._sock, pieces)
             except OSError:

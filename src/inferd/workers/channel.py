@@ -1,0 +1,127 @@
+"""The main process's end of a worker's socket: calls out, replies back, loss noticed.
+
+See ipc.py for what travels on it; :class:`~inferd.workers.process.WorkerProcess`
+owns one per worker process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any, cast
+
+from .. import custom_metrics
+from ..errors import ModelError, WorkerLost
+from . import ipc
+
+logger = logging.getLogger(__name__)
+
+
+class Channel(asyncio.BufferedProtocol):
+    """The main process's end of one worker's socket.
+
+    Calls are multiplexed: each gets an id, its future is resolved when the reply
+    with that id arrives, in whatever order the worker answers. When the socket
+    closes (the worker exited or died), every call still waiting fails with
+    WorkerLost and ``on_closed`` is called once.
+    """
+
+    def __init__(self, describe_loss: Callable[[], str], on_closed: Callable[[], None]) -> None:
+        self._describe_loss = describe_loss
+        self._on_closed = on_closed
+        self._decoder: ipc.FrameDecoder[ipc.Reply] = ipc.FrameDecoder()
+        # Each call waiting for its reply: its future and what turns the reply into
+        # the result (so a call's result is ready when its awaiter wakes up).
+        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
+        self._call_ids = itertools.count()
+        self._transport: asyncio.Transport | None = None
+        self.closed = False
+
+    @classmethod
+    async def open(
+        cls, sock: socket.socket, describe_loss: Callable[[], str], on_closed: Callable[[], None]
+    ) -> Channel:
+        loop = asyncio.get_running_loop()
+        _, channel = await loop.create_unix_connection(
+            lambda: cls(describe_loss, on_closed), sock=sock
+        )
+        return channel
+
+    def start_call(
+        self, kind: int, instance_id: int, body: Any, decode: Callable[[Any], Any] | None = None
+    ) -> asyncio.Future[Any]:
+        """Send one command now; the future gets its result (through ``decode``, if
+        given) or the worker's error. Raises WorkerLost if the channel is closed."""
+        if self.closed or self._transport is None:
+            raise WorkerLost(self._describe_loss())
+        call_id = next(self._call_ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = (future, decode)
+        self._transport.writelines(ipc.encode_command(kind, call_id, instance_id, body))
+        return future
+
+    async def call(self, kind: int, instance_id: int, body: Any) -> Any:
+        """Send one command and wait for its reply (a result, or the worker's error)."""
+        return await self.start_call(kind, instance_id, body)
+
+    def close(self) -> None:
+        """Close the socket; the worker sees end-of-file and exits."""
+        if self._transport is not None:
+            self._transport.close()
+
+    # asyncio.BufferedProtocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            messages = self._decoder.buffer_updated(nbytes)
+        except ipc.ProtocolError:
+            logger.exception("Closing a worker's channel: it sent a message that cannot be read")
+            self.close()
+            return
+        for kind, call_id, body in messages:
+            if kind == ipc.METRICS:
+                custom_metrics.deliver(body)
+                continue
+            future, decode = self._pending.pop(call_id, (None, None))
+            if future is None or future.done():
+                continue  # its caller gave up (cancelled)
+            if kind != ipc.RESULT:
+                future.set_exception(ipc.error_from_wire(body))
+            elif decode is None:
+                future.set_result(body)
+            else:
+                self._resolve(future, decode, body)
+
+    def _resolve(
+        self, future: asyncio.Future[Any], decode: Callable[[Any], Any], body: Any
+    ) -> None:
+        try:
+            result = decode(body)
+        except Exception as error:
+            logger.exception("A worker's answer cannot be read")
+            future.set_exception(ModelError(f"The worker's answer cannot be read: {error}"))
+        else:
+            future.set_result(result)
+
+    def eof_received(self) -> bool:
+        return False  # close our end too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(WorkerLost(self._describe_loss()))
+        self._on_closed()

@@ -1,0 +1,138 @@
+"""A loaded runtime and the one way to call it, shared by both kinds of pool.
+
+Each pool decides only *where* a call runs (the event loop, a thread of the
+model's own, a worker's loop); what a call does is here, once: label the
+custom metrics the runtime logs with its model, run ``predict``, check what it
+returned, and turn what it raised into the error the client sees.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import inspect
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+
+from .. import custom_metrics
+from ..datatypes import datatype_of
+from ..errors import InferdError, ModelError
+from ..model import Model, WorkerContext
+from ..settings import ModelSettings
+from ..types import InferenceRequest, InferenceResponse, Tensor
+from .runtime_loader import describe, load_runtime
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A loaded runtime, how it is called, and the labels of the metrics it logs."""
+
+    model: Model
+    is_async: bool
+    # Runs a plain predict when threads_per_worker > 1 (None: called inline).
+    threads: concurrent.futures.ThreadPoolExecutor | None
+    labels: custom_metrics.ModelLabels
+
+    @classmethod
+    async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
+        """Load the model's runtime; ModelError or ConfigurationError when that fails."""
+        labels = custom_metrics.model_labels(settings.name, settings.version)
+        token = custom_metrics.set_model(labels)  # load() may log custom metrics too
+        try:
+            model = await load_runtime(settings, context)
+        finally:
+            custom_metrics.reset_model(token)
+        return cls.of(model, labels)
+
+    @classmethod
+    def of(cls, model: Model, labels: custom_metrics.ModelLabels) -> LoadedModel:
+        settings = model.settings
+        is_async = inspect.iscoroutinefunction(model.predict)
+        threads = None
+        if settings.threads_per_worker > 1 and not is_async:
+            threads = concurrent.futures.ThreadPoolExecutor(
+                settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}"
+            )
+        return cls(model, is_async, threads, labels)
+
+    @property
+    def capacity(self) -> int:
+        """How many requests this model may run at once here."""
+        return self.model.settings.threads_per_worker
+
+    def call_sync(self, request: InferenceRequest) -> InferenceResponse:
+        """Run a plain ``predict`` in the calling thread; its checked response, or an
+        InferdError that says what went wrong."""
+        model = self.model
+        token = custom_metrics.set_model(self.labels)
+        try:
+            return checked_response(model, model.predict(request))
+        except InferdError:
+            raise
+        except Exception as error:
+            raise as_inferd_error(model, error) from error
+        finally:
+            custom_metrics.reset_model(token)
+
+    async def call_async(self, request: InferenceRequest) -> InferenceResponse:
+        """Await an ``async def predict``; its checked response, or an InferdError."""
+        model = self.model
+        token = custom_metrics.set_model(self.labels)
+        try:
+            response = await cast(Awaitable[InferenceResponse], model.predict(request))
+            return checked_response(model, response)
+        except InferdError:
+            raise
+        except Exception as error:
+            raise as_inferd_error(model, error) from error
+        finally:
+            custom_metrics.reset_model(token)
+
+    async def release(self) -> None:
+        """Stop its threads and unload it; an unload that raises is logged, not raised."""
+        if self.threads is not None:
+            self.threads.shutdown(wait=False)
+        try:
+            await self.model.unload()
+        except Exception:
+            logger.exception("Unloading model %r raised; it is dropped anyway", self.model.name)
+
+
+def as_inferd_error(model: Model, error: Exception) -> InferdError:
+    """What the client sees when ``predict`` raised: InferdErrors as they are, else a 500."""
+    if isinstance(error, InferdError):
+        return error
+    logger.error("Model %r failed while predicting", model.name, exc_info=error)
+    return ModelError(f"Model {model.name!r} failed: {describe(error)}")
+
+
+def checked_response(model: Model, response: object) -> InferenceResponse:
+    """What ``predict`` returned, if the wire layers can send it; else a ModelError
+    that says what is wrong (in every pool alike, not a bare 500 from the codec)."""
+    if not isinstance(response, InferenceResponse):
+        raise _bad_return(
+            model, f"predict returned {type(response).__name__}, not an InferenceResponse"
+        )
+    for tensor in response.outputs:
+        data = getattr(tensor, "data", None)
+        if not isinstance(tensor, Tensor) or not isinstance(data, np.ndarray):
+            got = type(data if isinstance(tensor, Tensor) else tensor).__name__
+            raise _bad_return(
+                model, f"each output must be a Tensor holding a numpy array, got {got}"
+            )
+        try:
+            datatype_of(data.dtype)
+        except ValueError as error:
+            raise _bad_return(model, f"output {tensor.name!r}: {error}") from None
+    return response
+
+
+def _bad_return(model: Model, problem: str) -> ModelError:
+    message = f"Model {model.name!r}: {problem}"
+    logger.error("%s", message)  # a bug in the runtime: its author needs to see it
+    return ModelError(message)
