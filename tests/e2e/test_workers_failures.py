@@ -96,7 +96,14 @@ def test_a_worker_killed_under_load_fails_only_its_requests_and_comes_back(
         wait_for(lambda: children(server.process.pid) - before, "a new worker")
         (restarted,) = children(server.process.pid) - before
         count = len(answers)
-        wait_for(lambda: len(answers) > count + 10, "requests flowing after the restart")
+
+        def restarted_serves() -> bool:
+            # The new process exists before it has loaded the model: wait until it answers.
+            recent = answers[count:]
+            return any(isinstance(a, httpx.Response) and a.status_code == 200
+                       and pid_of(a) == restarted for a in recent)  # fmt: skip
+
+        wait_for(restarted_serves, "the restarted worker serving")
     finally:
         stop.set()
         for client in clients:
