@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator
 
 from .context import NO_CONTEXT, RequestContext
 from .errors import ConfigurationError, InvalidRequest, ModelNotFound
@@ -68,8 +70,8 @@ class DataPlane:
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         found = self.registry.get_ready(name, version)
-        assert found.metadata is not None  # set when the version became READY
-        return found.metadata
+        assert found.instance is not None  # set when the version became READY
+        return found.instance.metadata
 
     # Inference
 
@@ -83,22 +85,54 @@ class DataPlane:
         """Run one request; ``context`` is what the server knows of it besides its
         tensors (see :class:`~inferd.context.RequestContext`)."""
         found = self.registry.get_ready(name, version)
-        scheduler, stats = found.scheduler, found.stats
-        assert scheduler is not None and stats is not None  # READY versions have both
+        scheduler, stats, instance = found.scheduler, found.stats, found.instance
+        assert scheduler is not None and stats is not None and instance is not None
+        if not instance.predicts:
+            raise InvalidRequest(_only_streams(found.name))
         started = time.perf_counter_ns()
         try:
             response = _finish(await scheduler.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too
-            ended = time.perf_counter_ns()
-            stats.failed(started, ended)
-            if request_logger.isEnabledFor(logging.DEBUG):
-                _log_request(stats, request, ended - started, type(error).__name__)
+            _record_end(stats, request, started, type(error).__name__)
             raise
-        ended = time.perf_counter_ns()
-        stats.succeeded(started, ended)
-        if request_logger.isEnabledFor(logging.DEBUG):
-            _log_request(stats, request, ended - started, "ok")
+        _record_end(stats, request, started)
         return response
+
+    async def infer_stream(
+        self,
+        name: str,
+        version: str | None,
+        request: InferenceRequest,
+        context: RequestContext = NO_CONTEXT,
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Run one request on a streaming endpoint: each response as the model's
+        ``predict_stream`` yields it, or the one answer of a model that only predicts.
+
+        Errors before the first response raise from the first read. Closing this
+        iterator early (a client that left) stops the model's generator.
+        """
+        found = self.registry.get_ready(name, version)
+        scheduler, stats, instance = found.scheduler, found.stats, found.instance
+        assert scheduler is not None and stats is not None and instance is not None
+        if not instance.streams:
+            yield await self.infer(name, version, request, context)
+            return
+        started = time.perf_counter_ns()
+        sent = 0
+        stats.stream_opened()
+        try:
+            async with contextlib.aclosing(scheduler.stream(request, context)) as responses:
+                async for response in responses:
+                    if not sent:
+                        stats.stream_first_response(time.perf_counter_ns() - started)
+                    sent += 1
+                    yield _finish(response, found, request)
+        except BaseException as error:  # a client that left counts as failed, as in infer
+            _record_end(stats, request, started, type(error).__name__)
+            raise
+        finally:
+            stats.stream_closed(sent)
+        _record_end(stats, request, started)
 
     # Statistics
 
@@ -177,6 +211,26 @@ def _finish(
     if request.outputs:
         response.outputs = _select_outputs(response.outputs, request, found.name)
     return response
+
+
+def _record_end(
+    stats: ModelStats, request: InferenceRequest, started_ns: int, failure: str = ""
+) -> None:
+    """Count a request that ended (``failure``: the error's name; empty: it succeeded)."""
+    ended = time.perf_counter_ns()
+    if failure:
+        stats.failed(started_ns, ended)
+    else:
+        stats.succeeded(started_ns, ended)
+    if request_logger.isEnabledFor(logging.DEBUG):
+        _log_request(stats, request, ended - started_ns, failure or "ok")
+
+
+def _only_streams(name: str) -> str:
+    return (
+        f"Model {name!r} answers only by streaming: use POST /v2/models/{name}/infer_stream "
+        "or /generate_stream (REST), or ModelStreamInfer (gRPC)"
+    )
 
 
 def _log_request(

@@ -160,15 +160,30 @@ def _model_families(models: ModelStatsTable) -> Iterator[Metric]:
             "Rows in each execution of the model (a batch of merged requests, or one)",
             labels=MODEL_LABELS,
         ),
+        "first_response": HistogramMetricFamily(
+            "model_stream_first_response_seconds",
+            "Time from a stream's arrival to its first response",
+            labels=MODEL_LABELS,
+        ),
+        "stream_responses": HistogramMetricFamily(
+            "model_stream_responses",
+            "Responses each stream sent before it ended",
+            labels=MODEL_LABELS,
+        ),
     }
+    streams = GaugeMetricFamily(
+        "model_streams_in_flight", "Streams of the model open now", labels=MODEL_LABELS
+    )
     for stats in models:
         labels = (stats.name, stats.version)
         success.add_metric(labels, stats.success_count)
         failure.add_metric(labels, stats.fail_count)
+        streams.add_metric(labels, stats.streams_open)
         for attribute, family in histograms.items():
             _add_histogram(family, labels, getattr(stats, attribute))
     yield success
     yield failure
+    yield streams
     yield from histograms.values()
 
 

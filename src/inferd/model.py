@@ -2,14 +2,17 @@
 
 A runtime implements ``load()`` (read artifacts from ``self.settings.uri``) and
 ``predict(request) -> response``; ``predict`` may be a plain function or a
-coroutine. Requests arrive with numpy tensors; the ``decode`` / ``encode``
-helpers apply MLServer's content types (``np``, ``str``, ``base64``,
-``datetime``, ``pd``) so a runtime never touches wire details.
+coroutine. A runtime that answers with many responses (tokens, partial results,
+progress) implements ``predict_stream(request)`` as a generator or an async
+generator, served by the streaming endpoints. Requests arrive with numpy
+tensors; the ``decode`` / ``encode`` helpers apply MLServer's content types
+(``np``, ``str``, ``base64``, ``datetime``, ``pd``) so a runtime never touches
+wire details.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +68,20 @@ class Model:
         Override it as a plain ``def`` (fast, CPU-bound models) or ``async def``.
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement predict()")
+
+    def predict_stream(
+        self, request: InferenceRequest
+    ) -> Iterator[InferenceResponse] | AsyncIterator[InferenceResponse]:
+        """Answer one request with many responses, each yielded as soon as it is ready.
+
+        Override it as a generator (``def`` with ``yield``: each stream then holds one
+        of the model's ``threads_per_worker`` slots for its life) or an async generator
+        (``async def`` with ``yield``: streams run interleaved on an event loop and
+        hold no slot, up to ``max_concurrent_streams``). Cleanup in a ``finally`` runs
+        when the client goes away. Served by ``/infer_stream`` and ``/generate_stream``
+        (REST) and ``ModelStreamInfer`` (gRPC).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement predict_stream()")
 
     async def unload(self) -> None:
         """Release what ``load`` acquired. Called once; the instance is dropped after."""
@@ -130,3 +147,8 @@ def _content_type_parameters(settings: ModelSettings) -> dict[str, Any]:
     if parameters and parameters.content_type:
         return {"content_type": parameters.content_type}
     return {}
+
+
+def overrides(model: Model, method: str) -> bool:
+    """Whether the runtime implements ``method`` (``predict``, ``predict_stream``)."""
+    return getattr(type(model), method, None) is not getattr(Model, method)

@@ -42,6 +42,7 @@ class Pending:
     priority: int
     arrived: float
     deadline: float | None
+    streams: bool = False  # a predict_stream call: never stacked, holds its slot to the end
     waiter: Any = field(default=None)  # the scheduler's future for the request
     timer: Any = field(default=None)  # the scheduler's deadline timer
 
@@ -80,12 +81,13 @@ class RequestQueue:
         for level in sorted(self._levels):
             yield from self._levels[level]
 
-    def pending(self, request: InferenceRequest) -> Pending:
+    def pending(self, request: InferenceRequest, streams: bool = False) -> Pending:
         """Wrap a request for :meth:`push`; InvalidRequest for bad queue parameters."""
         now = self._clock()
         timeout = request_timeout(request, self.policy.timeout)
-        rows, key = self.batch_policy.describe(request)
+        rows, key = (None, None) if streams else self.batch_policy.describe(request)
         return Pending(
+            streams=streams,
             request=request,
             rows=rows,
             key=key,

@@ -25,8 +25,8 @@ from .errors import (
 from .scheduler import Scheduler
 from .settings import ModelSettings
 from .stats import ModelStats, ModelStatsTable
-from .types import ModelMetadata, ModelState, RepositoryEntry
-from .workers.base import Pool
+from .types import ModelState, RepositoryEntry
+from .workers.base import LoadedInstance, Pool
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class ModelVersion:
     settings: ModelSettings
     state: ModelState = ModelState.LOADING
     reason: str = ""
-    metadata: ModelMetadata | None = None
+    instance: LoadedInstance | None = None  # what the pool loaded: metadata, how it answers
     scheduler: Scheduler | None = None
     load_seconds: float = 0.0  # how long loading this instance took
     # Its counters: shared by every instance of this name and version, so they
@@ -148,13 +148,15 @@ class Registry:
         logger.info("Loading %s", _label(new))
         started = time.perf_counter()
         try:
-            new.metadata = await self._pool.load(instance_id, settings)
+            new.instance = await self._pool.load(instance_id, settings)
         except Exception as error:
             await self._pool.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
         new.stats = self.stats.of(settings.name, settings.version)
-        new.scheduler = Scheduler(self._pool, instance_id, settings, new.stats)
+        new.scheduler = Scheduler(
+            self._pool, instance_id, settings, new.stats, new.instance.interleaved_streams
+        )
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new

@@ -26,27 +26,37 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from .batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
 from .batching import merge, split
 from .context import NO_CONTEXT, Disconnected, RequestContext
-from .errors import DeadlineExceeded, ModelNotReady
+from .errors import DeadlineExceeded, ModelNotReady, Overloaded
 from .queueing import Pending, QueuePolicy, RequestQueue, request_priority, request_timeout
 from .settings import ModelSettings
 from .stats import ModelStats, rows_of
 from .types import InferenceRequest, InferenceResponse
-from .workers.base import Execution, Pool
+from .workers.base import Execution, Pool, ResponseStream
 
 
 @dataclass(slots=True, frozen=True)
 class Grant:
     """What a queued request receives when its batch starts."""
 
-    execution: Execution
+    execution: Execution | None
     # A batch of one runs in its own slot, which its waiter gives back; the members
     # of a real batch share the batch's slot, which the batch gives back.
     owns_slot: bool
+    # A queued stream's responses; its slot is given back when it has finished.
+    stream: ResponseStream | None = None
+
+    def abandon(self, release: Callable[[], None]) -> None:
+        """The waiter was cancelled as its request started: stop it, free its slot."""
+        if self.stream is not None:
+            self.stream.cancel()
+        elif self.execution is not None and self.owns_slot:
+            self.execution.when_free(release)
 
 
 class ClientGone(ConnectionAbortedError):
@@ -60,19 +70,25 @@ class Scheduler:
         instance_id: int,
         settings: ModelSettings | None = None,
         stats: ModelStats | None = None,
+        interleaved_streams: bool = False,
     ) -> None:
         self._pool = pool
         self.instance_id = instance_id
         self._in_flight = 0
         self._batch_policy = batch_policy_of(settings)
+        self._label = _label(settings)
         self._queue = RequestQueue(
-            queue_policy_of(settings), self._batch_policy, _label(settings), time.monotonic
+            queue_policy_of(settings), self._batch_policy, self._label, time.monotonic
         )
         self._hold_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._drained: asyncio.Event | None = None
         # Where waits, executions and batch sizes are counted (None: nowhere).
         self._stats = stats
+        # Streams of an async-generator predict_stream hold no slot; these bound them.
+        self._interleaved_streams = interleaved_streams
+        self._open_streams = 0
+        self._max_streams = settings.max_concurrent_streams if settings else 256
         pool.watch(instance_id, self._capacity_changed)
 
     @property
@@ -82,6 +98,11 @@ class Scheduler:
     @property
     def waiting(self) -> int:
         return len(self._queue)
+
+    @property
+    def open_streams(self) -> int:
+        """Interleaved streams running (those of plain generators are in ``in_flight``)."""
+        return self._open_streams
 
     async def submit(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
@@ -108,6 +129,7 @@ class Scheduler:
             queued = time.perf_counter_ns()
             grant = await self._wait_for_slot(request, context.disconnected)
             dispatched = time.perf_counter_ns()
+            assert grant.execution is not None  # a request's grant carries its execution
             if grant.owns_slot:
                 response = await self._run_in_slot(grant.execution)
             else:
@@ -117,10 +139,82 @@ class Scheduler:
             self._stats.computed(time.perf_counter_ns() - dispatched)
         return response
 
+    async def stream(
+        self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Run ``predict_stream``: its responses as the model yields them.
+
+        A plain generator's stream waits for a slot as a request does (never merged
+        into a batch) and holds it until the generator has stopped; an interleaved
+        one starts at once, up to ``max_concurrent_streams``. Whoever stops reading
+        (a client that left) stops the generator where it runs.
+        """
+        if self._closed:
+            raise ModelNotReady("The model is being unloaded; retry the request")
+        queued = time.perf_counter_ns()
+        if self._interleaved_streams:
+            responses = self._start_interleaved(request)
+        else:
+            responses = await self._stream_in_slot(request, context)
+        dispatched = time.perf_counter_ns()
+        try:
+            async for response in responses:
+                yield response
+        finally:
+            responses.cancel()
+        if self._stats is not None:
+            self._stats.waited(dispatched - queued)
+            self._stats.computed(time.perf_counter_ns() - dispatched)
+
+    def _start_interleaved(self, request: InferenceRequest) -> ResponseStream:
+        if self._open_streams >= self._max_streams:
+            raise Overloaded(
+                f"Too many streams: {self._label} has {self._open_streams} open, its "
+                "max_concurrent_streams; retry later, or raise max_concurrent_streams in "
+                "its model-settings.json"
+            )
+        if request.parameters:
+            self._check_queue_parameters(request)
+        responses = self._pool.stream(self.instance_id, request)
+        self._open_streams += 1
+        self._count_execution(rows_of(request.inputs), 1)
+        responses.finished.add_done_callback(self._interleaved_stream_ended)
+        return responses
+
+    def _interleaved_stream_ended(self, finished: asyncio.Future[None]) -> None:
+        self._open_streams -= 1
+        self._notify_if_drained()
+
+    async def _stream_in_slot(
+        self, request: InferenceRequest, context: RequestContext
+    ) -> ResponseStream:
+        capacity = self._pool.capacity(self.instance_id)
+        if not self._queue and self._in_flight < capacity:
+            if request.parameters:
+                self._check_queue_parameters(request)
+            self._in_flight += 1
+            try:
+                return self._start_stream(request)
+            except BaseException:
+                self._release_slot()
+                raise
+        if capacity == 0:
+            return self._pool.stream(self.instance_id, request)  # refused, with the reason
+        grant = await self._wait_for_slot(request, context.disconnected, streams=True)
+        assert grant.stream is not None  # a stream's grant carries it
+        return grant.stream
+
+    def _start_stream(self, request: InferenceRequest) -> ResponseStream:
+        """Start a stream in a slot already taken; the slot is free when it finishes."""
+        responses = self._pool.stream(self.instance_id, request)
+        self._count_execution(rows_of(request.inputs), 1)
+        responses.finished.add_done_callback(lambda _: self._release_slot())
+        return responses
+
     async def close(self) -> None:
         """Stop taking requests; wait until those already submitted have finished."""
         self._closed = True
-        if self._in_flight or self._queue:
+        if self._in_flight or self._queue or self._open_streams:
             self._drained = asyncio.Event()
             await self._drained.wait()
 
@@ -130,10 +224,10 @@ class Scheduler:
         request_timeout(request, policy.timeout)
 
     async def _wait_for_slot(
-        self, request: InferenceRequest, disconnected: Disconnected | None
+        self, request: InferenceRequest, disconnected: Disconnected | None, streams: bool = False
     ) -> Grant:
         loop = asyncio.get_running_loop()
-        pending = self._queue.pending(request)
+        pending = self._queue.pending(request, streams)
         slot: asyncio.Future[Grant] = loop.create_future()
         pending.waiter = slot
         self._queue.push(pending)  # Overloaded when full
@@ -152,9 +246,7 @@ class Scheduler:
             return await self._slot_unless_gone(slot, pending, disconnected)
         except asyncio.CancelledError:
             if slot.done() and not slot.cancelled():
-                grant = slot.result()
-                if grant.owns_slot:
-                    grant.execution.when_free(self._release_slot)  # started as we were cancelled
+                slot.result().abandon(self._release_slot)  # started as we were cancelled
             else:
                 self._leave_queue(pending)
             raise
@@ -235,6 +327,9 @@ class Scheduler:
             self._hand_out_slots()
 
     def _start(self, batch: list[Pending]) -> None:
+        if batch[0].streams:  # a stream always leaves the queue alone
+            self._start_queued_stream(batch[0])
+            return
         self._count_execution(sum(p.rows or rows_of(p.request.inputs) for p in batch), len(batch))
         if len(batch) == 1:
             batch[0].waiter.set_result(Grant(self._start_one(batch[0].request), owns_slot=True))
@@ -248,6 +343,15 @@ class Scheduler:
             pending.waiter.set_result(Grant(Execution.sent(answer), owns_slot=False))
         rows = [pending.rows or 0 for pending in batch]
         running.add_done_callback(lambda done: self._batch_done(done, requests, rows, answers))
+
+    def _start_queued_stream(self, pending: Pending) -> None:
+        try:
+            responses = self._start_stream(pending.request)
+        except Exception as error:  # could not start: the waiter gets why, the slot is free
+            pending.waiter.set_exception(error)
+            self._release_slot()
+            return
+        pending.waiter.set_result(Grant(None, owns_slot=True, stream=responses))
 
     def _batch_done(
         self,
@@ -283,7 +387,8 @@ class Scheduler:
             self._hand_out_slots()
 
     def _notify_if_drained(self) -> None:
-        if self._drained is not None and not self._in_flight and not self._queue:
+        drained = not (self._in_flight or self._queue or self._open_streams)
+        if self._drained is not None and drained:
             self._drained.set()
 
 

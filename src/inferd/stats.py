@@ -27,6 +27,8 @@ from typing import Any
 DURATION_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
+# Responses one stream sent.
+STREAM_RESPONSE_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 # Rows in one execution of a model.
 BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -84,6 +86,7 @@ class ModelStats:
         "execution_count",
         "fail_count",
         "fail_ns",
+        "first_response",
         "inference_count",
         "last_inference_ns",
         "name",
@@ -91,6 +94,8 @@ class ModelStats:
         "queue_count",
         "queue_ns",
         "queue_wait",
+        "stream_responses",
+        "streams_open",
         "success_count",
         "success_ns",
         "version",
@@ -117,6 +122,23 @@ class ModelStats:
         self.duration = Histogram(DURATION_BUCKETS)
         self.queue_wait = Histogram(DURATION_BUCKETS)
         self.batch_size = Histogram(BATCH_BUCKETS)
+        # Streams (predict_stream): open now, time to their first response, responses each.
+        self.streams_open = 0
+        self.first_response = Histogram(DURATION_BUCKETS)
+        self.stream_responses = Histogram(STREAM_RESPONSE_BUCKETS)
+
+    def stream_opened(self) -> None:
+        self.streams_open += 1
+
+    def stream_first_response(self, elapsed_ns: int) -> None:
+        if self.observe:
+            self.first_response.observe(elapsed_ns / NS_PER_SECOND)
+
+    def stream_closed(self, responses: int) -> None:
+        """A stream ended (whole, failed or left) after sending ``responses``."""
+        self.streams_open -= 1
+        if self.observe:
+            self.stream_responses.observe(responses)
 
     def succeeded(self, started_ns: int, ended_ns: int) -> None:
         """A request answered; both times from ``time.perf_counter_ns()``."""

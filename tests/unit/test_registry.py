@@ -15,7 +15,7 @@ from inferd.settings import ModelSettings
 from inferd.settings_loader import model_settings_from_dict
 from inferd.stats import ModelStatsTable
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
-from inferd.workers.base import Execution
+from inferd.workers.base import Execution, LoadedInstance
 
 pytestmark = pytest.mark.anyio
 
@@ -50,14 +50,14 @@ class FakePool:
     async def close(self) -> None:
         self.loaded.clear()
 
-    async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
+    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
         key = (settings.name, settings.version)
         if key in self.gates:
             await self.gates[key].wait()
         if key in self.failures:
             raise ModelError(self.failures[key])
         self.loaded[instance_id] = settings
-        return ModelMetadata(name=settings.name, platform=f"fake-{instance_id}")
+        return LoadedInstance(ModelMetadata(name=settings.name, platform=f"fake-{instance_id}"))
 
     async def unload(self, instance_id: int) -> None:
         self.loaded.pop(instance_id, None)
@@ -108,7 +108,7 @@ async def test_a_loaded_model_is_ready_with_its_metadata(registry: Registry) -> 
     await registry.load("iris", [version("iris")])
     found = registry.get_ready("iris")
     assert (found.state, found.reason) == (ModelState.READY, "")
-    assert found.metadata is not None and found.metadata.name == "iris"
+    assert found.instance is not None and found.instance.metadata.name == "iris"
     assert registry.all_ready()
     assert await served_by(registry, "iris") == 1
 

@@ -20,6 +20,7 @@ from inferd.errors import ConfigurationError, ModelError, ModelNotReady, WorkerL
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers import ipc
+from inferd.workers.base import LoadedInstance
 from inferd.workers.pool import ProcessPool, RestartPolicy
 from inferd.workers.process import WorkerProcess, describe_exit
 
@@ -122,7 +123,7 @@ class FakeWorker(WorkerProcess):
         elif settings.name in self.refuse_loading:
             future.set_exception(self.refuse_loading[settings.name])
         else:
-            future.set_result(ModelMetadata(name=settings.name))
+            future.set_result(LoadedInstance(ModelMetadata(name=settings.name)))
             if settings.name in self.crash_after_loading:
                 self.die()
 
@@ -339,8 +340,8 @@ async def test_a_load_answered_just_before_its_worker_died_is_loaded_again(
     (worker,) = fakes(pool)
     worker.crash_after_loading = {"a"}
     pools.sleep.gate.clear()
-    metadata = await pool.load(1, model("a"))
-    assert metadata.name == "a" and pool.capacity(1) == 0
+    loaded = await pool.load(1, model("a"))
+    assert loaded.metadata.name == "a" and pool.capacity(1) == 0
     worker.crash_after_loading = set()
     pools.sleep.gate.set()
     await eventually(lambda: pool.capacity(1) == 1)

@@ -106,6 +106,11 @@ class ModelSettings(EnvFirstSettings):
     """Most requests that may wait in this version's queue (0: no bound). Past it a
     request is refused at once with 503 / UNAVAILABLE and a Retry-After header."""
 
+    max_concurrent_streams: int = Field(default=256, ge=1)
+    """Most streams of this version open at once whose ``predict_stream`` is an async
+    generator (they hold no worker slot). Past it a new stream is refused at once with
+    503 / UNAVAILABLE and Retry-After. Plain-generator streams wait for a slot instead."""
+
     timeout: float | None = Field(default=None, ge=0)
     """Longest a request may wait in the queue, in seconds (0 or none: no limit); a
     request's own ``timeout`` parameter (microseconds, as in Triton) replaces it.

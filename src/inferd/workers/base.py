@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
@@ -80,6 +80,43 @@ class Execution:
         answer.add_done_callback(done)
 
 
+@dataclass(frozen=True, slots=True)
+class LoadedInstance:
+    """What loading an instance tells the server about it."""
+
+    metadata: ModelMetadata
+    predicts: bool = True  # the runtime implements predict
+    streams: bool = False  # the runtime implements predict_stream
+    # predict_stream is an async generator: its streams run interleaved on an event
+    # loop and hold no slot. A plain generator's stream holds one (a thread) for its life.
+    interleaved_streams: bool = False
+
+
+class ResponseStream(Protocol):
+    """The responses of one ``predict_stream`` call, in the order the model yields them.
+
+    Iterating raises the model's error (an InferdError) where it failed, and ends
+    when the generator is exhausted. The pool never runs more than a bounded number
+    of responses ahead of the reader (back-pressure), so a slow reader pauses the
+    generator instead of making the server buffer without bound.
+    """
+
+    def __aiter__(self) -> Self: ...
+
+    async def __anext__(self) -> InferenceResponse: ...
+
+    def cancel(self) -> None:
+        """Stop the generator where it runs (its ``finally`` runs there), in any state;
+        a stream that already ended is left alone."""
+        ...
+
+    @property
+    def finished(self) -> asyncio.Future[None]:
+        """Done once the generator has stopped where it runs: exhausted, failed or
+        cancelled. A slot the stream holds is free from then."""
+        ...
+
+
 class Pool(Protocol):
     """Runs model instances, each known by an id the registry hands out."""
 
@@ -87,8 +124,8 @@ class Pool(Protocol):
 
     async def close(self) -> None: ...
 
-    async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
-        """Load one model version; its metadata, or an InferdError saying why not."""
+    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
+        """Load one model version; what it offers, or an InferdError saying why not."""
         ...
 
     async def unload(self, instance_id: int) -> None:
@@ -99,6 +136,12 @@ class Pool(Protocol):
         """Start one request on a free slot of the instance (the scheduler keeps within
         its capacity) and return at once. A request that cannot start raises (an
         InferdError saying why) and takes no slot."""
+        ...
+
+    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
+        """Start ``predict_stream`` on the instance now and return its responses. A
+        stream of a plain generator needs a free slot (the scheduler keeps within the
+        capacity); an interleaved one does not. A stream that cannot start raises."""
         ...
 
     def capacity(self, instance_id: int) -> int:

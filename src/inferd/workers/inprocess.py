@@ -6,6 +6,8 @@ directly: for fast models (the common case) a thread hop costs more than the
 prediction; slow models belong in worker processes. With ``threads_per_worker``
 above 1, a synchronous ``predict`` runs in that many threads of its own instead
 (for models that wait on I/O or a GPU), and an async one that many at a time.
+A ``predict_stream`` runs the same way, one step per response read
+(:mod:`inferd.workers.local_stream`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Callable
 from ..errors import ModelNotReady
 from ..model import WorkerContext
 from ..settings import ModelSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
-from .base import Execution
+from ..types import InferenceRequest, InferenceResponse
+from .base import Execution, LoadedInstance
 from .loaded_model import LoadedModel
+from .local_stream import LocalStream
 
 
 class InProcessPool:
@@ -35,11 +38,11 @@ class InProcessPool:
         for instance_id in list(self._models):
             await self.unload(instance_id)
 
-    async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
+    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
         device = settings.devices[0] if settings.devices else None
         loaded = await LoadedModel.load(settings, WorkerContext(device=device))
         self._models[instance_id] = loaded
-        return loaded.model.metadata()
+        return loaded.instance()
 
     async def unload(self, instance_id: int) -> None:
         loaded = self._models.pop(instance_id, None)
@@ -47,14 +50,22 @@ class InProcessPool:
             await loaded.release()
 
     def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
-        loaded = self._models.get(instance_id)
-        if loaded is None:
-            raise ModelNotReady("This model version is no longer loaded; retry the request")
+        loaded = self._loaded(instance_id)
         if loaded.is_async:
             return Execution.inline(loaded.call_async(request))
         if loaded.threads is None:
             return Execution.inline(_on_the_loop(loaded, request))
         return Execution.inline(_in_a_thread(loaded, request))
+
+    def stream(self, instance_id: int, request: InferenceRequest) -> LocalStream:
+        loaded = self._loaded(instance_id)
+        return LocalStream(loaded, request, loaded.threads)
+
+    def _loaded(self, instance_id: int) -> LoadedModel:
+        loaded = self._models.get(instance_id)
+        if loaded is None:
+            raise ModelNotReady("This model version is no longer loaded; retry the request")
+        return loaded
 
     def capacity(self, instance_id: int) -> int:
         loaded = self._models.get(instance_id)

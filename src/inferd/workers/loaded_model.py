@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -20,9 +20,10 @@ import numpy as np
 from .. import custom_metrics
 from ..datatypes import datatype_of
 from ..errors import InferdError, ModelError
-from ..model import Model, WorkerContext
+from ..model import Model, WorkerContext, overrides
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, Tensor
+from .base import LoadedInstance
 from .runtime_loader import describe, load_runtime
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,63 @@ class LoadedModel:
     def capacity(self) -> int:
         """How many requests this model may run at once here."""
         return self.model.settings.threads_per_worker
+
+    def instance(self) -> LoadedInstance:
+        """What the server needs to know of this runtime: metadata, and how it answers."""
+        model = self.model
+        streams = overrides(model, "predict_stream")
+        return LoadedInstance(
+            model.metadata(),
+            predicts=overrides(model, "predict"),
+            streams=streams,
+            interleaved_streams=streams and inspect.isasyncgenfunction(model.predict_stream),
+        )
+
+    def open_stream(
+        self, request: InferenceRequest
+    ) -> Iterator[InferenceResponse] | AsyncIterator[InferenceResponse]:
+        """Call ``predict_stream``: the generator it returns (nothing has run yet)."""
+        model = self.model
+        try:
+            responses = model.predict_stream(request)
+        except InferdError:
+            raise
+        except Exception as error:
+            raise as_inferd_error(model, error) from error
+        if not isinstance(responses, Iterator | AsyncIterator):
+            raise _bad_return(
+                model,
+                f"predict_stream returned {type(responses).__name__}, not a generator "
+                "(write it with yield)",
+            )
+        return responses
+
+    def next_sync(self, responses: Iterator[InferenceResponse]) -> InferenceResponse:
+        """The next response of a plain generator, run in the calling thread;
+        StopIteration at its end."""
+        model = self.model
+        token = custom_metrics.set_model(self.labels)
+        try:
+            return checked_response(model, next(responses), "predict_stream")
+        except (InferdError, StopIteration):
+            raise
+        except Exception as error:
+            raise as_inferd_error(model, error) from error
+        finally:
+            custom_metrics.reset_model(token)
+
+    async def next_async(self, responses: AsyncIterator[InferenceResponse]) -> InferenceResponse:
+        """The next response of an async generator; StopAsyncIteration at its end."""
+        model = self.model
+        token = custom_metrics.set_model(self.labels)
+        try:
+            return checked_response(model, await anext(responses), "predict_stream")
+        except (InferdError, StopAsyncIteration):
+            raise
+        except Exception as error:
+            raise as_inferd_error(model, error) from error
+        finally:
+            custom_metrics.reset_model(token)
 
     def call_sync(self, request: InferenceRequest) -> InferenceResponse:
         """Run a plain ``predict`` in the calling thread; its checked response, or an
@@ -111,12 +169,14 @@ def as_inferd_error(model: Model, error: Exception) -> InferdError:
     return ModelError(f"Model {model.name!r} failed: {describe(error)}")
 
 
-def checked_response(model: Model, response: object) -> InferenceResponse:
-    """What ``predict`` returned, if the wire layers can send it; else a ModelError
-    that says what is wrong (in every pool alike, not a bare 500 from the codec)."""
+def checked_response(model: Model, response: object, method: str = "predict") -> InferenceResponse:
+    """What ``predict`` returned (or ``predict_stream`` yielded), if the wire layers
+    can send it; else a ModelError that says what is wrong (in every pool alike, not
+    a bare 500 from the codec)."""
     if not isinstance(response, InferenceResponse):
+        verb = "yielded" if method == "predict_stream" else "returned"
         raise _bad_return(
-            model, f"predict returned {type(response).__name__}, not an InferenceResponse"
+            model, f"{method} {verb} {type(response).__name__}, not an InferenceResponse"
         )
     for tensor in response.outputs:
         data = getattr(tensor, "data", None)

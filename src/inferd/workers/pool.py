@@ -23,10 +23,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
+from ..errors import ConfigurationError, InferdError, InvalidRequest, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest, ModelMetadata
-from .base import Execution
+from ..types import InferenceRequest
+from .base import Execution, LoadedInstance, ResponseStream
 from .process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -114,24 +114,24 @@ class ProcessPool:
 
     # Loading
 
-    async def load(self, instance_id: int, settings: ModelSettings) -> ModelMetadata:
+    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
         holders = self._choose_holders(settings)
         instance = _Instance(settings, list(holders))
         self._instances[instance_id] = instance
-        metadata: ModelMetadata | None = None
+        loaded: LoadedInstance | None = None
         try:
             for worker in holders:
                 if worker.alive:
-                    metadata = await self._load_into(worker, instance_id, instance)
+                    loaded = await self._load_into(worker, instance_id, instance)
                 else:  # died since it was chosen: not this model's fault
                     instance.holders.remove(worker)
         except BaseException:
             await self.unload(instance_id)
             raise
-        if metadata is None:
+        if loaded is None:
             await self.unload(instance_id)
             raise self._no_worker_error(settings.name)
-        return metadata
+        return loaded
 
     def _choose_holders(self, settings: ModelSettings) -> list[WorkerProcess]:
         alive = [worker for worker in self._workers if worker.alive]
@@ -159,12 +159,12 @@ class ProcessPool:
 
     async def _load_into(
         self, worker: WorkerProcess, instance_id: int, instance: _Instance
-    ) -> ModelMetadata:
+    ) -> LoadedInstance:
         devices = instance.settings.devices
         device = devices[worker.index % len(devices)] if devices else None
-        metadata = await worker.load(instance_id, instance.settings, device)
+        loaded = await worker.load(instance_id, instance.settings, device)
         self._update_capacity(instance_id)
-        return metadata
+        return loaded
 
     async def unload(self, instance_id: int) -> None:
         instance = self._instances.pop(instance_id, None)
@@ -185,6 +185,13 @@ class ProcessPool:
         if worker is None:
             raise self._unavailable_error(instance)
         return Execution.sent(worker.predict(instance_id, request))
+
+    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
+        # Replaced by streaming over the worker IPC in the next change.
+        raise InvalidRequest(
+            "Streaming through worker processes is not available yet; "
+            "serve this model with parallel_workers: 0"
+        )
 
     def _pick(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
         """The least loaded live worker holding the instance, with a free slot if any has."""

@@ -26,8 +26,9 @@ from typing import Any
 
 from ..errors import WorkerLost
 from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from ..types import InferenceRequest, InferenceResponse
 from . import ipc
+from .base import LoadedInstance
 from .channel import Channel
 
 logger = logging.getLogger(__name__)
@@ -192,13 +193,13 @@ class WorkerProcess:
 
     async def load(
         self, instance_id: int, settings: ModelSettings, device: str | None
-    ) -> ModelMetadata:
+    ) -> LoadedInstance:
         """Load an instance here, one load at a time; WorkerLost saying how the process
         ended if it died while loading."""
         async with self._load_lock:
             try:
                 body: ipc.LoadBody = (settings, device)
-                metadata: ModelMetadata = await self._call(ipc.LOAD, instance_id, body)
+                loaded: LoadedInstance = await self._call(ipc.LOAD, instance_id, body)
             except WorkerLost:
                 status = await self.exit_status()
                 raise WorkerLost(
@@ -210,7 +211,7 @@ class WorkerProcess:
             self.cancel_reload(instance_id)
         elif instance_id not in self._to_reload:  # it died right after answering
             self._to_reload.append(instance_id)
-        return metadata
+        return loaded
 
     async def unload(self, instance_id: int) -> None:
         """Unload an instance it serves; one it does not serve is ignored."""

@@ -43,8 +43,9 @@ from ..errors import ConfigurationError, InferdError, ModelError
 from ..logs import configure_logging
 from ..model import WorkerContext
 from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest, ModelMetadata
+from ..types import InferenceRequest
 from . import ipc
+from .base import LoadedInstance
 from .loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -131,11 +132,11 @@ class Worker:
 
     async def _load(
         self, instance_id: int, settings: ModelSettings, device: str | None
-    ) -> ModelMetadata:
+    ) -> LoadedInstance:
         self._use_device(settings, device)
         loaded = await LoadedModel.load(settings, WorkerContext(self._index, device))
         self._models[instance_id] = loaded
-        return loaded.model.metadata()
+        return loaded.instance()
 
     def _use_device(self, settings: ModelSettings, device: str | None) -> None:
         """Set CUDA_VISIBLE_DEVICES for a ``cuda:N`` device before the runtime loads."""
