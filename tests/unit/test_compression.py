@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from inferd.server.compression import GZIP_MINIMUM_SIZE, GzipSend, accepts_gzip
+from inferd.server.compression import (
+    GZIP_MINIMUM_SIZE,
+    GZIP_THREAD_MINIMUM_SIZE,
+    GzipSend,
+    accepts_gzip,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +44,19 @@ async def test_large_answers_are_compressed_with_their_length() -> None:
         (b"content-encoding", b"gzip"),
         (b"content-length", str(len(body["body"])).encode()),
     ]
+
+
+async def test_answers_large_enough_for_a_thread_come_back_the_same() -> None:
+    large = bytes(range(256)) * (GZIP_THREAD_MINIMUM_SIZE // 256)
+    start, body = await answer(large)
+    assert gzip.decompress(body["body"]) == large
+    assert (b"content-length", str(len(body["body"])).encode()) in start["headers"]
+
+
+async def test_images_pass_unchanged() -> None:
+    start, body = await answer(LARGE, headers=[(b"content-type", b"image/png")])
+    assert body["body"] == LARGE
+    assert start["headers"] == [(b"content-length", b"1024"), (b"content-type", b"image/png")]
 
 
 async def test_small_answers_pass_unchanged() -> None:

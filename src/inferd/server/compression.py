@@ -10,11 +10,15 @@ Accept-Encoding is read only for answers large enough to compress.
 An answer of at least :data:`GZIP_MINIMUM_SIZE` bytes, sent in one piece, gets
 ``Vary: Accept-Encoding`` (it would differ for another client) and is compressed
 for clients whose Accept-Encoding lists gzip with a quality above 0. Answers sent
-in pieces (streams) and answers already encoded pass through untouched.
+in pieces (streams), answers already encoded and media that is compressed already
+(images: the Swagger UI favicon) pass through untouched. Bodies from
+:data:`GZIP_THREAD_MINIMUM_SIZE` up are compressed in a thread (zlib lets go of the
+GIL), so that one large answer does not hold up every other request on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -25,6 +29,8 @@ Headers = list[tuple[bytes, bytes]]
 
 GZIP_MINIMUM_SIZE = 1024
 GZIP_LEVEL = 6
+GZIP_THREAD_MINIMUM_SIZE = 128 * 1024  # as Starlette's GZipMiddleware
+_COMPRESSED_MEDIA = (b"image/", b"audio/", b"video/", b"application/gzip", b"application/zip")
 
 
 class GzipSend:
@@ -46,18 +52,25 @@ class GzipSend:
             self._start = None
             body = message.get("body", b"")
             if len(body) >= GZIP_MINIMUM_SIZE and not message.get("more_body", False):
-                message = self._compressed(start, message, body)
+                message = await self._compressed(start, message, body)
             await self._send(start)
         await self._send(message)
 
-    def _compressed(self, start: Message, message: Message, body: bytes) -> Message:
+    async def _compressed(self, start: Message, message: Message, body: bytes) -> Message:
         """The body message to send, with ``start``'s headers changed to match."""
         headers: Headers = list(start.get("headers", ()))
-        if any(name.lower() == b"content-encoding" for name, _ in headers):
-            return message
+        for name, value in headers:
+            key = name.lower()
+            if key == b"content-encoding" or (
+                key == b"content-type" and value.lower().startswith(_COMPRESSED_MEDIA)
+            ):
+                return message
         _add_vary(headers)
         if accepts_gzip(self._request_headers):
-            body = gzip.compress(body, GZIP_LEVEL)
+            if len(body) < GZIP_THREAD_MINIMUM_SIZE:
+                body = gzip.compress(body, GZIP_LEVEL)
+            else:
+                body = await asyncio.to_thread(gzip.compress, body, GZIP_LEVEL)
             headers = [
                 (name, value) for name, value in headers if name.lower() != b"content-length"
             ]
