@@ -47,10 +47,9 @@ class GzipSend:
         if message["type"] == "http.response.start":
             self._start = message  # held until the body shows whether to compress
             return
-        start = self._start
-        if start is not None and message["type"] == "http.response.body":
-            self._start = None
-            body = message.get("body", b"")
+        start, self._start = self._start, None
+        if start is not None:  # the first message after it
+            body = message.get("body", b"") if message["type"] == "http.response.body" else b""
             if len(body) >= GZIP_MINIMUM_SIZE and not message.get("more_body", False):
                 message = await self._compressed(start, message, body)
             await self._send(start)
