@@ -11,31 +11,29 @@ import enum
 
 
 class ErrorCode(enum.Enum):
-    """What kind of failure happened, independent of the wire protocol.
+    """What kind of failure happened, independent of the wire protocol
+    (server/errors.py maps it to an HTTP status and a gRPC code)."""
 
-    The value is the HTTP status the REST server answers with.
-    """
-
-    INVALID_ARGUMENT = 400
-    NOT_FOUND = 404
-    PAYLOAD_TOO_LARGE = 413
-    INTERNAL = 500
-    UNAVAILABLE = 503
-    DEADLINE_EXCEEDED = 504
-
-    @property
-    def http_status(self) -> int:
-        return self.value
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    INTERNAL = "internal"
+    UNAVAILABLE = "unavailable"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
 
 
 class InferdError(Exception):
     """Base of every error that is reported to a client."""
 
     code: ErrorCode = ErrorCode.INTERNAL
+    # Seconds after which the client may retry (REST Retry-After, gRPC retry
+    # pushback); None: no hint. A class default too, for errors rebuilt from IPC.
+    retry_after: float | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after = retry_after
 
 
 class InvalidRequest(InferdError):
@@ -67,8 +65,7 @@ class Overloaded(InferdError):
     code = ErrorCode.UNAVAILABLE
 
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after)
 
 
 class DeadlineExceeded(InferdError):

@@ -218,8 +218,3 @@ async def test_calls_in_flight_fail_with_worker_lost_when_the_worker_dies() -> N
     theirs.close()
     with pytest.raises(WorkerLost, match="worker 0 died"):
         await asyncio.wait_for(call, 5)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

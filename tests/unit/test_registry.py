@@ -22,11 +22,6 @@ pytestmark = pytest.mark.anyio
 Key = tuple[str, str | None]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):

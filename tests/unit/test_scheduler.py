@@ -17,11 +17,6 @@ from inferd.workers.base import Execution
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class GatedPool:
     """A pool whose predicts wait until the test releases them, one gate per request."""
 

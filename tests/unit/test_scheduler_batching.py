@@ -18,11 +18,6 @@ from inferd.workers.base import Execution
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class BatchPool:
     """Capacity 1; each predict waits for the test's go, then doubles x (or misbehaves)."""
 

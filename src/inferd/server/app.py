@@ -24,6 +24,7 @@ from ..stats import GrpcStats, HttpStats, ModelStatsTable
 from ..types import ModelState
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
+from .fastpath import RestApp
 from .grpc import GrpcServer
 from .rest import build_rest_app
 
@@ -75,18 +76,36 @@ class InferenceServer:
             for what, server, sock in listening
         ]
         rest, rest_task = servers[0][1:]
-        grpc_server = GrpcServer(self.dataplane, self.settings, self.grpc_stats)
+        grpc_server = self.grpc_server()
         try:
             await grpc_server.start()
             for what, server, task in servers:
                 await self._wait_started(what, server, task)
-            await self._load_startup_models()
-            self.dataplane.started = True
-            self._log_readiness()
+            await self.load_startup_models()
             await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
             await self._shutdown(rest, rest_task, grpc_server)
             await _stop_servers(servers[1:])
+
+    def rest_app(self) -> RestApp:
+        """The REST API as an ASGI app, serving this server's DataPlane."""
+        return build_rest_app(self.dataplane, self.settings, self.http_stats)
+
+    def grpc_server(self) -> GrpcServer:
+        """The gRPC server (not started), serving this server's DataPlane."""
+        return GrpcServer(self.dataplane, self.settings, self.grpc_stats)
+
+    async def load_startup_models(self) -> None:
+        """Load the repository's models (if the settings say so); then the server is ready."""
+        if self.settings.load_models_at_startup:
+            await self.dataplane.load_all()
+        self.dataplane.started = True
+        self._log_readiness()
+
+    async def close(self) -> None:
+        """Unload every model and stop the pool (the servers have stopped already)."""
+        await self.registry.close()
+        await self.pool.close()
 
     def _log_readiness(self) -> None:
         failed = [v.name for v in self.registry.versions() if v.state is not ModelState.READY]
@@ -129,7 +148,7 @@ class InferenceServer:
     def _rest_config(self) -> uvicorn.Config:
         settings = self.settings
         return self._uvicorn_config(
-            build_rest_app(self.dataplane, settings, self.http_stats),
+            self.rest_app(),
             settings.http_port,
             root_path=settings.root_path,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
@@ -178,10 +197,6 @@ class InferenceServer:
             await asyncio.sleep(0.01)
         logger.info("%s listening on %s:%d", what, self.settings.host, port)
 
-    async def _load_startup_models(self) -> None:
-        if self.settings.load_models_at_startup:
-            await self.dataplane.load_all()
-
     async def _wait_for_stop(self, *tasks: asyncio.Task[None]) -> None:
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -200,8 +215,7 @@ class InferenceServer:
         with contextlib.suppress(Exception, SystemExit):
             await rest_task
         await grpc_stopped
-        await self.registry.close()
-        await self.pool.close()
+        await self.close()
         logger.info("inferd stopped")
 
 

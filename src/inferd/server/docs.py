@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import importlib.util
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
@@ -22,19 +21,9 @@ from starlette.responses import Response
 from ..dataplane import DataPlane
 from ..errors import InferdError
 from .codec_rest import JSON_CONTENT_TYPE, error_body
-from .openapi import (
-    ASSET_TYPES,
-    ASSETS_PATH,
-    MODEL_PREFIXES,
-    SPEC_FILE,
-    Schema,
-    api_document,
-    model_document,
-    model_prefix,
-    model_title,
-)
-
-Endpoint = Callable[[Request], Awaitable[Response]]
+from .openapi import api_document, model_document, model_prefix, model_title
+from .openapi_operations import Schema
+from .routes import ASSET_TYPES, ASSETS_PATH, SPEC_FILE
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -89,25 +78,12 @@ def _assets_folder() -> Path:
 
 
 class DocsEndpoints:
-    """The docs routes: Swagger UI pages, OpenAPI documents, Swagger UI's files."""
+    """The docs routes' handlers (see routes.API_ROUTES): Swagger UI pages, OpenAPI
+    documents, Swagger UI's files."""
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
         self.assets = SwaggerAssets()
-
-    def endpoints(self) -> list[tuple[str, Endpoint]]:
-        """(path, handler) of every GET route this module serves."""
-        pairs: list[tuple[str, Endpoint]] = [
-            ("/v2/docs", self.api_page),
-            (f"/v2/docs/{SPEC_FILE}", self.api_spec),
-            (f"{ASSETS_PATH}/{{file}}", self.asset),
-        ]
-        for prefix in MODEL_PREFIXES:
-            pairs += [
-                (f"{prefix}/docs", self.model_page),
-                (f"{prefix}/docs/{SPEC_FILE}", self.model_spec),
-            ]
-        return pairs
 
     async def api_spec(self, request: Request) -> Response:
         document = api_document(self.dataplane.server_metadata(), _root_path(request))

@@ -7,10 +7,10 @@ Message conversion lives in :mod:`inferd.server.codec_grpc`.
 - Outputs come back in ``raw_output_contents`` (what tritonclient reads). A
   request with the parameter ``raw_output`` = false (``bool_param``) gets every
   output in its typed ``contents`` field instead; FP16 and BF16 travel only raw.
-- Core errors become gRPC status codes through :data:`STATUS_BY_ERROR_CODE`.
-- ``ModelStreamInfer`` runs up to :data:`STREAM_WINDOW` requests of one stream at
-  once and answers them in order; a failed request is answered with
-  ``error_message`` and the stream goes on.
+- Core errors become gRPC status codes through :func:`~inferd.server.errors.grpc_error`.
+- ``ModelStreamInfer`` (see :mod:`inferd.server.grpc_stream`) runs several requests
+  of one stream at once and answers them in order; a failed request is answered
+  with ``error_message`` and the stream goes on.
 - ``grpc.health.v1.Health`` (see :mod:`inferd.server.grpc_health`).
 - Server reflection lists and describes all three services (grpcurl works).
 - Shutdown: new calls are refused, calls in flight finish (up to a grace period);
@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -32,7 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from ..dataplane import DataPlane
-from ..errors import ConfigurationError, ErrorCode, InferdError, InvalidRequest, PayloadTooLarge
+from ..errors import ConfigurationError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
 from ..settings import ServerSettings
 from ..stats import GrpcMethodStats, GrpcStats
@@ -44,36 +44,18 @@ from .codec_grpc import (
     encode_server_metadata,
     wants_raw_output,
 )
+from .errors import grpc_error
 from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
 from .grpc_registration import SERVICE, MalformedMessage, add_inference_service
+from .grpc_stream import StreamRequest, answer_stream
 
 logger = logging.getLogger(__name__)
 
-STATUS_BY_ERROR_CODE: dict[ErrorCode, grpc.StatusCode] = {
-    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
-    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
-
-INTERNAL_ERROR = "Internal server error; see the server logs"
-RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
-SHUTTING_DOWN = (
-    "The server is shutting down; requests sent on this stream after the last answer "
-    "were not run, send them again (to another replica)"
-)
-# Requests of one stream running at once: enough to keep a worker busy and let
-# the scheduler batch, few enough to bound the memory a single stream can hold.
-STREAM_WINDOW = 16
 # Bytes a ModelStreamInferResponse adds around the ModelInferResponse it carries.
 _STREAM_WRAPPING = 16
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
-# What a stream yields: a request, or what grpc_registration made of an unparsable one.
-StreamRequest = pb.ModelInferRequest | MalformedMessage
 Handler = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]
 
 
@@ -94,16 +76,12 @@ def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Resp
             if isinstance(request, MalformedMessage):
                 raise request.error()
             return await method(self, request, context)
-        except InferdError as error:
-            code = STATUS_BY_ERROR_CODE[error.code]
-            await context.abort(code, error.message, trailing_metadata=_retry_hint(error))
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
-        except Exception:
-            logger.exception("Unexpected error serving gRPC %s", name)
-            code = grpc.StatusCode.INTERNAL
-            await context.abort(code, INTERNAL_ERROR)
+        except Exception as error:
+            code, message, metadata = grpc_error(error, f"gRPC {name}")
+            await context.abort(code, message, trailing_metadata=metadata)
         finally:
             if stats is not None:
                 stats.finished(code.name, time.perf_counter() - started)
@@ -111,15 +89,6 @@ def _handles_errors(method: Handler[Request, Response]) -> Handler[Request, Resp
 
     wrapper.__name__ = method.__name__
     return wrapper
-
-
-def _retry_hint(error: InferdError) -> tuple[tuple[str, str], ...]:
-    """``grpc-retry-pushback-ms`` when overloaded: gRPC clients with a retry policy
-    wait that long before retrying (what Retry-After is to REST clients)."""
-    retry_after = getattr(error, "retry_after", None)
-    if retry_after is None:
-        return ()
-    return ((RETRY_PUSHBACK_KEY, str(max(1, round(retry_after * 1000)))),)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -203,7 +172,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             stats.started += 1
         code = grpc.StatusCode.CANCELLED  # unless it ends in one of the ways below
         try:
-            async with contextlib.aclosing(self._stream_infer(request_iterator, context)) as out:
+            answers = answer_stream(request_iterator, context, self._infer, self.shutdown)
+            async with contextlib.aclosing(answers) as out:
                 async for answer in out:
                     yield answer
             code = grpc.StatusCode.OK
@@ -216,66 +186,6 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         finally:
             if stats is not None:
                 stats.finished(code.name, time.perf_counter() - started)
-
-    async def _stream_infer(
-        self, request_iterator: AsyncIterator[StreamRequest], context: Any
-    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
-        if self.shutdown.is_set:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-        answers: asyncio.Queue[asyncio.Future[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
-        window = asyncio.Semaphore(STREAM_WINDOW)
-        reader = asyncio.create_task(self._read_stream(request_iterator, answers, window))
-        self.shutdown.stream_readers.add(reader)
-        try:
-            while (answer := await answers.get()) is not None:
-                yield await answer
-                window.release()
-            await asyncio.wait([reader])
-            if reader.cancelled():
-                await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-            reader.result()  # re-raises if reading the stream failed
-        finally:
-            self.shutdown.stream_readers.discard(reader)
-            reader.cancel()
-            while not answers.empty():
-                pending = answers.get_nowait()
-                if pending is not None:
-                    pending.cancel()
-
-    async def _read_stream(
-        self,
-        requests: AsyncIterator[StreamRequest],
-        answers: asyncio.Queue[asyncio.Future[pb.ModelStreamInferResponse] | None],
-        window: asyncio.Semaphore,
-    ) -> None:
-        """Start one task per request read; ``None`` in ``answers`` marks the end."""
-        try:
-            while True:
-                # Take a slot before reading, so cancelling here never drops a request.
-                await window.acquire()
-                try:
-                    request = await anext(requests)
-                except StopAsyncIteration:
-                    return
-                answers.put_nowait(asyncio.ensure_future(self._stream_answer(request)))
-        finally:
-            answers.put_nowait(None)
-
-    async def _stream_answer(self, request: StreamRequest) -> pb.ModelStreamInferResponse:
-        if isinstance(request, MalformedMessage):
-            return pb.ModelStreamInferResponse(error_message=request.error().message)
-        try:
-            return pb.ModelStreamInferResponse(infer_response=await self._infer(request))
-        except InferdError as error:
-            message = error.message
-        except Exception:
-            logger.exception("Unexpected error serving a gRPC stream request")
-            message = INTERNAL_ERROR
-        # The id lets the client tell which request of the stream failed.
-        identity = pb.ModelInferResponse(
-            model_name=request.model_name, model_version=request.model_version, id=request.id
-        )
-        return pb.ModelStreamInferResponse(error_message=message, infer_response=identity)
 
     @_handles_errors
     async def ModelStatistics(

@@ -5,13 +5,13 @@ the server decodes requests with and the Structs that describe its answers
 (server/codec_rest.py), so the document follows the code instead of drifting
 from it; only prose and the checks the decoder makes after msgspec
 (_REFINEMENTS) are added here, and a field they name that went away fails loudly.
+The paths are routes.API_ROUTES, each documented by openapi_operations.py.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import re
 from typing import Any
 from urllib.parse import quote
 
@@ -20,21 +20,10 @@ import msgspec
 from ..datatypes import DATATYPES
 from ..types import MetadataTensor, ModelMetadata, ServerMetadata
 from . import codec_rest as bodies
-from .codec_rest import BINARY_CONTENT_TYPE, JSON_CONTENT_TYPE
-
-Schema = dict[str, Any]
+from .openapi_operations import REF, Schema, operation, path_parameters
+from .routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX
 
 OPENAPI_VERSION = "3.1.0"
-SPEC_FILE = "dataplane.json"
-ASSETS_PATH = "/v2/docs/static"
-ASSET_TYPES = {
-    "swagger-ui.css": "text/css; charset=utf-8",
-    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
-    "favicon-32x32.png": "image/png",
-}
-MODEL_PREFIXES = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
-_REF = "#/components/schemas/{name}"
-HEADER_LENGTH = "Inference-Header-Content-Length"
 
 # Component names for the decoding Structs, whose Python names are private.
 _PUBLIC_NAMES = {
@@ -84,38 +73,17 @@ _REFINEMENTS: dict[tuple[str, str], Schema] = {
     ("MetadataTensor", "datatype"): _DATATYPE,
 }
 
-_ERRORS = {
-    400: "The request is malformed or does not fit the model; the message says what is wrong",
-    404: "No model (or version) of that name is loaded",
-    413: "The request body is larger than max_request_size",
-    500: "The model failed; the message is its error",
-    503: "The model is not ready (loading, unloading or failed to load) or the server is "
-    "overloaded (Retry-After says when to retry)",
-}
-_PATH_PARAMETERS = {
-    "name": "The model's name, as in the repository index",
-    "version": "One of the model's versions (its parameters.version)",
-    "file": "One of Swagger UI's files",
-}
 _GENERIC_EXAMPLE = {
     "inputs": [
         {"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}
     ]
 }
-_INFER_DESCRIPTION = (
-    "Runs the model on the request's inputs. The body is JSON, or, with the binary "
-    "tensor data extension, a JSON header of Inference-Header-Content-Length bytes "
-    "followed by each input's raw little-endian bytes (parameters.binary_data_size "
-    "per input; BYTES elements as a 4-byte length and the bytes). Bodies may be "
-    "gzip or deflate compressed (Content-Encoding). Outputs asked for with "
-    "binary_data come back the same way, as application/octet-stream."
-)
 
 
 @functools.cache
 def components() -> dict[str, Schema]:
     """The schemas of every documented body, under their public names."""
-    _, raw = msgspec.json.schema_components(_DOCUMENTED_STRUCTS, ref_template=_REF)
+    _, raw = msgspec.json.schema_components(_DOCUMENTED_STRUCTS, ref_template=REF)
     names = {name: public_name(name) for name in raw}
     schemas: dict[str, Schema] = {}
     for name, schema in raw.items():
@@ -144,7 +112,7 @@ def _with_public_refs(node: Any, names: dict[str, str]) -> Any:
         return node
     copied = {key: _with_public_refs(value, names) for key, value in node.items()}
     if isinstance(copied.get("$ref"), str):
-        copied["$ref"] = _REF.format(name=names[copied["$ref"].rsplit("/", 1)[1]])
+        copied["$ref"] = REF.format(name=names[copied["$ref"].rsplit("/", 1)[1]])
     return copied
 
 
@@ -152,15 +120,12 @@ def _with_public_refs(node: Any, names: dict[str, str]) -> Any:
 
 
 def api_document(server: ServerMetadata, root_path: str) -> Schema:
-    """The whole V2 REST API, every route of server/rest.py and this module."""
-    paths = _health_paths()
-    for prefix, suffix in zip(MODEL_PREFIXES, ("", "_version"), strict=True):
-        paths.update(_model_paths(prefix, suffix, _GENERIC_EXAMPLE))
-    paths.update(_repository_paths())
-    paths.update(_statistics_paths())
-    paths.update(_docs_paths())
-    for path, item in paths.items():
-        parameters = _path_parameters(path)
+    """The whole V2 REST API: every route of routes.API_ROUTES."""
+    paths: dict[str, Schema] = {}
+    for route in API_ROUTES:
+        item = paths.setdefault(route.path, {})
+        item[route.method.lower()] = operation(route, _GENERIC_EXAMPLE)
+        parameters = path_parameters(route.path)
         if parameters:
             item["parameters"] = parameters
     description = (
@@ -175,7 +140,13 @@ def api_document(server: ServerMetadata, root_path: str) -> Schema:
 
 def model_document(metadata: ModelMetadata, version: str | None, root_path: str) -> Schema:
     """The routes of one model (or model version), with an example request for it."""
-    paths = _model_paths(model_prefix(metadata.name, version), "", example_request(metadata))
+    prefix = model_prefix(metadata.name, version)
+    example = example_request(metadata)
+    paths: dict[str, Schema] = {}
+    for route in API_ROUTES:
+        if route.operation_id in MODEL_DOCUMENT_OPERATIONS:
+            path = prefix + route.path.removeprefix(MODEL_PREFIX)
+            paths.setdefault(path, {})[route.method.lower()] = operation(route, example)
     info = {
         "title": model_title(metadata.name, version),
         "version": version or "default",
@@ -243,190 +214,3 @@ def _document(info: Schema, paths: dict[str, Schema], root_path: str) -> Schema:
     document["paths"] = paths
     document["components"] = {"schemas": components()}
     return document
-
-
-# ---- Operations ----
-
-_STRING = {"type": "string"}
-_BINARY = {"type": "string", "format": "binary"}
-_LENGTH = {"type": "integer", "minimum": 0}
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": _REF.format(name=name)}
-
-
-def _answer(description: str, schema: Schema, media_type: str = JSON_CONTENT_TYPE) -> Schema:
-    return {"description": description, "content": {media_type: {"schema": schema}}}
-
-
-def _errors(*statuses: int) -> dict[str, Schema]:
-    return {str(status): _answer(_ERRORS[status], _ref("Error")) for status in statuses}
-
-
-def _op(operation_id: str, tag: str, summary: str, responses: Schema, **more: Any) -> Schema:
-    head = {"operationId": operation_id, "tags": [tag], "summary": summary}
-    return head | more | {"responses": responses}
-
-
-def _health_paths() -> dict[str, Schema]:
-    paths = {}
-    for field, schema in (("live", "Live"), ("ready", "Ready")):
-        answers = {
-            "200": _answer(schema, _ref(schema)),
-            "503": _answer(f"Not {field}", _ref(schema)),
-        }
-        paths[f"/v2/health/{field}"] = {
-            "get": _op(f"server_{field}", "health", f"Is the server {field}?", answers)
-        }
-    metadata = {"200": _answer("Name, version and extensions", _ref("ServerMetadata"))}
-    paths["/v2"] = {"get": _op("server_metadata", "metadata", "Server metadata", metadata)}
-    return paths
-
-
-def _model_paths(prefix: str, suffix: str, example: Schema) -> dict[str, Schema]:
-    ready = {
-        "200": _answer("The model is ready", _ref("ModelReady")),
-        "503": _answer("The model is loading, unloading or failed to load", _ref("ModelReady")),
-    }
-    metadata = {"200": _answer("The model's metadata", _ref("ModelMetadata"))}
-    return {
-        prefix: {
-            "get": _op(
-                f"model_metadata{suffix}",
-                "metadata",
-                "Model metadata",
-                metadata | _errors(404, 503),
-            )
-        },
-        f"{prefix}/ready": {
-            "get": _op(
-                f"model_ready{suffix}", "health", "Is the model ready?", ready | _errors(404)
-            )
-        },
-        f"{prefix}/infer": {"post": _infer_operation(f"model_infer{suffix}", example)},
-    }
-
-
-def _infer_operation(operation_id: str, example: Schema) -> Schema:
-    request = {
-        JSON_CONTENT_TYPE: {"schema": _ref("InferenceRequest"), "example": example},
-        BINARY_CONTENT_TYPE: {"schema": _BINARY},
-    }
-    ok = _answer("The outputs", _ref("InferenceResponse"))
-    ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
-    length = "With binary outputs: the length of the JSON header"
-    ok["headers"] = {HEADER_LENGTH: {"description": length, "schema": _LENGTH}}
-    responses = {"200": ok} | _errors(400, 404, 413, 500, 503)
-    retry = {"description": "When the server is overloaded: seconds to wait", "schema": _LENGTH}
-    responses["503"]["headers"] = {"Retry-After": retry}
-    header = {"name": HEADER_LENGTH, "in": "header", "description": length, "schema": _LENGTH}
-    return _op(
-        operation_id,
-        "inference",
-        "Inference",
-        responses,
-        description=_INFER_DESCRIPTION,
-        parameters=[header],
-        requestBody={"required": True, "content": request},
-    )
-
-
-def _repository_paths() -> dict[str, Schema]:
-    listed = "Every model version the server knows, and those only on disk"
-    index = {"200": _answer(listed, {"type": "array", "items": _ref("RepositoryIndexEntry")})}
-    index_body = {"content": {JSON_CONTENT_TYPE: {"schema": _ref("RepositoryIndexRequest")}}}
-    load = {"200": _answer("Every version on disk is loaded", _ref("Empty"))}
-    unload = {"200": _answer("Every version is unloaded", _ref("Empty"))}
-    return {
-        "/v2/repository/index": {
-            "post": _op(
-                "repository_index",
-                "repository",
-                "Repository index",
-                index | _errors(400, 413),
-                description='{"ready": true} lists only READY versions, false only the others.',
-                requestBody=index_body,
-            )
-        },
-        "/v2/repository/models/{name}/load": {
-            "post": _op(
-                "repository_load",
-                "repository",
-                "(Re)load a model from disk",
-                load | _errors(400, 404, 500, 503),
-                description="New versions load before old ones unload; a failed reload keeps "
-                "the old instance serving. 400: its model-settings.json is invalid.",
-            )
-        },
-        "/v2/repository/models/{name}/unload": {
-            "post": _op("repository_unload", "repository", "Unload a model", unload | _errors(404))
-        },
-    }
-
-
-def _statistics_paths() -> dict[str, Schema]:
-    """Triton's statistics extension: every model, one model, or one version."""
-    answer = {"200": _answer("Statistics", _ref("ModelStatisticsResponse"))}
-    paths = {
-        "/v2/models/stats": {
-            "get": _op("statistics", "statistics", "Statistics of every model", answer)
-        }
-    }
-    for prefix, suffix in zip(MODEL_PREFIXES, ("", "_version"), strict=True):
-        paths[f"{prefix}/stats"] = {
-            "get": _op(
-                f"model_statistics{suffix}",
-                "statistics",
-                "A model's statistics",
-                answer | _errors(404),
-            )
-        }
-    return paths
-
-
-def _docs_paths() -> dict[str, Schema]:
-    page = {"200": _answer("Swagger UI", _STRING, "text/html")}
-    spec = {"200": _answer("An OpenAPI 3.1 document", {"type": "object"})}
-    files = {media_type.split(";")[0]: {"schema": _STRING} for media_type in ASSET_TYPES.values()}
-    asset = {"description": "The file", "content": files}
-    paths = {
-        "/v2/docs": {"get": _op("docs_page", "docs", "This API in Swagger UI", page)},
-        f"/v2/docs/{SPEC_FILE}": {"get": _op("docs_spec", "docs", "This document", spec)},
-        f"{ASSETS_PATH}/{{file}}": {
-            "get": _op(
-                "docs_asset",
-                "docs",
-                "Swagger UI's files",
-                {"200": asset, "404": _answer("No such file", _ref("Error"))},
-            )
-        },
-    }
-    for prefix, suffix in zip(MODEL_PREFIXES, ("", "_version"), strict=True):
-        summary = "A model's docs"
-        paths[f"{prefix}/docs"] = {
-            "get": _op(f"model_docs_page{suffix}", "docs", summary, page | _errors(404, 503))
-        }
-        paths[f"{prefix}/docs/{SPEC_FILE}"] = {
-            "get": _op(f"model_docs_spec{suffix}", "docs", summary, spec | _errors(404, 503))
-        }
-    return paths
-
-
-def _path_parameters(path: str) -> list[Schema]:
-    parameters = []
-    for name in re.findall(r"{(\w+)}", path):
-        schema: Schema = {"type": "string"}
-        if name == "file":
-            schema["enum"] = list(ASSET_TYPES)
-        description = _PATH_PARAMETERS[name]
-        parameters.append(
-            {
-                "name": name,
-                "in": "path",
-                "required": True,
-                "description": description,
-                "schema": schema,
-            }
-        )
-    return parameters

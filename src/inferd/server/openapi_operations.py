@@ -1,0 +1,248 @@
+"""The OpenAPI operation of each REST route: what it takes, what it answers, its errors.
+
+One builder per operation of routes.API_ROUTES (a route and its per-version
+twin share one); openapi.py puts them together into documents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .codec_rest import BINARY_CONTENT_TYPE, JSON_CONTENT_TYPE
+from .routes import ASSET_TYPES, ApiRoute
+
+Schema = dict[str, Any]
+REF = "#/components/schemas/{name}"
+# As clients write it; the server reads it in any case.
+_HEADER_LENGTH = "Inference-Header-Content-Length"
+
+_ERRORS = {
+    400: "The request is malformed or does not fit the model; the message says what is wrong",
+    404: "No model (or version) of that name is loaded",
+    413: "The request body is larger than max_request_size",
+    500: "The model failed; the message is its error",
+    503: "The model is not ready (loading, unloading or failed to load) or the server is "
+    "overloaded (Retry-After says when to retry)",
+}
+_PATH_PARAMETERS = {
+    "name": "The model's name, as in the repository index",
+    "version": "One of the model's versions (its parameters.version)",
+    "file": "One of Swagger UI's files",
+}
+_INFER_DESCRIPTION = (
+    "Runs the model on the request's inputs. The body is JSON, or, with the binary "
+    "tensor data extension, a JSON header of Inference-Header-Content-Length bytes "
+    "followed by each input's raw little-endian bytes (parameters.binary_data_size "
+    "per input; BYTES elements as a 4-byte length and the bytes). Bodies may be "
+    "gzip or deflate compressed (Content-Encoding). Outputs asked for with "
+    "binary_data come back the same way, as application/octet-stream."
+)
+_STRING = {"type": "string"}
+_BINARY = {"type": "string", "format": "binary"}
+_LENGTH = {"type": "integer", "minimum": 0}
+_DOCS_SUMMARY = "A model's docs"
+
+
+def operation(route: ApiRoute, example: Schema) -> Schema:
+    """The OpenAPI operation of ``route``; ``example`` is the inference request shown."""
+    return _BUILDERS[route.operation](route.operation_id, example)
+
+
+def path_parameters(path: str) -> list[Schema]:
+    """The parameters of a path template such as ``/v2/models/{name}``."""
+    parameters = []
+    for name in re.findall(r"{(\w+)}", path):
+        schema: Schema = {"type": "string"}
+        if name == "file":
+            schema["enum"] = list(ASSET_TYPES)
+        description = _PATH_PARAMETERS[name]
+        parameters.append(
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "description": description,
+                "schema": schema,
+            }
+        )
+    return parameters
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": REF.format(name=name)}
+
+
+def _answer(description: str, schema: Schema, media_type: str = JSON_CONTENT_TYPE) -> Schema:
+    return {"description": description, "content": {media_type: {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Schema]:
+    return {str(status): _answer(_ERRORS[status], _ref("Error")) for status in statuses}
+
+
+def _op(operation_id: str, tag: str, summary: str, responses: Schema, **more: Any) -> Schema:
+    head = {"operationId": operation_id, "tags": [tag], "summary": summary}
+    return head | more | {"responses": responses}
+
+
+# ---- health and metadata ----
+
+
+def _server_health(field: str, schema: str) -> Callable[[str, Schema], Schema]:
+    def build(operation_id: str, example: Schema) -> Schema:
+        answers = {
+            "200": _answer(schema, _ref(schema)),
+            "503": _answer(f"Not {field}", _ref(schema)),
+        }
+        return _op(operation_id, "health", f"Is the server {field}?", answers)
+
+    return build
+
+
+def _server_metadata(operation_id: str, example: Schema) -> Schema:
+    metadata = {"200": _answer("Name, version and extensions", _ref("ServerMetadata"))}
+    return _op(operation_id, "metadata", "Server metadata", metadata)
+
+
+def _model_metadata(operation_id: str, example: Schema) -> Schema:
+    metadata = {"200": _answer("The model's metadata", _ref("ModelMetadata"))}
+    return _op(operation_id, "metadata", "Model metadata", metadata | _errors(404, 503))
+
+
+def _model_ready(operation_id: str, example: Schema) -> Schema:
+    ready = {
+        "200": _answer("The model is ready", _ref("ModelReady")),
+        "503": _answer("The model is loading, unloading or failed to load", _ref("ModelReady")),
+    }
+    return _op(operation_id, "health", "Is the model ready?", ready | _errors(404))
+
+
+# ---- inference and statistics ----
+
+
+def _model_infer(operation_id: str, example: Schema) -> Schema:
+    request = {
+        JSON_CONTENT_TYPE: {"schema": _ref("InferenceRequest"), "example": example},
+        BINARY_CONTENT_TYPE: {"schema": _BINARY},
+    }
+    ok = _answer("The outputs", _ref("InferenceResponse"))
+    ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
+    length = "With binary outputs: the length of the JSON header"
+    ok["headers"] = {_HEADER_LENGTH: {"description": length, "schema": _LENGTH}}
+    responses = {"200": ok} | _errors(400, 404, 413, 500, 503)
+    retry = {"description": "When the server is overloaded: seconds to wait", "schema": _LENGTH}
+    responses["503"]["headers"] = {"Retry-After": retry}
+    header = {"name": _HEADER_LENGTH, "in": "header", "description": length, "schema": _LENGTH}
+    return _op(
+        operation_id,
+        "inference",
+        "Inference",
+        responses,
+        description=_INFER_DESCRIPTION,
+        parameters=[header],
+        requestBody={"required": True, "content": request},
+    )
+
+
+def _statistics_answer() -> Schema:
+    """Triton's statistics extension: every model, one model, or one version."""
+    return {"200": _answer("Statistics", _ref("ModelStatisticsResponse"))}
+
+
+def _statistics(operation_id: str, example: Schema) -> Schema:
+    return _op(operation_id, "statistics", "Statistics of every model", _statistics_answer())
+
+
+def _model_statistics(operation_id: str, example: Schema) -> Schema:
+    answers = _statistics_answer() | _errors(404)
+    return _op(operation_id, "statistics", "A model's statistics", answers)
+
+
+# ---- model repository ----
+
+
+def _repository_index(operation_id: str, example: Schema) -> Schema:
+    listed = "Every model version the server knows, and those only on disk"
+    index = {"200": _answer(listed, {"type": "array", "items": _ref("RepositoryIndexEntry")})}
+    body = {"content": {JSON_CONTENT_TYPE: {"schema": _ref("RepositoryIndexRequest")}}}
+    return _op(
+        operation_id,
+        "repository",
+        "Repository index",
+        index | _errors(400, 413),
+        description='{"ready": true} lists only READY versions, false only the others.',
+        requestBody=body,
+    )
+
+
+def _repository_load(operation_id: str, example: Schema) -> Schema:
+    load = {"200": _answer("Every version on disk is loaded", _ref("Empty"))}
+    return _op(
+        operation_id,
+        "repository",
+        "(Re)load a model from disk",
+        load | _errors(400, 404, 500, 503),
+        description="New versions load before old ones unload; a failed reload keeps "
+        "the old instance serving. 400: its model-settings.json is invalid.",
+    )
+
+
+def _repository_unload(operation_id: str, example: Schema) -> Schema:
+    unload = {"200": _answer("Every version is unloaded", _ref("Empty"))}
+    return _op(operation_id, "repository", "Unload a model", unload | _errors(404))
+
+
+# ---- docs ----
+
+
+def _page() -> Schema:
+    return {"200": _answer("Swagger UI", _STRING, "text/html")}
+
+
+def _spec() -> Schema:
+    return {"200": _answer("An OpenAPI 3.1 document", {"type": "object"})}
+
+
+def _docs_page(operation_id: str, example: Schema) -> Schema:
+    return _op(operation_id, "docs", "This API in Swagger UI", _page())
+
+
+def _docs_spec(operation_id: str, example: Schema) -> Schema:
+    return _op(operation_id, "docs", "This document", _spec())
+
+
+def _docs_asset(operation_id: str, example: Schema) -> Schema:
+    files = {media_type.split(";")[0]: {"schema": _STRING} for media_type in ASSET_TYPES.values()}
+    asset = {"description": "The file", "content": files}
+    answers = {"200": asset, "404": _answer("No such file", _ref("Error"))}
+    return _op(operation_id, "docs", "Swagger UI's files", answers)
+
+
+def _model_docs_page(operation_id: str, example: Schema) -> Schema:
+    return _op(operation_id, "docs", _DOCS_SUMMARY, _page() | _errors(404, 503))
+
+
+def _model_docs_spec(operation_id: str, example: Schema) -> Schema:
+    return _op(operation_id, "docs", _DOCS_SUMMARY, _spec() | _errors(404, 503))
+
+
+_BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
+    "server_live": _server_health("live", "Live"),
+    "server_ready": _server_health("ready", "Ready"),
+    "server_metadata": _server_metadata,
+    "model_metadata": _model_metadata,
+    "model_ready": _model_ready,
+    "model_infer": _model_infer,
+    "statistics": _statistics,
+    "model_statistics": _model_statistics,
+    "repository_index": _repository_index,
+    "repository_load": _repository_load,
+    "repository_unload": _repository_unload,
+    "docs_page": _docs_page,
+    "docs_spec": _docs_spec,
+    "docs_asset": _docs_asset,
+    "model_docs_page": _model_docs_page,
+    "model_docs_spec": _model_docs_spec,
+}

@@ -1,0 +1,83 @@
+"""Every route of the V2 REST API, declared once.
+
+Starlette's routing (server/rest.py), the fast inference path in front of it
+(server/fastpath.py), the ``path`` label of the REST metrics (the template of
+the route a request matched) and the OpenAPI document (server/openapi.py) all
+read :data:`API_ROUTES`, so a route cannot be served without being documented
+and counted, or documented without being served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SPEC_FILE = "dataplane.json"
+ASSETS_PATH = "/v2/docs/static"
+# The Swagger UI files served under ASSETS_PATH (server/docs.py), with their media types.
+ASSET_TYPES = {
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "favicon-32x32.png": "image/png",
+}
+MODEL_PREFIX = "/v2/models/{name}"
+VERSION_PREFIX = "/v2/models/{name}/versions/{version}"
+# The operationId of a route under VERSION_PREFIX is its twin's plus this.
+VERSION_SUFFIX = "_version"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRoute:
+    method: str
+    path: str  # a Starlette path template: the metrics' path label
+    operation_id: str  # in the OpenAPI document, unique
+    handler: str  # the name of the method of RestEndpoints / DocsEndpoints that answers
+
+    @property
+    def operation(self) -> str:
+        """Which operation it documents: the operationId of a route and of its
+        per-version twin name the same one."""
+        return self.operation_id.removesuffix(VERSION_SUFFIX)
+
+
+def _model_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
+    """The routes of one model, or (under VERSION_PREFIX) of one of its versions."""
+    return (
+        ApiRoute("GET", prefix, f"model_metadata{suffix}", "model_metadata"),
+        ApiRoute("GET", f"{prefix}/ready", f"model_ready{suffix}", "model_ready"),
+        ApiRoute("POST", f"{prefix}/infer", f"model_infer{suffix}", "infer"),
+        ApiRoute("GET", f"{prefix}/stats", f"model_statistics{suffix}", "model_statistics"),
+    )
+
+
+def _model_docs_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
+    return (
+        ApiRoute("GET", f"{prefix}/docs", f"model_docs_page{suffix}", "model_page"),
+        ApiRoute("GET", f"{prefix}/docs/{SPEC_FILE}", f"model_docs_spec{suffix}", "model_spec"),
+    )
+
+
+# In matching order: Starlette takes the first route that fits.
+API_ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute("GET", "/v2/health/live", "server_live", "live"),
+    ApiRoute("GET", "/v2/health/ready", "server_ready", "ready"),
+    ApiRoute("GET", "/v2", "server_metadata", "server_metadata"),
+    # Before /v2/models/{name}, which would take it for a model called "stats".
+    ApiRoute("GET", "/v2/models/stats", "statistics", "model_statistics"),
+    *_model_routes(MODEL_PREFIX, ""),
+    *_model_routes(VERSION_PREFIX, VERSION_SUFFIX),
+    ApiRoute("POST", "/v2/repository/index", "repository_index", "repository_index"),
+    ApiRoute("POST", "/v2/repository/models/{name}/load", "repository_load", "repository_load"),
+    ApiRoute(
+        "POST", "/v2/repository/models/{name}/unload", "repository_unload", "repository_unload"
+    ),
+    ApiRoute("GET", "/v2/docs", "docs_page", "api_page"),
+    ApiRoute("GET", f"/v2/docs/{SPEC_FILE}", "docs_spec", "api_spec"),
+    ApiRoute("GET", f"{ASSETS_PATH}/{{file}}", "docs_asset", "asset"),
+    *_model_docs_routes(MODEL_PREFIX, ""),
+    *_model_docs_routes(VERSION_PREFIX, VERSION_SUFFIX),
+)
+
+# The routes the fast path answers itself (RestApp), in front of Starlette.
+INFER_ROUTES = tuple(route for route in API_ROUTES if route.handler == "infer")
+# The routes of one model (version) its own OpenAPI document shows.
+MODEL_DOCUMENT_OPERATIONS = ("model_metadata", "model_ready", "model_infer")
