@@ -50,11 +50,6 @@ X = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("tiny")
     (folder / "tiny.py").write_text(RUNTIME)

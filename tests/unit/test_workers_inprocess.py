@@ -56,11 +56,6 @@ class AsyncProbe(Model):
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def records() -> Iterator[list[tuple[str, str, str, float]]]:
     logged: list[tuple[str, str, str, float]] = []
     SEEN.clear()

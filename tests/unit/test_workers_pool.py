@@ -31,11 +31,6 @@ DEFAULTS = RestartPolicy()
 REQUEST = InferenceRequest([Tensor("x", np.zeros((1, 2), dtype=np.float32))])
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class FakeChannel:
     """A worker's socket, without the worker: commands are answered by its script."""
 
