@@ -37,8 +37,13 @@ class Tensor:
 
     @property
     def content_type(self) -> str | None:
-        value = self.parameters.get("content_type")
-        return value if isinstance(value, str) else None
+        return content_type_of(self.parameters)
+
+
+def content_type_of(parameters: Parameters) -> str | None:
+    """The ``content_type`` parameter, if it is a string."""
+    value = parameters.get("content_type")
+    return value if isinstance(value, str) else None
 
 
 @dataclass(slots=True)
@@ -69,8 +74,7 @@ class InferenceRequest:
 
     @property
     def content_type(self) -> str | None:
-        value = self.parameters.get("content_type")
-        return value if isinstance(value, str) else None
+        return content_type_of(self.parameters)
 
 
 @dataclass(slots=True)
