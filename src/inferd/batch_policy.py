@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .batching import batch_key, batch_rows
 from .queueing import Pending
 from .types import InferenceRequest
+
+if TYPE_CHECKING:
+    from .settings import ModelSettings
 
 Clock = Callable[[], float]
 
@@ -105,3 +108,10 @@ class AdaptiveBatching:
             return None
         due = min(pending.arrived for pending in batch) + self.max_time
         return due if self._clock() < due else None
+
+
+def batch_policy_of(settings: ModelSettings | None) -> BatchPolicy:
+    """The policy a model version's settings ask for: batching from max_batch_size 2."""
+    if settings is None or settings.max_batch_size <= 1:
+        return NoBatching()
+    return AdaptiveBatching(settings.max_batch_size, settings.max_batch_time)

@@ -6,7 +6,8 @@ the same order, same datatypes, same trailing shapes, same tensor and request
 parameters, same requested outputs. Anything else gets a different
 :func:`batch_key` and goes in another batch; merging never fails a request.
 
-The answer is cut back by each request's row count. Every slice is a view of the
+The answer is cut back by each request's row count (:func:`share_batch` hands
+each waiting request its share when the batch's run ends). Every slice is a view of the
 batch's output (no copy), and each response keeps its own id and parameters. A
 model that answers with another number of rows than it was given fails the
 whole batch with a :class:`ModelError` to each request, never a wrong answer.
@@ -14,7 +15,8 @@ whole batch with a :class:`ModelError` to each request, never a wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import asyncio
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -112,6 +114,44 @@ def split(
         )
         start = stop
     return responses
+
+
+def share_batch(
+    running: asyncio.Future[InferenceResponse],
+    requests: Sequence[InferenceRequest],
+    rows: Sequence[int],
+    on_done: Callable[[], None],
+) -> list[asyncio.Future[InferenceResponse]]:
+    """One future per request for its share of the running batch's answer.
+
+    When the batch ends, ``on_done`` runs first (the scheduler starts the next
+    batch before these clients are answered), then each share gets its rows, or
+    the batch's error (a cancelled batch fails each share as cancelled).
+    """
+    loop = running.get_loop()
+    shares: list[asyncio.Future[InferenceResponse]] = [loop.create_future() for _ in requests]
+
+    def batch_done(done: asyncio.Future[InferenceResponse]) -> None:
+        on_done()
+        try:
+            responses = split(done.result(), requests, rows)
+        except BaseException as error:  # the model's error (or a cancellation) for each
+            for share in shares:
+                if not share.done():
+                    share.set_exception(_copy_error(error))
+            return
+        for share, response in zip(shares, responses, strict=True):
+            if not share.done():
+                share.set_result(response)
+
+    running.add_done_callback(batch_done)
+    return shares
+
+
+def _copy_error(error: BaseException) -> BaseException:
+    if isinstance(error, asyncio.CancelledError):
+        return asyncio.CancelledError()
+    return error
 
 
 def _without(parameters: dict[str, Any], ignored: frozenset[str]) -> dict[str, Any]:

@@ -23,11 +23,12 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidRequest, Overloaded
+from .errors import DeadlineExceeded, InvalidRequest, Overloaded
 from .types import InferenceRequest
 
 if TYPE_CHECKING:  # batch_policy imports Pending from here
     from .batch_policy import BatchPolicy
+    from .settings import ModelSettings
 
 Clock = Callable[[], float]
 
@@ -52,6 +53,17 @@ class QueuePolicy:
     max_size: int = 0  # 0: unbounded
     timeout: float | None = None  # seconds; None or 0: no deadline
     default_priority_level: int = 1
+
+    @classmethod
+    def of(cls, settings: ModelSettings | None) -> QueuePolicy:
+        """The policy a model version's settings ask for (defaults without any)."""
+        if settings is None:
+            return cls()
+        return cls(
+            max_size=settings.max_queue_size,
+            timeout=settings.timeout or None,
+            default_priority_level=settings.default_priority_level,
+        )
 
 
 # The requests to send now (empty: none yet), and until when a held batch may wait.
@@ -179,3 +191,12 @@ def request_timeout(request: InferenceRequest, default: float | None) -> float |
             f"(0: no timeout), not {value!r}"
         )
     return value / 1e6 or None
+
+
+def deadline_error(pending: Pending, now: float) -> DeadlineExceeded:
+    """What a request that waited past its deadline is answered with."""
+    waited = now - pending.arrived
+    return DeadlineExceeded(
+        f"The request waited {waited:.3f}s in the queue, past its timeout, and was not run; "
+        "retry later, or raise its 'timeout' parameter (microseconds) or the model's timeout"
+    )

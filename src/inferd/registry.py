@@ -94,7 +94,7 @@ class Registry:
         found = self.find(name, version)
         if found.state is ModelState.READY:
             return found
-        label = _capitalized(_label(found))
+        label = _capitalized(found.settings.label)
         if found.state is ModelState.UNAVAILABLE:
             raise ModelNotReady(f"{label} is unavailable: {found.reason}")
         raise ModelNotReady(f"{label} is not ready: it is {found.state.value.lower()}")
@@ -105,7 +105,7 @@ class Registry:
             if version.scheduler is not None and version.scheduler.instance_id == instance_id:
                 version.state = ModelState.UNAVAILABLE
                 version.reason = reason
-                logger.error("%s is unavailable: %s", _capitalized(_label(version)), reason)
+                logger.error("%s is unavailable: %s", _capitalized(version.settings.label), reason)
 
     def index(self) -> list[RepositoryEntry]:
         return [
@@ -145,7 +145,7 @@ class Registry:
         if old is None or old.state is not ModelState.READY:
             model.versions[settings.version] = new
         instance_id = next(self._instance_ids)
-        logger.info("Loading %s", _label(new))
+        logger.info("Loading %s", new.settings.label)
         started = time.perf_counter()
         try:
             new.instance = await self._pool.load(instance_id, settings)
@@ -160,7 +160,7 @@ class Registry:
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new
-        logger.info("Loaded %s in %.2fs", _label(new), new.load_seconds)
+        logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
         if old is not None and old.scheduler is not None:
             await self._retire(old)
 
@@ -168,14 +168,14 @@ class Registry:
         self, model: _Model, new: ModelVersion, old: ModelVersion | None, error: Exception
     ) -> None:
         reason = _as_inferd_error(error).message
-        logger.error("Could not load %s: %s", _label(new), reason)
+        logger.error("Could not load %s: %s", new.settings.label, reason)
         new.state = ModelState.UNAVAILABLE
         new.reason = reason
         if old is not None and old.state is ModelState.READY:
             # The index shows why the files on disk are not what is being served.
             old.reason = f"Reloading failed, the previous instance keeps serving: {reason}"
             logger.warning(
-                "%s keeps serving the previously loaded instance", _capitalized(_label(old))
+                "%s keeps serving the previously loaded instance", _capitalized(old.settings.label)
             )
 
     async def unload(self, name: str) -> None:
@@ -192,10 +192,10 @@ class Registry:
     async def _unload_version(self, model: _Model, version: str | None) -> None:
         found = model.versions[version]
         found.state = ModelState.UNLOADING
-        logger.info("Unloading %s", _label(found))
+        logger.info("Unloading %s", found.settings.label)
         await self._retire(found)
         del model.versions[version]
-        logger.info("Unloaded %s", _label(found))
+        logger.info("Unloaded %s", found.settings.label)
 
     async def _retire(self, version: ModelVersion) -> None:
         scheduler, version.scheduler = version.scheduler, None
@@ -223,12 +223,6 @@ def _natural_key(text: str) -> list[tuple[int, int | str]]:
     return [
         (0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", text)
     ]
-
-
-def _label(version: ModelVersion) -> str:
-    if version.version:
-        return f"model {version.name!r} version {version.version!r}"
-    return f"model {version.name!r}"
 
 
 def _capitalized(text: str) -> str:

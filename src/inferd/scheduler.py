@@ -29,13 +29,21 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from .batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
-from .batching import merge, split
+from .batch_policy import batch_policy_of
+from .batching import merge, share_batch
 from .context import NO_CONTEXT, Disconnected, RequestContext
-from .errors import DeadlineExceeded, ModelNotReady, Overloaded
-from .queueing import Pending, QueuePolicy, RequestQueue, request_priority, request_timeout
+from .errors import ModelNotReady
+from .queueing import (
+    Pending,
+    QueuePolicy,
+    RequestQueue,
+    deadline_error,
+    request_priority,
+    request_timeout,
+)
 from .settings import ModelSettings
 from .stats import ModelStats, rows_of
+from .stream_limit import StreamLimit
 from .types import InferenceRequest, InferenceResponse
 from .workers.base import Execution, Pool, ResponseStream
 
@@ -76,19 +84,21 @@ class Scheduler:
         self.instance_id = instance_id
         self._in_flight = 0
         self._batch_policy = batch_policy_of(settings)
-        self._label = _label(settings)
+        self._label = settings.label if settings is not None else "the model"
         self._queue = RequestQueue(
-            queue_policy_of(settings), self._batch_policy, self._label, time.monotonic
+            QueuePolicy.of(settings), self._batch_policy, self._label, time.monotonic
         )
         self._hold_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._drained: asyncio.Event | None = None
         # Where waits, executions and batch sizes are counted (None: nowhere).
         self._stats = stats
-        # Streams of an async-generator predict_stream hold no slot; these bound them.
-        self._interleaved_streams = interleaved_streams
-        self._open_streams = 0
-        self._max_streams = settings.max_concurrent_streams if settings else 256
+        # Streams of an async-generator predict_stream hold no slot; a limit bounds them.
+        self._interleaved = (
+            StreamLimit(settings, self._label, self._notify_if_drained)
+            if interleaved_streams
+            else None
+        )
         pool.watch(instance_id, self._capacity_changed)
 
     @property
@@ -102,7 +112,7 @@ class Scheduler:
     @property
     def open_streams(self) -> int:
         """Interleaved streams running (those of plain generators are in ``in_flight``)."""
-        return self._open_streams
+        return self._interleaved.open if self._interleaved is not None else 0
 
     async def submit(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
@@ -152,8 +162,12 @@ class Scheduler:
         if self._closed:
             raise ModelNotReady("The model is being unloaded; retry the request")
         queued = time.perf_counter_ns()
-        if self._interleaved_streams:
-            responses = self._start_interleaved(request)
+        if self._interleaved is not None:
+            self._interleaved.check()
+            if request.parameters:
+                self._check_queue_parameters(request)
+            responses = self._interleaved.started(self._pool.stream(self.instance_id, request))
+            self._count_execution(rows_of(request.inputs), 1)
         else:
             responses = await self._stream_in_slot(request, context)
         dispatched = time.perf_counter_ns()
@@ -165,25 +179,6 @@ class Scheduler:
         if self._stats is not None:
             self._stats.waited(dispatched - queued)
             self._stats.computed(time.perf_counter_ns() - dispatched)
-
-    def _start_interleaved(self, request: InferenceRequest) -> ResponseStream:
-        if self._open_streams >= self._max_streams:
-            raise Overloaded(
-                f"Too many streams: {self._label} has {self._open_streams} open, its "
-                "max_concurrent_streams; retry later, or raise max_concurrent_streams in "
-                "its model-settings.json"
-            )
-        if request.parameters:
-            self._check_queue_parameters(request)
-        responses = self._pool.stream(self.instance_id, request)
-        self._open_streams += 1
-        self._count_execution(rows_of(request.inputs), 1)
-        responses.finished.add_done_callback(self._interleaved_stream_ended)
-        return responses
-
-    def _interleaved_stream_ended(self, finished: asyncio.Future[None]) -> None:
-        self._open_streams -= 1
-        self._notify_if_drained()
 
     async def _stream_in_slot(
         self, request: InferenceRequest, context: RequestContext
@@ -214,7 +209,7 @@ class Scheduler:
     async def close(self) -> None:
         """Stop taking requests; wait until those already submitted have finished."""
         self._closed = True
-        if self._in_flight or self._queue or self._open_streams:
+        if self._in_flight or self._queue or self.open_streams:
             self._drained = asyncio.Event()
             await self._drained.wait()
 
@@ -273,7 +268,7 @@ class Scheduler:
 
     def _expire(self, pending: Pending) -> None:
         if self._queue.remove(pending) and not pending.waiter.done():
-            pending.waiter.set_exception(_deadline_error(pending))
+            pending.waiter.set_exception(deadline_error(pending, time.monotonic()))
         self._notify_if_drained()
 
     async def _run_in_slot(self, execution: Execution) -> InferenceResponse:
@@ -336,13 +331,9 @@ class Scheduler:
             return
         requests = [pending.request for pending in batch]
         running = self._start_one(merge(requests)).as_future()
-        answers: list[asyncio.Future[InferenceResponse]] = []
-        for pending in batch:
-            answer: asyncio.Future[InferenceResponse] = running.get_loop().create_future()
-            answers.append(answer)
-            pending.waiter.set_result(Grant(Execution.sent(answer), owns_slot=False))
-        rows = [pending.rows or 0 for pending in batch]
-        running.add_done_callback(lambda done: self._batch_done(done, requests, rows, answers))
+        shares = share_batch(running, requests, [p.rows or 0 for p in batch], self._release_slot)
+        for pending, share in zip(batch, shares, strict=True):
+            pending.waiter.set_result(Grant(Execution.sent(share), owns_slot=False))
 
     def _start_queued_stream(self, pending: Pending) -> None:
         try:
@@ -352,25 +343,6 @@ class Scheduler:
             self._release_slot()
             return
         pending.waiter.set_result(Grant(None, owns_slot=True, stream=responses))
-
-    def _batch_done(
-        self,
-        running: asyncio.Future[InferenceResponse],
-        requests: list[InferenceRequest],
-        rows: list[int],
-        answers: list[asyncio.Future[InferenceResponse]],
-    ) -> None:
-        self._release_slot()  # the next batch starts before these clients are answered
-        try:
-            responses = split(running.result(), requests, rows)
-        except BaseException as error:  # the model's error (or a cancellation) for each
-            for answer in answers:
-                if not answer.done():
-                    answer.set_exception(_copy_error(error))
-            return
-        for answer, response in zip(answers, responses, strict=True):
-            if not answer.done():
-                answer.set_result(response)
 
     def _start_one(self, request: InferenceRequest) -> Execution:
         try:
@@ -387,33 +359,9 @@ class Scheduler:
             self._hand_out_slots()
 
     def _notify_if_drained(self) -> None:
-        drained = not (self._in_flight or self._queue or self._open_streams)
+        drained = not (self._in_flight or self._queue or self.open_streams)
         if self._drained is not None and drained:
             self._drained.set()
-
-
-def queue_policy_of(settings: ModelSettings | None) -> QueuePolicy:
-    if settings is None:
-        return QueuePolicy()
-    return QueuePolicy(
-        max_size=settings.max_queue_size,
-        timeout=settings.timeout or None,
-        default_priority_level=settings.default_priority_level,
-    )
-
-
-def batch_policy_of(settings: ModelSettings | None) -> BatchPolicy:
-    if settings is None or settings.max_batch_size <= 1:
-        return NoBatching()
-    return AdaptiveBatching(settings.max_batch_size, settings.max_batch_time)
-
-
-def _label(settings: ModelSettings | None) -> str:
-    if settings is None:
-        return "the model"
-    if settings.version:
-        return f"model {settings.name!r} version {settings.version!r}"
-    return f"model {settings.name!r}"
 
 
 def _still_waiting(pending: Pending) -> bool:
@@ -427,19 +375,4 @@ def _settle_expired(pending: Pending) -> None:
     if pending.timer is not None:
         pending.timer.cancel()
     if not pending.waiter.done():
-        pending.waiter.set_exception(_deadline_error(pending))
-
-
-def _deadline_error(pending: Pending) -> DeadlineExceeded:
-    waited = time.monotonic() - pending.arrived
-    return DeadlineExceeded(
-        f"The request waited {waited:.3f}s in the queue, past its timeout, and was not run; "
-        "retry later, or raise its 'timeout' parameter (microseconds) or the model's timeout"
-    )
-
-
-def _copy_error(error: BaseException) -> BaseException:
-    """Each waiter gets the batch's error; a cancelled batch fails as cancelled."""
-    if isinstance(error, asyncio.CancelledError):
-        return asyncio.CancelledError()
-    return error
+        pending.waiter.set_exception(deadline_error(pending, time.monotonic()))

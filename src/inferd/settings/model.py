@@ -161,6 +161,13 @@ class ModelSettings(EnvFirstSettings):
         return self.parameters.version if self.parameters else None
 
     @property
+    def label(self) -> str:
+        """How messages name this version: ``model 'iris'`` or ``model 'iris' version '2'``."""
+        if self.version:
+            return f"model {self.name!r} version {self.version!r}"
+        return f"model {self.name!r}"
+
+    @property
     def folder(self) -> Path:
         """Folder the model's relative paths are resolved against."""
         return self.source.parent if self.source else Path.cwd()
