@@ -1,0 +1,159 @@
+"""LocalStream: predict_stream run in this process, one step per read."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import numpy as np
+import pytest
+
+from inferd import custom_metrics
+from inferd.errors import InvalidRequest, ModelError
+from inferd.model import Model
+from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest, InferenceResponse, Tensor
+from inferd.workers.loaded_model import LoadedModel
+from inferd.workers.local_stream import LocalStream
+
+pytestmark = pytest.mark.anyio
+
+
+def answer(value: int) -> InferenceResponse:
+    return InferenceResponse([Tensor("y", np.array([value]))])
+
+
+class Counting(Model):
+    """Yields 0..n-1; records what ran and whether its finally did."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        super().__init__(settings)
+        self.yielded = 0
+        self.cleaned_up = threading.Event()
+        self.threads: set[str] = set()
+        self.gate: threading.Event | None = None  # when set, each step waits on it
+
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        try:
+            for value in range(int(request.inputs[0].data[0])):
+                self.threads.add(threading.current_thread().name)
+                if self.gate is not None:
+                    self.gate.wait(5)
+                self.yielded += 1
+                yield answer(value)
+        finally:
+            self.cleaned_up.set()
+
+
+class AsyncCounting(Model):
+    def __init__(self, settings: ModelSettings) -> None:
+        super().__init__(settings)
+        self.cleaned_up = asyncio.Event()
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        try:
+            for value in range(int(request.inputs[0].data[0])):
+                await asyncio.sleep(0)
+                if value == 3 and request.parameters.get("fail"):
+                    raise ValueError("no fourth")
+                yield answer(value)
+        finally:
+            self.cleaned_up.set()
+
+
+class NotAGenerator(Model):
+    def predict_stream(self, request: InferenceRequest) -> list[InferenceResponse]:  # type: ignore[override]
+        return [answer(1)]
+
+
+def loaded(model: Model) -> LoadedModel:
+    return LoadedModel.of(model, custom_metrics.model_labels(model.name, model.version))
+
+
+def request(count: int, **parameters: object) -> InferenceRequest:
+    return InferenceRequest([Tensor("n", np.array([count]))], parameters=dict(parameters))
+
+
+async def values(stream: LocalStream) -> list[int]:
+    return [int(response.outputs[0].data[0]) async for response in stream]
+
+
+async def test_a_plain_generator_steps_inline_without_an_executor() -> None:
+    model = Counting(ModelSettings(name="m"))
+    stream = LocalStream(loaded(model), request(3))
+    assert await values(stream) == [0, 1, 2]
+    assert stream.finished.done() and model.cleaned_up.is_set()
+    assert model.threads == {threading.current_thread().name}
+
+
+async def test_a_plain_generator_steps_in_the_executor_it_is_given() -> None:
+    model = Counting(ModelSettings(name="m"))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stream") as executor:
+        assert await values(LocalStream(loaded(model), request(2), executor)) == [0, 1]
+    assert all(name.startswith("stream") for name in model.threads)
+
+
+async def test_nothing_runs_ahead_of_the_reader() -> None:
+    model = Counting(ModelSettings(name="m"))
+    stream = LocalStream(loaded(model), request(100))
+    assert model.yielded == 0, "calling predict_stream runs nothing yet"
+    await anext(stream)
+    await anext(stream)
+    assert model.yielded == 2
+    stream.cancel()
+    assert stream.finished.done() and model.cleaned_up.is_set()
+
+
+async def test_cancel_during_a_thread_step_closes_the_generator_once_the_step_returns() -> None:
+    model = Counting(ModelSettings(name="m"))
+    model.gate = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        stream = LocalStream(loaded(model), request(100), executor)
+        reading = asyncio.ensure_future(anext(stream))
+        while not model.threads:  # the step is inside the generator now
+            await asyncio.sleep(0.001)
+        reading.cancel()
+        await asyncio.sleep(0.01)
+        assert not stream.finished.done(), "its thread is still inside the generator"
+        model.gate.set()
+        await asyncio.wait_for(stream.finished, 5)
+    assert model.cleaned_up.is_set() and model.yielded == 1
+
+
+async def test_an_async_generator_runs_on_the_loop_and_its_error_ends_the_stream() -> None:
+    model = AsyncCounting(ModelSettings(name="m"))
+    stream = LocalStream(loaded(model), request(5, fail=True))
+    got = [int((await anext(stream)).outputs[0].data[0]) for _ in range(3)]
+    with pytest.raises(ModelError, match=r"Model 'm' failed: ValueError: no fourth"):
+        await anext(stream)
+    assert got == [0, 1, 2]
+    await asyncio.wait_for(stream.finished, 1)
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+
+
+async def test_cancelling_an_async_generator_runs_its_finally() -> None:
+    model = AsyncCounting(ModelSettings(name="m"))
+    stream = LocalStream(loaded(model), request(100))
+    await anext(stream)
+    stream.cancel()
+    await asyncio.wait_for(stream.finished, 1)
+    assert model.cleaned_up.is_set()
+
+
+async def test_predict_stream_that_is_not_a_generator_is_refused_clearly() -> None:
+    with pytest.raises(ModelError, match="predict_stream returned list, not a generator"):
+        LocalStream(loaded(NotAGenerator(ModelSettings(name="m"))), request(1))
+
+
+async def test_an_inferd_error_from_the_model_keeps_its_kind() -> None:
+    class Strict(Model):
+        def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+            raise InvalidRequest("needs a prompt")
+            yield answer(0)
+
+    stream = LocalStream(loaded(Strict(ModelSettings(name="m"))), request(1))
+    with pytest.raises(InvalidRequest, match="needs a prompt"):
+        await anext(stream)
