@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -12,8 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferd.dataplane import DataPlane
 from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.registry import Registry
+from inferd.repository import ModelRepository
 from inferd.runtimes.huggingface import HuggingFaceModel
+from inferd.settings import ServerSettings
+from inferd.stats import ModelStatsTable
 from inferd.types import InferenceResponse, Tensor
 from inferd.workers.inprocess import InProcessPool
 from tests.frameworks import TINY_VOCABULARY, require_module, save_tiny_text_classifier
@@ -158,22 +164,34 @@ def test_a_failure_mid_stream_reaches_the_reader_after_the_pieces_before_it(
 
 
 @pytest.mark.anyio
-async def test_a_stream_cancelled_in_the_pool_stops_generation(folder: Path) -> None:
-    """Through the in-process pool, as the server runs it: the slot's stream
-    (pulled on the event loop) is cancelled after two pieces."""
+async def test_through_the_dataplane_a_closed_stream_stops_and_gives_its_slot_back(
+    folder: Path,
+) -> None:
+    """As the server runs it (in-process, one slot): a whole stream, then one closed
+    after two pieces; the model's only slot is free again for a predict."""
     pool = InProcessPool()
-    await pool.load(1, serve(folder))
-    loaded = pool._loaded(1).model
-    assert isinstance(loaded, HuggingFaceModel)
+    registry = Registry(pool, ModelStatsTable())
+    dataplane = DataPlane(ServerSettings(), registry, ModelRepository(folder))
+    await registry.load("model", [serve(folder)])
+    greedy = {"max_new_tokens": 16, "do_sample": False}
+    full = request(*prompt(PROMPT, **greedy))
+    whole = [piece(response) async for response in dataplane.infer_stream("model", None, full)]
+    assert len(whole) >= 4
+
     passes: list[int] = []
-    loaded._pipeline.model.register_forward_hook(lambda *_: passes.append(1))
-    stream = pool.stream(1, request(*prompt(PROMPT, max_new_tokens=1000, do_sample=False)))
-    pieces = [piece(await anext(stream)), piece(await anext(stream))]
-    assert all(pieces)
-    stream.cancel()
-    await asyncio.wait_for(stream.finished, 10)
+    model = pool._loaded(1).model  # the registry's first instance
+    assert isinstance(model, HuggingFaceModel)
+    model._pipeline.model.register_forward_hook(lambda *_: passes.append(1))
+    long = request(*prompt(PROMPT, max_new_tokens=1000, do_sample=False))
+    async with contextlib.aclosing(dataplane.infer_stream("model", None, long)) as stream:
+        pieces = [piece(await anext(stream)), piece(await anext(stream))]
+    assert pieces == whole[:2]
     assert not generator_threads()
     assert len(passes) < 100, f"{len(passes)} tokens generated of 1000"
+
+    answer = await asyncio.wait_for(dataplane.infer("model", None, request(*prompt(PROMPT))), 10)
+    assert answer.outputs[0].name == "output"
+    await registry.close()
     await pool.close()
 
 
