@@ -28,6 +28,19 @@ content type ``hf`` that MLServer's client codec sets is accepted. The answer is
 ``output``: BYTES ``[n, 1]`` tagged ``hg_jsonlist``, the pipeline's result for
 each row as a JSON document. With ``max_batch_size`` set, the pipeline runs a
 merged batch in batches of that size.
+
+Streaming (``predict_stream``: the streaming endpoints ``/infer_stream`` and
+``/generate_stream`` over REST, ``ModelStreamInfer`` over gRPC): a
+``text-generation`` pipeline streams the text it generates, a word or so at a
+time, as transformers' ``TextIteratorStreamer`` decodes it. The request is
+the one ``predict`` takes, with exactly one prompt in ``args``; the other
+inputs are generation arguments as for ``predict`` (``max_new_tokens``,
+``do_sample``, ...; beam search and several sequences per prompt cannot
+stream). Each response holds one output, ``output``: BYTES ``[1]`` tagged
+``str``, the next piece of new text (never the prompt); the pieces, joined,
+are the text that ``predict`` with ``return_full_text: false`` generates. A
+stream closed early (the client left) stops the generation at its next token.
+Other tasks refuse to stream with a 400.
 """
 
 from __future__ import annotations
@@ -35,7 +48,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -79,6 +95,10 @@ TEXT_TASKS = (
     "zero-shot-classification",
 )
 """Tasks whose input is text, for the metadata."""
+STREAMING_TASKS = ("text-generation",)
+"""Tasks whose pipeline passes a streamer to ``generate()`` and makes one sequence a prompt."""
+SEQUENCE_COUNTS = ("num_beams", "num_return_sequences")
+"""Generation arguments that make several sequences, which one stream cannot carry."""
 
 
 class HuggingFaceModel(Model):
@@ -194,11 +214,92 @@ class HuggingFaceModel(Model):
         try:
             prediction = self._pipeline(*positional, **arguments, batch_size=self._batch_size)
         except (TypeError, ValueError) as error:  # how pipelines refuse their arguments
-            raise InvalidRequest(
-                f"Model {self.name!r} cannot use the request's inputs "
-                f"({', '.join(map(repr, [t.name for t in request.inputs]))}): {short_error(error)}"
-            ) from error
+            raise self._refusal(request, error) from error
         return response(self, request, [json_list_output(prediction)])
+
+    def _refusal(self, request: InferenceRequest, error: Exception) -> InvalidRequest:
+        names = ", ".join(repr(tensor.name) for tensor in request.inputs)
+        return InvalidRequest(
+            f"Model {self.name!r} cannot use the request's inputs ({names}): {short_error(error)}"
+        )
+
+    # A plain generator, not an async one: generate() is compute-bound (CPU or GPU),
+    # so each stream holds one of the model's slots (threads_per_worker) for its
+    # life, as a predict does, rather than letting any number of generations share
+    # the device at once (an async generator's streams hold no slot).
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        prompt, arguments = self._stream_arguments(request)
+        for piece in self._generated_pieces(prompt, arguments, request):
+            yield response(self, request, [text_output(piece)])
+
+    def _stream_arguments(self, request: InferenceRequest) -> tuple[str, dict[str, Any]]:
+        """The prompt and the generation arguments of a streaming request."""
+        if self._pipeline is None:
+            raise ModelNotReady(f"Model {self.name!r} is not loaded")
+        task = self.settings.extra.get("task")
+        if task not in STREAMING_TASKS:
+            raise InvalidRequest(
+                f"Model {self.name!r} cannot stream: its task is {task!r}, and only "
+                f"{', '.join(STREAMING_TASKS)} pipelines stream; call infer instead"
+            )
+        arguments = {tensor.name: self._argument(tensor, request) for tensor in request.inputs}
+        for name in SEQUENCE_COUNTS:  # transformers' own error would only say "batch size 1"
+            if arguments.get(name, 1) != 1:
+                raise InvalidRequest(
+                    f"Model {self.name!r} cannot stream with {name} {arguments[name]!r}: a "
+                    f"stream carries one sequence; leave out {name!r} or call infer instead"
+                )
+        return self._one_prompt(arguments.pop(ARGS_INPUT, None)), arguments
+
+    def _one_prompt(self, value: Any) -> str:
+        if isinstance(value, list | np.ndarray) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, str):
+            return value
+        if value is None:
+            got = f"no input {ARGS_INPUT!r}"
+        elif isinstance(value, list | np.ndarray):
+            got = f"{len(value)} elements"
+        else:
+            got = f"{type(value).__name__}, not a text"
+        raise InvalidRequest(
+            f"Model {self.name!r} streams the text generated for one prompt: send exactly "
+            f"one text in input {ARGS_INPUT!r} (got {got})"
+        )
+
+    def _generated_pieces(
+        self, prompt: str, arguments: dict[str, Any], request: InferenceRequest
+    ) -> Iterator[str]:
+        """The new text, piece by piece, from a generate() run in a thread of its own
+        (the streamer hands it over); closing this generator stops that thread."""
+        transformers = import_framework("transformers", type(self).__name__, EXTRA)
+        stop = StopWhenClosed(import_framework("torch", type(self).__name__, EXTRA))
+        pipeline = self._pipeline
+        streamer = transformers.TextIteratorStreamer(
+            pipeline.tokenizer, skip_prompt=True, skip_special_tokens=True
+        )
+        failures: list[Exception] = []
+
+        def generate() -> None:
+            try:
+                pipeline(prompt, **arguments, streamer=streamer, stopping_criteria=[stop])
+            except Exception as error:  # raised to the reader after the pieces before it
+                failures.append(error)
+            finally:  # generate() ends the streamer, unless it failed first: never hang the reader
+                streamer.on_finalized_text("", stream_end=True)
+
+        # A daemon: a stream nobody closed must not keep the process from exiting.
+        thread = threading.Thread(target=generate, name=f"inferd-generate-{self.name}", daemon=True)
+        thread.start()
+        try:
+            yield from (piece for piece in streamer if piece)  # tokens may decode to ""
+        finally:  # also when the stream is closed early: stop at the next token, not the last
+            stop.closed.set()
+            thread.join()
+        if failures:
+            if isinstance(failures[0], TypeError | ValueError):
+                raise self._refusal(request, failures[0]) from failures[0]
+            raise failures[0]
 
     def _argument(self, tensor: Tensor, request: InferenceRequest) -> Any:
         request_default = request.content_type
@@ -224,6 +325,27 @@ class HuggingFaceModel(Model):
             inputs = []
         outputs = [MetadataTensor(OUTPUT_NAME, "BYTES", [-1, 1], {"content_type": JSON_LIST})]
         return with_derived_metadata(metadata, inputs, outputs)
+
+
+class StopWhenClosed:
+    """A ``generate()`` stopping criterion: stop once ``closed`` is set (from another
+    thread). It is checked after each new token."""
+
+    def __init__(self, torch: ModuleType) -> None:
+        self._torch = torch
+        self.closed = threading.Event()
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        done = self.closed.is_set()
+        torch = self._torch
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
+def text_output(text: str) -> Tensor:
+    """One piece of a stream's text."""
+    return Tensor(
+        OUTPUT_NAME, np.array([text.encode()], dtype=object), {"content_type": codecs.STRING}
+    )
 
 
 def json_list_output(prediction: Any) -> Tensor:
