@@ -83,6 +83,14 @@ class Model:
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement predict_stream()")
 
+    @property
+    def streams(self) -> bool:
+        """Whether the streaming endpoints call ``predict_stream`` (else they answer with
+        ``predict``'s one response). By default: whether the runtime implements it. A
+        runtime that streams only in some configurations (a pipeline's task) says so
+        here; it is read once, after ``load``."""
+        return overrides(self, "predict_stream")
+
     async def unload(self) -> None:
         """Release what ``load`` acquired. Called once; the instance is dropped after."""
 

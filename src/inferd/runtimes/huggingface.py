@@ -223,6 +223,12 @@ class HuggingFaceModel(Model):
             f"Model {self.name!r} cannot use the request's inputs ({names}): {short_error(error)}"
         )
 
+    @property
+    def streams(self) -> bool:
+        """Only text generation streams; other tasks answer the streaming endpoints
+        with predict's one response."""
+        return self.settings.extra.get("task") in STREAMING_TASKS
+
     # A plain generator, not an async one: generate() is compute-bound (CPU or GPU),
     # so each stream holds one of the model's slots (threads_per_worker) for its
     # life, as a predict does, rather than letting any number of generations share

@@ -69,7 +69,7 @@ class LoadedModel:
     def instance(self) -> LoadedInstance:
         """What the server needs to know of this runtime: metadata, and how it answers."""
         model = self.model
-        streams = overrides(model, "predict_stream")
+        streams = model.streams
         return LoadedInstance(
             model.metadata(),
             predicts=overrides(model, "predict"),
