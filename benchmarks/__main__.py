@@ -18,7 +18,15 @@ from typing import Any
 
 from .harness import run_rounds
 from .options import MLSERVER_PYTHON_ENV, Options, parse_options
-from .results import RunRecord, exit_status, format_ratio, format_table, ratio, summarize
+from .results import (
+    RunRecord,
+    exit_status,
+    format_ratio,
+    format_table,
+    ratio,
+    summarize,
+    unit_of,
+)
 from .scenarios import SCENARIOS, Scenario
 
 
@@ -57,13 +65,14 @@ def report(
     summary = summarize(records)
     ratios: dict[str, dict[str, Any]] = {}
     for case, rows in summary.items():
+        unit = unit_of(records, case)
         print(f"\n{case} (medians over rounds):")
-        print("\n".join(format_table(rows)))
+        print("\n".join(format_table(rows, unit)))
         for a, b in scenario.comparisons(list(rows)):
             values = ratio(records, rows, case, a, b)
             if values is not None:
                 ratios.setdefault(case, {})[f"{a}/{b}"] = values
-                print(format_ratio(a, b, values))
+                print(format_ratio(a, b, values, unit))
     notes = scenario.notes(summary)
     if notes:
         print("\n" + "\n".join(notes))

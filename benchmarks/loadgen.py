@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -62,6 +62,7 @@ class Target:
 class LoadResult:
     """What every load generator run reports; subclasses say how errors are counted."""
 
+    unit: ClassVar[str] = "req"  # what ``requests`` counts (a streaming load: responses)
     requests: int
     duration_s: float
     requests_per_s: float
@@ -75,8 +76,12 @@ class LoadResult:
     def errors(self) -> int:
         raise NotImplementedError
 
+    def detail(self) -> str:
+        """What a run's line adds for this kind of load."""
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "errors": self.errors}
+        return {**asdict(self), "errors": self.errors, "unit": self.unit}
 
 
 @dataclass(frozen=True)

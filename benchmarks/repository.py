@@ -142,6 +142,53 @@ def write_busy_model(repo: Path, implementation: str, ms: float, iterations: int
     return folder
 
 
+# A streaming model: one request holding a count N, answered by N responses of one INT32
+# each (0..N-1), yielded as fast as the server takes them. Both servers' runtime classes
+# in one module, as for the busy model.
+COUNT_MODULE = '''\
+"""Streams N responses of one INT32 each (0, 1, ..., N-1) for a request holding N."""
+
+import numpy as np
+
+try:
+    from inferd import InferenceResponse, Model, Tensor
+
+    class CountInferd(Model):
+        async def predict_stream(self, request):
+            count = int(request.inputs[0].data.reshape(-1)[0])
+            for index in range(count):
+                yield InferenceResponse(outputs=[Tensor("i", np.array([index], np.int32))])
+
+except ImportError:
+    pass
+
+try:
+    from mlserver import MLModel
+    from mlserver.codecs import NumpyCodec
+    from mlserver.types import InferenceResponse as MLServerResponse
+
+    class CountMLServer(MLModel):
+        async def predict_stream(self, payloads):
+            async for payload in payloads:
+                count = int(NumpyCodec.decode_input(payload.inputs[0]).reshape(-1)[0])
+                for index in range(count):
+                    output = NumpyCodec.encode_output("i", np.array([index], np.int32))
+                    yield MLServerResponse(model_name=self.name, outputs=[output])
+
+except ImportError:
+    pass
+'''
+
+
+def write_count_model(repo: Path, implementation: str, name: str = "count") -> Path:
+    """``repo/<name>``: the streaming model, served by ``count.<implementation>``."""
+    folder = repo / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "count.py").write_text(COUNT_MODULE)
+    write_json(folder / "model-settings.json", {"name": name, "implementation": implementation})
+    return folder
+
+
 def v2_request(
     rows: Any, *, name: str = "input-0", datatype: str = "FP32", outputs: Sequence[str] = ()
 ) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from .loadgen import LoadResult
 
 T = TypeVar("T")
+UNIT_WORDS = {"req": "request", "resp": "response"}
 # The per-run figures summarized by their median, and compared as ratios.
 FIGURES = ("requests_per_s", "p50_ms", "p99_ms", "cpu_us_per_request", "main_thread_us_per_request")
 
@@ -102,15 +103,16 @@ def ratio(
     return out
 
 
-def format_ratio(a: str, b: str, values: dict[str, float | None]) -> str:
+def format_ratio(a: str, b: str, values: dict[str, float | None], unit: str = "req") -> str:
     def x(name: str) -> str:
         value = values.get(name)
         return f"x{value:.2f}" if value is not None else "-"
 
-    line = f"{a}/{b}: req/s {x('requests_per_s')} (per round {x('paired_requests_per_s')})"
+    rate = f"{unit}/s {x('requests_per_s')} (per round {x('paired_requests_per_s')})"
+    line = f"{a}/{b}: {rate}"
     line += f", p50 {x('p50_ms')}, p99 {x('p99_ms')}"
     if values.get("cpu_us_per_request") is not None:
-        line += f", CPU/request {x('cpu_us_per_request')}"
+        line += f", CPU/{UNIT_WORDS.get(unit, unit)} {x('cpu_us_per_request')}"
     return line
 
 
@@ -118,12 +120,12 @@ def _cell(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def format_table(rows: dict[str, dict[str, Any]]) -> list[str]:
+def format_table(rows: dict[str, dict[str, Any]], unit: str = "req") -> list[str]:
     """One case's medians as a text table."""
     width = max([len("contender"), *map(len, rows)]) + 2
     lines = [
-        f"{'contender':<{width}}{'runs':>5}{'req/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'errors':>8}{'CPU us/req':>12}{'main us/req':>13}"
+        f"{'contender':<{width}}{'runs':>5}{unit + '/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'errors':>8}{'CPU us/' + unit:>12}{'main us/' + unit:>13}"
     ]
     for label, row in rows.items():
         lines.append(
@@ -138,12 +140,17 @@ def format_table(rows: dict[str, dict[str, Any]]) -> list[str]:
 def format_run(record: RunRecord) -> str:
     r = record.result
     line = (
-        f"{r.requests_per_s:9.1f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms  "
+        f"{r.requests_per_s:9.1f} {r.unit}/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms  "
         f"errors {r.errors}"
     )
     if record.cpu_us_per_request is not None:
-        line += f"  CPU {record.cpu_us_per_request:5.0f} us/req"
-    return line + f"  (ready in {record.startup_s:.1f}s)"
+        line += f"  CPU {record.cpu_us_per_request:5.0f} us/{r.unit}"
+    return line + f"  (ready in {record.startup_s:.1f}s){r.detail()}"
+
+
+def unit_of(records: Sequence[RunRecord], case: str) -> str:
+    """What a case's rates count (its runs all use one load)."""
+    return next((r.result.unit for r in records if r.case == case), "req")
 
 
 def exit_status(records: Sequence[RunRecord], failures: Sequence[str]) -> int:

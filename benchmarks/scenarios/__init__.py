@@ -7,10 +7,12 @@ from .grpc import Grpc
 from .metrics import Metrics
 from .rest import Batching, Rest
 from .sklearn_onnx import SklearnOnnx
+from .streaming import Streaming
 from .workers import Workers
 
 SCENARIOS: dict[str, type[Scenario]] = {
-    scenario.name: scenario for scenario in (Rest, Grpc, Workers, Batching, Metrics, SklearnOnnx)
+    scenario.name: scenario
+    for scenario in (Rest, Grpc, Workers, Batching, Metrics, SklearnOnnx, Streaming)
 }
 
 __all__ = ["SCENARIOS", "Case", "Scenario", "VerificationError"]
