@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from inferd.errors import ModelError, WorkerLost
+from inferd.scheduler import Scheduler
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings_loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
@@ -244,6 +245,24 @@ async def test_the_worker_answers_other_requests_while_an_async_stream_waits(
     waiting.cancel()
     await finish(waiting)
     assert recorded(closed) == 1
+
+
+async def test_a_plain_stream_holds_its_schedulers_slot_until_the_worker_stopped_it(
+    pool: ProcessPool, folder: Path
+) -> None:
+    scheduler = Scheduler(pool, PLAIN, settings(folder, "Plain"))
+    first = scheduler.stream(request(n=1000, delay=0.01))
+    second = scheduler.stream(request(n=2))
+    assert index_of(await anext(first)) == 0
+    waiting = asyncio.ensure_future(anext(second))
+    await eventually(lambda: scheduler.waiting == 1)
+    assert not waiting.done(), "one slot (threads_per_worker: 1), and the first holds it"
+
+    await first.aclose()  # the client left: the stream is cancelled in the worker
+    assert index_of(await asyncio.wait_for(waiting, 30)) == 0
+    assert [index_of(response) async for response in second] == [1]
+    await asyncio.wait_for(scheduler.close(), 30)
+    assert scheduler.in_flight == 0
 
 
 async def test_a_worker_killed_mid_stream_fails_it_with_worker_lost(pool: ProcessPool) -> None:
