@@ -8,9 +8,9 @@ grant and cancel, then reads on; a stream never runs on it. Two kinds:
   there. Its commands reach the loop with ``call_soon_threadsafe`` (in order).
 - A plain generator runs to its end in one thread of its model's
   (:meth:`LoadedModel.stream_threads`: the slot it holds), which steps it and
-  sends each response itself. Stepping it from the loop instead would cost two
-  thread hops per response (measured: ~5k responses/s at best on a busy
-  2-core machine, against ~25k this way).
+  sends each response itself. Stepping it from the loop instead costs two
+  thread hops per response (measured on a busy 2-core machine: ~3.6k
+  responses/s through one worker, against ~25k this way).
 
 Either steps the generator only while the stream holds credit (see
 :mod:`inferd.workers.remote_stream` for the window), and waits for a grant when
