@@ -38,6 +38,9 @@ class LoadedModel:
     # Runs a plain predict when threads_per_worker > 1 (None: called inline).
     threads: concurrent.futures.ThreadPoolExecutor | None
     labels: custom_metrics.ModelLabels
+    # Runs a plain predict_stream in a worker process when ``threads`` is None (made on
+    # first use: threads of its own, so the worker's command thread reads on).
+    stream_thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     @classmethod
     async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
@@ -66,6 +69,24 @@ class LoadedModel:
         """How many requests this model may run at once here."""
         return self.model.settings.threads_per_worker
 
+    def stream_threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Where a worker process runs a plain generator, one thread per stream: the
+        model's threads, or as many of its own (one, with ``threads_per_worker: 1``)."""
+        if self.threads is not None:
+            return self.threads
+        if self.stream_thread is None:
+            settings = self.model.settings
+            self.stream_thread = concurrent.futures.ThreadPoolExecutor(
+                settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}-stream"
+            )
+        return self.stream_thread
+
+    def shut_threads(self, *, cancel_futures: bool = False) -> None:
+        """Stop its threads (those running finish their call)."""
+        for threads in (self.threads, self.stream_thread):
+            if threads is not None:
+                threads.shutdown(wait=False, cancel_futures=cancel_futures)
+
     def instance(self) -> LoadedInstance:
         """What the server needs to know of this runtime: metadata, and how it answers."""
         model = self.model
@@ -74,8 +95,14 @@ class LoadedModel:
             model.metadata(),
             predicts=overrides(model, "predict"),
             streams=streams,
-            interleaved_streams=streams and inspect.isasyncgenfunction(model.predict_stream),
+            interleaved_streams=streams and self.interleaved_streams,
         )
+
+    @property
+    def interleaved_streams(self) -> bool:
+        """Whether ``predict_stream`` is an async generator (its streams run interleaved
+        on an event loop); else each stream needs a thread (a slot) for its life."""
+        return inspect.isasyncgenfunction(self.model.predict_stream)
 
     def open_stream(
         self, request: InferenceRequest
@@ -153,8 +180,7 @@ class LoadedModel:
 
     async def release(self) -> None:
         """Stop its threads and unload it; an unload that raises is logged, not raised."""
-        if self.threads is not None:
-            self.threads.shutdown(wait=False)
+        self.shut_threads()
         try:
             await self.model.unload()
         except Exception:
