@@ -97,11 +97,6 @@ X = np.zeros((1, 2), dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("streams")
     (folder / "streams.py").write_text(RUNTIME)

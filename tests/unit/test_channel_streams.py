@@ -21,11 +21,6 @@ pytestmark = pytest.mark.anyio
 REQUEST = InferenceRequest([Tensor("x", np.arange(3.0))], parameters={"n": 3})
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class ScriptedWorker:
     """The worker's end of the socket, run in a thread: reads commands in order."""
 

@@ -18,11 +18,6 @@ from inferd.workers.remote_stream import STREAM_WINDOW, RemoteStream
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def packed(index: int) -> ipc.PackedResponse:
     return ipc.pack_response(InferenceResponse([Tensor("i", np.array([index]))]))
 

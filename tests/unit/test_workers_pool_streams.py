@@ -24,11 +24,6 @@ from .test_workers_pool import REQUEST, FakeChannel, FakeWorker, eventually, fak
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class StreamingChannel(FakeChannel):
     """A fake channel that opens streams: what they send is recorded, what they
     receive the test hands them."""
