@@ -13,7 +13,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -109,12 +109,8 @@ class LoadedModel:
     ) -> Iterator[InferenceResponse] | AsyncIterator[InferenceResponse]:
         """Call ``predict_stream``: the generator it returns (nothing has run yet)."""
         model = self.model
-        try:
+        with InModel(self):
             responses = model.predict_stream(request)
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
         if not isinstance(responses, Iterator | AsyncIterator):
             raise _bad_return(
                 model,
@@ -126,57 +122,27 @@ class LoadedModel:
     def next_sync(self, responses: Iterator[InferenceResponse]) -> InferenceResponse:
         """The next response of a plain generator, run in the calling thread;
         StopIteration at its end."""
-        model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
-            return checked_response(model, next(responses), "predict_stream")
-        except (InferdError, StopIteration):
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
+        with InModel(self):
+            return checked_response(self.model, next(responses), "predict_stream")
 
     async def next_async(self, responses: AsyncIterator[InferenceResponse]) -> InferenceResponse:
         """The next response of an async generator; StopAsyncIteration at its end."""
-        model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
-            return checked_response(model, await anext(responses), "predict_stream")
-        except (InferdError, StopAsyncIteration):
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
+        with InModel(self):
+            return checked_response(self.model, await anext(responses), "predict_stream")
 
     def call_sync(self, request: InferenceRequest) -> InferenceResponse:
         """Run a plain ``predict`` in the calling thread; its checked response, or an
         InferdError that says what went wrong."""
         model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
+        with InModel(self):
             return checked_response(model, model.predict(request))
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
 
     async def call_async(self, request: InferenceRequest) -> InferenceResponse:
         """Await an ``async def predict``; its checked response, or an InferdError."""
         model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
+        with InModel(self):
             response = await cast(Awaitable[InferenceResponse], model.predict(request))
             return checked_response(model, response)
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
 
     async def release(self) -> None:
         """Stop its threads and unload it; an unload that raises is logged, not raised."""
@@ -185,6 +151,28 @@ class LoadedModel:
             await self.model.unload()
         except Exception:
             logger.exception("Unloading model %r raised; it is dropped anyway", self.model.name)
+
+
+class InModel:
+    """Around one call into the runtime's code: the custom metrics it logs carry its
+    model's labels, and what it raises reaches the client as an InferdError (a
+    generator's StopIteration / StopAsyncIteration pass: they end a stream)."""
+
+    __slots__ = ("_loaded", "_token")
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self._loaded = loaded
+
+    def __enter__(self) -> None:
+        self._token = custom_metrics.set_model(self._loaded.labels)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any
+    ) -> None:
+        custom_metrics.reset_model(self._token)
+        passes = InferdError | StopIteration | StopAsyncIteration
+        if isinstance(error, Exception) and not isinstance(error, passes):
+            raise as_inferd_error(self._loaded.model, error) from error
 
 
 def as_inferd_error(model: Model, error: Exception) -> InferdError:
