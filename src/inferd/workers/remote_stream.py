@@ -27,11 +27,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any
 
 from ..errors import ModelError
 from ..types import InferenceResponse
 from . import ipc
+from .base import StreamBase
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ STREAM_WINDOW = 16
 SendCommand = Callable[[int, Any], None]
 
 
-class RemoteStream:
+class RemoteStream(StreamBase):
     """One stream's responses as they arrive from the worker (a ResponseStream).
 
     Fed by the channel on the event loop: :meth:`received` for each response and
@@ -49,6 +50,7 @@ class RemoteStream:
     """
 
     def __init__(self, send: SendCommand, window: int = STREAM_WINDOW) -> None:
+        super().__init__()
         self._send = send
         self.window = window
         self._credit_batch = max(window // 2, 1)
@@ -57,14 +59,6 @@ class RemoteStream:
         self._taken = 0  # responses taken since credit was last given back
         self._error: Exception | None = None  # where the stream failed, for the reader
         self._cancelled = False
-        self._finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    @property
-    def finished(self) -> asyncio.Future[None]:
-        return self._finished
-
-    def __aiter__(self) -> Self:
-        return self
 
     async def __anext__(self) -> InferenceResponse:
         responses = self._responses
@@ -121,7 +115,7 @@ class RemoteStream:
             return
         if not self._cancelled:
             self._error = error
-        self._finished.set_result(None)
+        self._finish()
         self._wake_reader()
 
     def _wake_reader(self) -> None:
