@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from sklearn.linear_model import LogisticRegression
 from inferd.protocol import pb_grpc
 from inferd.server.app import InferenceServer
 from inferd.settings import ServerSettings
+from tests.support.serverproc import free_port
 
 from .runtimes import Gated
 
@@ -33,15 +33,6 @@ RUNTIMES = "tests.integration.runtimes"
 # Small enough for the size-limit tests to build bodies past it cheaply.
 REQUEST_LIMIT = 100_000
 StartServer = Callable[..., Awaitable[InferenceServer]]
-
-
-def free_port() -> int:
-    """A port nothing listens on now (the e2e tier has its own helper; this tier
-    needs only this one line of it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def until(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -20,13 +19,6 @@ from inferd.workers.base import Execution, LoadedInstance
 pytestmark = pytest.mark.anyio
 
 Key = tuple[str, str | None]
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.upper().startswith(("INFERD_", "MLSERVER_")):
-            monkeypatch.delenv(key)
 
 
 class FakePool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,6 @@ import pytest
 
 from inferd.errors import ConfigurationError, ModelNotFound
 from inferd.repository import ModelRepository
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.upper().startswith(("INFERD_", "MLSERVER_")):
-            monkeypatch.delenv(key)
 
 
 def add_model(root: Path, folder: str, **settings: Any) -> Path:

@@ -117,6 +117,24 @@ class ResponseStream(Protocol):
         ...
 
 
+class StreamBase:
+    """What the pools' ResponseStreams share: iterating themselves, and ``finished``."""
+
+    def __init__(self) -> None:
+        self._finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @property
+    def finished(self) -> asyncio.Future[None]:
+        return self._finished
+
+    def __aiter__(self) -> Self:
+        return self
+
+    def _finish(self) -> None:
+        if not self._finished.done():
+            self._finished.set_result(None)
+
+
 class Pool(Protocol):
     """Runs model instances, each known by an id the registry hands out."""
 

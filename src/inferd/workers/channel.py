@@ -1,7 +1,9 @@
 """The main process's end of a worker's socket: calls out, replies back, loss noticed.
 
 See ipc.py for what travels on it; :class:`~inferd.workers.process.WorkerProcess`
-owns one per worker process.
+owns one per worker process. Streams travel on it too: each is known by the call
+id of its ``STREAM`` command, and its replies go to its
+:class:`~inferd.workers.remote_stream.RemoteStream`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import itertools
 import logging
 import socket
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 from .. import custom_metrics
 from ..errors import ModelError, WorkerLost
+from ..types import InferenceRequest
 from . import ipc
+from .remote_stream import STREAM_WINDOW, RemoteStream
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +30,8 @@ class Channel(asyncio.BufferedProtocol):
 
     Calls are multiplexed: each gets an id, its future is resolved when the reply
     with that id arrives, in whatever order the worker answers. When the socket
-    closes (the worker exited or died), every call still waiting fails with
-    WorkerLost and ``on_closed`` is called once.
+    closes (the worker exited or died), every call still waiting and every open
+    stream fails with WorkerLost and ``on_closed`` is called once.
     """
 
     def __init__(self, describe_loss: Callable[[], str], on_closed: Callable[[], None]) -> None:
@@ -36,6 +41,7 @@ class Channel(asyncio.BufferedProtocol):
         # Each call waiting for its reply: its future and what turns the reply into
         # the result (so a call's result is ready when its awaiter wakes up).
         self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
+        self._streams: dict[int, RemoteStream] = {}  # open streams, by call id
         self._call_ids = itertools.count()
         self._transport: asyncio.Transport | None = None
         self.closed = False
@@ -63,6 +69,26 @@ class Channel(asyncio.BufferedProtocol):
         self._transport.writelines(ipc.encode_command(kind, call_id, instance_id, body))
         return future
 
+    def open_stream(
+        self, instance_id: int, request: InferenceRequest, window: int = STREAM_WINDOW
+    ) -> RemoteStream:
+        """Start ``predict_stream`` in the worker now; its responses as they come.
+        Raises WorkerLost if the channel is closed."""
+        if self.closed or self._transport is None:
+            raise WorkerLost(self._describe_loss())
+        call_id = next(self._call_ids)
+        stream = RemoteStream(partial(self._stream_command, call_id), window)
+        self._streams[call_id] = stream
+        body: ipc.StreamBody = (ipc.pack_request(request), window)
+        self._transport.writelines(ipc.encode_command(ipc.STREAM, call_id, instance_id, body))
+        return stream
+
+    def _stream_command(self, call_id: int, kind: int, body: Any) -> None:
+        """A stream's credit or cancel; dropped once the channel is closed (the stream
+        has failed then)."""
+        if not self.closed and self._transport is not None:
+            self._transport.writelines(ipc.encode_command(kind, call_id, 0, body))
+
     async def call(self, kind: int, instance_id: int, body: Any) -> Any:
         """Send one command and wait for its reply (a result, or the worker's error)."""
         return await self.start_call(kind, instance_id, body)
@@ -88,9 +114,20 @@ class Channel(asyncio.BufferedProtocol):
             logger.exception("Closing a worker's channel: it sent a message that cannot be read")
             self.close()
             return
+        streams = self._streams
         for kind, call_id, body in messages:
+            if kind == ipc.STREAMED:
+                stream = streams.get(call_id)
+                if stream is not None:
+                    stream.received(body)
+                continue
             if kind == ipc.METRICS:
                 custom_metrics.deliver(body)
+                continue
+            if kind == ipc.ENDED or (kind == ipc.ERROR and call_id in streams):
+                stream = streams.pop(call_id, None)
+                if stream is not None:
+                    stream.ended(None if kind == ipc.ENDED else ipc.error_from_wire(body))
                 continue
             future, decode = self._pending.pop(call_id, (None, None))
             if future is None or future.done():
@@ -124,4 +161,7 @@ class Channel(asyncio.BufferedProtocol):
         for future, _ in pending.values():
             if not future.done():
                 future.set_exception(WorkerLost(self._describe_loss()))
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.ended(WorkerLost(self._describe_loss()))
         self._on_closed()

@@ -37,9 +37,14 @@ INIT = 1  # InitBody; the worker answers with its pid
 LOAD = 2  # LoadBody; answered with the ModelMetadata
 UNLOAD = 3  # None
 PREDICT = 4  # PackedRequest; answered with a PackedResponse
+STREAM = 5  # StreamBody; answered with STREAMED replies, then ENDED (or ERROR)
+CREDIT = 6  # int: the stream (by its call id) may send that many more responses
+CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
 # Reply kinds.
 RESULT = 10  # what the command returned
-ERROR = 11  # a WireError: what the command raised
+ERROR = 11  # a WireError: what the command raised (for a stream: its end)
+STREAMED = 13  # a PackedResponse: the next response of a stream
+ENDED = 14  # None: the stream's generator has stopped (exhausted, or cancelled)
 # In front of a reply, with call id -1: a custom_metrics.Shipment, the custom
 # metrics a runtime registered and logged since the worker's last reply.
 METRICS = 12
@@ -110,6 +115,8 @@ PackedRequest = tuple[
 """(inputs, id, parameters, requested outputs as (name, parameters))."""
 PackedResponse = tuple[list[PackedTensor], str, str | None, str | None, dict[str, Any]]
 """(outputs, model name, model version, id, parameters)."""
+StreamBody = tuple[PackedRequest, int]
+"""(the request, the credit its stream starts with: see remote_stream.py)."""
 
 
 def pack_tensors(tensors: list[Tensor]) -> list[PackedTensor]:

@@ -13,7 +13,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class LoadedModel:
     # Runs a plain predict when threads_per_worker > 1 (None: called inline).
     threads: concurrent.futures.ThreadPoolExecutor | None
     labels: custom_metrics.ModelLabels
+    # Runs a plain predict_stream in a worker process when ``threads`` is None (made on
+    # first use: threads of its own, so the worker's command thread reads on).
+    stream_thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     @classmethod
     async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
@@ -66,6 +69,24 @@ class LoadedModel:
         """How many requests this model may run at once here."""
         return self.model.settings.threads_per_worker
 
+    def stream_threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Where a worker process runs a plain generator, one thread per stream: the
+        model's threads, or as many of its own (one, with ``threads_per_worker: 1``)."""
+        if self.threads is not None:
+            return self.threads
+        if self.stream_thread is None:
+            settings = self.model.settings
+            self.stream_thread = concurrent.futures.ThreadPoolExecutor(
+                settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}-stream"
+            )
+        return self.stream_thread
+
+    def shut_threads(self, *, cancel_futures: bool = False) -> None:
+        """Stop its threads (those running finish their call)."""
+        for threads in (self.threads, self.stream_thread):
+            if threads is not None:
+                threads.shutdown(wait=False, cancel_futures=cancel_futures)
+
     def instance(self) -> LoadedInstance:
         """What the server needs to know of this runtime: metadata, and how it answers."""
         model = self.model
@@ -74,20 +95,22 @@ class LoadedModel:
             model.metadata(),
             predicts=overrides(model, "predict"),
             streams=streams,
-            interleaved_streams=streams and inspect.isasyncgenfunction(model.predict_stream),
+            interleaved_streams=streams and self.interleaved_streams,
         )
+
+    @property
+    def interleaved_streams(self) -> bool:
+        """Whether ``predict_stream`` is an async generator (its streams run interleaved
+        on an event loop); else each stream needs a thread (a slot) for its life."""
+        return inspect.isasyncgenfunction(self.model.predict_stream)
 
     def open_stream(
         self, request: InferenceRequest
     ) -> Iterator[InferenceResponse] | AsyncIterator[InferenceResponse]:
         """Call ``predict_stream``: the generator it returns (nothing has run yet)."""
         model = self.model
-        try:
+        with InModel(self):
             responses = model.predict_stream(request)
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
         if not isinstance(responses, Iterator | AsyncIterator):
             raise _bad_return(
                 model,
@@ -99,66 +122,57 @@ class LoadedModel:
     def next_sync(self, responses: Iterator[InferenceResponse]) -> InferenceResponse:
         """The next response of a plain generator, run in the calling thread;
         StopIteration at its end."""
-        model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
-            return checked_response(model, next(responses), "predict_stream")
-        except (InferdError, StopIteration):
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
+        with InModel(self):
+            return checked_response(self.model, next(responses), "predict_stream")
 
     async def next_async(self, responses: AsyncIterator[InferenceResponse]) -> InferenceResponse:
         """The next response of an async generator; StopAsyncIteration at its end."""
-        model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
-            return checked_response(model, await anext(responses), "predict_stream")
-        except (InferdError, StopAsyncIteration):
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
+        with InModel(self):
+            return checked_response(self.model, await anext(responses), "predict_stream")
 
     def call_sync(self, request: InferenceRequest) -> InferenceResponse:
         """Run a plain ``predict`` in the calling thread; its checked response, or an
         InferdError that says what went wrong."""
         model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
+        with InModel(self):
             return checked_response(model, model.predict(request))
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
 
     async def call_async(self, request: InferenceRequest) -> InferenceResponse:
         """Await an ``async def predict``; its checked response, or an InferdError."""
         model = self.model
-        token = custom_metrics.set_model(self.labels)
-        try:
+        with InModel(self):
             response = await cast(Awaitable[InferenceResponse], model.predict(request))
             return checked_response(model, response)
-        except InferdError:
-            raise
-        except Exception as error:
-            raise as_inferd_error(model, error) from error
-        finally:
-            custom_metrics.reset_model(token)
 
     async def release(self) -> None:
         """Stop its threads and unload it; an unload that raises is logged, not raised."""
-        if self.threads is not None:
-            self.threads.shutdown(wait=False)
+        self.shut_threads()
         try:
             await self.model.unload()
         except Exception:
             logger.exception("Unloading model %r raised; it is dropped anyway", self.model.name)
+
+
+class InModel:
+    """Around one call into the runtime's code: the custom metrics it logs carry its
+    model's labels, and what it raises reaches the client as an InferdError (a
+    generator's StopIteration / StopAsyncIteration pass: they end a stream)."""
+
+    __slots__ = ("_loaded", "_token")
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self._loaded = loaded
+
+    def __enter__(self) -> None:
+        self._token = custom_metrics.set_model(self._loaded.labels)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any
+    ) -> None:
+        custom_metrics.reset_model(self._token)
+        passes = InferdError | StopIteration | StopAsyncIteration
+        if isinstance(error, Exception) and not isinstance(error, passes):
+            raise as_inferd_error(self._loaded.model, error) from error
 
 
 def as_inferd_error(model: Model, error: Exception) -> InferdError:

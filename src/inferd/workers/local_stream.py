@@ -18,15 +18,16 @@ import concurrent.futures
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Self
+from typing import Any
 
 from ..types import InferenceRequest, InferenceResponse
+from .base import StreamBase
 from .loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
 
 
-class LocalStream:
+class LocalStream(StreamBase):
     """One ``predict_stream`` call as a :class:`~inferd.workers.base.ResponseStream`."""
 
     def __init__(
@@ -35,20 +36,13 @@ class LocalStream:
         request: InferenceRequest,
         executor: concurrent.futures.Executor | None = None,
     ) -> None:
+        super().__init__()
         self._loaded = loaded
         self._executor = executor
         self._responses = loaded.open_stream(request)
         self._stepping = False  # a step is running (in a thread, or awaited)
         self._thread_step: concurrent.futures.Future[Any] | None = None
         self._cancelled = False
-        self._finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    @property
-    def finished(self) -> asyncio.Future[None]:
-        return self._finished
-
-    def __aiter__(self) -> Self:
-        return self
 
     async def __anext__(self) -> InferenceResponse:
         if self._finished.done():
@@ -124,7 +118,3 @@ class LocalStream:
                 exc_info=closing.exception(),
             )
         self._finish()
-
-    def _finish(self) -> None:
-        if not self._finished.done():
-            self._finished.set_result(None)

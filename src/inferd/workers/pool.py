@@ -5,12 +5,17 @@ lives in ``workers`` of them (default: all), picked among the least loaded, and
 is loaded into one worker at a time so peak memory does not multiply. A request
 goes to the least loaded worker holding its instance that has a free slot (the
 scheduler never sends more than the instance's capacity: ``threads_per_worker``
-per live worker holding it).
+per live worker holding it). A stream goes to a worker holding its instance
+too: a plain generator's like a request (it holds a slot until it has
+finished); an interleaved one (async generator) to the worker with the fewest
+open streams. Its responses cross the IPC one by one as the model yields them
+(:mod:`inferd.workers.remote_stream`, :mod:`inferd.workers.worker_streams`).
 
 A worker that dies is noticed at once (its socket closes): its requests in
 flight fail with WorkerLost (503), it is restarted (backing off if it keeps
 dying young) and the instances it held are loaded again, while the other
-workers keep serving. An instance whose load crashes its worker
+workers keep serving; a stream running there fails with WorkerLost too (streams
+are never retried). An instance whose load crashes its worker
 ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once no worker
 holds it, the registry is told to mark it UNAVAILABLE with the reason.
 """
@@ -23,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..errors import ConfigurationError, InferdError, InvalidRequest, ModelNotReady, WorkerLost
+from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
 from ..types import InferenceRequest
 from .base import Execution, LoadedInstance, ResponseStream
@@ -64,6 +69,7 @@ class _Instance:
     listeners: list[Callable[[], None]] = field(default_factory=list)
     load_crashes: dict[int, int] = field(default_factory=dict)
     failed: str = ""  # why no worker serves it any more
+    interleaved_streams: bool = False  # its predict_stream is an async generator
 
     @property
     def name(self) -> str:
@@ -163,6 +169,7 @@ class ProcessPool:
         devices = instance.settings.devices
         device = devices[worker.index % len(devices)] if devices else None
         loaded = await worker.load(instance_id, instance.settings, device)
+        instance.interleaved_streams = loaded.interleaved_streams
         self._update_capacity(instance_id)
         return loaded
 
@@ -178,20 +185,29 @@ class ProcessPool:
 
     def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
         """Send the request to a worker now (so a slot handed on is used at once)."""
-        instance = self._instances.get(instance_id)
-        if instance is None:
-            raise ModelNotReady("This model version is no longer loaded; retry the request")
+        instance = self._serving(instance_id)
         worker = self._pick(instance_id, instance)
         if worker is None:
             raise self._unavailable_error(instance)
         return Execution.sent(worker.predict(instance_id, request))
 
     def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
-        # Replaced by streaming over the worker IPC in the next change.
-        raise InvalidRequest(
-            "Streaming through worker processes is not available yet; "
-            "serve this model with parallel_workers: 0"
-        )
+        """Start the stream in a worker now; it is never retried elsewhere."""
+        instance = self._serving(instance_id)
+        interleaved = instance.interleaved_streams
+        if interleaved:
+            worker = self._pick_for_stream(instance_id, instance)
+        else:
+            worker = self._pick(instance_id, instance)
+        if worker is None:
+            raise self._unavailable_error(instance)
+        return worker.stream(instance_id, request, holds_slot=not interleaved)
+
+    def _serving(self, instance_id: int) -> _Instance:
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            raise ModelNotReady("This model version is no longer loaded; retry the request")
+        return instance
 
     def _pick(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
         """The least loaded live worker holding the instance, with a free slot if any has."""
@@ -208,6 +224,11 @@ class ProcessPool:
             ):
                 best, best_free = worker, free
         return best
+
+    def _pick_for_stream(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
+        """The live worker holding the instance with the fewest open interleaved streams."""
+        serving = [worker for worker in instance.holders if worker.serves(instance_id)]
+        return min(serving, key=lambda worker: worker.open_streams, default=None)
 
     def _unavailable_error(self, instance: _Instance) -> InferdError:
         if instance.failed:

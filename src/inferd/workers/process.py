@@ -1,8 +1,11 @@
 """One worker process as the main process sees it: start, command, notice death, stop.
 
 It also keeps the books the pool dispatches on (which instances it serves and
-with how many slots, its requests in flight, the instances to load again after a
-restart, how often in a row it died young). The pool reads and updates them
+with how many slots, its requests in flight, its open streams, the instances to
+load again after a restart, how often in a row it died young). A stream of a
+plain generator counts as a request in flight (a busy slot) until it has
+finished; an interleaved one (async generator) holds no slot and counts among
+the open streams instead. The pool reads and updates them
 through methods only, so each rule about them lives here once.
 
 The process itself is reached through two methods, :meth:`WorkerProcess._spawn`
@@ -30,6 +33,7 @@ from ..types import InferenceRequest, InferenceResponse
 from . import ipc
 from .base import LoadedInstance
 from .channel import Channel
+from .remote_stream import RemoteStream
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +68,8 @@ class WorkerProcess:
         # Requests in flight, per instance and in all.
         self._busy: dict[int, int] = {}
         self._outstanding = 0
+        # Interleaved streams running, of all its instances.
+        self._open_streams = 0
         # Instances to load again after a restart, in the order they were loaded.
         self._to_reload: list[int] = []
         self._quick_deaths = 0
@@ -105,6 +111,11 @@ class WorkerProcess:
     def outstanding(self) -> int:
         """Requests sent to it and not answered yet."""
         return self._outstanding
+
+    @property
+    def open_streams(self) -> int:
+        """Interleaved streams (which hold no slot) started here and not finished."""
+        return self._open_streams
 
     # Lifetime
 
@@ -249,12 +260,34 @@ class WorkerProcess:
         future: asyncio.Future[InferenceResponse] = self._call(
             ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
         )
+        self._started(instance_id)
+        future.add_done_callback(lambda _: self._finished(instance_id))
+        return future
+
+    def stream(
+        self, instance_id: int, request: InferenceRequest, *, holds_slot: bool
+    ) -> RemoteStream:
+        """Start ``predict_stream`` here now; its responses as they come. A stream that
+        ``holds_slot`` (a plain generator's) is busy work here until it has finished."""
+        if self._channel is None:
+            raise WorkerLost(self._describe_loss())
+        stream = self._channel.open_stream(instance_id, request)
+        if holds_slot:
+            self._started(instance_id)
+            stream.finished.add_done_callback(lambda _: self._finished(instance_id))
+        else:
+            self._open_streams += 1
+            stream.finished.add_done_callback(self._stream_closed)
+        return stream
+
+    def _stream_closed(self, _: asyncio.Future[None]) -> None:
+        self._open_streams -= 1
+
+    def _started(self, instance_id: int) -> None:
         if not self._outstanding:
             self._busy_since = time.perf_counter()
         self._outstanding += 1
         self._busy[instance_id] = self._busy.get(instance_id, 0) + 1
-        future.add_done_callback(lambda _: self._finished(instance_id))
-        return future
 
     def _finished(self, instance_id: int) -> None:
         self._outstanding -= 1

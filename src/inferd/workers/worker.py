@@ -14,6 +14,10 @@ Threads, and why:
   event loop in a background thread, so a runtime's loop-bound resources made in
   ``load`` work in ``predict``, and loading one model does not stop the others
   from answering.
+- Streams (``predict_stream``) run on that loop (async generators) or in
+  threads of their model's own (plain generators), never on the main thread,
+  which reads on: a stream's credit and cancel arrive while it runs
+  (:mod:`inferd.workers.worker_streams`).
 
 The main process never sends a model more requests than its
 ``threads_per_worker``, so none of these needs a queue of its own. Replies are
@@ -47,6 +51,7 @@ from ..types import InferenceRequest
 from . import ipc
 from .base import LoadedInstance
 from .loaded_model import LoadedModel
+from .worker_streams import WorkerStreams
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +72,7 @@ class Worker:
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="inferd-worker-loop", daemon=True
         )
+        self._streams = WorkerStreams(self._loop, self._send, self._reply_error)
 
     def serve(self) -> None:
         self._loop_thread.start()
@@ -80,6 +86,12 @@ class Worker:
     def _handle(self, kind: int, call_id: int, instance_id: int, body: Any) -> None:
         if kind == ipc.PREDICT:
             self._predict(call_id, instance_id, body)
+        elif kind == ipc.CREDIT:
+            self._streams.grant(call_id, body)
+        elif kind == ipc.STREAM:
+            self._stream(call_id, instance_id, body)
+        elif kind == ipc.CANCEL:
+            self._streams.cancel(call_id)
         elif kind == ipc.LOAD:
             settings, device = cast(ipc.LoadBody, body)
             self._on_loop(call_id, self._load(instance_id, settings, device))
@@ -108,8 +120,7 @@ class Worker:
         request = ipc.unpack_request(packed)
         loaded = self._models.get(instance_id)
         if loaded is None:
-            error = ModelError(f"Worker {self._index} does not hold model instance {instance_id}")
-            self._reply_error(call_id, error)
+            self._reply_error(call_id, self._not_held(instance_id))
         elif loaded.is_async:
             self._on_loop(call_id, self._predict_async(loaded, request))
         elif loaded.threads is not None:
@@ -127,6 +138,17 @@ class Worker:
 
     async def _predict_async(self, loaded: LoadedModel, request: InferenceRequest) -> Any:
         return ipc.pack_response(await loaded.call_async(request))
+
+    def _stream(self, call_id: int, instance_id: int, body: ipc.StreamBody) -> None:
+        packed, credit = body
+        loaded = self._models.get(instance_id)
+        if loaded is None:
+            self._reply_error(call_id, self._not_held(instance_id))
+            return
+        self._streams.start(call_id, loaded, ipc.unpack_request(packed), credit)
+
+    def _not_held(self, instance_id: int) -> ModelError:
+        return ModelError(f"Worker {self._index} does not hold model instance {instance_id}")
 
     # Loading
 
@@ -202,9 +224,9 @@ class Worker:
     def _stop(self) -> None:
         with contextlib.suppress(Exception):
             self._sock.close()
+        self._streams.cancel_all()  # threads waiting for credit would keep the process up
         for loaded in self._models.values():
-            if loaded.threads is not None:
-                loaded.threads.shutdown(wait=False, cancel_futures=True)
+            loaded.shut_threads(cancel_futures=True)
 
 
 def cuda_visible_devices(device: str | None) -> str | None:

@@ -1,0 +1,124 @@
+"""A ``predict_stream`` running in a worker process, as the main process reads it.
+
+The worker runs the generator (:mod:`inferd.workers.worker_streams`) and sends
+each response the moment it is yielded; the channel hands it to the stream's
+:class:`RemoteStream`, whose reader takes the responses in order.
+
+Back-pressure is credit-based. The worker steps the generator only while it
+holds credit: a stream starts with ``STREAM_WINDOW`` (16) responses' worth and
+each response sent spends one. The reader gives credit back as it takes
+responses, ``STREAM_WINDOW // 2`` (8) at a time, in one ``CREDIT`` message. So:
+
+- at most ``STREAM_WINDOW`` responses are ever produced and not yet taken by the
+  reader (queued here or on the socket): a slow reader pauses the generator in
+  the worker instead of growing memory here;
+- a fast stream costs one credit message per 8 responses, and the worker does
+  not wait for credit while the reader keeps up (it still holds 8 when a grant
+  leaves).
+
+Cancelling (the client left) sends ``CANCEL``: the worker stops the generator
+(its ``finally`` runs there) and answers ``ENDED``, which resolves
+:attr:`RemoteStream.finished`; an error ends a stream the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ModelError
+from ..types import InferenceResponse
+from . import ipc
+from .base import StreamBase
+
+logger = logging.getLogger(__name__)
+
+STREAM_WINDOW = 16
+
+# Sends a command about this stream to its worker: (kind, body).
+SendCommand = Callable[[int, Any], None]
+
+
+class RemoteStream(StreamBase):
+    """One stream's responses as they arrive from the worker (a ResponseStream).
+
+    Fed by the channel on the event loop: :meth:`received` for each response and
+    :meth:`ended` for the worker's last word (or the loss of the worker).
+    """
+
+    def __init__(self, send: SendCommand, window: int = STREAM_WINDOW) -> None:
+        super().__init__()
+        self._send = send
+        self.window = window
+        self._credit_batch = max(window // 2, 1)
+        self._responses: deque[ipc.PackedResponse] = deque()
+        self._waiter: asyncio.Future[None] | None = None  # the reader waits for a response
+        self._taken = 0  # responses taken since credit was last given back
+        self._error: Exception | None = None  # where the stream failed, for the reader
+        self._cancelled = False
+
+    async def __anext__(self) -> InferenceResponse:
+        responses = self._responses
+        if not responses:
+            if not (self._cancelled or self._finished.done()):
+                self._waiter = waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+            if not responses:
+                raise self._end_of_reading()
+        packed = responses.popleft()
+        self._taken += 1
+        if self._taken >= self._credit_batch and not self._finished.done():
+            self._send(ipc.CREDIT, self._taken)
+            self._taken = 0
+        try:
+            return ipc.unpack_response(packed)
+        except Exception as error:
+            logger.exception("A response from a worker's stream cannot be read")
+            self.cancel()
+            raise ModelError(f"The worker's answer cannot be read: {error}") from error
+
+    def _end_of_reading(self) -> BaseException:
+        """What the reader gets once the responses are all taken: the error once, then
+        the end."""
+        error, self._error = self._error, None
+        return error if error is not None else StopAsyncIteration()
+
+    def cancel(self) -> None:
+        if self._cancelled or self._finished.done():
+            return
+        self._cancelled = True
+        self._responses.clear()
+        self._send(ipc.CANCEL, None)
+        self._wake_reader()
+
+    # Fed by the channel
+
+    def received(self, packed: ipc.PackedResponse) -> None:
+        """The worker sent the next response."""
+        if self._cancelled:
+            return  # sent before the worker saw the cancel: nobody reads it
+        self._responses.append(packed)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def ended(self, error: Exception | None = None) -> None:
+        """The generator stopped in the worker: exhausted or cancelled (None), failed
+        with ``error``, or the worker is gone (WorkerLost)."""
+        if self._finished.done():
+            return
+        if not self._cancelled:
+            self._error = error
+        self._finish()
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)

@@ -1,0 +1,29 @@
+"""Writing settings files and reading the errors they cause, for the settings tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferd.errors import ConfigurationError
+
+
+def write_server_settings(folder: Path, settings: dict[str, Any]) -> Path:
+    (folder / "settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def write_model(folder: Path, settings: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model-settings.json"
+    path.write_text(json.dumps(settings))
+    return path
+
+
+def config_error(call: Any, *args: Any) -> str:
+    with pytest.raises(ConfigurationError) as raised:
+        call(*args)
+    return str(raised.value)
