@@ -223,9 +223,10 @@ class H2GrpcConnection(asyncio.Protocol):
                 else:
                     self._on_control(kind, flags, stream_id, payload)
         except H2Error as error:
+            transport = self.transport
             self.fail(error)
-            if self.transport is not None:
-                self.transport.close()
+            if transport is not None:
+                transport.close()
 
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         self.received += len(payload)

@@ -125,7 +125,7 @@ class StreamLoad:
     """``connections`` concurrent streams spread over ``clients`` processes."""
 
     connections: int
-    clients: int = 4
+    clients: int = 2
     name: str = "streams"
 
     def run(self, target: Target, seconds: float, rate_hint: float | None = None) -> StreamResult:

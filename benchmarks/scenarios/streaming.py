@@ -50,7 +50,7 @@ p50/p99 are per stream, from its request to its last response."""
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS))
         parser.add_argument("--responses", type=int, default=100, help="responses per stream (N)")
-        parser.add_argument("--clients", type=int, default=4, help="load processes")
+        parser.add_argument("--clients", type=int, default=2, help="load processes")
         parser.add_argument(
             "--workers",
             type=int,

@@ -24,7 +24,9 @@ def no_mlserver_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_scenario_is_offered() -> None:
-    assert list(SCENARIOS) == ["rest", "grpc", "workers", "batching", "metrics", "sklearn-onnx"]
+    assert list(SCENARIOS) == [
+        "rest", "grpc", "workers", "batching", "metrics", "sklearn-onnx", "streaming",
+    ]  # fmt: skip
 
 
 def test_rest_defaults() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import AsyncIterator
 
 import numpy as np
 
@@ -75,6 +76,24 @@ class GatedLoad(Model):
 
     async def unload(self) -> None:
         (self.settings.folder / f"unloaded-{self.tag}").touch()
+
+
+# Runtimes for the streaming load test (tests/e2e/test_stream_load.py).
+
+
+class CountStream(Model):
+    """Streams ``n`` responses for a request whose INT32 input ``n`` holds n: output
+    ``i`` counts 0..n-1, ``pid`` says which process ran the stream. It lets the event
+    loop run between responses, so concurrent streams interleave in their worker."""
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        count = int(request.input("n").data.reshape(-1)[0])
+        pid = np.array([os.getpid()], dtype=np.int64)
+        for index in range(count):
+            yield InferenceResponse(
+                outputs=[Tensor("i", np.array([index], dtype=np.int32)), Tensor("pid", pid)]
+            )
+            await asyncio.sleep(0)
 
 
 # Runtimes for the worker-process tests (tests/e2e/test_workers*.py).
