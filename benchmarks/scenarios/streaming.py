@@ -14,7 +14,7 @@ import grpc
 from tests.support.serverproc import ServerProcess
 
 from ..repository import write_count_model
-from ..servers import INFERD, MLSERVER, Contender, baseline_pairs, with_baseline
+from ..servers import FLOOR, INFERD, MLSERVER, Contender, baseline_pairs, with_baseline
 from ..streamclient import GRPC, SSE, STREAM_INFER_PATH
 from ..streamload import TRANSPORTS, StreamLoad, StreamTarget
 from ..streamwire import EVENT_END, SSE_DATA, StreamError, grpc_reader, sse_value, stream_problem
@@ -39,7 +39,12 @@ that every stream got exactly 0..N-1 in order, and only right streams count.
 gRPC: one request per call, the call half-closed at once (inferd answers with
 ModelStreamInferResponses, MLServer with bare ModelInferResponses). SSE: POST
 /v2/models/count/infer_stream on keep-alive connections. Rates are responses/s;
-p50/p99 are per stream, from its request to its last response."""
+p50/p99 are per stream, from its request to its last response.
+
+--reference adds grpc_floor_server.py to the gRPC cases: grpcio's asyncio server
+with one handler that parses each request and yields N serialized answers, and
+nothing else. No server on grpcio streams faster here, so floor/mlserver is the
+most any such server can show against MLServer over gRPC."""
     defaults = {"duration": 5.0, "warmup": 2.0, "rounds": 2}
     varies = frozenset({"parallel_workers"})
     load_tool = "streams"
@@ -59,6 +64,11 @@ p50/p99 are per stream, from its request to its last response."""
             help="inferd's parallel_workers values (MLServer: 0)",
         )
         parser.add_argument(
+            "--reference",
+            action="store_true",
+            help="also run grpc_floor_server.py (grpcio streaming alone) in the gRPC cases",
+        )
+        parser.add_argument(
             "--final-response",
             action="store_true",
             help=f"inferd's gRPC requests set {FINAL_RESPONSE_PARAMETER}",
@@ -76,8 +86,14 @@ p50/p99 are per stream, from its request to its last response."""
     def cases(self) -> list[Case]:
         contenders = tuple(with_baseline(self.contenders(), self.options.baseline_src))
         args = self.options.args
+        floor = (Contender(FLOOR, FLOOR),) if args.reference else ()
         return [
-            Case(f"{transport} c{n}", contenders, StreamLoad(n, args.clients), MODEL)
+            Case(
+                f"{transport} c{n}",
+                contenders + (floor if transport == GRPC else ()),
+                StreamLoad(n, args.clients),
+                MODEL,
+            )
             for transport in args.transports
             for n in self.options.connections
         ]
@@ -90,7 +106,7 @@ p50/p99 are per stream, from its request to its last response."""
         )
 
     def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
-        implementation = "CountInferd" if contender.kind == INFERD else "CountMLServer"
+        implementation = "CountMLServer" if contender.kind == MLSERVER else "CountInferd"
         write_count_model(repo, f"count.{implementation}", MODEL)
 
     def verify(self, server: ServerProcess, contender: Contender, case: Case) -> StreamTarget:
@@ -109,7 +125,8 @@ p50/p99 are per stream, from its request to its last response."""
 
     def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
         anchored = [(label, ANCHOR) for label in labels if ANCHOR in labels and label != ANCHOR]
-        return anchored + baseline_pairs(labels)
+        floored = [(label, FLOOR) for label in labels if FLOOR in labels and label != FLOOR]
+        return anchored + [pair for pair in floored if pair[0] != ANCHOR] + baseline_pairs(labels)
 
     def notes(self, summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
         lines = []
@@ -123,6 +140,12 @@ p50/p99 are per stream, from its request to its last response."""
                         f"{case}: {label} {ours / theirs:.2f}x {ANCHOR}'s responses/s "
                         f"(target {TARGET_RATIO:g}x: {met})"
                     )
+            if FLOOR in rows and theirs:
+                ceiling = rows[FLOOR]["requests_per_s"] / theirs
+                lines.append(
+                    f"{case}: floor/{ANCHOR} {ceiling:.2f}x: the most a grpcio-based server "
+                    "could show here"
+                )
         return lines
 
 

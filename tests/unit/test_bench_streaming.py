@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from unittest.mock import MagicMock
 
 import numpy as np
 import pytest
 
+from benchmarks.grpc_floor_server import MODEL_STREAM_INFER, count_answers, one_method
 from benchmarks.loadgen import LoadResult
 from benchmarks.options import MLSERVER_PYTHON_ENV, parse_options
 from benchmarks.repository import COUNT_MODULE, write_count_model
@@ -16,6 +18,7 @@ from benchmarks.results import RunRecord, format_ratio, format_run, format_table
 from benchmarks.scenarios import SCENARIOS, Scenario
 from benchmarks.scenarios.streaming import grpc_request, json_request
 from benchmarks.streamload import StreamLoad, combine
+from benchmarks.streamwire import grpc_reader
 from inferd.protocol import pb
 from inferd.settings_loader import model_settings_from_dict
 from inferd.types import InferenceRequest, Tensor
@@ -63,12 +66,26 @@ def test_the_scenario_flags() -> None:
         scenario("--parallel-workers", "1")  # the scenario varies it itself: --workers
 
 
+def test_the_grpc_floor_joins_the_grpc_cases_only() -> None:
+    bench = scenario("--reference")
+    grpc_case, sse_case = bench.cases()
+    names = [c.label for c in grpc_case.contenders]
+    assert names == ["inferd pw=0", "inferd pw=1", "mlserver pw=0", "floor"]
+    assert [c.label for c in sse_case.contenders] == names[:3]
+    assert bench.comparisons(names) == [
+        ("inferd pw=0", "mlserver pw=0"),
+        ("inferd pw=1", "mlserver pw=0"),
+        ("floor", "mlserver pw=0"),
+        ("inferd pw=0", "floor"),
+        ("inferd pw=1", "floor"),
+    ]
+
+
 def test_each_server_gets_its_own_class_of_the_count_model(tmp_path: Path) -> None:
-    bench = scenario()
+    bench = scenario("--reference")
     case = bench.cases()[0]
-    for contender, implementation in zip(
-        case.contenders, ["CountInferd", "CountInferd", "CountMLServer"], strict=True
-    ):
+    classes = ["CountInferd", "CountInferd", "CountMLServer", "CountInferd"]
+    for contender, implementation in zip(case.contenders, classes, strict=True):
         repo = tmp_path / contender.slug
         bench.write_repository(repo, contender, case)
         settings = json.loads((repo / "count" / "model-settings.json").read_text())
@@ -136,10 +153,22 @@ def test_the_notes_say_whether_inferd_reaches_three_times_mlserver() -> None:
             "inferd pw=0": {"requests_per_s": 9000.0},
             "inferd pw=1": {"requests_per_s": 6000.0},
             "mlserver pw=0": {"requests_per_s": 2500.0},
+            "floor": {"requests_per_s": 7500.0},
         },
         "sse c16": {"inferd pw=0": {"requests_per_s": 9000.0}},  # MLServer failed: no ratio
     }
     assert bench.notes(summary) == [
         "grpc c16: inferd pw=0 3.60x mlserver pw=0's responses/s (target 3x: met)",
         "grpc c16: inferd pw=1 2.40x mlserver pw=0's responses/s (target 3x: NOT met)",
+        "grpc c16: floor/mlserver pw=0 3.00x: the most a grpcio-based server could show here",
     ]
+
+
+def test_the_grpc_floor_streams_the_count_for_a_count_repository(tmp_path: Path) -> None:
+    write_count_model(tmp_path, "count.CountInferd")
+    handler = one_method(tmp_path)
+    method = MagicMock(method=MODEL_STREAM_INFER)
+    assert handler.service(method) is not None
+    assert handler.service(MagicMock(method="/inference.GRPCInferenceService/ModelInfer")) is None
+    read = grpc_reader(wrapped=True)
+    assert [read(answer) for answer in count_answers(grpc_request(5))] == [0, 1, 2, 3, 4]
