@@ -93,6 +93,7 @@ def test_an_input_named_id_is_an_input() -> None:
         ({"text_input": None}, "must be a string, number, bool or list, got null"),
         ({"text_input": {"a": 1}}, "got an object"),
         ({"parameters": [1]}, '"parameters" must be an object, got a list'),
+        ({"parameters": None}, '"parameters" must be an object, got null'),
         ({"temperature": 2**70}, "integer beyond 64 bits"),
         (b"", "The request body is empty"),
         (b"[1, 2]", "send one JSON object"),

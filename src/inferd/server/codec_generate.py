@@ -70,8 +70,8 @@ def decode_generate_request(
 ) -> InferenceRequest:
     """The request a flat generate body stands for, given the model's declared inputs."""
     fields = _decode_object(body)
-    parameters = fields.pop(PARAMETERS_KEY, None)
-    if parameters is not None and not isinstance(parameters, dict):
+    parameters = fields.pop(PARAMETERS_KEY, {})
+    if not isinstance(parameters, dict):
         raise InvalidRequest(f'"parameters" must be an object, got {_json_type(parameters)}')
     declared = {tensor.name: tensor for tensor in declared_inputs}
     request_id = None
@@ -87,7 +87,7 @@ def decode_generate_request(
             extra[key] = value
         else:
             inputs.append(_inferred_input(key, value))
-    merged = extra | (parameters or {})
+    merged = extra | parameters
     if merged:
         check_parameters(merged, "The request's parameters")
     return InferenceRequest(inputs=inputs, id=request_id, parameters=merged)
