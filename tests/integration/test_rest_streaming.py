@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
+import tritonclient.http as triton
 import uvicorn
 
 from inferd.server.app import InferenceServer
@@ -165,7 +167,6 @@ async def test_an_error_mid_stream_is_a_last_error_event(http: httpx.AsyncClient
         ("tokens", stream_body(fail_at=0), 500, "ValueError: the stream broke at 0"),
         ("nope", stream_body(), 404, "Model 'nope' not found"),
         ("tokens", {"inputs": 3}, 400, "Invalid inference request"),
-        ("tokens", {"inputs": [], "parameters": {"binary_data_output": True}}, 400, "JSON events"),
     ],
 )
 async def test_an_error_before_the_first_event_is_an_ordinary_answer(
@@ -191,6 +192,22 @@ async def test_a_model_that_only_predicts_answers_one_event(rest: httpx.AsyncCli
                 "outputs": [{"name": "t", "datatype": "INT32", "shape": [2], "data": [1, 2]}],
             },
         )
+    ]
+
+
+async def test_binary_tensor_data_is_accepted_and_answered_as_json(
+    rest: httpx.AsyncClient,
+) -> None:
+    values = triton.InferInput("v", [2], "FP32")
+    values.set_data_from_numpy(np.array([1.5, 2.5], dtype=np.float32), binary_data=True)
+    # It asks for binary outputs too (binary_data_output): events answer JSON anyway.
+    body, json_size = triton.InferenceServerClient.generate_request_body([values])
+    headers = {"Inference-Header-Content-Length": str(json_size)}
+    response = await rest.post("/v2/models/echo/infer_stream", content=body, headers=headers)
+    assert response.status_code == 200, response.text
+    [(_, answer)] = parse_events(response.text)
+    assert answer["outputs"] == [
+        {"name": "v", "datatype": "FP32", "shape": [2], "data": [1.5, 2.5]}
     ]
 
 

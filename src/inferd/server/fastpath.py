@@ -91,7 +91,10 @@ class InferEndpoint:
             else:
                 length = (b"inference-header-content-length", str(json_length).encode())
                 answer_headers = [_BINARY_TYPE, length]
-        await send_whole(send, status, answer_headers, content)
+        # As send_whole does, inline: one coroutine less on the hot path.
+        answer_headers.append((b"content-length", str(len(content)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": answer_headers})
+        await send({"type": "http.response.body", "body": content})
         return status
 
 

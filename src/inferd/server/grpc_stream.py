@@ -136,14 +136,14 @@ class _Session:
         task.add_done_callback(self._request_done)
 
     async def _answer_as_made(self, request: StreamRequest) -> None:
-        async with contextlib.aclosing(answers_of(request, self._run)) as answers:
+        async with contextlib.aclosing(_answers_of(request, self._run)) as answers:
             async for answer in answers:
                 await self._queue(answer)
 
     async def _answer_in_order(
         self, request: StreamRequest, previous: asyncio.Future[None] | None
     ) -> None:
-        async with contextlib.aclosing(answers_of(request, self._run)) as answers:
+        async with contextlib.aclosing(_answers_of(request, self._run)) as answers:
             made = [answer async for answer in answers]
         if previous is not None:
             await previous
@@ -167,7 +167,7 @@ class _Session:
             self._answers.put_nowait(None)
 
 
-async def answers_of(
+async def _answers_of(
     request: StreamRequest, run: RunRequest
 ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
     """Every answer to one request: its responses or its error, then the empty

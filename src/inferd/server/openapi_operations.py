@@ -42,8 +42,9 @@ _INFER_DESCRIPTION = (
 _INFER_STREAM_DESCRIPTION = (
     "Runs the model on a V2 request (as /infer takes it) and answers each response as "
     "a server-sent event as soon as the model yields it (a model that does not stream "
-    "answers one event). Errors before the first event are ordinary JSON answers with "
-    "their status. Closing the connection stops the model."
+    "answers one event), outputs as JSON whatever binary_data asks. Errors before the "
+    "first event are ordinary JSON answers with their status. Closing the connection "
+    "stops the model."
 )
 _GENERATE_DESCRIPTION = (
     "The request is one flat JSON object: keys naming the model's declared inputs become "

@@ -16,7 +16,6 @@ import functools
 
 from ..context import RequestContext
 from ..dataplane import DataPlane
-from ..errors import InvalidRequest
 from ..types import InferenceRequest, InferenceResponse
 from .bodies import BodyReader
 from .codec_generate import decode_generate_request, encode_generate_response
@@ -53,11 +52,11 @@ class StreamedV2Bodies:
         request = decode_infer_request(
             body, header_length.decode("latin-1") if header_length is not None else None
         )
-        _refuse_binary_outputs(request)
+        _answer_in_json(request)
         return request
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
-        content, _ = encode_infer_response(response, request)  # JSON: binary was refused
+        content, _ = encode_infer_response(response, request)  # JSON: see _answer_in_json
         return content
 
 
@@ -112,13 +111,9 @@ def stream_endpoints(dataplane: DataPlane, body_reader: BodyReader) -> dict[str,
     }
 
 
-def _refuse_binary_outputs(request: InferenceRequest) -> None:
-    """Events are text: outputs cannot come back as raw bytes after a JSON header."""
-    wanted = request.parameters.get("binary_data_output") is True or any(
-        output.parameters.get("binary_data") is True for output in request.outputs
-    )
-    if wanted:
-        raise InvalidRequest(
-            "Streamed responses are JSON events: binary_data outputs cannot be sent on "
-            "them; leave out binary_data and binary_data_output (or use /infer)"
-        )
+def _answer_in_json(request: InferenceRequest) -> None:
+    """Events are text: drop the binary tensor extension's output flags (tritonclient
+    sets binary_data_output unless asked not to), so every output comes back as JSON."""
+    request.parameters.pop("binary_data_output", None)
+    for output in request.outputs:
+        output.parameters.pop("binary_data", None)
