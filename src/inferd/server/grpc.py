@@ -184,12 +184,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Whether the request goes to a ready model that streams (the stream sends
         its responses as they come; other models' answers keep their request's place)."""
         try:
-            found = self.dataplane.registry.get_ready(
-                message.model_name, message.model_version or None
-            )
+            return self.dataplane.model_streams(message.model_name, message.model_version or None)
         except InferdError:
             return False  # its error is answered in order
-        return found.instance is not None and found.instance.streams
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[StreamRequest], context: Any
