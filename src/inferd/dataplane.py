@@ -55,6 +55,12 @@ class DataPlane:
     def ready(self) -> bool:
         return self.started and self.registry.all_ready()
 
+    def model_streams(self, name: str, version: str | None = None) -> bool:
+        """Whether the ready version answers the streaming endpoints with
+        ``predict_stream`` (else with its one predict answer); raises if not ready."""
+        instance = self.registry.get_ready(name, version).instance
+        return instance is not None and instance.streams
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         return self.registry.find(name, version).state is ModelState.READY
 

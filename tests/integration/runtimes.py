@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -48,3 +50,64 @@ class Gated(Model):
             Gated.running -= 1
         Gated.ran.extend(float(value) for value in np.ravel(x))
         return InferenceResponse(outputs=[Tensor("y", x * 2)])
+
+
+class Tokens(Model):
+    """Streams ``count`` responses (request parameter, default 3), ``delay`` seconds
+    apart: ``text_output`` "<prefix><i>" (prefix: the ``text_input`` input, else
+    "tok") and ``index`` i. With ``fail_at`` it raises instead of response i.
+
+    The request ids of the streams whose generator has stopped (ended, failed or
+    closed) land in :attr:`stopped`, from the generator's ``finally``."""
+
+    stopped: ClassVar[list[str | None]] = []
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.stopped = []
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        plan = _TokenPlan(request)
+        try:
+            for index in range(plan.count):
+                if index:
+                    await asyncio.sleep(plan.delay)
+                yield plan.response(index)
+        finally:
+            Tokens.stopped.append(request.id)
+
+
+class ThreadTokens(Model):
+    """Tokens as a plain generator (run in a thread of the model's own with
+    ``threads_per_worker`` > 1); records into Tokens.stopped too."""
+
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        plan = _TokenPlan(request)
+        try:
+            for index in range(plan.count):
+                if index:
+                    time.sleep(plan.delay)
+                yield plan.response(index)
+        finally:
+            Tokens.stopped.append(request.id)
+
+
+class _TokenPlan:
+    def __init__(self, request: InferenceRequest) -> None:
+        parameters = request.parameters
+        self.count = int(parameters.get("count", 3))
+        self.delay = float(parameters.get("delay", 0))
+        self.fail_at = parameters.get("fail_at")
+        self.prefix = "tok"
+        for tensor in request.inputs:
+            if tensor.name == "text_input":
+                self.prefix = np.ravel(tensor.data)[0].decode()
+            elif tensor.name == "max_tokens":
+                self.count = int(np.ravel(tensor.data)[0])
+
+    def response(self, index: int) -> InferenceResponse:
+        if index == self.fail_at:
+            raise ValueError(f"the stream broke at {index}")
+        text = np.array([f"{self.prefix}{index}".encode()], dtype=np.object_)
+        outputs = [Tensor("text_output", text), Tensor("index", np.array([index], np.int64))]
+        return InferenceResponse(outputs=outputs)

@@ -82,10 +82,10 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
         )
     parsed = _decode(_request_decoder, json_part, "inference request", hint)
     if parsed.parameters:
-        _check_parameters(parsed.parameters, "The request's parameters")
+        check_parameters(parsed.parameters, "The request's parameters")
     for output in parsed.outputs or ():
         if output.parameters:
-            _check_parameters(output.parameters, f"Output {output.name!r}: parameters")
+            check_parameters(output.parameters, f"Output {output.name!r}: parameters")
     inputs = _decode_inputs(parsed.inputs, binary_part)
     outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
     request = InferenceRequest(
@@ -99,7 +99,7 @@ MAX_PARAMETER_DEPTH = 32
 """How deep lists and objects may nest in a parameter value (the protocol's are scalars)."""
 
 
-def _check_parameters(parameters: dict[str, Any], where: str) -> None:
+def check_parameters(parameters: dict[str, Any], where: str) -> None:
     """Refuse what the server could not write back if a model echoed it: integers
     beyond 64 bits (orjson cannot write them) and values nested beyond
     MAX_PARAMETER_DEPTH (orjson stops at 255 levels), each a 500 otherwise."""
@@ -145,7 +145,7 @@ def _decode_inputs(inputs: list[_InputBody], binary: memoryview | None) -> list[
         seen.add(item.name)
         parameters = item.parameters or {}
         if parameters:
-            _check_parameters(parameters, f"Input {item.name!r}: parameters")
+            check_parameters(parameters, f"Input {item.name!r}: parameters")
         size = parameters.get("binary_data_size")
         if size is None:
             if item.data is None:

@@ -74,7 +74,7 @@ class InferEndpoint:
         ``receive`` is read (only if the request has to queue) to notice a client
         that disconnects: its request then leaves the queue unrun."""
         try:
-            body = await self.body_reader.read(_receive_chunks(receive), _decoded(headers))
+            body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
             header_length = headers.get(_HEADER_LENGTH)
             request = decode_infer_request(
                 body, header_length.decode("latin-1") if header_length is not None else None
@@ -91,6 +91,7 @@ class InferEndpoint:
             else:
                 length = (b"inference-header-content-length", str(json_length).encode())
                 answer_headers = [_BINARY_TYPE, length]
+        # As send_whole does, inline: one coroutine less on the hot path.
         answer_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": answer_headers})
         await send({"type": "http.response.body", "body": content})
@@ -195,6 +196,22 @@ class RestApp:
                 http_stats.route(method, path).finished(status, time.perf_counter() - started)
 
 
+async def send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """Answer with ``body`` in one piece (``headers`` gets its Content-Length)."""
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, error: Exception, serving: str) -> int:
+    """Answer ``error`` as http_error says; the status sent."""
+    status, body, headers = http_error(error, serving)
+    await send_whole(send, status, headers, body)
+    return status
+
+
 def _route_path(scope: Scope) -> str:
     path: str = scope["path"]
     root_path: str = scope.get("root_path", "")
@@ -203,7 +220,8 @@ def _route_path(scope: Scope) -> str:
     return path
 
 
-def _decoded(headers: dict[bytes, bytes]) -> dict[str, str]:
+def body_headers(headers: dict[bytes, bytes]) -> dict[str, str]:
+    """The headers BodyReader needs, from ASGI's."""
     wanted = (b"content-length", b"content-encoding")
     return {k.decode(): headers[k].decode("latin-1") for k in wanted if k in headers}
 
@@ -214,7 +232,8 @@ async def wait_for_disconnect(receive: Receive) -> None:
         pass
 
 
-async def _receive_chunks(receive: Receive) -> Any:
+async def receive_chunks(receive: Receive) -> Any:
+    """The request body's chunks; ConnectionAbortedError if the client leaves first."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

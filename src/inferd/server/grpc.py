@@ -8,9 +8,10 @@ Message conversion lives in :mod:`inferd.server.codec_grpc`.
   request with the parameter ``raw_output`` = false (``bool_param``) gets every
   output in its typed ``contents`` field instead; FP16 and BF16 travel only raw.
 - Core errors become gRPC status codes through :func:`~inferd.server.errors.grpc_error`.
-- ``ModelStreamInfer`` (see :mod:`inferd.server.grpc_stream`) runs several requests
-  of one stream at once and answers them in order; a failed request is answered
-  with ``error_message`` and the stream goes on.
+- ``ModelStreamInfer`` (see :mod:`inferd.server.grpc_stream`) is Triton's decoupled
+  mode: several requests of one stream run at once, each response is sent as soon
+  as the model yields it; a failed request is answered with ``error_message`` and
+  the stream goes on.
 - ``grpc.health.v1.Health`` (see :mod:`inferd.server.grpc_health`).
 - Server reflection lists and describes all three services (grpcurl works).
 - Shutdown: new calls are refused, calls in flight finish (up to a grace period);
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -32,10 +33,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from ..dataplane import DataPlane
-from ..errors import ConfigurationError, InvalidRequest, PayloadTooLarge
+from ..errors import ConfigurationError, InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
 from ..settings import ServerSettings
 from ..stats import GrpcMethodStats, GrpcStats
+from ..types import InferenceRequest, InferenceResponse
 from .codec_grpc import (
     decode_infer_request,
     encode_infer_response,
@@ -51,8 +53,9 @@ from .grpc_stream import StreamRequest, answer_stream
 
 logger = logging.getLogger(__name__)
 
-# Bytes a ModelStreamInferResponse adds around the ModelInferResponse it carries.
-_STREAM_WRAPPING = 16
+# Bytes a ModelStreamInferResponse adds around the ModelInferResponse it carries,
+# with room for the final-response flag (grpc_stream.py) added after the check.
+_STREAM_WRAPPING = 64
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -142,13 +145,28 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        if not message.model_name:
-            raise InvalidRequest("model_name is required")
-        request = decode_infer_request(message)
-        raw = wants_raw_output(request)
+        request = _decoded(message)
         response = await self.dataplane.infer(
             message.model_name, message.model_version or None, request
         )
+        return self._encoded(message, response, wants_raw_output(request))
+
+    async def _infer_stream(
+        self, message: pb.ModelInferRequest
+    ) -> AsyncGenerator[pb.ModelInferResponse, None]:
+        """One request of a stream: each response as soon as the model yields it."""
+        request = _decoded(message)
+        raw = wants_raw_output(request)
+        responses = self.dataplane.infer_stream(
+            message.model_name, message.model_version or None, request
+        )
+        async with contextlib.aclosing(responses):
+            async for response in responses:
+                yield self._encoded(message, response, raw)
+
+    def _encoded(
+        self, message: pb.ModelInferRequest, response: InferenceResponse, raw: bool
+    ) -> pb.ModelInferResponse:
         answer = encode_infer_response(response, raw)
         if answer.ByteSize() > self.max_answer_size:
             raise PayloadTooLarge(
@@ -162,17 +180,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             )
         return answer
 
+    def _streams(self, message: pb.ModelInferRequest) -> bool:
+        """Whether the request goes to a ready model that streams (the stream sends
+        its responses as they come; other models' answers keep their request's place)."""
+        try:
+            return self.dataplane.model_streams(message.model_name, message.model_version or None)
+        except InferdError:
+            return False  # its error is answered in order
+
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[StreamRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Answer each request of the stream, in order, running several at once."""
+        """Answer each request of the stream, several at once, as the models answer."""
         stats = self.method_stats.get("ModelStreamInfer")  # None: metrics off
         started = time.perf_counter()
         if stats is not None:
             stats.started += 1
         code = grpc.StatusCode.CANCELLED  # unless it ends in one of the ways below
         try:
-            answers = answer_stream(request_iterator, context, self._infer, self.shutdown)
+            answers = answer_stream(
+                request_iterator, context, self._infer_stream, self._streams, self.shutdown
+            )
             async with contextlib.aclosing(answers) as out:
                 async for answer in out:
                     yield answer
@@ -236,6 +264,12 @@ def _method_stats(grpc_stats: GrpcStats) -> dict[str, GrpcMethodStats]:
         }[(method.client_streaming, method.server_streaming)]
         bound[method.name] = grpc_stats.method(SERVICE.full_name, method.name, kind)
     return bound
+
+
+def _decoded(message: pb.ModelInferRequest) -> InferenceRequest:
+    if not message.model_name:
+        raise InvalidRequest("model_name is required")
+    return decode_infer_request(message)
 
 
 def _model_name(name: str) -> str:

@@ -20,6 +20,7 @@ import msgspec
 from ..datatypes import DATATYPES
 from ..types import MetadataTensor, ModelMetadata, ServerMetadata
 from . import codec_rest as bodies
+from .codec_generate import GenerateRequestBody, GenerateResponseBody
 from .openapi_operations import REF, Schema, operation, path_parameters
 from .routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX
 
@@ -45,6 +46,8 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     bodies.EmptyBody,
     bodies.ErrorBody,
     bodies.ModelStatisticsResponseBody,
+    GenerateRequestBody,
+    GenerateResponseBody,
 )
 # What the decoder's own checks add to the Structs' types (datatypes.py, encoding.check_shape).
 _DATATYPE = {"enum": list(DATATYPES)}
@@ -132,7 +135,8 @@ def api_document(server: ServerMetadata, root_path: str) -> Schema:
         "The Open Inference Protocol (KServe V2) over REST. Errors are "
         '`{"error": "<what was wrong>"}`. Every model route also exists under '
         "/v2/models/{name}/versions/{version}; without a version the default one answers. "
-        "Each model has its own docs at /v2/models/{name}/docs."
+        "Each model has its own docs at /v2/models/{name}/docs. The streaming routes "
+        "(infer_stream, generate_stream) answer text/event-stream."
     )
     info = {"title": f"{server.name} V2 inference API", "version": server.version}
     return _document(info | {"description": description}, paths, root_path)

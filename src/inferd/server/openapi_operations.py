@@ -39,6 +39,22 @@ _INFER_DESCRIPTION = (
     "gzip or deflate compressed (Content-Encoding). Outputs asked for with "
     "binary_data come back the same way, as application/octet-stream."
 )
+_INFER_STREAM_DESCRIPTION = (
+    "Runs the model on a V2 request (as /infer takes it) and answers each response as "
+    "a server-sent event as soon as the model yields it (a model that does not stream "
+    "answers one event), outputs as JSON whatever binary_data asks. Errors before the "
+    "first event are ordinary JSON answers with their status. Closing the connection "
+    "stops the model."
+)
+_GENERATE_DESCRIPTION = (
+    "The request is one flat JSON object: keys naming the model's declared inputs become "
+    "those inputs (their declared datatype and shape), other keys and the entries of "
+    "`parameters` become request parameters; a model that declares no inputs gets every "
+    "key as an input typed from its JSON value. The answer is flat too: model_name, "
+    "model_version, id, and one key per output (one element as a value, more as a list)."
+)
+_GENERATE_EXAMPLE = {"text_input": "Hello", "parameters": {"max_tokens": 16}}
+EVENT_STREAM_MEDIA_TYPE = "text/event-stream"
 _STRING = {"type": "string"}
 _BINARY = {"type": "string", "format": "binary"}
 _LENGTH = {"type": "integer", "minimum": 0}
@@ -122,27 +138,92 @@ def _model_ready(operation_id: str, example: Schema) -> Schema:
 # ---- inference and statistics ----
 
 
-def _model_infer(operation_id: str, example: Schema) -> Schema:
+def _v2_request(example: Schema) -> Schema:
     request = {
         JSON_CONTENT_TYPE: {"schema": _ref("InferenceRequest"), "example": example},
         BINARY_CONTENT_TYPE: {"schema": _BINARY},
     }
+    return {"required": True, "content": request}
+
+
+def _inference_errors() -> dict[str, Schema]:
+    """What an inference route answers when it fails (a stream: before its first event)."""
+    errors = _errors(400, 404, 413, 500, 503)
+    retry = {"description": "When the server is overloaded: seconds to wait", "schema": _LENGTH}
+    errors["503"]["headers"] = {"Retry-After": retry}
+    return errors
+
+
+def _model_infer(operation_id: str, example: Schema) -> Schema:
     ok = _answer("The outputs", _ref("InferenceResponse"))
     ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
     length = "With binary outputs: the length of the JSON header"
     ok["headers"] = {_HEADER_LENGTH: {"description": length, "schema": _LENGTH}}
-    responses = {"200": ok} | _errors(400, 404, 413, 500, 503)
-    retry = {"description": "When the server is overloaded: seconds to wait", "schema": _LENGTH}
-    responses["503"]["headers"] = {"Retry-After": retry}
     header = {"name": _HEADER_LENGTH, "in": "header", "description": length, "schema": _LENGTH}
     return _op(
         operation_id,
         "inference",
         "Inference",
-        responses,
+        {"200": ok} | _inference_errors(),
         description=_INFER_DESCRIPTION,
         parameters=[header],
-        requestBody={"required": True, "content": request},
+        requestBody=_v2_request(example),
+    )
+
+
+def _events(what: str) -> Schema:
+    return _answer(
+        f"Server-sent events, one per response as the model yields it: `data: <{what} "
+        "JSON>`; an error after the first event ends the stream with `event: error` and "
+        '`data: {"error": "<message>"}`',
+        {"type": "string"},
+        EVENT_STREAM_MEDIA_TYPE,
+    )
+
+
+def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
+    header = {
+        "name": _HEADER_LENGTH,
+        "in": "header",
+        "description": "With binary inputs: the length of the JSON header",
+        "schema": _LENGTH,
+    }
+    return _op(
+        operation_id,
+        "inference",
+        "Streaming inference",
+        {"200": _events("InferenceResponse")} | _inference_errors(),
+        description=_INFER_STREAM_DESCRIPTION,
+        parameters=[header],
+        requestBody=_v2_request(example),
+    )
+
+
+def _generate_request() -> Schema:
+    content = {"schema": _ref("GenerateRequest"), "example": _GENERATE_EXAMPLE}
+    return {"required": True, "content": {JSON_CONTENT_TYPE: content}}
+
+
+def _model_generate(operation_id: str, example: Schema) -> Schema:
+    ok = _answer("The outputs, flat", _ref("GenerateResponse"))
+    return _op(
+        operation_id,
+        "inference",
+        "Generate (Triton's generate extension)",
+        {"200": ok} | _inference_errors(),
+        description=_GENERATE_DESCRIPTION,
+        requestBody=_generate_request(),
+    )
+
+
+def _model_generate_stream(operation_id: str, example: Schema) -> Schema:
+    return _op(
+        operation_id,
+        "inference",
+        "Streaming generate (Triton's generate extension)",
+        {"200": _events("GenerateResponse")} | _inference_errors(),
+        description=_GENERATE_DESCRIPTION + " Each response is one server-sent event.",
+        requestBody=_generate_request(),
     )
 
 
@@ -235,6 +316,9 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "model_metadata": _model_metadata,
     "model_ready": _model_ready,
     "model_infer": _model_infer,
+    "model_infer_stream": _model_infer_stream,
+    "model_generate": _model_generate,
+    "model_generate_stream": _model_generate_stream,
     "statistics": _statistics,
     "model_statistics": _model_statistics,
     "repository_index": _repository_index,

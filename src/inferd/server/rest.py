@@ -2,6 +2,7 @@
 
 Its routes are routes.API_ROUTES. Inference is answered by fastpath.InferEndpoint,
 which RestApp calls before Starlette; Starlette reaches it only for CORS requests.
+Streaming and generate routes are answered by the endpoints of streaming.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .docs import DocsEndpoints
 from .errors import http_error
 from .fastpath import InferEndpoint, RestApp
 from .routes import API_ROUTES
+from .streaming import stream_endpoints
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -127,10 +129,15 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
 
 def _routes(endpoints: RestEndpoints, docs: DocsEndpoints, infer: InferEndpoint) -> list[Route]:
     """Starlette's routes: routes.API_ROUTES, each answered by the handler it names."""
+    # ASGI apps, which answer their own errors.
+    asgi_endpoints: dict[str, Any] = {
+        "infer": infer,
+        **stream_endpoints(endpoints.dataplane, endpoints.body_reader),
+    }
     routes = []
     for route in API_ROUTES:
-        endpoint: Any = infer  # an ASGI app, which answers its own errors
-        if route.handler != "infer":
+        endpoint = asgi_endpoints.get(route.handler)
+        if endpoint is None:
             handler = getattr(endpoints, route.handler, None) or getattr(docs, route.handler)
             endpoint = _handles_errors(handler)
         routes.append(Route(route.path, endpoint, methods=[route.method], name=route.operation_id))

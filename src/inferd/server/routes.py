@@ -30,7 +30,10 @@ class ApiRoute:
     method: str
     path: str  # a Starlette path template: the metrics' path label
     operation_id: str  # in the OpenAPI document, unique
-    handler: str  # the name of the method of RestEndpoints / DocsEndpoints that answers
+    # What answers it: "infer", "infer_stream", "generate" and "generate_stream" are
+    # ASGI endpoints of their own (fastpath.py, streaming.py); any other names a
+    # method of RestEndpoints / DocsEndpoints.
+    handler: str
 
     @property
     def operation(self) -> str:
@@ -45,6 +48,11 @@ def _model_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
         ApiRoute("GET", prefix, f"model_metadata{suffix}", "model_metadata"),
         ApiRoute("GET", f"{prefix}/ready", f"model_ready{suffix}", "model_ready"),
         ApiRoute("POST", f"{prefix}/infer", f"model_infer{suffix}", "infer"),
+        ApiRoute("POST", f"{prefix}/infer_stream", f"model_infer_stream{suffix}", "infer_stream"),
+        ApiRoute("POST", f"{prefix}/generate", f"model_generate{suffix}", "generate"),
+        ApiRoute(
+            "POST", f"{prefix}/generate_stream", f"model_generate_stream{suffix}", "generate_stream"
+        ),
         ApiRoute("GET", f"{prefix}/stats", f"model_statistics{suffix}", "model_statistics"),
     )
 

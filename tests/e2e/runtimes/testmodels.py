@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import numpy as np
 
@@ -233,3 +233,53 @@ class OddOutputs(Model):
         if kind == "complex":
             return InferenceResponse([Tensor("y", np.array([1 + 2j]))])
         return None  # type: ignore[return-value]  # the mistake under test
+
+
+# Runtimes for the streaming tests (tests/e2e/test_grpc_streaming.py).
+
+
+class Tokens(Model):
+    """Streams ``count`` responses (request parameter, default 3), ``delay_ms``
+    apart: ``index`` i and ``text_output`` "tok<i>"; with ``fail_at`` it raises
+    instead of response i. Its generator's ``finally`` touches ``stopped-<request
+    id>`` in its folder: how a test sees the stream stop inside the server."""
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        plan = _TokenPlan(request)
+        try:
+            for index in range(plan.count):
+                if index:
+                    await asyncio.sleep(plan.delay)
+                yield plan.response(index)
+        finally:
+            (self.settings.folder / f"stopped-{request.id}").touch()
+
+
+class ThreadTokens(Model):
+    """Tokens as a plain generator (in a thread with ``threads_per_worker`` > 1)."""
+
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        plan = _TokenPlan(request)
+        try:
+            for index in range(plan.count):
+                if index:
+                    time.sleep(plan.delay)
+                yield plan.response(index)
+        finally:
+            (self.settings.folder / f"stopped-{request.id}").touch()
+
+
+class _TokenPlan:
+    def __init__(self, request: InferenceRequest) -> None:
+        parameters = request.parameters
+        self.count = int(parameters.get("count", 3))
+        # In milliseconds: tritonclient sends no float parameters.
+        self.delay = int(parameters.get("delay_ms", 0)) / 1000
+        self.fail_at = parameters.get("fail_at")
+
+    def response(self, index: int) -> InferenceResponse:
+        if index == self.fail_at:
+            raise ValueError(f"the stream broke at {index}")
+        text = np.array([f"tok{index}".encode()], dtype=object)
+        outputs = [Tensor("index", np.array([index], np.int64)), Tensor("text_output", text)]
+        return InferenceResponse(outputs=outputs)

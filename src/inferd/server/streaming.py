@@ -1,0 +1,119 @@
+"""The endpoints of ``/infer_stream``, ``/generate`` and ``/generate_stream``.
+
+- ``/infer_stream``: a V2 request (JSON, or JSON + binary tensor data), answered
+  with server-sent events of V2 JSON responses (sse.py).
+- ``/generate``: Triton's generate extension, a flat JSON request answered with one
+  flat JSON object (codec_generate.py); ``/generate_stream``: the same objects as
+  server-sent events.
+
+Each is an ASGI endpoint of its Starlette route (rest.py), so CORS and the
+per-route metrics apply to them as to every other route.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ..context import RequestContext
+from ..dataplane import DataPlane
+from ..types import InferenceRequest, InferenceResponse
+from .bodies import BodyReader
+from .codec_generate import decode_generate_request, encode_generate_response
+from .codec_rest import (
+    HEADER_LENGTH,
+    JSON_CONTENT_TYPE,
+    decode_infer_request,
+    encode_infer_response,
+)
+from .fastpath import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    body_headers,
+    receive_chunks,
+    send_error,
+    send_whole,
+    wait_for_disconnect,
+)
+from .sse import Bodies, EventStreamEndpoint
+
+_HEADER_LENGTH = HEADER_LENGTH.encode()
+_JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
+
+
+class StreamedV2Bodies:
+    """V2 requests (binary tensor data accepted), each response as V2 JSON."""
+
+    def decode(
+        self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
+    ) -> InferenceRequest:
+        header_length = headers.get(_HEADER_LENGTH)
+        request = decode_infer_request(
+            body, header_length.decode("latin-1") if header_length is not None else None
+        )
+        _answer_in_json(request)
+        return request
+
+    def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
+        content, _ = encode_infer_response(response, request)  # JSON: see _answer_in_json
+        return content
+
+
+class FlatBodies:
+    """Flat generate objects, read against the model's declared inputs."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+
+    def decode(
+        self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
+    ) -> InferenceRequest:
+        declared = self.dataplane.model_metadata(name, version).inputs  # 404/503 first
+        return decode_generate_request(body, declared)
+
+    def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
+        return encode_generate_response(response)
+
+
+class GenerateEndpoint:
+    """``/generate``: one flat request, one flat answer."""
+
+    def __init__(self, dataplane: DataPlane, body_reader: BodyReader, bodies: Bodies) -> None:
+        self.dataplane = dataplane
+        self.body_reader = body_reader
+        self.bodies = bodies
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        params = scope["path_params"]
+        name, version = params["name"], params.get("version")
+        headers = dict(scope["headers"])
+        try:
+            body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
+            request = self.bodies.decode(body, headers, name, version)
+            # As /infer: a client that leaves while its request is queued takes it out.
+            context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
+            response = await self.dataplane.infer(name, version, request, context)
+            content = self.bodies.encode(response, request)
+        except Exception as error:
+            await send_error(send, error, f"generate on model {name!r}")
+            return
+        await send_whole(send, 200, [_JSON_TYPE], content)
+
+
+def stream_endpoints(dataplane: DataPlane, body_reader: BodyReader) -> dict[str, ASGIApp]:
+    """The endpoints of the streaming and generate routes, by handler name (routes.py)."""
+    flat = FlatBodies(dataplane)
+    return {
+        "infer_stream": EventStreamEndpoint(dataplane, body_reader, StreamedV2Bodies()),
+        "generate": GenerateEndpoint(dataplane, body_reader, flat),
+        "generate_stream": EventStreamEndpoint(dataplane, body_reader, flat),
+    }
+
+
+def _answer_in_json(request: InferenceRequest) -> None:
+    """Events are text: drop the binary tensor extension's output flags (tritonclient
+    sets binary_data_output unless asked not to), so every output comes back as JSON."""
+    request.parameters.pop("binary_data_output", None)
+    for output in request.outputs:
+        output.parameters.pop("binary_data", None)
