@@ -6,12 +6,17 @@ ModelStreamInfer in Triton's decoupled mode (grpcio, each stream ending with the
 empty final response it asks for). Every stream must get 0..49 in order from a
 worker process, and the server's main process must not grow from one such run to
 the next: its RSS after a run stays within 10% of its RSS after a warm-up run.
+
+The streaming benchmark's own load (``python -m benchmarks streaming``) runs
+briefly against inferd too, so its clients keep reading what the server sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +27,11 @@ import numpy as np
 import pytest
 
 from inferd.protocol import pb, pb_grpc
-from tests.support.serverproc import ServerProcess, start_server
+from tests.support.serverproc import ServerProcess, server_environment, start_server
 
 from .conftest import add_custom_model
 
+ROOT = Path(__file__).resolve().parents[2]
 STREAMS = 200  # half over SSE, half over gRPC
 RESPONSES = 50
 RUN_TIMEOUT = 40.0  # seconds for one run of every stream; a healthy run takes a few
@@ -138,3 +144,22 @@ def test_200_streams_through_workers_arrive_whole_in_order_and_leave_no_growth(
     check_every_stream(server, measured)
     rss_after = rss_kib(server.process.pid)
     assert rss_after <= rss_after_warm_up * RSS_GROWTH, (rss_after_warm_up, rss_after)
+
+
+def test_the_streaming_benchmark_counts_right_streams_over_both_transports(tmp_path: Path) -> None:
+    out = tmp_path / "streaming.json"
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "4"]
+    options = ["--only", "inferd", "--workers", "0", "--responses", "20", *brief]
+    command = [sys.executable, "-m", "benchmarks", "streaming", *options, "--json-out", str(out)]
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [(run["case"], run["label"]) for run in runs] == [
+        ("grpc c4", "inferd pw=0"),
+        ("sse c4", "inferd pw=0"),
+    ]
+    for run in runs:
+        assert run["unit"] == "resp" and run["errors"] == 0 and run["streams"] > 0
+        assert run["requests"] == 20 * run["streams"]
