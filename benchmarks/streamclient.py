@@ -8,8 +8,9 @@ bare HTTP/2 connection per process (:mod:`benchmarks.h2grpc`: grpcio's client wo
 more per message than the servers do), one request per call, half-closed at once.
 
 ``python -m benchmarks.streamclient`` is one load process (``benchmarks.streamload``
-starts several): it reads its job as one JSON line on stdin, connects, prints
-``ready``, waits for ``go`` on stdin, runs, and prints its tally as one JSON line.
+starts several): it reads its job as one JSON line on stdin, prints ``ready`` once
+imported, waits for ``go`` on stdin, connects and runs, and prints its tally as one
+JSON line.
 """
 
 from __future__ import annotations
@@ -188,8 +189,8 @@ async def grpc_streams(job: Job, deadline: float, tally: Tally) -> None:
             if job.final_response and (finals != 1 or values[-1] is not None):
                 tally.bad(f"{finals} final responses, not 1 at the end")
                 continue
-            counted = [v for v in values if v is not None] if finals else values
-            check(tally, counted, expected, finals, started, result.first_at)  # type: ignore[arg-type]
+            counted = [value for value in values if value is not None]
+            check(tally, counted, expected, finals, started, result.first_at)
 
     try:
         await asyncio.gather(*(worker() for _ in range(job.streams)))

@@ -3,7 +3,7 @@
 :class:`StreamLoad` is a :class:`~benchmarks.loadgen.Load` like wrk and h2load, but
 its unit is the response: every stream asks for N responses, each client process
 (``python -m benchmarks.streamclient``) checks that each of its streams got exactly
-0..N-1 in order, and only right streams count. The processes start and connect
+0..N-1 in order, and only right streams count. The processes start (import)
 first, then all are told to go at once, so their start-up is not measured. Several
 processes, because one Python client would be the bottleneck long before a server.
 """
