@@ -1,6 +1,6 @@
 """gRPC ModelStreamInfer as Triton's decoupled mode, driven by tritonclient.grpc.
 
-A real server (``parallel_workers: 0``) with streaming models: each response
+A real server (``parallel_workers`` 0 and 2) with streaming models: each response
 arrives as the model yields it, with the final flag when asked, errors keep the
 stream going, requests interleave, and cancelling the stream stops the models.
 """
@@ -28,9 +28,15 @@ FINAL = "triton_final_response"
 Answer = tuple[Any, InferenceServerException | None]
 
 
+@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repository = tmp_path_factory.mktemp("streaming")
+def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
+    # One per server: the files a stopped generator leaves must be that server's.
+    repository = tmp_path_factory.mktemp(f"streaming-{workers}")
     add_custom_model(repository, "tokens", "Tokens")
     add_custom_model(repository, "thread-tokens", "ThreadTokens", threads_per_worker=2)
     add_custom_model(repository, "double", "AsyncDouble")
@@ -38,8 +44,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path) -> Iterator[ServerProcess]:
-    process = start_server(repository, settings={"parallel_workers": 0})
+def server(repository: Path, workers: int) -> Iterator[ServerProcess]:
+    process = start_server(repository, settings={"parallel_workers": workers})
     yield process
     process.stop()
 

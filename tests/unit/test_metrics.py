@@ -218,6 +218,23 @@ def test_the_collector_exports_every_source_with_one_label_scheme() -> None:
     )
 
 
+def test_streams_are_exported_open_first_response_and_length() -> None:
+    models = ModelStatsTable()
+    stats = models.of("m", None)
+    for responses in (3, 40):
+        stats.stream_opened()
+        stats.stream_first_response(2_000_000)  # 2 ms
+        stats.stream_closed(responses)
+    stats.stream_opened()  # still open
+    found = samples(build_registry(Sources(models), "api"))
+    m = (("model_name", "m"), ("model_version", ""))
+    assert found[("model_streams_in_flight", m)] == 1
+    assert found[("model_stream_first_response_seconds_bucket", (("le", "0.0025"), *m))] == 2
+    assert found[("model_stream_responses_bucket", (("le", "5.0"), *m))] == 1
+    assert found[("model_stream_responses_count", m)] == 2
+    assert found[("model_stream_responses_sum", m)] == 43
+
+
 def test_custom_metrics_are_exported_and_clashes_are_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

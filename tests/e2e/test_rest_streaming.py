@@ -1,0 +1,126 @@
+"""Server-sent events on a real server, in process and through 2 worker processes.
+
+The streaming models are Tokens (async generator) and ThreadTokens (plain
+generator): each yields ``count`` responses ``delay_ms`` apart and touches
+``stopped-<request id>`` in its folder when its generator ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.serverproc import ServerProcess, start_server
+
+from .conftest import add_custom_model, wait_for
+
+MODELS = ("tokens", "thread-tokens")
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
+    repository = tmp_path_factory.mktemp(f"sse-{workers}")
+    add_custom_model(repository, "tokens", "Tokens")
+    add_custom_model(repository, "thread-tokens", "ThreadTokens", threads_per_worker=2)
+    return repository
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, workers: int) -> Iterator[ServerProcess]:
+    process = start_server(repository, settings={"parallel_workers": workers})
+    yield process
+    process.stop()
+
+
+def body(request_id: str, **parameters: Any) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}],
+        "parameters": parameters,
+    }
+
+
+def events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any], float]]:
+    """(event type, its JSON data, when it arrived) for each event of the stream."""
+    kind = "message"
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            yield kind, json.loads(line.removeprefix("data: ")), time.monotonic()
+            kind = "message"
+
+
+def index(data: dict[str, Any]) -> int:
+    (output,) = [o for o in data["outputs"] if o["name"] == "index"]
+    return int(output["data"][0])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_events_arrive_as_the_model_yields_them(server: ServerProcess, model: str) -> None:
+    url = f"{server.url}/v2/models/{model}/infer_stream"
+    with httpx.stream("POST", url, json=body("spaced", count=4, delay_ms=150), timeout=30) as sse:
+        assert sse.status_code == 200
+        assert sse.headers["content-type"].startswith("text/event-stream")
+        got = list(events(sse))
+    assert [index(data) for _, data, _ in got] == [0, 1, 2, 3]
+    assert all(kind == "message" and data["id"] == "spaced" for kind, data, _ in got)
+    gaps = [later - earlier for (_, _, earlier), (_, _, later) in itertools.pairwise(got)]
+    assert min(gaps) > 0.08, f"events came together, not as yielded: {gaps}"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_client_that_leaves_stops_the_generator_and_the_model_serves_on(
+    server: ServerProcess, repository: Path, model: str
+) -> None:
+    url = f"{server.url}/v2/models/{model}/infer_stream"
+    request_id = f"leaves-{model}"
+    with httpx.stream(
+        "POST", url, json=body(request_id, count=1000, delay_ms=20), timeout=30
+    ) as sse:
+        received = events(sse)
+        assert [index(next(received)[1]) for _ in range(2)] == [0, 1]
+    # Closing the response closed the connection: the generator's finally runs.
+    stopped = repository / model / f"stopped-{request_id}"
+    wait_for(stopped.exists, "the generator's cleanup after the client left", timeout=10)
+    with httpx.stream("POST", url, json=body("after", count=2), timeout=30) as sse:
+        assert [index(data) for _, data, _ in events(sse)] == [0, 1]
+
+
+def test_an_error_after_three_responses_is_a_last_error_event(server: ServerProcess) -> None:
+    url = f"{server.url}/v2/models/tokens/infer_stream"
+    with httpx.stream("POST", url, json=body("breaks", count=5, fail_at=3), timeout=30) as sse:
+        assert sse.status_code == 200
+        got = list(events(sse))
+    assert [kind for kind, _, _ in got] == ["message"] * 3 + ["error"]
+    assert "the stream broke at 3" in got[-1][1]["error"]
+
+
+def test_a_streaming_only_model_on_infer_is_a_400_naming_the_stream_endpoints(
+    server: ServerProcess,
+) -> None:
+    answer = httpx.post(f"{server.url}/v2/models/tokens/infer", json=body("unary"), timeout=30)
+    assert answer.status_code == 400
+    assert "infer_stream" in answer.json()["error"]
+
+
+def test_generate_stream_takes_a_flat_body(server: ServerProcess) -> None:
+    url = f"{server.url}/v2/models/tokens/generate_stream"
+    flat = {"x": 1.0, "count": 3, "id": "flat"}
+    with httpx.stream("POST", url, json=flat, timeout=30) as sse:
+        got = [data for _, data, _ in events(sse)]
+    assert [event["text_output"] for event in got] == ["tok0", "tok1", "tok2"]
+    assert [event["index"] for event in got] == [0, 1, 2]
+    assert {event["model_name"] for event in got} == {"tokens"}
