@@ -128,12 +128,13 @@ def test_an_error_ends_its_request_and_the_stream_goes_on(stream: Stream) -> Non
     stream.send("tokens", "c", final=True, count=3, fail_at=1)
     stream.send("tokens", "d", count=1)
     answers = [summary(answer) for answer in stream.receive(4)]
-    assert answers == [
+    # c and d run at once (on two workers, d may well answer first): each in its order.
+    assert [answer for answer in answers if answer[0] != "d"] == [
         ("c", 0, False),
         ("?", "Model 'tokens' failed: ValueError: the stream broke at 1", None),
         ("c", None, True),
-        ("d", 0, None),
     ]
+    assert ("d", 0, None) in answers
 
 
 def test_two_requests_interleave_on_one_stream(stream: Stream) -> None:

@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .codec_rest import BINARY_CONTENT_TYPE, JSON_CONTENT_TYPE
 from .routes import ASSET_TYPES, ApiRoute
 
@@ -176,9 +178,24 @@ def _events(what: str) -> Schema:
         f"Server-sent events, one per response as the model yields it: `data: <{what} "
         "JSON>`; an error after the first event ends the stream with `event: error` and "
         '`data: {"error": "<message>"}`',
-        {"type": "string"},
+        _sse_event(what),
         EVENT_STREAM_MEDIA_TYPE,
     )
+
+
+def _sse_event(what: str) -> Schema:
+    """One server-sent event, as SSE parsers (and schemathesis) see it: its fields."""
+    return {
+        "type": "object",
+        "properties": {
+            "event": {"type": "string", "enum": ["message", "error"]},
+            "data": {
+                "type": "string",
+                "description": f'A {what} as JSON; with event "error", {{"error": "<message>"}}',
+            },
+        },
+        "required": ["data"],
+    }
 
 
 def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
@@ -199,9 +216,21 @@ def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
     )
 
 
-def _generate_request() -> Schema:
-    content = {"schema": _ref("GenerateRequest"), "example": _GENERATE_EXAMPLE}
+def _generate_request(example: Schema) -> Schema:
+    content = {"schema": _ref("GenerateRequest"), "example": _flat_example(example)}
     return {"required": True, "content": {JSON_CONTENT_TYPE: content}}
+
+
+def _flat_example(example: Schema) -> Schema:
+    """The V2 example request as a generate body: each input under its name, its data
+    nested to its shape (so "Try it out" sends what the model takes)."""
+    inputs = example.get("inputs") or []
+    if not inputs:
+        return _GENERATE_EXAMPLE
+    return {
+        tensor["name"]: np.array(tensor["data"], dtype=object).reshape(tensor["shape"]).tolist()
+        for tensor in inputs
+    }
 
 
 def _model_generate(operation_id: str, example: Schema) -> Schema:
@@ -212,7 +241,7 @@ def _model_generate(operation_id: str, example: Schema) -> Schema:
         "Generate (Triton's generate extension)",
         {"200": ok} | _inference_errors(),
         description=_GENERATE_DESCRIPTION,
-        requestBody=_generate_request(),
+        requestBody=_generate_request(example),
     )
 
 
@@ -223,7 +252,7 @@ def _model_generate_stream(operation_id: str, example: Schema) -> Schema:
         "Streaming generate (Triton's generate extension)",
         {"200": _events("GenerateResponse")} | _inference_errors(),
         description=_GENERATE_DESCRIPTION + " Each response is one server-sent event.",
-        requestBody=_generate_request(),
+        requestBody=_generate_request(example),
     )
 
 
