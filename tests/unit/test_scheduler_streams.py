@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Self
 
 import numpy as np
 import pytest
@@ -14,44 +13,33 @@ from inferd.scheduler import Scheduler
 from inferd.settings import ModelSettings
 from inferd.stats import ModelStats
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers.base import Execution
+from inferd.workers.base import Execution, StreamBase
 
 pytestmark = pytest.mark.anyio
 
 
-class FakeStream:
+class FakeStream(StreamBase):
     """Yields the responses the test feeds it; records whether it was cancelled."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.feed: asyncio.Queue[InferenceResponse | BaseException | None] = asyncio.Queue()
         self.cancelled = False
-        self._finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    @property
-    def finished(self) -> asyncio.Future[None]:
-        return self._finished
-
-    def __aiter__(self) -> Self:
-        return self
 
     async def __anext__(self) -> InferenceResponse:
         item = await self.feed.get()
         if item is None:
-            self._end()
+            self._finish()
             raise StopAsyncIteration
         if isinstance(item, BaseException):
-            self._end()
+            self._finish()
             raise item
         return item
 
     def cancel(self) -> None:
         if not self._finished.done():
             self.cancelled = True
-            self._end()
-
-    def _end(self) -> None:
-        if not self._finished.done():
-            self._finished.set_result(None)
+            self._finish()
 
 
 class StreamPool:

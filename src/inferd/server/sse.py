@@ -59,22 +59,37 @@ def error_event(error_body: bytes) -> bytes:
     return b"event: error\ndata: " + error_body + b"\n\n"
 
 
-class EventStreamEndpoint:
-    """Answers one streaming request (an ASGI endpoint of a Starlette route)."""
+class BodyEndpoint:
+    """An ASGI endpoint of a model's route that reads a whole request body and decodes
+    it with its :class:`Bodies` (the streaming and generate endpoints)."""
 
     def __init__(self, dataplane: DataPlane, body_reader: BodyReader, bodies: Bodies) -> None:
         self.dataplane = dataplane
         self.body_reader = body_reader
         self.bodies = bodies
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        params = scope["path_params"]
-        name, version = params["name"], params.get("version")
+    async def read_request(
+        self, scope: Scope, receive: Receive, name: str, version: str | None
+    ) -> InferenceRequest:
         headers = dict(scope["headers"])
+        body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
+        return self.bodies.decode(body, headers, name, version)
+
+
+def model_of(scope: Scope) -> tuple[str, str | None]:
+    """The model name and version of the route's path."""
+    params = scope["path_params"]
+    return params["name"], params.get("version")
+
+
+class EventStreamEndpoint(BodyEndpoint):
+    """Answers one streaming request (an ASGI endpoint of a Starlette route)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name, version = model_of(scope)
         serving = f"streaming inference on model {name!r}"
         try:
-            body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
-            request = self.bodies.decode(body, headers, name, version)
+            request = await self.read_request(scope, receive, name, version)
         except Exception as error:
             await send_error(send, error, serving)
             return

@@ -30,13 +30,11 @@ from .fastpath import (
     Receive,
     Scope,
     Send,
-    body_headers,
-    receive_chunks,
     send_error,
     send_whole,
     wait_for_disconnect,
 )
-from .sse import Bodies, EventStreamEndpoint
+from .sse import BodyEndpoint, EventStreamEndpoint, model_of
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
@@ -76,21 +74,13 @@ class FlatBodies:
         return encode_generate_response(response)
 
 
-class GenerateEndpoint:
+class GenerateEndpoint(BodyEndpoint):
     """``/generate``: one flat request, one flat answer."""
 
-    def __init__(self, dataplane: DataPlane, body_reader: BodyReader, bodies: Bodies) -> None:
-        self.dataplane = dataplane
-        self.body_reader = body_reader
-        self.bodies = bodies
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        params = scope["path_params"]
-        name, version = params["name"], params.get("version")
-        headers = dict(scope["headers"])
+        name, version = model_of(scope)
         try:
-            body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
-            request = self.bodies.decode(body, headers, name, version)
+            request = await self.read_request(scope, receive, name, version)
             # As /infer: a client that leaves while its request is queued takes it out.
             context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
             response = await self.dataplane.infer(name, version, request, context)
