@@ -176,3 +176,29 @@ def framework_grpc(framework_server: ServerProcess) -> Iterator[Any]:
 
     with tritonclient.grpc.InferenceServerClient(framework_server.grpc_address) as client:
         yield client
+
+
+# A server with the streaming test models, in process and with 2 worker processes.
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
+def streaming_workers(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture(scope="module")
+def streaming_repository(tmp_path_factory: pytest.TempPathFactory, streaming_workers: int) -> Path:
+    """Tokens (async generator), ThreadTokens (plain generator), AsyncDouble (predicts).
+    One per server: the files a stopped generator leaves must be that server's."""
+    repository = tmp_path_factory.mktemp(f"streaming-{streaming_workers}")
+    add_custom_model(repository, "tokens", "Tokens")
+    add_custom_model(repository, "thread-tokens", "ThreadTokens", threads_per_worker=2)
+    add_custom_model(repository, "double", "AsyncDouble")
+    return repository
+
+
+@pytest.fixture(scope="module")
+def streaming_server(streaming_repository: Path, streaming_workers: int) -> Iterator[ServerProcess]:
+    process = start_server(streaming_repository, settings={"parallel_workers": streaming_workers})
+    yield process
+    process.stop()

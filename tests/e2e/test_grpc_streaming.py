@@ -18,9 +18,7 @@ import pytest
 import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
+from tests.support.serverproc import ServerProcess
 
 TIMEOUT = 30.0
 FINAL = "triton_final_response"
@@ -28,33 +26,11 @@ FINAL = "triton_final_response"
 Answer = tuple[Any, InferenceServerException | None]
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
-def workers(request: pytest.FixtureRequest) -> int:
-    return int(request.param)
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
-    # One per server: the files a stopped generator leaves must be that server's.
-    repository = tmp_path_factory.mktemp(f"streaming-{workers}")
-    add_custom_model(repository, "tokens", "Tokens")
-    add_custom_model(repository, "thread-tokens", "ThreadTokens", threads_per_worker=2)
-    add_custom_model(repository, "double", "AsyncDouble")
-    return repository
-
-
-@pytest.fixture(scope="module")
-def server(repository: Path, workers: int) -> Iterator[ServerProcess]:
-    process = start_server(repository, settings={"parallel_workers": workers})
-    yield process
-    process.stop()
-
-
 class Stream:
     """A tritonclient stream whose callback puts every answer in a queue."""
 
-    def __init__(self, server: ServerProcess) -> None:
-        self.client = triton.InferenceServerClient(server.grpc_address)
+    def __init__(self, streaming_server: ServerProcess) -> None:
+        self.client = triton.InferenceServerClient(streaming_server.grpc_address)
         self.answers: queue.Queue[Answer] = queue.Queue()
         self.client.start_stream(callback=lambda result, error: self.answers.put((result, error)))
 
@@ -83,8 +59,8 @@ class Stream:
 
 
 @pytest.fixture
-def stream(server: ServerProcess) -> Iterator[Stream]:
-    opened = Stream(server)
+def stream(streaming_server: ServerProcess) -> Iterator[Stream]:
+    opened = Stream(streaming_server)
     yield opened
     opened.close(cancel=True)
 
@@ -159,11 +135,11 @@ def test_answers_of_models_that_do_not_stream_keep_their_order(stream: Stream) -
 
 @pytest.mark.parametrize("model", ["tokens", "thread-tokens"])
 def test_cancelling_the_stream_stops_the_generator(
-    server: ServerProcess, repository: Path, model: str
+    streaming_server: ServerProcess, streaming_repository: Path, model: str
 ) -> None:
-    stream = Stream(server)
+    stream = Stream(streaming_server)
     request_id = f"cancelled-{model}"
-    stopped = repository / model / f"stopped-{request_id}"
+    stopped = streaming_repository / model / f"stopped-{request_id}"
     stream.send(model, request_id, count=100_000, delay_ms=10)
     stream.receive(2)
     stream.close(cancel=True)

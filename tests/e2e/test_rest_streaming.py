@@ -1,4 +1,4 @@
-"""Server-sent events on a real server, in process and through 2 worker processes.
+"""Server-sent events on a real streaming_server, in process and through 2 worker processes.
 
 The streaming models are Tokens (async generator) and ThreadTokens (plain
 generator): each yields ``count`` responses ``delay_ms`` apart and touches
@@ -17,31 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.serverproc import ServerProcess, start_server
+from tests.support.serverproc import ServerProcess
 
-from .conftest import add_custom_model, wait_for
+from .conftest import wait_for
 
 MODELS = ("tokens", "thread-tokens")
-
-
-@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
-def workers(request: pytest.FixtureRequest) -> int:
-    return int(request.param)
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
-    repository = tmp_path_factory.mktemp(f"sse-{workers}")
-    add_custom_model(repository, "tokens", "Tokens")
-    add_custom_model(repository, "thread-tokens", "ThreadTokens", threads_per_worker=2)
-    return repository
-
-
-@pytest.fixture(scope="module")
-def server(repository: Path, workers: int) -> Iterator[ServerProcess]:
-    process = start_server(repository, settings={"parallel_workers": workers})
-    yield process
-    process.stop()
 
 
 def body(request_id: str, **parameters: Any) -> dict[str, Any]:
@@ -69,8 +49,10 @@ def index(data: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_events_arrive_as_the_model_yields_them(server: ServerProcess, model: str) -> None:
-    url = f"{server.url}/v2/models/{model}/infer_stream"
+def test_events_arrive_as_the_model_yields_them(
+    streaming_server: ServerProcess, model: str
+) -> None:
+    url = f"{streaming_server.url}/v2/models/{model}/infer_stream"
     with httpx.stream("POST", url, json=body("spaced", count=4, delay_ms=150), timeout=30) as sse:
         assert sse.status_code == 200
         assert sse.headers["content-type"].startswith("text/event-stream")
@@ -83,9 +65,9 @@ def test_events_arrive_as_the_model_yields_them(server: ServerProcess, model: st
 
 @pytest.mark.parametrize("model", MODELS)
 def test_a_client_that_leaves_stops_the_generator_and_the_model_serves_on(
-    server: ServerProcess, repository: Path, model: str
+    streaming_server: ServerProcess, streaming_repository: Path, model: str
 ) -> None:
-    url = f"{server.url}/v2/models/{model}/infer_stream"
+    url = f"{streaming_server.url}/v2/models/{model}/infer_stream"
     request_id = f"leaves-{model}"
     with httpx.stream(
         "POST", url, json=body(request_id, count=1000, delay_ms=20), timeout=30
@@ -93,14 +75,16 @@ def test_a_client_that_leaves_stops_the_generator_and_the_model_serves_on(
         received = events(sse)
         assert [index(next(received)[1]) for _ in range(2)] == [0, 1]
     # Closing the response closed the connection: the generator's finally runs.
-    stopped = repository / model / f"stopped-{request_id}"
+    stopped = streaming_repository / model / f"stopped-{request_id}"
     wait_for(stopped.exists, "the generator's cleanup after the client left", timeout=10)
     with httpx.stream("POST", url, json=body("after", count=2), timeout=30) as sse:
         assert [index(data) for _, data, _ in events(sse)] == [0, 1]
 
 
-def test_an_error_after_three_responses_is_a_last_error_event(server: ServerProcess) -> None:
-    url = f"{server.url}/v2/models/tokens/infer_stream"
+def test_an_error_after_three_responses_is_a_last_error_event(
+    streaming_server: ServerProcess,
+) -> None:
+    url = f"{streaming_server.url}/v2/models/tokens/infer_stream"
     with httpx.stream("POST", url, json=body("breaks", count=5, fail_at=3), timeout=30) as sse:
         assert sse.status_code == 200
         got = list(events(sse))
@@ -109,15 +93,17 @@ def test_an_error_after_three_responses_is_a_last_error_event(server: ServerProc
 
 
 def test_a_streaming_only_model_on_infer_is_a_400_naming_the_stream_endpoints(
-    server: ServerProcess,
+    streaming_server: ServerProcess,
 ) -> None:
-    answer = httpx.post(f"{server.url}/v2/models/tokens/infer", json=body("unary"), timeout=30)
+    answer = httpx.post(
+        f"{streaming_server.url}/v2/models/tokens/infer", json=body("unary"), timeout=30
+    )
     assert answer.status_code == 400
     assert "infer_stream" in answer.json()["error"]
 
 
-def test_generate_stream_takes_a_flat_body(server: ServerProcess) -> None:
-    url = f"{server.url}/v2/models/tokens/generate_stream"
+def test_generate_stream_takes_a_flat_body(streaming_server: ServerProcess) -> None:
+    url = f"{streaming_server.url}/v2/models/tokens/generate_stream"
     flat = {"x": 1.0, "count": 3, "id": "flat"}
     with httpx.stream("POST", url, json=flat, timeout=30) as sse:
         got = [data for _, data, _ in events(sse)]
