@@ -16,7 +16,8 @@ from .errors import Overloaded
 from .settings import ModelSettings
 from .workers.base import ResponseStream
 
-DEFAULT_MAX_STREAMS = 256
+# The model setting's default, for a scheduler built without settings (tests).
+DEFAULT_MAX_STREAMS: int = ModelSettings.model_fields["max_concurrent_streams"].default
 
 
 class StreamLimit:
