@@ -110,9 +110,11 @@ class DataPlane:
         version: str | None,
         request: InferenceRequest,
         context: RequestContext = NO_CONTEXT,
-    ) -> AsyncGenerator[InferenceResponse, None]:
-        """Run one request on a streaming endpoint: each response as the model's
-        ``predict_stream`` yields it, or the one answer of a model that only predicts.
+    ) -> AsyncGenerator[list[InferenceResponse], None]:
+        """Run one request on a streaming endpoint: the responses as the model's
+        ``predict_stream`` yields them, in order, in lists of those ready together
+        (send each list at once: one write for several events); or the one answer
+        of a model that only predicts.
 
         Errors before the first response raise from the first read. Closing this
         iterator early (a client that left) stops the model's generator.
@@ -121,18 +123,18 @@ class DataPlane:
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.streams:
-            yield await self.infer(name, version, request, context)
+            yield [await self.infer(name, version, request, context)]
             return
         started = time.perf_counter_ns()
         sent = 0
         stats.stream_opened()
         try:
             async with contextlib.aclosing(scheduler.stream(request, context)) as responses:
-                async for response in responses:
+                async for ready in responses:
                     if not sent:
                         stats.stream_first_response(time.perf_counter_ns() - started)
-                    sent += 1
-                    yield _finish(response, found, request)
+                    sent += len(ready)
+                    yield [_finish(response, found, request) for response in ready]
         except BaseException as error:  # a client that left counts as failed, as in infer
             _record_end(stats, request, started, type(error).__name__)
             raise

@@ -151,8 +151,9 @@ class Scheduler:
 
     async def stream(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
-    ) -> AsyncGenerator[InferenceResponse, None]:
-        """Run ``predict_stream``: its responses as the model yields them.
+    ) -> AsyncGenerator[list[InferenceResponse], None]:
+        """Run ``predict_stream``: its responses as the model yields them, in lists of
+        those ready together (:meth:`ResponseStream.take`).
 
         A plain generator's stream waits for a slot as a request does (never merged
         into a batch) and holds it until the generator has stopped; an interleaved
@@ -172,8 +173,12 @@ class Scheduler:
             responses = await self._stream_in_slot(request, context)
         dispatched = time.perf_counter_ns()
         try:
-            async for response in responses:
-                yield response
+            while True:
+                try:
+                    ready = await responses.take()
+                except StopAsyncIteration:
+                    break
+                yield ready
         finally:
             responses.cancel()
         if self._stats is not None:

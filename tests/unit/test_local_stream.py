@@ -1,4 +1,4 @@
-"""LocalStream: predict_stream run in this process, one step per read."""
+"""LocalStream: predict_stream run in this process, read ahead of its reader up to a bound."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from inferd.model import Model
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.loaded_model import LoadedModel
-from inferd.workers.local_stream import LocalStream
+from inferd.workers.local_stream import READ_AHEAD, LocalStream
 
 pytestmark = pytest.mark.anyio
 
@@ -95,14 +95,34 @@ async def test_a_plain_generator_steps_in_the_executor_it_is_given() -> None:
     assert all(name.startswith("stream") for name in model.threads)
 
 
-async def test_nothing_runs_ahead_of_the_reader() -> None:
+async def test_the_generator_runs_at_most_read_ahead_responses_ahead_of_the_reader() -> None:
     model = Counting(ModelSettings(name="m"))
     stream = LocalStream(loaded(model), request(100))
     assert model.yielded == 0, "calling predict_stream runs nothing yet"
     await anext(stream)
     await anext(stream)
-    assert model.yielded == 2
+    for _ in range(50):  # let it run as far as it may
+        await asyncio.sleep(0)
+    assert model.yielded == 2 + READ_AHEAD
     stream.cancel()
+    await asyncio.wait_for(stream.finished, 1)
+    assert model.cleaned_up.is_set() and model.yielded == 2 + READ_AHEAD
+
+
+async def test_take_waits_for_one_response_then_takes_every_ready_one_in_order() -> None:
+    model = Counting(ModelSettings(name="m"))
+    stream = LocalStream(loaded(model), request(40), read_ahead=8)
+    first = await stream.take()
+    assert [int(r.outputs[0].data[0]) for r in first] == list(range(len(first)))
+    taken = [int(r.outputs[0].data[0]) for r in first]
+    while True:
+        try:
+            ready = await stream.take()
+        except StopAsyncIteration:
+            break
+        assert 1 <= len(ready) <= 8
+        taken += [int(r.outputs[0].data[0]) for r in ready]
+    assert taken == list(range(40))
     assert stream.finished.done() and model.cleaned_up.is_set()
 
 
@@ -111,10 +131,9 @@ async def test_cancel_during_a_thread_step_closes_the_generator_once_the_step_re
     model.gate = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1) as executor:
         stream = LocalStream(loaded(model), request(100), executor)
-        reading = asyncio.ensure_future(anext(stream))
         while not model.threads:  # the step is inside the generator now
             await asyncio.sleep(0.001)
-        reading.cancel()
+        stream.cancel()
         await asyncio.sleep(0.01)
         assert not stream.finished.done(), "its thread is still inside the generator"
         model.gate.set()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,8 @@ async def test_through_the_dataplane_a_closed_stream_stops_and_gives_its_slot_ba
     await registry.load("model", [serve(folder)])
     greedy = {"max_new_tokens": 16, "do_sample": False}
     full = request(*prompt(PROMPT, **greedy))
-    whole = [piece(response) async for response in dataplane.infer_stream("model", None, full)]
+    stream = dataplane.infer_stream("model", None, full)
+    whole = [piece(response) async for ready in stream for response in ready]
     assert len(whole) >= 4
 
     passes: list[int] = []
@@ -178,10 +180,15 @@ async def test_through_the_dataplane_a_closed_stream_stops_and_gives_its_slot_ba
     assert isinstance(model, HuggingFaceModel)
     model._pipeline.model.register_forward_hook(lambda *_: passes.append(1))
     long = request(*prompt(PROMPT, max_new_tokens=1000, do_sample=False))
-    async with contextlib.aclosing(dataplane.infer_stream("model", None, long)) as stream:
-        pieces = [piece(await anext(stream)), piece(await anext(stream))]
-    assert pieces == whole[:2]
-    assert not generator_threads()
+    pieces: list[str] = []
+    async with contextlib.aclosing(dataplane.infer_stream("model", None, long)) as closing:
+        while len(pieces) < 2:
+            pieces += [piece(response) for response in await anext(closing)]
+    assert pieces[:2] == whole[:2]
+    deadline = time.monotonic() + 10
+    while generator_threads():  # closing it stops its thread
+        assert time.monotonic() < deadline, "the generate thread still runs"
+        await asyncio.sleep(0.01)
     assert len(passes) < 100, f"{len(passes)} tokens generated of 1000"
 
     answer = await asyncio.wait_for(dataplane.infer("model", None, request(*prompt(PROMPT))), 10)

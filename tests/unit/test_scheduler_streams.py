@@ -75,8 +75,8 @@ async def settle() -> None:
 
 
 async def collect(scheduler: Scheduler, into: list[int]) -> None:
-    async for answer in scheduler.stream(request()):
-        into.append(int(answer.outputs[0].data[0]))
+    async for ready in scheduler.stream(request()):
+        into.extend(int(answer.outputs[0].data[0]) for answer in ready)
 
 
 def scheduler(pool: StreamPool, interleaved: bool, **settings: object) -> Scheduler:
@@ -109,7 +109,7 @@ async def test_a_reader_that_stops_cancels_the_stream_and_frees_the_slot() -> No
     first = asyncio.ensure_future(anext(reader))
     await settle()
     pool.streams[0].feed.put_nowait(response(7))
-    assert int((await first).outputs[0].data[0]) == 7
+    assert [int(r.outputs[0].data[0]) for r in await first] == [7]
     await reader.aclose()
     await settle()  # the slot is given back from the stream's finished callback
     assert pool.streams[0].cancelled and streams.in_flight == 0

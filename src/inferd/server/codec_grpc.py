@@ -229,13 +229,21 @@ def wants_raw_output(request: InferenceRequest) -> bool:
 # ---- inference responses --------------------------------------------------
 
 
-def encode_infer_response(response: InferenceResponse, raw: bool) -> pb.ModelInferResponse:
-    message = pb.ModelInferResponse(
-        model_name=response.model_name,
-        model_version=response.model_version or "",
-        id=response.id or "",
-        parameters=encode_parameters(response.parameters) if response.parameters else None,
-    )
+def encode_infer_response(
+    response: InferenceResponse, raw: bool, message: pb.ModelInferResponse | None = None
+) -> pb.ModelInferResponse:
+    """``response`` as a message: a new one, or ``message`` (empty) filled in place (a
+    stream's answer is built inside its ModelStreamInferResponse, not copied there)."""
+    if message is None:
+        message = pb.ModelInferResponse()
+    message.model_name = response.model_name
+    if response.model_version:
+        message.model_version = response.model_version
+    if response.id:
+        message.id = response.id
+    if response.parameters:
+        for key, parameter in encode_parameters(response.parameters).items():
+            message.parameters[key].CopyFrom(parameter)
     # outputs.add() builds each output in place; passing messages to a constructor copies them.
     for tensor in response.outputs:
         data = tensor.data

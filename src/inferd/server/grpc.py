@@ -153,24 +153,35 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer_stream(
         self, message: pb.ModelInferRequest
-    ) -> AsyncGenerator[pb.ModelInferResponse, None]:
-        """One request of a stream: each response as soon as the model yields it."""
+    ) -> AsyncGenerator[list[pb.ModelStreamInferResponse], None]:
+        """One request of a stream: its answers as soon as the model yields them, in
+        lists of those ready together."""
         request = _decoded(message)
         raw = wants_raw_output(request)
         responses = self.dataplane.infer_stream(
             message.model_name, message.model_version or None, request
         )
         async with contextlib.aclosing(responses):
-            async for response in responses:
-                yield self._encoded(message, response, raw)
+            async for ready in responses:
+                answers = []
+                for response in ready:
+                    answer = pb.ModelStreamInferResponse()
+                    self._encoded(message, response, raw, answer.infer_response)
+                    answers.append(answer)
+                yield answers
 
     def _encoded(
-        self, message: pb.ModelInferRequest, response: InferenceResponse, raw: bool
+        self,
+        message: pb.ModelInferRequest,
+        response: InferenceResponse,
+        raw: bool,
+        into: pb.ModelInferResponse | None = None,
     ) -> pb.ModelInferResponse:
-        answer = encode_infer_response(response, raw)
-        if answer.ByteSize() > self.max_answer_size:
+        answer = encode_infer_response(response, raw, into)
+        size = answer.ByteSize()
+        if size > self.max_answer_size:
             raise PayloadTooLarge(
-                f"The answer of model {message.model_name!r} is {answer.ByteSize()} bytes, "
+                f"The answer of model {message.model_name!r} is {size} bytes, "
                 f"over grpc_max_message_length ({self.max_answer_size + _STREAM_WRAPPING}); "
                 + (
                     "ask for fewer outputs or raise grpc_max_message_length"

@@ -43,17 +43,20 @@ SHUTTING_DOWN = (
 # Requests of one stream open at once: enough to keep a worker busy and let the
 # scheduler batch, few enough to bound the memory a single stream can hold.
 STREAM_WINDOW = 16
-# Answers made but not yet sent, per stream: a client that reads slowly pauses the
-# models' generators instead of making the server buffer without bound.
+# Lists of answers made but not yet sent, per stream (each list: the answers of one
+# request that were ready together, at most the pool's read-ahead): a client that
+# reads slowly pauses the models' generators instead of making the server buffer
+# without bound.
 ANSWERS_AHEAD = 16
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
 
 # What a stream yields: a request, or what grpc_registration made of an unparsable one.
 StreamRequest = pb.ModelInferRequest | MalformedMessage
-# Runs one request, each response as soon as the model yields it; raises what
-# ModelInfer would answer with.
-RunRequest = Callable[[pb.ModelInferRequest], AsyncGenerator[pb.ModelInferResponse, None]]
+Answers = list[pb.ModelStreamInferResponse]
+# Runs one request: its answers as soon as the model yields them, in lists of those
+# ready together; raises what ModelInfer would answer with.
+RunRequest = Callable[[pb.ModelInferRequest], AsyncGenerator[Answers, None]]
 # Whether a request goes to a model that streams (else its answer keeps its place).
 Streams = Callable[[pb.ModelInferRequest], bool]
 
@@ -72,8 +75,9 @@ async def answer_stream(
     reader = asyncio.create_task(session.read(requests))
     shutdown.stream_readers.add(reader)
     try:
-        while (answer := await session.next_answer()) is not None:
-            yield answer
+        while (answers := await session.next_answers()) is not None:
+            for answer in answers:
+                yield answer
             session.sent()
         if reader.cancelled():
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
@@ -91,7 +95,7 @@ class _Session:
         self._run = run
         self._streams = streams
         # None marks the end: nothing is reading or running any more.
-        self._answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self._answers: asyncio.Queue[Answers | None] = asyncio.Queue()
         self._room = asyncio.Semaphore(ANSWERS_AHEAD)
         self._window = asyncio.Semaphore(STREAM_WINDOW)
         self._running: set[asyncio.Task[None]] = set()
@@ -113,7 +117,7 @@ class _Session:
         finally:
             self._one_less()
 
-    async def next_answer(self) -> pb.ModelStreamInferResponse | None:
+    async def next_answers(self) -> Answers | None:
         return await self._answers.get()
 
     def sent(self) -> None:
@@ -137,22 +141,21 @@ class _Session:
 
     async def _answer_as_made(self, request: StreamRequest) -> None:
         async with contextlib.aclosing(_answers_of(request, self._run)) as answers:
-            async for answer in answers:
-                await self._queue(answer)
+            async for ready in answers:
+                await self._queue(ready)
 
     async def _answer_in_order(
         self, request: StreamRequest, previous: asyncio.Future[None] | None
     ) -> None:
         async with contextlib.aclosing(_answers_of(request, self._run)) as answers:
-            made = [answer async for answer in answers]
+            made = [answer async for ready in answers for answer in ready]
         if previous is not None:
             await previous
-        for answer in made:
-            await self._queue(answer)
+        await self._queue(made)
 
-    async def _queue(self, answer: pb.ModelStreamInferResponse) -> None:
+    async def _queue(self, answers: Answers) -> None:
         await self._room.acquire()
-        self._answers.put_nowait(answer)
+        self._answers.put_nowait(answers)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
@@ -167,36 +170,38 @@ class _Session:
             self._answers.put_nowait(None)
 
 
-async def _answers_of(
-    request: StreamRequest, run: RunRequest
-) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
-    """Every answer to one request: its responses or its error, then the empty
-    final response when the request asked for one."""
+async def _answers_of(request: StreamRequest, run: RunRequest) -> AsyncGenerator[Answers, None]:
+    """Every answer to one request, in lists: its responses or its error, then the
+    empty final response when the request asked for one."""
     if isinstance(request, MalformedMessage):
-        yield pb.ModelStreamInferResponse(error_message=request.error().message)
+        yield [pb.ModelStreamInferResponse(error_message=request.error().message)]
         return
     final = _wants_empty_final_response(request)
     version = request.model_version
     failure = None
     try:
         async with contextlib.aclosing(run(request)) as responses:
-            async for response in responses:
-                version = response.model_version
+            async for answers in responses:
+                version = answers[-1].infer_response.model_version
                 if final:
-                    response.parameters[FINAL_RESPONSE].bool_param = False
-                yield pb.ModelStreamInferResponse(infer_response=response)
+                    for answer in answers:
+                        answer.infer_response.parameters[FINAL_RESPONSE].bool_param = False
+                yield answers
     except Exception as error:
         _, failure, _ = grpc_error(error, "a gRPC stream request")
+    last = []
     if failure is not None:
         # The id lets the client tell which request of the stream failed.
         identity = _identity(request, version)
         if final:
             identity.parameters[FINAL_RESPONSE].bool_param = False
-        yield pb.ModelStreamInferResponse(error_message=failure, infer_response=identity)
+        last.append(pb.ModelStreamInferResponse(error_message=failure, infer_response=identity))
     if final:
         empty = _identity(request, version)
         empty.parameters[FINAL_RESPONSE].bool_param = True
-        yield pb.ModelStreamInferResponse(infer_response=empty)
+        last.append(pb.ModelStreamInferResponse(infer_response=empty))
+    if last:
+        yield last
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

@@ -1,7 +1,8 @@
 """Server-sent events: the answers of ``/infer_stream`` and ``/generate_stream``.
 
 Each response the model yields is one event, ``data: <JSON>\\n\\n`` (MLServer's
-framing), sent as soon as it is produced: a body message of its own, never
+framing), sent as soon as it is produced; responses that were ready together
+(a model faster than the connection) go in one body message. Never
 compressed (compression.py leaves event streams alone) and marked for proxies not
 to buffer. The status is known only once the first response is: an error before
 it is an ordinary ``{"error": ...}`` answer with its status (400, 404, 503...); an
@@ -105,22 +106,28 @@ class EventStreamEndpoint(BodyEndpoint):
         responses = self.dataplane.infer_stream(name, version, request)
         async with contextlib.aclosing(responses):
             try:
-                first = await anext(responses, None)
-                data = None if first is None else self.bodies.encode(first, request)
+                first: list[InferenceResponse] = await anext(responses, [])
+                events = self._events(first, request)
             except Exception as error:
                 await send_error(send, error, serving)
                 return
             headers = list(_EVENT_STREAM_HEADERS)
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             try:
-                if data is not None:
-                    await _send_chunk(send, event(data))
-                    async for response in responses:
-                        await _send_chunk(send, event(self.bodies.encode(response, request)))
+                if events:
+                    await _send_chunk(send, events)
+                    async for ready in responses:
+                        await _send_chunk(send, self._events(ready, request))
             except Exception as error:
                 _, error_body, _ = http_error(error, serving)
                 await _send_chunk(send, error_event(error_body))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _events(self, responses: list[InferenceResponse], request: InferenceRequest) -> bytes:
+        """One event per response, together: the responses that were ready at once
+        go in one body message (one write)."""
+        encode = self.bodies.encode
+        return b"".join([event(encode(response, request)) for response in responses])
 
 
 async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> bool:

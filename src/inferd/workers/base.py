@@ -105,6 +105,12 @@ class ResponseStream(Protocol):
 
     async def __anext__(self) -> InferenceResponse: ...
 
+    async def take(self) -> list[InferenceResponse]:
+        """The next responses, in order: waits for one, then takes every one ready
+        with it (a fast model's responses go on together, in one write where the
+        protocol allows). Raises as ``__anext__`` does at the end or on an error."""
+        ...
+
     def cancel(self) -> None:
         """Stop the generator where it runs (its ``finally`` runs there), in any state;
         a stream that already ended is left alone."""
@@ -129,6 +135,13 @@ class StreamBase:
 
     def __aiter__(self) -> Self:
         return self
+
+    async def __anext__(self) -> InferenceResponse:
+        raise NotImplementedError
+
+    async def take(self) -> list[InferenceResponse]:
+        """One response at a time, for a stream that cannot tell which are ready."""
+        return [await self.__anext__()]
 
     def _finish(self) -> None:
         if not self._finished.done():

@@ -1,22 +1,29 @@
-"""A ``predict_stream`` run in this process, pulled by whoever reads it.
+"""A ``predict_stream`` run in this process, read ahead of whoever reads it.
 
 Used by the in-process pool (the reader is the request's handler) and by a
-worker process (the reader is the task that ships each response to the main
-process). Nothing runs ahead of the reader: each read asks the generator for
-one more response, so back-pressure is the reader's pace.
+worker process (the reader is the task that ships responses to the main
+process). A task of the stream's own steps the generator when the reader waits,
+and ahead of it up to ``read_ahead`` responses the reader has not taken yet
+(``READ_AHEAD``; a worker passes 0: its credit window is the bound there); the reader takes every
+ready one at once (:meth:`LocalStream.take`), so a model that yields faster than
+they are sent has them sent together (one write for several events) while each
+is still sent as soon as the reader is free. The bound is the back-pressure: a
+reader that does not read pauses the generator.
 
-Where each step runs: an async generator on the reader's event loop; a plain
-generator in ``executor`` (a thread of the model's own), or inline on the loop
-when there is none (the in-process pool with ``threads_per_worker: 1``, like a
-plain ``predict`` there).
+Where each step runs: an async generator on the event loop; a plain generator in
+``executor`` (a thread of the model's own), or inline on the loop when there is
+none (the in-process pool with ``threads_per_worker: 1``, like a plain
+``predict`` there).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -25,6 +32,10 @@ from .base import StreamBase
 from .loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
+
+# Responses a stream may make before its reader takes them: enough to batch a fast
+# model's writes, few enough that a stream holds little memory.
+READ_AHEAD = 16
 
 
 class LocalStream(StreamBase):
@@ -35,38 +46,79 @@ class LocalStream(StreamBase):
         loaded: LoadedModel,
         request: InferenceRequest,
         executor: concurrent.futures.Executor | None = None,
+        read_ahead: int = READ_AHEAD,
     ) -> None:
         super().__init__()
         self._loaded = loaded
         self._executor = executor
+        self._read_ahead = max(read_ahead, 0)
         self._responses = loaded.open_stream(request)
-        self._stepping = False  # a step is running (in a thread, or awaited)
+        self._ready: deque[InferenceResponse] = deque()
+        self._end: BaseException | None = None  # StopAsyncIteration, or the model's error
+        self._reader: asyncio.Future[None] | None = None  # the reader waits for a response
+        self._room: asyncio.Future[None] | None = None  # the stepper waits for the reader
         self._thread_step: concurrent.futures.Future[Any] | None = None
         self._cancelled = False
+        self._stepper = asyncio.ensure_future(self._step_ahead())
 
     async def __anext__(self) -> InferenceResponse:
-        if self._finished.done():
-            raise StopAsyncIteration
-        self._stepping = True
-        try:
-            return await self._step()
-        except StopAsyncIteration:
-            self._finish()
-            raise StopAsyncIteration from None
-        except BaseException:  # the model's error, or the reader was cancelled mid-step
-            self._close()
-            raise
-        finally:
-            self._stepping = False
-            if self._cancelled:
-                self._close()
+        await self._wait_for_response()
+        response = self._ready.popleft()
+        self._made_room()
+        return response
+
+    async def take(self) -> list[InferenceResponse]:
+        await self._wait_for_response()
+        ready = list(self._ready)
+        self._ready.clear()
+        self._made_room()
+        return ready
 
     def cancel(self) -> None:
-        if self._finished.done():
+        """Stop the generator (its ``finally`` runs) and drop what it made."""
+        self._ready.clear()
+        if not self._cancelled:  # once: a second cancel would cut its cleanup short
+            self._cancelled = True
+            self._stepper.cancel()
+
+    async def _wait_for_response(self) -> None:
+        if self._ready:
             return
-        self._cancelled = True
-        if not self._stepping:  # else the step closes it as soon as it returns
-            self._close()
+        if not self._stepper.done():
+            self._reader = reader = asyncio.get_running_loop().create_future()
+            _wake(self._room)  # a reader that waits gets a step, read-ahead or not
+            try:
+                await reader
+            finally:
+                self._reader = None
+        if not self._ready:
+            end, self._end = self._end, None  # the error once, then the end
+            raise end if end is not None else StopAsyncIteration
+
+    def _made_room(self) -> None:
+        _wake(self._room)
+
+    async def _step_ahead(self) -> None:
+        """Step the generator while a reader waits or fewer than ``read_ahead``
+        responses are untaken; then close it (exhausted, failed, or cancelled by
+        :meth:`cancel`)."""
+        try:
+            while True:
+                if len(self._ready) >= self._read_ahead and self._reader is None:
+                    self._room = asyncio.get_running_loop().create_future()
+                    await self._room
+                    continue
+                self._ready.append(await self._step())
+                _wake(self._reader)
+                self._reader = None  # answered: the next step is read-ahead again
+        except StopAsyncIteration:
+            pass
+        except Exception as error:  # the model's error (an InferdError)
+            self._end = error
+        finally:
+            await self._close()
+            self._finish()
+            _wake(self._reader)
 
     async def _step(self) -> InferenceResponse:
         responses = self._responses
@@ -87,34 +139,25 @@ class LocalStream(StreamBase):
         except StopIteration:
             raise StopAsyncIteration from None
 
-    def _close(self) -> None:
-        """Stop the generator (its ``finally`` runs) and mark the stream finished."""
-        if self._finished.done():
-            return
+    async def _close(self) -> None:
+        """Stop the generator: its ``finally`` runs (a generator that ended already is
+        left as it is)."""
         responses = self._responses
-        if isinstance(responses, AsyncIterator):
-            closing = asyncio.ensure_future(responses.aclose())  # type: ignore[attr-defined]
-            closing.add_done_callback(self._closed)
-            return
-        step = self._thread_step
-        if step is not None and not step.done():
-            # Its thread is still inside the generator (the reader stopped waiting):
-            # close it once that step returns, from this loop.
-            loop = asyncio.get_running_loop()
-            step.add_done_callback(lambda _: loop.call_soon_threadsafe(self._close))
-            return
         try:
+            if isinstance(responses, AsyncIterator):
+                await responses.aclose()  # type: ignore[attr-defined]
+                return
+            step = self._thread_step
+            if step is not None and not step.done():
+                # A thread is still inside the generator (the step was cancelled here):
+                # it can be closed once that step returns.
+                with contextlib.suppress(BaseException):
+                    await asyncio.wrap_future(step)
             responses.close()  # type: ignore[attr-defined]
         except Exception:
             logger.exception("Closing the stream of model %r raised", self._loaded.model.name)
-        finally:
-            self._finish()
 
-    def _closed(self, closing: asyncio.Future[None]) -> None:
-        if not closing.cancelled() and closing.exception() is not None:
-            logger.error(
-                "Closing the stream of model %r raised",
-                self._loaded.model.name,
-                exc_info=closing.exception(),
-            )
-        self._finish()
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

@@ -61,21 +61,38 @@ class RemoteStream(StreamBase):
         self._cancelled = False
 
     async def __anext__(self) -> InferenceResponse:
-        responses = self._responses
-        if not responses:
-            if not (self._cancelled or self._finished.done()):
-                self._waiter = waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await waiter
-                finally:
-                    self._waiter = None
-            if not responses:
-                raise self._end_of_reading()
-        packed = responses.popleft()
-        self._taken += 1
+        await self._wait_for_response()
+        packed = self._responses.popleft()
+        self._took(1)
+        return self._unpacked(packed)
+
+    async def take(self) -> list[InferenceResponse]:
+        await self._wait_for_response()
+        packed = list(self._responses)
+        self._responses.clear()
+        self._took(len(packed))
+        return [self._unpacked(one) for one in packed]
+
+    async def _wait_for_response(self) -> None:
+        if self._responses:
+            return
+        if not (self._cancelled or self._finished.done()):
+            self._waiter = waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        if not self._responses:
+            raise self._end_of_reading()
+
+    def _took(self, count: int) -> None:
+        """Give credit back once the reader has taken a batch's worth."""
+        self._taken += count
         if self._taken >= self._credit_batch and not self._finished.done():
             self._send(ipc.CREDIT, self._taken)
             self._taken = 0
+
+    def _unpacked(self, packed: ipc.PackedResponse) -> InferenceResponse:
         try:
             return ipc.unpack_response(packed)
         except Exception as error:

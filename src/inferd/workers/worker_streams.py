@@ -215,7 +215,8 @@ class _InterleavedStream:
     def start(self, loaded: LoadedModel, request: InferenceRequest) -> None:
         """Call ``predict_stream`` and start pulling it (on the loop)."""
         try:
-            self._responses = LocalStream(loaded, request)
+            # No read-ahead: the credit window bounds what runs ahead of the reader.
+            self._responses = LocalStream(loaded, request, read_ahead=0)
         except Exception as error:  # predict_stream raised, or returned no generator
             self._end(error)
             return
