@@ -213,8 +213,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 request_iterator, context, self._infer_stream, self._streams, self.shutdown
             )
             async with contextlib.aclosing(answers) as out:
-                async for answer in out:
-                    yield answer
+                async for made in out:
+                    for answer in made:
+                        yield answer
             code = grpc.StatusCode.OK
         except grpc.aio.AbortError:
             code = grpc.StatusCode.UNAVAILABLE  # its only abort: the server is shutting down

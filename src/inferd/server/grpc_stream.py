@@ -67,8 +67,9 @@ async def answer_stream(
     run: RunRequest,
     streams: Streams,
     shutdown: ShutdownSignal,
-) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
-    """The answers to ``requests``, each as soon as it is made."""
+) -> AsyncGenerator[Answers, None]:
+    """The answers to ``requests`` as soon as they are made, in lists of those made
+    together (send them one by one, in order)."""
     if shutdown.is_set:
         await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
     session = _Session(run, streams)
@@ -76,8 +77,7 @@ async def answer_stream(
     shutdown.stream_readers.add(reader)
     try:
         while (answers := await session.next_answers()) is not None:
-            for answer in answers:
-                yield answer
+            yield answers
             session.sent()
         if reader.cancelled():
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
