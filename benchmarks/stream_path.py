@@ -1,0 +1,116 @@
+"""inferd's own cost per streamed response, without a transport.
+
+The count model (repository.py) streams through the in-process pool, read three
+ways: the model's generator alone, ``DataPlane.infer_stream``, and the gRPC
+servicer's ``ModelStreamInfer`` (answers built as protobuf messages, not sent). The
+differences are what inferd's layers cost per response; what a real server spends
+beyond that is its transport's (compare with ``streaming --reference``).
+
+    python -m benchmarks.stream_path [--responses 1000] [--calls 100] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import numpy as np
+
+from inferd.dataplane import DataPlane
+from inferd.protocol import pb
+from inferd.registry import Registry
+from inferd.repository import ModelRepository
+from inferd.server.grpc import InferenceServicer
+from inferd.server.grpc_health import ShutdownSignal
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.stats import ModelStatsTable
+from inferd.types import InferenceRequest, Tensor
+from inferd.workers.inprocess import InProcessPool
+
+from .repository import write_count_model
+from .scenarios.streaming import grpc_request
+
+Count = Callable[[], Awaitable[int]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--responses", type=int, default=1000, help="responses per call")
+    parser.add_argument("--calls", type=int, default=100, help="calls per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(measure(args.responses, args.calls, args.rounds))
+
+
+async def measure(responses: int, calls: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="inferd-stream-path-") as folder:
+        repo = Path(folder)
+        model_folder = write_count_model(repo, "count.CountInferd")
+        sys.path.insert(0, str(model_folder))
+        settings = ModelSettings.model_validate(
+            {"name": "count", "implementation": "count.CountInferd"}
+        )
+        pool = InProcessPool()
+        registry = Registry(pool, ModelStatsTable(observe=True))
+        dataplane = DataPlane(ServerSettings(), registry, ModelRepository(repo))
+        await registry.load("count", [settings])
+        servicer = InferenceServicer(dataplane, ShutdownSignal(), 1 << 30)
+        paths = {
+            "model alone": _model_alone(responses),
+            "DataPlane.infer_stream": _dataplane(dataplane, responses),
+            "gRPC ModelStreamInfer": _servicer(servicer, responses),
+        }
+        for round_ in range(rounds):
+            cells = []
+            for name, run in paths.items():
+                started, counted = time.perf_counter(), 0
+                for _ in range(calls):
+                    counted += await run()
+                cells.append(f"{name} {(time.perf_counter() - started) / counted * 1e6:6.2f}")
+            print(f"round {round_}: us/response: " + "  ".join(cells))
+        await registry.close()
+        await pool.close()
+
+
+def _request(responses: int) -> InferenceRequest:
+    return InferenceRequest([Tensor("n", np.array([responses], np.int32))])
+
+
+def _model_alone(responses: int) -> Count:
+    import count  # the model's module, written by write_count_model, on sys.path
+
+    model = count.CountInferd(ModelSettings(name="count"))
+
+    async def run() -> int:
+        return sum([1 async for _ in model.predict_stream(_request(responses))])
+
+    return run
+
+
+def _dataplane(dataplane: DataPlane, responses: int) -> Count:
+    async def run() -> int:
+        stream = dataplane.infer_stream("count", None, _request(responses))
+        return sum([len(ready) async for ready in stream])
+
+    return run
+
+
+def _servicer(servicer: InferenceServicer, responses: int) -> Count:
+    body = grpc_request(responses)
+
+    async def requests() -> AsyncIterator[pb.ModelInferRequest]:
+        yield pb.ModelInferRequest.FromString(body)
+
+    async def run() -> int:
+        return sum([1 async for _ in servicer.ModelStreamInfer(requests(), None)])
+
+    return run
+
+
+if __name__ == "__main__":
+    main()
