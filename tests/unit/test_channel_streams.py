@@ -41,7 +41,7 @@ class ScriptedWorker:
 
     def respond(self, call_id: int, index: int) -> None:
         response = InferenceResponse([Tensor("i", np.array([index]))])
-        self.reply(ipc.STREAMED, call_id, ipc.pack_response(response))
+        self.reply(ipc.STREAMED, call_id, [ipc.pack_response(response)])
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ async def test_responses_come_in_order_and_credit_goes_back_in_batches() -> None
     commands = Commands()
     stream = RemoteStream(commands, window=4)
     for index in range(4):
-        stream.received(packed(index))
+        stream.received([packed(index)])
     assert [index_of(await anext(stream))] == [0]
     assert commands.sent == [], "one response taken: not worth a message yet"
     assert index_of(await anext(stream)) == 1
@@ -58,7 +58,7 @@ async def test_a_waiting_reader_wakes_for_each_response_then_ends_with_the_worke
     reading = asyncio.ensure_future(collect(stream))
     for index in range(3):
         await asyncio.sleep(0)
-        stream.received(packed(index))
+        stream.received([packed(index)])
     stream.ended()
     assert [index_of(response) for response in await reading] == [0, 1, 2]
     assert stream.finished.done()
@@ -71,7 +71,7 @@ async def test_a_waiting_reader_wakes_for_each_response_then_ends_with_the_worke
 async def test_the_workers_error_comes_after_the_responses_sent_before_it() -> None:
     stream = RemoteStream(Commands())
     for index in range(3):
-        stream.received(packed(index))
+        stream.received([packed(index)])
     stream.ended(InvalidRequest("bad prompt"))
     assert stream.finished.done()
     assert [index_of(await anext(stream)) for _ in range(3)] == [0, 1, 2]
@@ -85,7 +85,7 @@ async def test_a_lost_worker_fails_the_stream_and_finishes_it() -> None:
     stream = RemoteStream(Commands())
     reading = asyncio.ensure_future(collect(stream))
     await asyncio.sleep(0)
-    stream.received(packed(0))
+    stream.received([packed(0)])
     stream.ended(WorkerLost("worker 0 died"))
     with pytest.raises(WorkerLost, match="worker 0 died"):
         await reading
@@ -95,9 +95,9 @@ async def test_a_lost_worker_fails_the_stream_and_finishes_it() -> None:
 async def test_cancel_asks_the_worker_once_ends_reading_and_finishes_on_its_answer() -> None:
     commands = Commands()
     stream = RemoteStream(commands)
-    stream.received(packed(0))
+    stream.received([packed(0)])
     assert index_of(await anext(stream)) == 0
-    stream.received(packed(1))
+    stream.received([packed(1)])
     waiting = RemoteStream(Commands())
     reading = asyncio.ensure_future(anext(waiting))
     await asyncio.sleep(0)
@@ -110,7 +110,7 @@ async def test_cancel_asks_the_worker_once_ends_reading_and_finishes_on_its_answ
         await anext(stream)  # what was queued is dropped: nobody wants it
     with pytest.raises(StopAsyncIteration):
         await reading  # a reader waiting is told the end
-    stream.received(packed(2))  # sent before the worker saw the cancel
+    stream.received([packed(2)])  # sent before the worker saw the cancel
     assert not stream.finished.done(), "finished only once the worker stopped the generator"
     stream.ended()
     assert stream.finished.done()
@@ -121,7 +121,7 @@ async def test_cancel_asks_the_worker_once_ends_reading_and_finishes_on_its_answ
 async def test_an_unreadable_response_fails_the_read_and_cancels_the_stream() -> None:
     commands = Commands()
     stream = RemoteStream(commands)
-    stream.received(("not", "a", "response"))  # type: ignore[arg-type]
+    stream.received([("not", "a", "response")])  # type: ignore[list-item]
     with pytest.raises(Exception, match="cannot be read"):
         await anext(stream)
     assert commands.of(ipc.CANCEL) == [None]
@@ -172,7 +172,7 @@ class SimulatedWorker:
         if message is None:
             self.stream.ended()
         else:
-            self.stream.received(message)
+            self.stream.received([message])
 
     def take_grant(self) -> None:
         self.credit += self.grants.pop(0)

@@ -118,7 +118,7 @@ async def test_a_plain_generators_stream_holds_a_slot_of_its_worker_until_finish
     pool.predict(1, REQUEST)
     assert len(idle.requests) == 1, "a request goes to the worker with its slot free"
 
-    busy.streams()[0].received(packed_response())
+    busy.streams()[0].received([packed_response()])
     assert (await anext(stream)).outputs[0].name == "y"
     busy.streams()[0].ended()
     with pytest.raises(StopAsyncIteration):
@@ -135,7 +135,7 @@ async def test_a_worker_that_dies_fails_its_streams_and_frees_what_they_held() -
         await pool.load(1, model("plain"))
         await pool.load(2, model("async-chat"))
         plain, interleaved = pool.stream(1, REQUEST), pool.stream(2, REQUEST)
-        worker.streams()[0].received(packed_response())
+        worker.streams()[0].received([packed_response()])
         worker.die()
         assert (await anext(plain)).outputs[0].name == "y", "what arrived is read first"
         for stream in (plain, interleaved):

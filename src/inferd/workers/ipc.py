@@ -43,7 +43,7 @@ CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it 
 # Reply kinds.
 RESULT = 10  # what the command returned
 ERROR = 11  # a WireError: what the command raised (for a stream: its end)
-STREAMED = 13  # a PackedResponse: the next response of a stream
+STREAMED = 13  # a list of PackedResponses: the next responses of a stream, in order
 ENDED = 14  # None: the stream's generator has stopped (exhausted, or cancelled)
 # In front of a reply, with call id -1: a custom_metrics.Shipment, the custom
 # metrics a runtime registered and logged since the worker's last reply.

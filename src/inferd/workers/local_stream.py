@@ -4,11 +4,11 @@ Used by the in-process pool (the reader is the request's handler) and by a
 worker process (the reader is the task that ships responses to the main
 process). A task of the stream's own steps the generator when the reader waits,
 and ahead of it up to ``read_ahead`` responses the reader has not taken yet
-(``READ_AHEAD``; a worker passes 0: its credit window is the bound there); the reader takes every
-ready one at once (:meth:`LocalStream.take`), so a model that yields faster than
-they are sent has them sent together (one write for several events) while each
-is still sent as soon as the reader is free. The bound is the back-pressure: a
-reader that does not read pauses the generator.
+(``READ_AHEAD``; in a worker, what its credit covers: :meth:`LocalStream.allow_ahead`).
+The reader takes every ready one at once (:meth:`LocalStream.take`), so a model
+that yields faster than they are sent has them sent together (one write for
+several events) while each is still sent as soon as the reader is free. The bound
+is the back-pressure: a reader that does not read pauses the generator.
 
 Where each step runs: an async generator on the event loop; a plain generator in
 ``executor`` (a thread of the model's own), or inline on the loop when there is
@@ -73,6 +73,12 @@ class LocalStream(StreamBase):
         self._ready.clear()
         self._made_room()
         return ready
+
+    def allow_ahead(self, count: int) -> None:
+        """Let the generator run up to ``count`` responses ahead of the reader from now
+        (a worker allows what its credit covers)."""
+        self._read_ahead = max(count, 0)
+        _wake(self._room)
 
     def cancel(self) -> None:
         """Stop the generator (its ``finally`` runs) and drop what it made."""

@@ -1,8 +1,9 @@
 """A ``predict_stream`` running in a worker process, as the main process reads it.
 
 The worker runs the generator (:mod:`inferd.workers.worker_streams`) and sends
-each response the moment it is yielded; the channel hands it to the stream's
-:class:`RemoteStream`, whose reader takes the responses in order.
+each response the moment it is yielded (those ready together in one message);
+the channel hands them to the stream's :class:`RemoteStream`, whose reader takes
+the responses in order.
 
 Back-pressure is credit-based. The worker steps the generator only while it
 holds credit: a stream starts with ``STREAM_WINDOW`` (16) responses' worth and
@@ -116,11 +117,11 @@ class RemoteStream(StreamBase):
 
     # Fed by the channel
 
-    def received(self, packed: ipc.PackedResponse) -> None:
-        """The worker sent the next response."""
+    def received(self, packed: list[ipc.PackedResponse]) -> None:
+        """The worker sent the next responses (those it had ready together)."""
         if self._cancelled:
             return  # sent before the worker saw the cancel: nobody reads it
-        self._responses.append(packed)
+        self._responses.extend(packed)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

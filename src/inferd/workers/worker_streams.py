@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 Send = Callable[[list[ipc.Buffer]], None]
 ReplyError = Callable[[int, BaseException], None]
-SendResponse = Callable[[InferenceResponse], None]
+SendResponses = Callable[[list[InferenceResponse]], None]
 End = Callable[[Exception | None], None]  # the generator stopped: None, or where it failed
 
 
@@ -69,15 +69,15 @@ class WorkerStreams:
         self, call_id: int, loaded: LoadedModel, request: InferenceRequest, credit: int
     ) -> None:
         """Start ``predict_stream`` with ``credit`` responses it may send at once."""
-        send_response = partial(self._send_response, call_id)
+        send_responses = partial(self._send_responses, call_id)
         end = partial(self._end, call_id)
         # Known before it starts: it may end (and remove itself) at once.
         if loaded.interleaved_streams:
-            interleaved = _InterleavedStream(self._loop, credit, send_response, end)
+            interleaved = _InterleavedStream(self._loop, credit, send_responses, end)
             self._running[call_id] = interleaved
             self._loop.call_soon_threadsafe(interleaved.start, loaded, request)
             return
-        threaded = _ThreadedStream(loaded, request, credit, send_response, end)
+        threaded = _ThreadedStream(loaded, request, credit, send_responses, end)
         self._running[call_id] = threaded
         try:
             loaded.stream_threads().submit(threaded.run)
@@ -99,9 +99,11 @@ class WorkerStreams:
         for stream in list(self._running.values()):
             stream.cancel()
 
-    def _send_response(self, call_id: int, response: InferenceResponse) -> None:
+    def _send_responses(self, call_id: int, responses: list[InferenceResponse]) -> None:
+        """Send responses of a stream, in order, in one message."""
         try:
-            pieces = ipc.encode_reply(ipc.STREAMED, call_id, ipc.pack_response(response))
+            packed = [ipc.pack_response(response) for response in responses]
+            pieces = ipc.encode_reply(ipc.STREAMED, call_id, packed)
         except Exception as error:
             raise ModelError(f"The worker cannot send the response back: {error}") from error
         self._send(pieces)
@@ -122,12 +124,12 @@ class _ThreadedStream:
         loaded: LoadedModel,
         request: InferenceRequest,
         credit: int,
-        send_response: SendResponse,
+        send_responses: SendResponses,
         end: End,
     ) -> None:
         self._loaded = loaded
         self._request = request
-        self._send_response = send_response
+        self._send_responses = send_responses
         self._end = end
         self._changed = threading.Condition(threading.Lock())  # credit granted, or cancel
         self._credit = credit
@@ -160,7 +162,7 @@ class _ThreadedStream:
                     response = loaded.next_sync(responses)
                 except StopIteration:
                     break
-                self._send_response(response)
+                self._send_responses([response])
         except Exception as raised:  # the model's error (an InferdError), or a send's
             error = raised
         finally:
@@ -193,12 +195,12 @@ class _InterleavedStream:
         self,
         loop: asyncio.AbstractEventLoop,
         credit: int,
-        send_response: SendResponse,
+        send_responses: SendResponses,
         end: End,
     ) -> None:
         self._loop = loop
         self._credit = credit
-        self._send_response = send_response
+        self._send_responses = send_responses
         self._end = end
         self._responses: LocalStream | None = None
         self._task: asyncio.Task[None] | None = None
@@ -215,8 +217,8 @@ class _InterleavedStream:
     def start(self, loaded: LoadedModel, request: InferenceRequest) -> None:
         """Call ``predict_stream`` and start pulling it (on the loop)."""
         try:
-            # No read-ahead: the credit window bounds what runs ahead of the reader.
-            self._responses = LocalStream(loaded, request, read_ahead=0)
+            # It runs ahead only as far as the credit covers (see _pump).
+            self._responses = LocalStream(loaded, request, read_ahead=self._credit)
         except Exception as error:  # predict_stream raised, or returned no generator
             self._end(error)
             return
@@ -224,6 +226,8 @@ class _InterleavedStream:
 
     def _granted(self, credit: int) -> None:
         self._credit += credit
+        if self._responses is not None:
+            self._responses.allow_ahead(self._credit)
         self._wake()
 
     def _cancel(self) -> None:
@@ -253,7 +257,9 @@ class _InterleavedStream:
         self._end(error)
 
     async def _pump(self, responses: LocalStream) -> None:
-        """Send each response as the generator yields it, while there is credit."""
+        """Send the responses as the generator yields them, those ready together in
+        one message, while there is credit. The stream never runs further ahead
+        than the credit left: what it made and what it may make fit in it."""
         while not self._cancelled:
             if self._credit <= 0:
                 self._more = self._loop.create_future()
@@ -264,10 +270,11 @@ class _InterleavedStream:
                 continue
             self._stepping = True
             try:
-                response = await anext(responses)
+                ready = await responses.take()
             except StopAsyncIteration:
                 return
             finally:
                 self._stepping = False
-            self._credit -= 1
-            self._send_response(response)
+            self._credit -= len(ready)
+            responses.allow_ahead(self._credit)
+            self._send_responses(ready)
