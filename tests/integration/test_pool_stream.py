@@ -206,11 +206,11 @@ async def test_a_slow_reader_holds_the_generator_within_the_window(
     pool: ProcessPool, instance_id: int, tmp_path: Path
 ) -> None:
     counter = tmp_path / "yielded"
-    total = 200
+    total = 300
     stream = pool.stream(instance_id, request(n=total, record=str(counter)))
-    batch = STREAM_WINDOW // 2
+    batch = STREAM_WINDOW // 4  # credit goes back a quarter window at a time
     read = 0
-    while read < 3 * STREAM_WINDOW:
+    while read < 2 * STREAM_WINDOW:
         # It runs ahead as far as the credit given back so far lets it, and no further.
         granted = STREAM_WINDOW + read // batch * batch
         await eventually(lambda: recorded(counter) >= granted)  # noqa: B023

@@ -91,7 +91,7 @@ async def test_stream_replies_reach_the_stream_and_its_credit_and_cancel_reach_t
         worker.reply(ipc.ENDED, stream_id, None)
 
     thread = in_thread(script)
-    stream = channel.open_stream(4, REQUEST, window=4)
+    stream = channel.open_stream(4, REQUEST, window=8)  # credit goes back 2 at a time
     call = channel.start_call(ipc.PREDICT, 9, "unary")
     assert [index_of(await anext(stream)) for _ in range(2)] == [0, 1]
     assert await call == "unary answer"
@@ -104,7 +104,7 @@ async def test_stream_replies_reach_the_stream_and_its_credit_and_cancel_reach_t
     (kind, stream_id, instance_id, body), predict, credit, cancel = seen
     assert (kind, instance_id) == (ipc.STREAM, 4)
     packed_request, window = body
-    assert window == 4
+    assert window == 8
     assert ipc.unpack_request(packed_request).parameters == {"n": 3}
     assert predict[0] == ipc.PREDICT and predict[1] != stream_id
     assert (credit[0], credit[1], credit[3]) == (ipc.CREDIT, stream_id, 2)
