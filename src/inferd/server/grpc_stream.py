@@ -44,9 +44,9 @@ SHUTTING_DOWN = (
 # scheduler batch, few enough to bound the memory a single stream can hold.
 STREAM_WINDOW = 16
 # Lists of answers made but not yet sent, per stream (each list: the answers of one
-# request that were ready together, at most the pool's read-ahead): a client that
-# reads slowly pauses the models' generators instead of making the server buffer
-# without bound.
+# request that were ready together, at most its stream's window: 16 in process, 64
+# from a worker): a client that reads slowly pauses the models' generators instead
+# of making the server buffer without bound.
 ANSWERS_AHEAD = 16
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
