@@ -26,6 +26,7 @@ from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
 from .fastpath import RestApp
 from .grpc import GrpcServer
+from .listener import EagerAcceptServer
 from .rest import build_rest_app
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 30
 
 
-class _Server(uvicorn.Server):
+class _Server(EagerAcceptServer):
     """A uvicorn server that leaves signal handling to :class:`InferenceServer`."""
 
     @contextlib.contextmanager
