@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Case, Scenario, VerificationError
+from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
 from .rest import Batching, Rest
@@ -12,7 +13,7 @@ from .workers import Workers
 
 SCENARIOS: dict[str, type[Scenario]] = {
     scenario.name: scenario
-    for scenario in (Rest, Grpc, Workers, Batching, Metrics, SklearnOnnx, Streaming)
+    for scenario in (Rest, Grpc, Workers, Batching, Fairness, Metrics, SklearnOnnx, Streaming)
 }
 
 __all__ = ["SCENARIOS", "Case", "Scenario", "VerificationError"]

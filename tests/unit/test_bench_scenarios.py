@@ -215,3 +215,25 @@ def test_cpu_figures_come_from_proc() -> None:
     group = group_cpu_seconds(os.getpgid(0))
     assert group is not None and group > 0
     assert main_thread_cpu_seconds(os.getpid()) is not None
+
+
+def test_fairness_runs_in_process_with_and_without_batching(tmp_path: Path, baseline: Path) -> None:
+    bench = scenario("fairness", "--baseline-src", str(baseline))
+    assert bench.options.parallel_workers == 0
+    assert [case.name for case in bench.cases()] == ["plain c64", "batching c64"]
+    assert labels(bench)[0] == ["inferd", "inferd@baseline", "mlserver"]
+    written = {}
+    for case in bench.cases():
+        bench.write_repository(tmp_path / case.name, case.contenders[0], case)
+        settings = json.loads((tmp_path / case.name / "iris" / "model-settings.json").read_text())
+        written[case.name] = settings.get("max_batch_size")
+    assert written == {"plain c64": None, "batching c64": 32}
+
+
+def test_fairness_notes_say_which_tails_are_over_the_bar() -> None:
+    bench = scenario("fairness")
+    summary = {"plain c64": {"fair": {"p50_ms": 10.0, "p99_ms": 30.0},
+                             "unfair": {"p50_ms": 10.0, "p99_ms": 200.0}}}  # fmt: skip
+    fair, unfair = bench.notes(summary)
+    assert fair.startswith("plain c64 fair: p99/p50 3.0") and fair.endswith("ok")
+    assert unfair.startswith("plain c64 unfair: p99/p50 20.0") and unfair.endswith("over 4x")
