@@ -59,7 +59,9 @@ class InferenceServer:
         self.settings = settings
         self.pool = build_pool(settings)
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
-        self.registry = Registry(self.pool, ModelStatsTable(observe=settings.metrics_enabled))
+        self.registry = Registry(
+            self.pool, ModelStatsTable(observe=settings.metrics_enabled), settings.max_queue_size
+        )
         self.repository = ModelRepository(Path(settings.model_repository_root))
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.
