@@ -56,6 +56,7 @@ class Target:
     url: str
     body: bytes  # a JSON request (wrk) or a length-prefixed gRPC message (h2load)
     answer_size: int = 0  # h2load: bytes of one verified answer frame
+    server_pid: int | None = None  # the server's process group, for loads watching its memory
 
 
 @dataclass(frozen=True)

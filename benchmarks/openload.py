@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
+import numpy as np
 import uvloop
+
+from .loadgen import LoadResult, Target
+from .servers import group_rss_bytes
 
 TICK_S = 0.001  # how often the pacer looks at the clock
 
@@ -174,3 +178,88 @@ def run_drive(
 ) -> Drive:
     """:func:`drive` on a loop of its own (for callers without one)."""
     return uvloop.run(drive(url, body_of, rate, seconds, max_outstanding, timeout_s))
+
+
+# ------------------------------------------------------------- as a benchmark load
+
+
+@dataclass(frozen=True)
+class OpenLoadResult(LoadResult):
+    """An open-loop run: ``requests`` counts the admitted (200) answers, and the
+    latencies are theirs; refusals (503) are the server doing its job, not errors."""
+
+    refused: int  # 503 answers
+    refused_without_retry_after: int
+    refused_p50_ms: float
+    wrong: int  # 200 answers that were not the expected one
+    failed: int  # other statuses, and requests without an answer (connection lost)
+    unsent: int  # not sent: the client already had its most requests in flight
+    rss_before_mib: float | None
+    rss_after_mib: float | None
+
+    @property
+    def errors(self) -> int:
+        return self.wrong + self.failed + self.refused_without_retry_after
+
+    def detail(self) -> str:
+        rss = ""
+        if self.rss_before_mib is not None and self.rss_after_mib is not None:
+            rss = f", server RSS {self.rss_before_mib:.0f} -> {self.rss_after_mib:.0f} MiB"
+        return (
+            f"\n      refused {self.refused} (p50 {self.refused_p50_ms:.1f} ms), "
+            f"unsent {self.unsent}{rss}"
+        )
+
+
+@dataclass(frozen=True)
+class OpenLoad:
+    """``rate`` requests/s of the target's body, open-loop, for the harness; ``check``
+    says whether an admitted answer's body is the right one. The server's memory
+    (the target's process group) is read before and after."""
+
+    rate: float
+    check: Callable[[bytes], bool]
+    max_outstanding: int = 2000
+    timeout_s: float = 60.0
+    name: str = "open-loop"
+
+    def run(self, target: Target, seconds: float, rate_hint: float | None) -> OpenLoadResult:
+        before = _rss_mib(target.server_pid)
+        run = run_drive(
+            target.url, lambda _: target.body, self.rate, seconds, self.max_outstanding,
+            self.timeout_s,
+        )  # fmt: skip
+        return summarize_drive(run, self.check, before, _rss_mib(target.server_pid))
+
+
+def summarize_drive(
+    run: Drive, check: Callable[[bytes], bool], rss_before: float | None, rss_after: float | None
+) -> OpenLoadResult:
+    admitted = [a for a in run.answers if a.status == 200]
+    refused = [a for a in run.answers if a.status == 503]
+    latencies = np.array([a.latency_s * 1e3 for a in admitted])
+    p50, p90, p99 = np.percentile(latencies, [50, 90, 99]) if latencies.size else (0, 0, 0)
+    refusals = np.array([a.latency_s * 1e3 for a in refused])
+    return OpenLoadResult(
+        requests=len(admitted),
+        duration_s=run.duration_s,
+        requests_per_s=len(admitted) / run.duration_s if run.duration_s else 0.0,
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p99_ms=float(p99),
+        mean_ms=float(latencies.mean()) if latencies.size else 0.0,
+        max_ms=float(latencies.max()) if latencies.size else 0.0,
+        refused=len(refused),
+        refused_without_retry_after=sum(a.retry_after is None for a in refused),
+        refused_p50_ms=float(np.median(refusals)) if refusals.size else 0.0,
+        wrong=sum(not check(a.body) for a in admitted),
+        failed=len(run.answers) - len(admitted) - len(refused),
+        unsent=run.unsent,
+        rss_before_mib=rss_before,
+        rss_after_mib=rss_after,
+    )
+
+
+def _rss_mib(pid: int | None) -> float | None:
+    resident = group_rss_bytes(pid) if pid is not None else None
+    return resident / 2**20 if resident is not None else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.openload import http_request, parse_response
+from benchmarks.openload import Answer, Drive, http_request, parse_response, summarize_drive
 
 REFUSED = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
@@ -32,3 +32,26 @@ def test_a_request_is_a_json_post_with_its_length() -> None:
     assert head.split(b"\r\n")[0] == b"POST /v2/models/m/infer HTTP/1.1"
     assert b"Content-Length: 7" in head and b"Host: 127.0.0.1:8080" in head
     assert body == b'{"a":1}'
+
+
+def test_a_drive_is_summarized_with_refusals_apart_from_errors() -> None:
+    answers = [
+        Answer(0, 0.0, 0.010, 200, None, b"right"),
+        Answer(1, 0.1, 0.030, 200, None, b"wrong"),
+        Answer(2, 0.2, 0.001, 503, "1", b"{}"),
+        Answer(3, 0.3, 0.003, 503, None, b"{}"),
+        Answer(4, 0.4, 1.000, 0, None, b""),
+    ]
+    result = summarize_drive(
+        Drive(answers, unsent=7, duration_s=2.0), lambda b: b == b"right", 1, 2
+    )
+    assert (result.requests, result.requests_per_s) == (2, 1.0)
+    assert (result.refused, result.refused_without_retry_after, result.refused_p50_ms) == (
+        2,
+        1,
+        2.0,
+    )
+    assert (result.wrong, result.failed, result.unsent) == (1, 1, 7)
+    assert result.errors == 1 + 1 + 1, "a wrong answer, a lost one, a 503 without Retry-After"
+    assert result.max_ms == 30.0
+    assert "refused 2 (p50 2.0 ms), unsent 7, server RSS 1 -> 2 MiB" in result.detail()
