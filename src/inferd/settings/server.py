@@ -12,7 +12,7 @@ from ..version import __version__
 from .base import EnvFirstSettings
 
 # The default bound of every model version's queue: see the README's "Overload".
-DEFAULT_MAX_QUEUE_SIZE = 1024
+DEFAULT_MAX_QUEUE_SIZE = 256
 
 
 class CORSSettings(BaseModel):
