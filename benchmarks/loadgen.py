@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -56,6 +56,9 @@ class Target:
     url: str
     body: bytes  # a JSON request (wrk) or a length-prefixed gRPC message (h2load)
     answer_size: int = 0  # h2load: bytes of one verified answer frame
+    # The server's process group, for loads that watch its memory (keyword-only: the
+    # subclasses' fields stay positional).
+    server_pid: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,56 @@ def write_busy_model(repo: Path, implementation: str, ms: float, iterations: int
     return folder
 
 
+# A model with a known service time: it sleeps (holding its worker) then answers y = 2x.
+SLEEP_MODULE = '''\
+"""Sleeps {ms} ms per call (a known service time), then y = 2x."""
+
+import time
+
+SECONDS = {ms} / 1000
+
+try:
+    from inferd import InferenceResponse, Model, Tensor
+
+    class SleepInferd(Model):
+        def predict(self, request):
+            time.sleep(SECONDS)
+            return InferenceResponse(outputs=[Tensor("y", request.inputs[0].data * 2)])
+
+except ImportError:
+    pass
+
+try:
+    from mlserver import MLModel
+    from mlserver.codecs import NumpyCodec
+    from mlserver.types import InferenceResponse as MLServerResponse
+
+    class SleepMLServer(MLModel):
+        async def predict(self, payload):
+            time.sleep(SECONDS)  # blocks its worker, as a model busy computing does
+            x = NumpyCodec.decode_input(payload.inputs[0])
+            return MLServerResponse(
+                model_name=self.name, outputs=[NumpyCodec.encode_output("y", x * 2)]
+            )
+
+except ImportError:
+    pass
+'''
+
+
+def write_sleep_model(
+    repo: Path, implementation: str, ms: float, fields: Mapping[str, Any] | None = None
+) -> Path:
+    """``repo/sleep``: the model of known service time, served by ``sleep.<implementation>``;
+    ``fields`` are added to its model-settings.json."""
+    folder = repo / "sleep"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sleep.py").write_text(SLEEP_MODULE.format(ms=ms))
+    settings = {"name": "sleep", "implementation": implementation, **(fields or {})}
+    write_json(folder / "model-settings.json", settings)
+    return folder
+
+
 # A streaming model: one request holding a count N, answered by N responses of one INT32
 # each (0..N-1), yielded as fast as the server takes them. Both servers' runtime classes
 # in one module, as for the busy model.

@@ -149,6 +149,23 @@ def group_cpu_seconds(pgid: int) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def group_rss_bytes(pgid: int) -> int | None:
+    """Resident memory, in bytes, of every live process in the process group ``pgid``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    pages = 0
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                group, resident = int(fields[2]), int(fields[21])
+            except (OSError, IndexError, ValueError):
+                continue  # the process ended meanwhile
+            pages += resident if group == pgid else 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def main_thread_cpu_seconds(pid: int) -> float | None:
     """User+system CPU seconds of the main thread of process ``pid``."""
     try:

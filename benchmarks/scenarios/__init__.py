@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from .base import Case, Scenario, VerificationError
+from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
+from .overload import Overload
 from .rest import Batching, Rest
 from .sklearn_onnx import SklearnOnnx
 from .streaming import Streaming
@@ -12,7 +14,17 @@ from .workers import Workers
 
 SCENARIOS: dict[str, type[Scenario]] = {
     scenario.name: scenario
-    for scenario in (Rest, Grpc, Workers, Batching, Metrics, SklearnOnnx, Streaming)
+    for scenario in (
+        Rest,
+        Grpc,
+        Workers,
+        Batching,
+        Fairness,
+        Overload,
+        Metrics,
+        SklearnOnnx,
+        Streaming,
+    )
 }
 
 __all__ = ["SCENARIOS", "Case", "Scenario", "VerificationError"]

@@ -7,7 +7,8 @@ timers, slots). Rules:
   0 (or no ``priority`` parameter) means the model's ``default_priority_level``.
   Requests leave by level, first in first out within a level.
 - At most ``max_size`` requests wait (0: no bound); past that, :meth:`push`
-  raises :class:`Overloaded` at once.
+  raises :class:`Overloaded` at once. The bound is the version's own
+  ``max_queue_size``, or the server's when its model-settings.json sets none.
 - A request whose deadline has passed is taken out by :meth:`pop_expired` and never
   reaches a batch.
 - Which requests leave together, and when, is the version's
@@ -48,22 +49,39 @@ class Pending:
     timer: Any = field(default=None)  # the scheduler's deadline timer
 
 
+MODEL_SETTINGS_BOUND = "its model-settings.json"
+SERVER_SETTINGS_BOUND = "settings.json (for every model)"
+
+
 @dataclass(slots=True, frozen=True)
 class QueuePolicy:
     max_size: int = 0  # 0: unbounded
     timeout: float | None = None  # seconds; None or 0: no deadline
     default_priority_level: int = 1
+    bound_set_in: str = MODEL_SETTINGS_BOUND  # where max_size comes from, for the error
 
     @classmethod
-    def of(cls, settings: ModelSettings | None) -> QueuePolicy:
-        """The policy a model version's settings ask for (defaults without any)."""
+    def of(cls, settings: ModelSettings | None, server_max_size: int = 0) -> QueuePolicy:
+        """The policy a model version's settings ask for (defaults without any);
+        ``server_max_size`` is the server's bound, for versions that set none."""
+        own_bound = settings.max_queue_size if settings is not None else None
+        max_size, bound_set_in = queue_bound(own_bound, server_max_size)
         if settings is None:
-            return cls()
+            return cls(max_size=max_size, bound_set_in=bound_set_in)
         return cls(
-            max_size=settings.max_queue_size,
+            max_size=max_size,
             timeout=settings.timeout or None,
             default_priority_level=settings.default_priority_level,
+            bound_set_in=bound_set_in,
         )
+
+
+def queue_bound(model_max_size: int | None, server_max_size: int) -> tuple[int, str]:
+    """A version's queue bound (0: none) and where it is set: the version's own
+    ``max_queue_size`` when it sets one, 0 included, else the server's."""
+    if model_max_size is None:
+        return server_max_size, SERVER_SETTINGS_BOUND
+    return model_max_size, MODEL_SETTINGS_BOUND
 
 
 # The requests to send now (empty: none yet), and until when a held batch may wait.
@@ -113,7 +131,7 @@ class RequestQueue:
         if limit and self._size >= limit:
             raise Overloaded(
                 f"The queue of {self._label} is full ({limit} requests waiting); retry later, "
-                "or raise max_queue_size in its model-settings.json"
+                f"or raise max_queue_size in {self.policy.bound_set_in}"
             )
         self._levels.setdefault(pending.priority, deque()).append(pending)
         self._size += 1

@@ -61,9 +61,11 @@ class _Model:
 
 
 class Registry:
-    def __init__(self, pool: Pool, stats: ModelStatsTable) -> None:
+    def __init__(self, pool: Pool, stats: ModelStatsTable, max_queue_size: int = 0) -> None:
         self._pool = pool
         self.stats = stats
+        # The server's queue bound (settings.json), for versions that set none (0: none).
+        self._max_queue_size = max_queue_size
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
@@ -155,7 +157,12 @@ class Registry:
             raise _as_inferd_error(error) from error
         new.stats = self.stats.of(settings.name, settings.version)
         new.scheduler = Scheduler(
-            self._pool, instance_id, settings, new.stats, new.instance.interleaved_streams
+            self._pool,
+            instance_id,
+            settings,
+            new.stats,
+            new.instance.interleaved_streams,
+            server_max_queue_size=self._max_queue_size,
         )
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started

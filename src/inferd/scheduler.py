@@ -79,15 +79,16 @@ class Scheduler:
         settings: ModelSettings | None = None,
         stats: ModelStats | None = None,
         interleaved_streams: bool = False,
+        server_max_queue_size: int = 0,
     ) -> None:
         self._pool = pool
         self.instance_id = instance_id
         self._in_flight = 0
         self._batch_policy = batch_policy_of(settings)
         self._label = settings.label if settings is not None else "the model"
-        self._queue = RequestQueue(
-            QueuePolicy.of(settings), self._batch_policy, self._label, time.monotonic
-        )
+        # The version's own queue bound, or the server's when its settings set none.
+        policy = QueuePolicy.of(settings, server_max_queue_size)
+        self._queue = RequestQueue(policy, self._batch_policy, self._label, time.monotonic)
         self._hold_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._drained: asyncio.Event | None = None

@@ -11,6 +11,7 @@ import joblib
 import pytest
 
 from benchmarks.loadgen import H2load, Wrk
+from benchmarks.openload import OpenLoad
 from benchmarks.options import MLSERVER_PYTHON_ENV, parse_options
 from benchmarks.repository import (
     ROW,
@@ -21,6 +22,7 @@ from benchmarks.repository import (
 )
 from benchmarks.scenarios import SCENARIOS, Scenario
 from benchmarks.scenarios.grpc import grpc_frame, infer_request, predicted_class_of
+from benchmarks.scenarios.overload import doubled
 from benchmarks.servers import (
     Contender,
     Programs,
@@ -215,3 +217,50 @@ def test_cpu_figures_come_from_proc() -> None:
     group = group_cpu_seconds(os.getpgid(0))
     assert group is not None and group > 0
     assert main_thread_cpu_seconds(os.getpid()) is not None
+
+
+def test_fairness_runs_in_process_with_and_without_batching(tmp_path: Path, baseline: Path) -> None:
+    bench = scenario("fairness", "--baseline-src", str(baseline))
+    assert bench.options.parallel_workers == 0
+    assert [case.name for case in bench.cases()] == ["plain c64", "batching c64"]
+    assert labels(bench)[0] == ["inferd", "inferd@baseline", "mlserver"]
+    written = {}
+    for case in bench.cases():
+        bench.write_repository(tmp_path / case.name, case.contenders[0], case)
+        settings = json.loads((tmp_path / case.name / "iris" / "model-settings.json").read_text())
+        written[case.name] = settings.get("max_batch_size")
+    assert written == {"plain c64": None, "batching c64": 32}
+
+
+def test_fairness_notes_say_which_tails_are_over_the_bar() -> None:
+    bench = scenario("fairness")
+    summary = {"plain c64": {"fair": {"p50_ms": 10.0, "p99_ms": 30.0},
+                             "unfair": {"p50_ms": 10.0, "p99_ms": 200.0}}}  # fmt: skip
+    fair, unfair = bench.notes(summary)
+    assert fair.startswith("plain c64 fair: p99/p50 3.0") and fair.endswith("ok")
+    assert unfair.startswith("plain c64 unfair: p99/p50 20.0") and unfair.endswith("over 4x")
+
+
+def test_overload_offers_ten_times_what_the_model_serves_to_each_queue_bound(
+    tmp_path: Path,
+) -> None:
+    bench = scenario("overload", "--queue-sizes", "16", "0", "--service-ms", "20")
+    (case,) = bench.cases()
+    assert [c.label for c in case.contenders] == ["inferd q=16", "inferd q=0", "mlserver"]
+    assert case.contenders[0].settings == {"max_queue_size": 16}
+    assert bench.options.parallel_workers == 1
+    assert isinstance(case.load, OpenLoad) and case.load.rate == 500.0
+    assert case.load.max_outstanding == 2000
+    bench.write_repository(tmp_path, case.contenders[2], case)
+    written = json.loads((tmp_path / "sleep" / "model-settings.json").read_text())
+    assert written["implementation"] == "sleep.SleepMLServer"
+    assert "SECONDS = 20.0 / 1000" in (tmp_path / "sleep" / "sleep.py").read_text()
+
+
+def test_overload_checks_answers_as_float32() -> None:
+    assert doubled(
+        b'{"outputs": [{"data": [10.199999809265137, 7.0, 2.799999952316284, 0.4000000059604645]}]}'
+    )
+    assert doubled(b'{"outputs": [{"data": [10.2, 7.0, 2.8, 0.4]}]}')
+    assert not doubled(b'{"outputs": [{"data": [5.1, 3.5, 1.4, 0.2]}]}')
+    assert not doubled(b'{"error": "full"}')

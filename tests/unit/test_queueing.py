@@ -7,7 +7,8 @@ import pytest
 
 from inferd.batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
 from inferd.errors import InvalidRequest, Overloaded
-from inferd.queueing import Pending, QueuePolicy, RequestQueue
+from inferd.queueing import Pending, QueuePolicy, RequestQueue, queue_bound
+from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, Tensor
 
 
@@ -120,6 +121,35 @@ def test_a_full_queue_refuses_at_once() -> None:
     with pytest.raises(Overloaded, match=r"queue of model 'm' is full.*max_queue_size"):
         push(queue, request(1, "c"))
     assert len(queue) == 2
+
+
+def test_a_model_without_a_bound_of_its_own_gets_the_servers() -> None:
+    assert queue_bound(None, 1024) == (1024, "settings.json (for every model)")
+    assert queue_bound(None, 0) == (0, "settings.json (for every model)")
+
+
+def test_a_models_own_bound_wins_and_zero_means_unbounded() -> None:
+    assert queue_bound(8, 1024) == (8, "its model-settings.json")
+    assert queue_bound(0, 1024) == (0, "its model-settings.json")
+    assert queue_bound(4096, 16) == (4096, "its model-settings.json")
+
+
+def test_the_policy_takes_the_bound_from_where_it_is_set() -> None:
+    unset, unbounded = ModelSettings(name="m"), ModelSettings(name="m", max_queue_size=0)
+    assert QueuePolicy.of(unset, 64).max_size == 64
+    assert QueuePolicy.of(unbounded, 64).max_size == 0
+    assert QueuePolicy.of(None, 64).max_size == 64
+    assert QueuePolicy.of(unset).max_size == 0, "no server bound given: none"
+
+
+def test_a_full_queue_names_the_file_its_bound_comes_from() -> None:
+    policy = QueuePolicy.of(ModelSettings(name="m"), 1)
+    queue = RequestQueue(policy, NoBatching(), "model 'm'", FakeClock())
+    push(queue, request(1, "a"))
+    with pytest.raises(
+        Overloaded, match=r"\(1 requests waiting\).*max_queue_size in settings.json"
+    ):
+        push(queue, request(1, "b"))
 
 
 def test_expired_requests_leave_the_queue_and_never_join_a_batch() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferd.settings import ServerSettings
+from inferd.settings.server import DEFAULT_MAX_QUEUE_SIZE
 from inferd.settings_loader import (
     load_server_settings,
 )
@@ -33,6 +34,19 @@ def test_defaults_are_mlservers(tmp_path: Path) -> None:
     assert settings.cors_settings is None
     assert settings.server_name == "inferd"
     assert settings.model_repository_root == str(tmp_path)
+
+
+def test_the_queue_bound_is_server_wide_by_default_and_settable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_server_settings(tmp_path).max_queue_size == DEFAULT_MAX_QUEUE_SIZE > 0
+    write_server_settings(tmp_path, {"max_queue_size": 0})
+    assert load_server_settings(tmp_path).max_queue_size == 0
+    monkeypatch.setenv("INFERD_MAX_QUEUE_SIZE", "64")
+    assert load_server_settings(tmp_path).max_queue_size == 64
+    write_server_settings(tmp_path, {"max_queue_size": -1})
+    monkeypatch.delenv("INFERD_MAX_QUEUE_SIZE")
+    assert "max_queue_size" in config_error(load_server_settings, tmp_path)
 
 
 def test_the_file_wins_over_the_default(tmp_path: Path) -> None:

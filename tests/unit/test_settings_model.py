@@ -57,6 +57,15 @@ def test_mlserver_model_settings_are_read(tmp_path: Path) -> None:
     assert settings.parameters is not None and settings.parameters.content_type == "np"
 
 
+def test_the_queue_bound_is_the_servers_unless_the_model_sets_one(tmp_path: Path) -> None:
+    unset = load_model_settings(write_model(tmp_path / "a", {"implementation": "x.Y"}))
+    assert unset.max_queue_size is None
+    explicit = {"implementation": "x.Y", "max_queue_size": 0}
+    assert load_model_settings(write_model(tmp_path / "b", explicit)).max_queue_size == 0
+    null = {"implementation": "x.Y", "max_queue_size": None}
+    assert load_model_settings(write_model(tmp_path / "c", null)).max_queue_size is None
+
+
 def test_an_absolute_uri_is_kept(tmp_path: Path) -> None:
     path = write_model(tmp_path / "m", {"parameters": {"uri": "/data/model.joblib"}})
     assert load_model_settings(path).uri == Path("/data/model.joblib")

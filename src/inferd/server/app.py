@@ -26,6 +26,7 @@ from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
 from .fastpath import RestApp
 from .grpc import GrpcServer
+from .listener import EagerAcceptServer
 from .rest import build_rest_app
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 30
 
 
-class _Server(uvicorn.Server):
+class _Server(EagerAcceptServer):
     """A uvicorn server that leaves signal handling to :class:`InferenceServer`."""
 
     @contextlib.contextmanager
@@ -58,7 +59,9 @@ class InferenceServer:
         self.settings = settings
         self.pool = build_pool(settings)
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
-        self.registry = Registry(self.pool, ModelStatsTable(observe=settings.metrics_enabled))
+        self.registry = Registry(
+            self.pool, ModelStatsTable(observe=settings.metrics_enabled), settings.max_queue_size
+        )
         self.repository = ModelRepository(Path(settings.model_repository_root))
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.

@@ -102,9 +102,10 @@ class ModelSettings(EnvFirstSettings):
     max_batch_time: float = Field(default=0.0, ge=0)
     """Adaptive batching: longest a request waits for company, in seconds."""
 
-    max_queue_size: int = Field(default=0, ge=0)
-    """Most requests that may wait in this version's queue (0: no bound). Past it a
-    request is refused at once with 503 / UNAVAILABLE and a Retry-After header."""
+    max_queue_size: int | None = Field(default=None, ge=0)
+    """Most requests that may wait in this version's queue for a free slot; unset: the
+    server's ``max_queue_size``; 0: no bound. Past it a request is refused at once with
+    503 / UNAVAILABLE and a Retry-After header."""
 
     max_concurrent_streams: int = Field(default=256, ge=1)
     """Most streams of this version open at once whose ``predict_stream`` is an async

@@ -11,6 +11,9 @@ from pydantic_settings import SettingsConfigDict
 from ..version import __version__
 from .base import EnvFirstSettings
 
+# The default bound of every model version's queue: see the README's "Overload".
+DEFAULT_MAX_QUEUE_SIZE = 256
+
 
 class CORSSettings(BaseModel):
     """Cross-origin resource sharing, as MLServer's ``cors_settings``."""
@@ -107,6 +110,12 @@ class ServerSettings(EnvFirstSettings):
 
     max_request_size: int = Field(default=128 * 1024 * 1024, gt=0)
     """Largest request body accepted, in bytes (after gzip decompression); larger gets 413."""
+
+    max_queue_size: int = Field(default=DEFAULT_MAX_QUEUE_SIZE, ge=0)
+    """Most requests that may wait in each model version's queue for a free slot, for
+    versions whose model-settings.json sets none (0: no bound). Past it a request is
+    refused at once with 503 / UNAVAILABLE and Retry-After, so a load beyond what the
+    workers serve grows neither memory nor the wait of admitted requests without bound."""
 
     environments_dir: str | None = None
     """Accepted for MLServer compatibility; per-model environments are not supported."""

@@ -283,3 +283,12 @@ class _TokenPlan:
         text = np.array([f"tok{index}".encode()], dtype=object)
         outputs = [Tensor("index", np.array([index], np.int64)), Tensor("text_output", text)]
         return InferenceResponse(outputs=outputs)
+
+
+class Sleeps(Model):
+    """A known service time: sleeps ``parameters.extra.seconds`` (holding its slot),
+    then answers y = 2x."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        time.sleep(float(self.settings.extra.get("seconds", 0.01)))
+        return InferenceResponse(outputs=[Tensor("y", request.inputs[0].data * 2)])

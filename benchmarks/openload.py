@@ -1,0 +1,265 @@
+"""An open-loop HTTP/1.1 load: requests sent at a fixed rate, whatever the answers.
+
+wrk and h2load are closed-loop: a connection sends its next request when the
+previous answer is in, so a slow server slows its own load down. Overload is
+the opposite: clients keep coming. :func:`drive` sends request ``i`` at time
+``i / rate`` on an idle keep-alive connection, or on a new one (up to
+``max_outstanding`` requests in flight; past that the request is counted as
+not sent), and records every answer: status, latency, Retry-After and body.
+Plain asyncio sockets with uvloop keep the client's cost per request low.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+from urllib.parse import urlsplit
+
+import numpy as np
+import uvloop
+
+from .loadgen import LoadResult, Target
+from .servers import group_rss_bytes
+
+TICK_S = 0.001  # how often the pacer looks at the clock
+
+
+@dataclass(slots=True)
+class Answer:
+    """One request's fate."""
+
+    index: int
+    sent_at: float  # seconds since the load started
+    latency_s: float
+    status: int  # 0: no answer (connection lost or timed out)
+    retry_after: str | None
+    body: bytes
+
+
+@dataclass
+class Drive:
+    """What a run produced: every answer, and the requests that could not be sent."""
+
+    answers: list[Answer] = field(default_factory=list)
+    unsent: int = 0
+    duration_s: float = 0.0
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: one request at a time, its answer parsed here."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, str | None, bytes]] | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("the server closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        answer = parse_response(self.buffer)
+        if answer is not None and self.waiter is not None and not self.waiter.done():
+            status, retry_after, body, used = answer
+            del self.buffer[:used]
+            self.waiter.set_result((status, retry_after, body))
+
+    async def exchange(self, request: bytes) -> tuple[int, str | None, bytes]:
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self.waiter
+
+
+def parse_response(buffer: bytearray) -> tuple[int, str | None, bytes, int] | None:
+    """(status, Retry-After, body, bytes used) of the whole response at the start of
+    ``buffer``; None until it is all there. Needs a Content-Length (inferd and
+    uvicorn always send one for these answers)."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = bytes(buffer[:end]).split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip().decode("latin-1")
+    length = int(headers.get(b"content-length", "0"))
+    if len(buffer) < end + 4 + length:
+        return None
+    body = bytes(buffer[end + 4 : end + 4 + length])
+    return status, headers.get(b"retry-after"), body, end + 4 + length
+
+
+def http_request(url: str, body: bytes) -> bytes:
+    """A JSON POST of ``body`` to ``url``, as bytes on the wire."""
+    parts = urlsplit(url)
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def drive(
+    url: str,
+    body_of: Callable[[int], bytes],
+    rate: float,
+    seconds: float,
+    max_outstanding: int = 1000,
+    timeout_s: float = 30.0,
+) -> Drive:
+    """Send ``body_of(i)`` at ``i / rate`` seconds for ``seconds``; wait for the answers."""
+    loop = asyncio.get_running_loop()
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    idle: list[_Connection] = []
+    run = Drive()
+    in_flight: set[asyncio.Task[None]] = set()
+    started = time.perf_counter()
+
+    async def one(index: int, sent_at: float) -> None:
+        connection = None
+        while idle and connection is None:
+            connection = idle.pop()
+            connection = None if connection.closed else connection
+        status, retry_after, answer = 0, None, b""
+        try:
+            if connection is None:
+                _, connection = await loop.create_connection(_Connection, host, port)
+            request = http_request(url, body_of(index))
+            status, retry_after, answer = await asyncio.wait_for(
+                connection.exchange(request), timeout_s
+            )
+        except (OSError, TimeoutError):
+            connection = None
+        latency = time.perf_counter() - started - sent_at
+        run.answers.append(Answer(index, sent_at, latency, status, retry_after, answer))
+        if connection is not None and not connection.closed:
+            idle.append(connection)
+
+    total = int(rate * seconds)
+    for index in range(total):
+        due = index / rate
+        while (now := time.perf_counter() - started) < due:
+            await asyncio.sleep(min(TICK_S, due - now))
+        if len(in_flight) >= max_outstanding:
+            run.unsent += 1
+            continue
+        task = asyncio.ensure_future(one(index, now))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+    if in_flight:
+        await asyncio.wait(in_flight)
+    run.duration_s = time.perf_counter() - started
+    for connection in idle:
+        if connection.transport is not None:
+            connection.transport.close()
+    return run
+
+
+def run_drive(
+    url: str,
+    body_of: Callable[[int], bytes],
+    rate: float,
+    seconds: float,
+    max_outstanding: int = 1000,
+    timeout_s: float = 30.0,
+) -> Drive:
+    """:func:`drive` on a loop of its own (for callers without one)."""
+    return uvloop.run(drive(url, body_of, rate, seconds, max_outstanding, timeout_s))
+
+
+# ------------------------------------------------------------- as a benchmark load
+
+
+@dataclass(frozen=True)
+class OpenLoadResult(LoadResult):
+    """An open-loop run: ``requests`` counts the admitted (200) answers, and the
+    latencies are theirs; refusals (503) are the server doing its job, not errors."""
+
+    refused: int  # 503 answers
+    refused_without_retry_after: int
+    refused_p50_ms: float
+    wrong: int  # 200 answers that were not the expected one
+    failed: int  # other statuses, and requests without an answer (connection lost)
+    unsent: int  # not sent: the client already had its most requests in flight
+    rss_before_mib: float | None
+    rss_after_mib: float | None
+
+    @property
+    def errors(self) -> int:
+        return self.wrong + self.failed + self.refused_without_retry_after
+
+    def detail(self) -> str:
+        rss = ""
+        if self.rss_before_mib is not None and self.rss_after_mib is not None:
+            rss = f", server RSS {self.rss_before_mib:.0f} -> {self.rss_after_mib:.0f} MiB"
+        return (
+            f"\n      refused {self.refused} (p50 {self.refused_p50_ms:.1f} ms), "
+            f"unsent {self.unsent}{rss}"
+        )
+
+
+@dataclass(frozen=True)
+class OpenLoad:
+    """``rate`` requests/s of the target's body, open-loop, for the harness; ``check``
+    says whether an admitted answer's body is the right one. The server's memory
+    (the target's process group) is read before and after."""
+
+    rate: float
+    check: Callable[[bytes], bool]
+    max_outstanding: int = 2000
+    timeout_s: float = 60.0
+    name: str = "open-loop"
+
+    def run(self, target: Target, seconds: float, rate_hint: float | None) -> OpenLoadResult:
+        before = _rss_mib(target.server_pid)
+        run = run_drive(
+            target.url, lambda _: target.body, self.rate, seconds, self.max_outstanding,
+            self.timeout_s,
+        )  # fmt: skip
+        return summarize_drive(run, self.check, before, _rss_mib(target.server_pid))
+
+
+def summarize_drive(
+    run: Drive, check: Callable[[bytes], bool], rss_before: float | None, rss_after: float | None
+) -> OpenLoadResult:
+    admitted = [a for a in run.answers if a.status == 200]
+    refused = [a for a in run.answers if a.status == 503]
+    latencies = np.array([a.latency_s * 1e3 for a in admitted])
+    p50, p90, p99 = np.percentile(latencies, [50, 90, 99]) if latencies.size else (0, 0, 0)
+    refusals = np.array([a.latency_s * 1e3 for a in refused])
+    return OpenLoadResult(
+        requests=len(admitted),
+        duration_s=run.duration_s,
+        requests_per_s=len(admitted) / run.duration_s if run.duration_s else 0.0,
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p99_ms=float(p99),
+        mean_ms=float(latencies.mean()) if latencies.size else 0.0,
+        max_ms=float(latencies.max()) if latencies.size else 0.0,
+        refused=len(refused),
+        refused_without_retry_after=sum(a.retry_after is None for a in refused),
+        refused_p50_ms=float(np.median(refusals)) if refusals.size else 0.0,
+        wrong=sum(not check(a.body) for a in admitted),
+        failed=len(run.answers) - len(admitted) - len(refused),
+        unsent=run.unsent,
+        rss_before_mib=rss_before,
+        rss_after_mib=rss_after,
+    )
+
+
+def _rss_mib(pid: int | None) -> float | None:
+    resident = group_rss_bytes(pid) if pid is not None else None
+    return resident / 2**20 if resident is not None else None
