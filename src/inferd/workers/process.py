@@ -290,14 +290,27 @@ class WorkerProcess:
     # Requests
 
     def predict(
-        self, instance_id: int, request: InferenceRequest
+        self,
+        instance_id: int,
+        request: InferenceRequest,
+        then: Callable[[asyncio.Future[InferenceResponse]], None] | None = None,
     ) -> asyncio.Future[InferenceResponse]:
-        """Send the request now; the future gets the response."""
+        """Send the request now; the future gets the response. ``then(future)`` is
+        called once it is done, right after the books here are (in the same callback:
+        a caller following its requests costs no extra turn of the event loop)."""
         future: asyncio.Future[InferenceResponse] = self._call(
             ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
         )
         self._started(instance_id)
-        future.add_done_callback(lambda _: self._finished(instance_id))
+        if then is None:
+            future.add_done_callback(lambda _: self._finished(instance_id))
+        else:
+
+            def finished(done: asyncio.Future[InferenceResponse]) -> None:
+                self._finished(instance_id)
+                then(done)
+
+            future.add_done_callback(finished)
         return future
 
     def stream(

@@ -140,11 +140,11 @@ class SentCalls:
 
     def _send(self, call: SentCall, worker: WorkerProcess) -> None:
         call.worker = worker
-        call.running = running = worker.predict(call.instance_id, call.request)
+        ended = partial(self._attempt_ended, call)
+        call.running = worker.predict(call.instance_id, call.request, ended)
         limit = call.settings.inference_timeout
         if limit:
             self._timer.started(call, call.instance_id, limit)
-        running.add_done_callback(partial(self._attempt_ended, call))
 
     def _attempt_ended(self, call: SentCall, running: asyncio.Future[InferenceResponse]) -> None:
         if call.settings.inference_timeout:
