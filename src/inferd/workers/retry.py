@@ -119,7 +119,10 @@ class SentCalls:
             call = retries.popleft()
             if call.expiry is not None:
                 call.expiry.cancel()
-            self._send(call, worker)
+            try:
+                self._send(call, worker)
+            except InferdError as error:  # it died just now: this runs in callbacks,
+                call.answer.set_exception(error)  # where a raise would leave it hanging
         if retries is not None and not retries:
             del self._retries[instance_id]  # so that a finished call checks one empty dict
 
