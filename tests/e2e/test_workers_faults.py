@@ -144,7 +144,7 @@ def test_a_call_past_inference_timeout_is_504_its_worker_restarts_and_others_are
         for name in ("steady", "once"):
             started = tmp_path / f"{name}-started"
             in_flight[name] = running.submit(
-                post, server, name, [7, 8], sleep=2.0, started=str(started)
+                post, server, name, [7, 8], sleep=3.0, started=str(started)
             )
             wait_for(started.exists, f"the {name} request running")
         began = time.monotonic()
