@@ -14,6 +14,7 @@ from .server.app import InferenceServer
 from .settings import ServerSettings
 from .settings_loader import load_server_settings
 from .version import __version__
+from .workers.inprocess import refuse_unstoppable
 
 
 @click.group()
@@ -53,7 +54,11 @@ def _check_repository(settings: ServerSettings) -> None:
     """
     repository = ModelRepository(Path(settings.model_repository_root))
     if settings.load_models_at_startup:
-        repository.find_all()  # raises on any invalid model-settings.json or duplicate
+        # Raises on any invalid model-settings.json or duplicate.
+        models = repository.find_all()
+        if settings.parallel_workers == 0:
+            for model in models:
+                refuse_unstoppable(model)
     else:
         repository.scan()  # the folder must exist; files are read when a model is loaded
 

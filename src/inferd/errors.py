@@ -72,6 +72,10 @@ class DeadlineExceeded(InferdError):
     code = ErrorCode.DEADLINE_EXCEEDED
 
 
+class InferenceTimeout(DeadlineExceeded):
+    """A model call ran past its ``inference_timeout``; its worker process was killed."""
+
+
 class PayloadTooLarge(InferdError):
     code = ErrorCode.PAYLOAD_TOO_LARGE
 

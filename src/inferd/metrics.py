@@ -174,15 +174,22 @@ def _model_families(models: ModelStatsTable) -> Iterator[Metric]:
     streams = GaugeMetricFamily(
         "model_streams_in_flight", "Streams of the model open now", labels=MODEL_LABELS
     )
+    timeouts = CounterMetricFamily(
+        "model_inference_timeouts",
+        "Calls of the model that ran past its inference_timeout (their worker was killed)",
+        labels=MODEL_LABELS,
+    )
     for stats in models:
         labels = (stats.name, stats.version)
         success.add_metric(labels, stats.success_count)
         failure.add_metric(labels, stats.fail_count)
+        timeouts.add_metric(labels, stats.timeouts)
         streams.add_metric(labels, stats.streams_open)
         for attribute, family in histograms.items():
             _add_histogram(family, labels, getattr(stats, attribute))
     yield success
     yield failure
+    yield timeouts
     yield streams
     yield from histograms.values()
 

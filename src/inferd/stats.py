@@ -98,6 +98,7 @@ class ModelStats:
         "streams_open",
         "success_count",
         "success_ns",
+        "timeouts",
         "version",
     )
 
@@ -126,6 +127,8 @@ class ModelStats:
         self.streams_open = 0
         self.first_response = Histogram(DURATION_BUCKETS)
         self.stream_responses = Histogram(STREAM_RESPONSE_BUCKETS)
+        # Calls killed for running past the model's inference_timeout.
+        self.timeouts = 0
 
     def stream_opened(self) -> None:
         self.streams_open += 1
@@ -156,6 +159,10 @@ class ModelStats:
         if self.observe:
             self.duration.observe(elapsed / NS_PER_SECOND)
         return elapsed
+
+    def timed_out(self) -> None:
+        """A call of the model ran past its inference_timeout (its worker was killed)."""
+        self.timeouts += 1
 
     def waited(self, queue_ns: int) -> None:
         """A request got a worker slot after waiting ``queue_ns`` for it."""

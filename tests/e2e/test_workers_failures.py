@@ -63,7 +63,9 @@ def index_entry(server: ServerProcess, name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def two_workers(tmp_path: Path, start: Callable[..., ServerProcess]) -> ServerProcess:
-    add_custom_model(tmp_path, "where", "WhereAmI")
+    # Not retried, so that a request lost with its worker shows (see test_workers_faults.py
+    # for the retries).
+    add_custom_model(tmp_path, "where", "WhereAmI", retry_on_worker_failure=False)
     add_custom_model(tmp_path, "alone", "WhereAmI", workers=1)
     server = start(tmp_path, settings={"parallel_workers": 2})
     wait_for(lambda: len(children(server.process.pid)) == 2, "two worker processes")

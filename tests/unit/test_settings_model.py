@@ -88,6 +88,21 @@ def test_model_variables_win_over_the_file(tmp_path: Path, monkeypatch: pytest.M
     assert load_model_settings(path).name == "from-inferd-env"
 
 
+def test_fault_settings_default_to_retries_and_no_limit_and_the_limit_has_a_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_model(tmp_path / "m", {"retry_on_worker_failure": False})
+    settings = load_model_settings(path)
+    assert (settings.inference_timeout, settings.retry_on_worker_failure) == (None, False)
+    assert model_settings_from_dict({}, None).retry_on_worker_failure is True
+    monkeypatch.setenv("INFERD_MODEL_INFERENCE_TIMEOUT", "2.5")
+    assert load_model_settings(path).inference_timeout == 2.5
+    monkeypatch.setenv("INFERD_MODEL_INFERENCE_TIMEOUT", "-1")
+    message = config_error(load_model_settings, path)
+    assert "inference_timeout: Input should be greater than or equal to 0" in message
+    assert "from environment variable INFERD_MODEL_INFERENCE_TIMEOUT" in message
+
+
 def test_a_relative_uri_from_the_environment_is_relative_to_the_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inferd import custom_metrics
-from inferd.errors import InvalidRequest, ModelError
+from inferd.errors import ConfigurationError, InvalidRequest, ModelError
 from inferd.model import Model
 from inferd.settings_loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
@@ -147,3 +147,21 @@ async def test_what_predict_gets_wrong_reaches_the_client_as_a_clear_error(
         await infer(pool, do)
     assert type(raised.value) is error and str(raised.value) == message
     await pool.close()
+
+
+async def test_an_inference_timeout_is_refused_as_a_call_here_cannot_be_stopped(
+    folder: Path,
+) -> None:
+    pool = InProcessPool()
+    body = {"name": "timed", "implementation": f"{__name__}.SyncProbe", "inference_timeout": 3}
+    settings = model_settings_from_dict(body, folder / "model-settings.json")
+    with pytest.raises(ConfigurationError) as raised:
+        await pool.load(1, settings)
+    assert str(raised.value) == (
+        f"{folder / 'model-settings.json'}: model 'timed' sets inference_timeout (3s), which "
+        "needs worker processes: with parallel_workers: 0 the model runs in the server's own "
+        "process, where a call that runs too long cannot be stopped. Set parallel_workers to 1 "
+        "or more, or remove inference_timeout (from model-settings.json, or the "
+        "INFERD_MODEL_INFERENCE_TIMEOUT environment variable)."
+    )
+    assert pool.capacity(1) == 0, "nothing loaded"

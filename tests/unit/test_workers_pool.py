@@ -18,6 +18,7 @@ import pytest
 
 from inferd.errors import ConfigurationError, ModelError, ModelNotReady, WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.stats import ModelStatsTable
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
@@ -52,6 +53,9 @@ class FakeChannel:
 
     async def call(self, kind: int, instance_id: int, body: Any) -> Any:
         return await self.start_call(kind, instance_id, body)
+
+    def abort(self) -> None:
+        self.close()
 
     def close(self) -> None:
         """The socket closed: calls waiting fail with WorkerLost, the worker is told."""
@@ -151,21 +155,28 @@ class Pools:
         self.sleep = RecordedSleep()
         self.opened: list[ProcessPool] = []
 
-    async def start(self, workers: int, policy: RestartPolicy = DEFAULTS) -> ProcessPool:
+    async def start(
+        self, workers: int, policy: RestartPolicy = DEFAULTS, stats: ModelStatsTable | None = None
+    ) -> ProcessPool:
         settings = ServerSettings(parallel_workers=workers)
-        pool = ProcessPool(settings, make_worker=FakeWorker, policy=policy, sleep=self.sleep)
+        pool = ProcessPool(
+            settings, make_worker=FakeWorker, policy=policy, sleep=self.sleep, stats=stats
+        )
         self.opened.append(pool)
         await pool.start()
         return pool
+
+    async def close(self) -> None:
+        self.sleep.gate.set()
+        for pool in self.opened:
+            await pool.close()
 
 
 @pytest.fixture
 async def pools() -> AsyncIterator[Pools]:
     made = Pools()
     yield made
-    made.sleep.gate.set()
-    for pool in made.opened:
-        await pool.close()
+    await made.close()
 
 
 def model(name: str, **fields: Any) -> ModelSettings:
@@ -199,17 +210,19 @@ async def test_instances_go_to_the_least_loaded_workers_and_requests_to_free_slo
     assert (w0.loads_of(1), w1.loads_of(1), w0.loads_of(2), w1.loads_of(2)) == (1, 0, 0, 1)
     assert (pool.capacity(1), pool.capacity(2), pool.capacity(3)) == (3, 1, 4)
 
-    for _ in range(3):
-        pool.predict(1, REQUEST)
-    pool.predict(3, REQUEST)
-    pool.predict(3, REQUEST)
+    sent = [pool.predict(1, REQUEST) for _ in range(3)]
+    sent += [pool.predict(3, REQUEST), pool.predict(3, REQUEST)]
     assert (len(w0.requests), len(w1.requests)) == (3, 2), "c goes to the less busy worker"
-    pool.predict(3, REQUEST)
+    sent.append(pool.predict(3, REQUEST))
     assert len(w0.requests) == 4, "the busier worker, as only it has a slot of c free"
     w1.answer()
     await asyncio.sleep(0)  # the answer's callback frees the slot
-    pool.predict(3, REQUEST)
+    sent.append(pool.predict(3, REQUEST))
     assert len(w1.requests) == 3, "a slot free again, on the less busy worker"
+    for worker, answered in ((w0, 0), (w1, 1)):
+        for _ in range(len(worker.requests) - answered):
+            worker.answer()
+    assert all([(await execution.result()).outputs for execution in sent])
 
 
 async def test_a_dead_worker_fails_its_requests_and_comes_back_with_its_instances(
@@ -217,7 +230,7 @@ async def test_a_dead_worker_fails_its_requests_and_comes_back_with_its_instance
 ) -> None:
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
-    await pool.load(1, model("a"))
+    await pool.load(1, model("a", retry_on_worker_failure=False))
     await pool.load(2, model("b", workers=1))
     changes: list[int] = []
     pool.watch(1, lambda: changes.append(pool.capacity(1)))
@@ -298,7 +311,7 @@ async def test_a_holder_that_cannot_reload_is_dropped_while_another_worker_serve
     w0.die()
     await eventually(restarted(w0, 1))
     assert w0.loads_of(1) == 2 and pool.capacity(1) == 1 and failures == []
-    pool.predict(1, REQUEST)
+    in_flight = pool.predict(1, REQUEST)
     assert len(w1.requests) == 1
 
     w1.refuse_loading = {"a": ModelError("the disk is gone")}
@@ -307,6 +320,8 @@ async def test_a_holder_that_cannot_reload_is_dropped_while_another_worker_serve
     assert failures == [(1, "reloading it after its worker restarted failed: the disk is gone")], (
         "told once no worker holds it"
     )
+    with pytest.raises(ModelNotReady, match="Model 'a' is unavailable: reloading it"):
+        await in_flight.result()  # it waited to be retried, in vain
     with pytest.raises(ModelNotReady, match="Model 'a' is unavailable: reloading it"):
         pool.predict(1, REQUEST)
 

@@ -35,7 +35,7 @@ class StreamingChannel(FakeChannel):
 
     def open_stream(self, instance_id: int, request: InferenceRequest) -> RemoteStream:
         if self.closed:
-            raise WorkerLost(self._describe_loss())
+            raise WorkerLost(self._worker._describe_stream_loss())
         stream = RemoteStream(lambda kind, body: self.stream_commands.append((kind, body)))
         self.streams.append(stream)
         self._worker.commands.append((ipc.STREAM, instance_id))
@@ -44,7 +44,7 @@ class StreamingChannel(FakeChannel):
     def close(self) -> None:
         if not self.closed:
             for stream in self.streams:
-                stream.ended(WorkerLost(self._describe_loss()))
+                stream.ended(WorkerLost(self._worker._describe_stream_loss()))
         super().close()
 
 
@@ -115,8 +115,10 @@ async def test_a_plain_generators_stream_holds_a_slot_of_its_worker_until_finish
     (busy,) = [worker for worker in (w0, w1) if worker.streams()]
     (idle,) = [worker for worker in (w0, w1) if worker is not busy]
     assert (busy.free_slots(1), busy.outstanding, busy.open_streams) == (0, 1, 0)
-    pool.predict(1, REQUEST)
+    request = pool.predict(1, REQUEST)
     assert len(idle.requests) == 1, "a request goes to the worker with its slot free"
+    idle.answer()
+    assert (await request.result()).outputs[0].name == "y"
 
     busy.streams()[0].received([packed_response()])
     assert (await anext(stream)).outputs[0].name == "y"
@@ -138,8 +140,9 @@ async def test_a_worker_that_dies_fails_its_streams_and_frees_what_they_held() -
         worker.streams()[0].received([packed_response()])
         worker.die()
         assert (await anext(plain)).outputs[0].name == "y", "what arrived is read first"
+        message = r"this stream \(worker 0 \(pid None\)\) stopped; it is being restarted\. A"
         for stream in (plain, interleaved):
-            with pytest.raises(WorkerLost, match="stopped before answering"):
+            with pytest.raises(WorkerLost, match=message + " stream cannot be resumed"):
                 await anext(stream)
             assert stream.finished.done()
         await asyncio.sleep(0)  # the finished callbacks run

@@ -43,13 +43,14 @@ class _Server(EagerAcceptServer):
         yield
 
 
-def build_pool(settings: ServerSettings) -> Pool:
-    """Worker processes for ``parallel_workers: N > 0``, else the main process."""
+def build_pool(settings: ServerSettings, stats: ModelStatsTable | None = None) -> Pool:
+    """Worker processes for ``parallel_workers: N > 0``, else the main process.
+    ``stats``: where the process pool counts inference timeouts."""
     if settings.parallel_workers == 0:
         return InProcessPool()
     from ..workers.pool import ProcessPool
 
-    return ProcessPool(settings)
+    return ProcessPool(settings, stats=stats)
 
 
 class InferenceServer:
@@ -57,11 +58,10 @@ class InferenceServer:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self.pool = build_pool(settings)
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
-        self.registry = Registry(
-            self.pool, ModelStatsTable(observe=settings.metrics_enabled), settings.max_queue_size
-        )
+        model_stats = ModelStatsTable(observe=settings.metrics_enabled)
+        self.pool = build_pool(settings, model_stats)
+        self.registry = Registry(self.pool, model_stats, settings.max_queue_size)
         self.repository = ModelRepository(Path(settings.model_repository_root))
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.

@@ -117,6 +117,24 @@ class ModelSettings(EnvFirstSettings):
     request's own ``timeout`` parameter (microseconds, as in Triton) replaces it.
     A request past it leaves the queue with 504 / DEADLINE_EXCEEDED, unrun."""
 
+    inference_timeout: float | None = Field(default=None, ge=0)
+    """Longest one call of the model may run in a worker process, in seconds (0 or
+    none: no limit). Unlike ``timeout`` (time waiting in the queue), it counts from
+    when the request reaches a worker. A call past it is answered 504 /
+    DEADLINE_EXCEEDED naming the model and the limit, and the worker process running
+    it is killed and restarted with its models; the other requests it was running are
+    retried (see ``retry_on_worker_failure``). Streams are not timed. Needs worker
+    processes: with ``parallel_workers: 0`` a call cannot be stopped, so the setting
+    is refused there."""
+
+    retry_on_worker_failure: bool = True
+    """Whether a request running in a worker process that dies (it crashed, was
+    killed, or was stopped for running past another request's ``inference_timeout``)
+    is sent once more, to another worker holding the model or to the restarted one.
+    Set it to false for a runtime whose predict must not run twice for one request
+    (it has side effects): such a request answers 503 / UNAVAILABLE with the reason.
+    Streams are never retried: they fail with the reason."""
+
     default_priority_level: int = Field(default=1, ge=1)
     """The priority level of requests without a ``priority`` parameter (or with 0).
     As in Triton, 1 is the highest level and larger numbers are lower."""

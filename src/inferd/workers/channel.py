@@ -31,11 +31,18 @@ class Channel(asyncio.BufferedProtocol):
     Calls are multiplexed: each gets an id, its future is resolved when the reply
     with that id arrives, in whatever order the worker answers. When the socket
     closes (the worker exited or died), every call still waiting and every open
-    stream fails with WorkerLost and ``on_closed`` is called once.
+    stream fails with WorkerLost (``describe_loss`` and ``describe_stream_loss`` say
+    why) and ``on_closed`` is called once.
     """
 
-    def __init__(self, describe_loss: Callable[[], str], on_closed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        describe_loss: Callable[[], str],
+        on_closed: Callable[[], None],
+        describe_stream_loss: Callable[[], str] | None = None,
+    ) -> None:
         self._describe_loss = describe_loss
+        self._describe_stream_loss = describe_stream_loss or describe_loss
         self._on_closed = on_closed
         self._decoder: ipc.FrameDecoder[ipc.Reply] = ipc.FrameDecoder()
         # Each call waiting for its reply: its future and what turns the reply into
@@ -48,11 +55,15 @@ class Channel(asyncio.BufferedProtocol):
 
     @classmethod
     async def open(
-        cls, sock: socket.socket, describe_loss: Callable[[], str], on_closed: Callable[[], None]
+        cls,
+        sock: socket.socket,
+        describe_loss: Callable[[], str],
+        on_closed: Callable[[], None],
+        describe_stream_loss: Callable[[], str] | None = None,
     ) -> Channel:
         loop = asyncio.get_running_loop()
         _, channel = await loop.create_unix_connection(
-            lambda: cls(describe_loss, on_closed), sock=sock
+            lambda: cls(describe_loss, on_closed, describe_stream_loss), sock=sock
         )
         return channel
 
@@ -75,7 +86,7 @@ class Channel(asyncio.BufferedProtocol):
         """Start ``predict_stream`` in the worker now; its responses as they come.
         Raises WorkerLost if the channel is closed."""
         if self.closed or self._transport is None:
-            raise WorkerLost(self._describe_loss())
+            raise WorkerLost(self._describe_stream_loss())
         call_id = next(self._call_ids)
         stream = RemoteStream(partial(self._stream_command, call_id), window)
         self._streams[call_id] = stream
@@ -97,6 +108,12 @@ class Channel(asyncio.BufferedProtocol):
         """Close the socket; the worker sees end-of-file and exits."""
         if self._transport is not None:
             self._transport.close()
+
+    def abort(self) -> None:
+        """Close the socket and fail what waits on it now, not on a later loop turn:
+        for a worker being killed, so that nothing more is sent to it meanwhile."""
+        self.close()
+        self.connection_lost(None)
 
     # asyncio.BufferedProtocol
 
@@ -163,5 +180,5 @@ class Channel(asyncio.BufferedProtocol):
                 future.set_exception(WorkerLost(self._describe_loss()))
         streams, self._streams = self._streams, {}
         for stream in streams.values():
-            stream.ended(WorkerLost(self._describe_loss()))
+            stream.ended(WorkerLost(self._describe_stream_loss()))
         self._on_closed()

@@ -8,6 +8,10 @@ above 1, a synchronous ``predict`` runs in that many threads of its own instead
 (for models that wait on I/O or a GPU), and an async one that many at a time.
 A ``predict_stream`` runs the same way, one step per response read
 (:mod:`inferd.workers.local_stream`).
+
+A call here cannot be stopped (there is no process to kill), so a model with an
+``inference_timeout`` is refused (:func:`refuse_unstoppable`): at start-up, and
+when it is loaded through the repository API.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import asyncio
 import contextvars
 from collections.abc import Callable
 
-from ..errors import ModelNotReady
+from ..errors import ConfigurationError, ModelNotReady
 from ..model import WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse
@@ -39,6 +43,7 @@ class InProcessPool:
             await self.unload(instance_id)
 
     async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
+        refuse_unstoppable(settings)
         device = settings.devices[0] if settings.devices else None
         loaded = await LoadedModel.load(settings, WorkerContext(device=device))
         self._models[instance_id] = loaded
@@ -76,6 +81,19 @@ class InProcessPool:
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Runtimes in the main process never fail on their own: nothing to report."""
+
+
+def refuse_unstoppable(settings: ModelSettings) -> None:
+    """ConfigurationError if the model asks for what needs a worker process."""
+    if settings.inference_timeout:
+        where = f"{settings.source}: " if settings.source else ""
+        raise ConfigurationError(
+            f"{where}{settings.label} sets inference_timeout ({settings.inference_timeout:g}s), "
+            "which needs worker processes: with parallel_workers: 0 the model runs in the "
+            "server's own process, where a call that runs too long cannot be stopped. Set "
+            "parallel_workers to 1 or more, or remove inference_timeout (from "
+            "model-settings.json, or the INFERD_MODEL_INFERENCE_TIMEOUT environment variable)."
+        )
 
 
 async def _on_the_loop(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:

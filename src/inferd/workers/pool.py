@@ -11,13 +11,20 @@ finished); an interleaved one (async generator) to the worker with the fewest
 open streams. Its responses cross the IPC one by one as the model yields them
 (:mod:`inferd.workers.remote_stream`, :mod:`inferd.workers.worker_streams`).
 
-A worker that dies is noticed at once (its socket closes): its requests in
-flight fail with WorkerLost (503), it is restarted (backing off if it keeps
-dying young) and the instances it held are loaded again, while the other
-workers keep serving; a stream running there fails with WorkerLost too (streams
-are never retried). An instance whose load crashes its worker
-``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once no worker
-holds it, the registry is told to mark it UNAVAILABLE with the reason.
+A worker that dies is noticed at once (its socket closes): it is restarted
+(backing off if it keeps dying young) and the instances it held are loaded
+again, while the other workers keep serving. Its requests in flight are sent
+once more, each to a free slot of another worker holding its instance or of the
+restarted one, ahead of new requests (:mod:`inferd.workers.retry`); those that
+cannot be fail with WorkerLost (503) saying why. A stream running there fails
+with WorkerLost too (streams are never retried). An instance whose load crashes
+its worker ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once
+no worker holds it, the registry is told to mark it UNAVAILABLE with the reason.
+
+A call of a model with an ``inference_timeout`` that runs past it is answered
+with InferenceTimeout (504) and the worker running it is killed; its death then
+goes as above. Being killed so does not count as dying young: the process did
+not crash, and delaying its restart would only take capacity from its other models.
 """
 
 from __future__ import annotations
@@ -30,9 +37,11 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
+from ..stats import ModelStatsTable
 from ..types import InferenceRequest
 from .base import Execution, LoadedInstance, ResponseStream
 from .process import WorkerProcess
+from .retry import SentCalls
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +51,9 @@ RESTART_BACKOFF = (0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 STABLE_AFTER = 30.0
 # An instance whose load crashes a worker this many times in a row is dropped there.
 MAX_LOAD_CRASHES = 3
+# Longest a request whose worker died waits for a free slot to be sent again (a
+# restart and the reload of its model included), in seconds.
+RETRY_WAIT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,7 @@ class RestartPolicy:
     backoff: tuple[float, ...] = RESTART_BACKOFF
     stable_after: float = STABLE_AFTER
     max_load_crashes: int = MAX_LOAD_CRASHES
+    retry_wait: float = RETRY_WAIT
 
     def delay(self, quick_deaths: int) -> float:
         """Seconds to wait before restarting a worker that died young this many times."""
@@ -85,10 +98,13 @@ class ProcessPool:
         make_worker: WorkerFactory = WorkerProcess,
         policy: RestartPolicy = RestartPolicy(),  # frozen: safe to share
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,  # tests skip the back-off
+        stats: ModelStatsTable | None = None,  # where inference timeouts are counted
     ) -> None:
         self._settings = settings
         self._policy = policy
         self._sleep = sleep
+        # Requests followed until answered: retried if their worker dies, or timed.
+        self._sent = SentCalls(self._free_holder, self._unservable, policy.retry_wait, stats)
         self._workers = [
             make_worker(index, settings, self._worker_died)
             for index in range(settings.parallel_workers)
@@ -115,6 +131,7 @@ class ProcessPool:
         self._closing = True
         for task in self._restart_tasks.values():
             task.cancel()
+        self._sent.close()
         timeout = self._settings.parallel_workers_timeout
         await asyncio.gather(*(worker.stop(timeout) for worker in self._workers))
 
@@ -178,6 +195,7 @@ class ProcessPool:
         if instance is None:
             return
         instance.listeners.clear()
+        self._sent.unservable(instance_id, self._gone_error())
         for worker in instance.holders:
             await worker.unload(instance_id)
 
@@ -189,6 +207,9 @@ class ProcessPool:
         worker = self._pick(instance_id, instance)
         if worker is None:
             raise self._unavailable_error(instance)
+        settings = instance.settings
+        if settings.retry_on_worker_failure or settings.inference_timeout:
+            return Execution.sent(self._sent.send(instance_id, settings, request, worker))
         return Execution.sent(worker.predict(instance_id, request))
 
     def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
@@ -206,8 +227,26 @@ class ProcessPool:
     def _serving(self, instance_id: int) -> _Instance:
         instance = self._instances.get(instance_id)
         if instance is None:
-            raise ModelNotReady("This model version is no longer loaded; retry the request")
+            raise self._gone_error()
         return instance
+
+    def _gone_error(self) -> ModelNotReady:
+        return ModelNotReady("This model version is no longer loaded; retry the request")
+
+    def _free_holder(self, instance_id: int) -> WorkerProcess | None:
+        """A live worker holding the instance with a free slot, if any (for a retry)."""
+        instance = self._instances.get(instance_id)
+        worker = self._pick(instance_id, instance) if instance is not None else None
+        return worker if worker is not None and worker.free_slots(instance_id) > 0 else None
+
+    def _unservable(self, instance_id: int) -> InferdError | None:
+        """Why the instance will not be served again (None: it may be, if not now)."""
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            return self._gone_error()
+        if self._closing:
+            return WorkerLost("The server is shutting down")
+        return self._unavailable_error(instance) if instance.failed else None
 
     def _pick(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
         """The least loaded live worker holding the instance, with a free slot if any has."""
@@ -257,6 +296,8 @@ class ProcessPool:
         capacity = sum(worker.slots(instance_id) for worker in instance.holders)
         if capacity != instance.capacity:
             instance.capacity = capacity
+            # Retries first: their requests hold their scheduler slots already.
+            self._sent.send_retries(instance_id)
             for listener in list(instance.listeners):
                 listener()
 
@@ -268,7 +309,9 @@ class ProcessPool:
                 self._update_capacity(instance_id)
         if self._closing:
             return
-        worker.record_death(young=worker.uptime < self._policy.stable_after)
+        worker.record_death(
+            young=worker.uptime < self._policy.stable_after and not worker.kill_reason
+        )
         restart = self._restart_tasks.get(worker.index)
         if restart is None or restart.done():
             # A running restart notices the death itself and goes round again.
@@ -337,5 +380,6 @@ class ProcessPool:
             return
         instance.failed = reason
         self._update_capacity(instance_id)
+        self._sent.unservable(instance_id, self._unavailable_error(instance))
         if self._failure_handler is not None:
             self._failure_handler(instance_id, reason)

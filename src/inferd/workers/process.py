@@ -73,6 +73,8 @@ class WorkerProcess:
         # Instances to load again after a restart, in the order they were loaded.
         self._to_reload: list[int] = []
         self._quick_deaths = 0
+        # Why the server killed the process, if it did (a call ran past its time).
+        self._kill_reason = ""
         # Metrics: time with requests in flight (up to _busy_since).
         self._busy_total = 0.0
         self._busy_since = 0.0
@@ -108,6 +110,11 @@ class WorkerProcess:
         return self._quick_deaths
 
     @property
+    def kill_reason(self) -> str:
+        """Why the server killed this process since it last started ("": it did not)."""
+        return self._kill_reason
+
+    @property
     def outstanding(self) -> int:
         """Requests sent to it and not answered yet."""
         return self._outstanding
@@ -124,6 +131,7 @@ class WorkerProcess:
         dies or hangs first (OSError if it cannot be spawned)."""
         begun = time.monotonic()
         self._exit = None
+        self._kill_reason = ""
         self._channel = channel = await self._spawn()
         init: ipc.InitBody = (self.index, list(sys.path), self._settings)
         try:
@@ -152,7 +160,9 @@ class WorkerProcess:
             raise
         finally:
             theirs.close()
-        return await Channel.open(ours, self._describe_loss, self._channel_closed)
+        return await Channel.open(
+            ours, self._describe_loss, self._channel_closed, self._describe_stream_loss
+        )
 
     async def stop(self, timeout: float) -> None:
         """Close the channel (the worker exits on end-of-file); kill it after ``timeout``."""
@@ -165,19 +175,45 @@ class WorkerProcess:
         """How the process ended ("was killed by SIGSEGV"), once it has; it is killed
         if it is still running ``grace`` seconds after its socket closed."""
         if self._exit is None:
-            self._exit = asyncio.ensure_future(self._reap(grace))
+            self._exit = asyncio.ensure_future(self._ended(grace))
         return self._exit
+
+    async def _ended(self, grace: float) -> str:
+        status = await self._reap(grace)
+        return f"was killed by the server: {self._kill_reason}" if self._kill_reason else status
 
     def record_death(self, *, young: bool) -> None:
         """Count one more death in a row if it died young (a failed start counts too);
         a worker that lived long enough starts the count afresh."""
         self._quick_deaths = self._quick_deaths + 1 if young else 0
 
+    def kill(self, reason: str) -> None:
+        """Kill the process now, because ``reason``; its death is noticed at once, as
+        any other (its calls fail, it is restarted), and described with the reason."""
+        if not self._alive:
+            return
+        self._kill_reason = reason
+        logger.error("Killing %s: %s", self.label, reason)
+        if self._process is not None:
+            self._process.kill()
+        if self._channel is not None:
+            self._channel.abort()
+
     def _describe_loss(self) -> str:
         return (
             f"The worker process running this request ({self.label}) stopped before "
-            "answering; it is being restarted. Retry the request."
+            f"answering{self._why_stopped()}; it is being restarted. Retry the request."
         )
+
+    def _describe_stream_loss(self) -> str:
+        return (
+            f"The worker process running this stream ({self.label}) stopped"
+            f"{self._why_stopped()}; it is being restarted. A stream cannot be resumed: "
+            "start it again."
+        )
+
+    def _why_stopped(self) -> str:
+        return f" (the server killed it: {self._kill_reason})" if self._kill_reason else ""
 
     def _channel_closed(self) -> None:
         was_alive, self._alive = self._alive, False
@@ -254,14 +290,27 @@ class WorkerProcess:
     # Requests
 
     def predict(
-        self, instance_id: int, request: InferenceRequest
+        self,
+        instance_id: int,
+        request: InferenceRequest,
+        then: Callable[[asyncio.Future[InferenceResponse]], None] | None = None,
     ) -> asyncio.Future[InferenceResponse]:
-        """Send the request now; the future gets the response."""
+        """Send the request now; the future gets the response. ``then(future)`` is
+        called once it is done, right after the books here are (in the same callback:
+        a caller following its requests costs no extra turn of the event loop)."""
         future: asyncio.Future[InferenceResponse] = self._call(
             ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
         )
         self._started(instance_id)
-        future.add_done_callback(lambda _: self._finished(instance_id))
+        if then is None:
+            future.add_done_callback(lambda _: self._finished(instance_id))
+        else:
+
+            def finished(done: asyncio.Future[InferenceResponse]) -> None:
+                self._finished(instance_id)
+                then(done)
+
+            future.add_done_callback(finished)
         return future
 
     def stream(
@@ -270,7 +319,7 @@ class WorkerProcess:
         """Start ``predict_stream`` here now; its responses as they come. A stream that
         ``holds_slot`` (a plain generator's) is busy work here until it has finished."""
         if self._channel is None:
-            raise WorkerLost(self._describe_loss())
+            raise WorkerLost(self._describe_stream_loss())
         stream = self._channel.open_stream(instance_id, request)
         if holds_slot:
             self._started(instance_id)

@@ -20,6 +20,21 @@ class Echo(Model):
         return InferenceResponse(outputs=outputs, parameters=dict(request.parameters))
 
 
+class SlowEcho(Model):
+    """Echo after sleeping the request parameter ``sleep`` seconds (default: the
+    ``sleep`` of its settings' extra); adds ``pid``, the process that answered.
+    A request parameter ``started`` names a file it creates as it starts."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if "started" in request.parameters:
+            with open(str(request.parameters["started"]), "a"):
+                pass
+        time.sleep(float(request.parameters.get("sleep", self.settings.extra.get("sleep", 0))))
+        outputs = [Tensor(t.name, t.data) for t in request.inputs]
+        outputs.append(Tensor("pid", np.array([os.getpid()], dtype=np.int64)))
+        return InferenceResponse(outputs=outputs)
+
+
 class AsyncDouble(Model):
     """An async predict: doubles a numeric input ``x``; reports its version and pid."""
 

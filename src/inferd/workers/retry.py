@@ -1,0 +1,225 @@
+"""The process pool's requests in flight in worker processes, followed until answered.
+
+A worker process can die with requests in flight: it crashed, someone killed it,
+or it was killed because one of its calls ran past its model's
+``inference_timeout``. Those requests did not fail by any fault of their own, so
+each is sent once more, to a free slot of another worker holding its model or of
+the restarted one. Once only: a request that was running when two workers died
+may be what kills them. Retries go before new requests (the pool sends them
+first whenever a slot of the instance frees or a holder comes back), and never
+beyond a worker's slots, because an ``inference_timeout`` counts from the send:
+a retry queued inside a busy worker could be killed for another request's time.
+A retry that finds no slot within ``retry_wait`` seconds fails with WorkerLost.
+
+A model whose predict must not run twice for one request opts out with
+``retry_on_worker_failure: false``; a model with neither a retry nor a timeout
+is not followed at all (the pool hands out the worker's own future). Streams
+are never retried: what they already sent cannot be taken back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from ..errors import InferdError, InferenceTimeout, WorkerLost
+from ..settings import ModelSettings
+from ..stats import ModelStatsTable
+from ..types import InferenceRequest, InferenceResponse
+from .overrun import InferenceTimer
+from .process import WorkerProcess
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class SentCall:
+    """One request the pool sent to a worker, followed until it is answered.
+
+    ``answer`` is what the scheduler awaits; each attempt at running the request is
+    a ``running`` future of the worker it was sent to.
+    """
+
+    instance_id: int
+    settings: ModelSettings
+    request: InferenceRequest
+    answer: asyncio.Future[InferenceResponse]
+    worker: WorkerProcess | None = None
+    running: asyncio.Future[InferenceResponse] | None = None
+    # The worker that died running it ("" while it has not been retried).
+    lost_on: str = ""
+    # While it waits for a free slot to be sent again: the bound on that wait.
+    expiry: asyncio.TimerHandle | None = None
+
+
+def failure_to_answer(call: SentCall, error: BaseException, closing: bool) -> BaseException | None:
+    """What ``call`` answers now that its attempt failed with ``error``; None: it is
+    retried instead (its worker died, its model allows it, it was not retried yet,
+    and the server is not shutting down)."""
+    if not isinstance(error, WorkerLost) or closing:
+        return error
+    if not call.settings.retry_on_worker_failure:
+        return error
+    if call.lost_on:
+        return WorkerLost(
+            f"{error.message} It had already been sent again once, after {call.lost_on} "
+            "stopped while running it; a request is retried only once."
+        )
+    return None
+
+
+class SentCalls:
+    """Sends requests to workers and follows them: retries, timeouts.
+
+    ``free_holder(instance_id)`` is a live worker holding the instance with a free
+    slot, if any; ``unservable(instance_id)`` says why the instance will not be
+    served again (None: it may be, if not right now).
+    """
+
+    def __init__(
+        self,
+        free_holder: Callable[[int], WorkerProcess | None],
+        unservable: Callable[[int], InferdError | None],
+        retry_wait: float,
+        stats: ModelStatsTable | None = None,
+    ) -> None:
+        self._free_holder = free_holder
+        self._unservable = unservable
+        self._retry_wait = retry_wait
+        self._stats = stats
+        self._timer: InferenceTimer[SentCall] = InferenceTimer(self._overran)
+        # Per instance, retries waiting for a free slot, oldest first.
+        self._retries: dict[int, deque[SentCall]] = {}
+        self._closing = False
+
+    def send(
+        self,
+        instance_id: int,
+        settings: ModelSettings,
+        request: InferenceRequest,
+        worker: WorkerProcess,
+    ) -> asyncio.Future[InferenceResponse]:
+        """Send the request to ``worker`` now; the future gets its final answer."""
+        answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        self._send(SentCall(instance_id, settings, request, answer), worker)
+        return answer
+
+    def send_retries(self, instance_id: int) -> None:
+        """Send the instance's waiting retries, oldest first, while a slot is free."""
+        retries = self._retries.get(instance_id)
+        while retries:
+            worker = self._free_holder(instance_id)
+            if worker is None:
+                return
+            call = retries.popleft()
+            if call.expiry is not None:
+                call.expiry.cancel()
+            try:
+                self._send(call, worker)
+            except InferdError as error:  # it died just now: this runs in callbacks,
+                call.answer.set_exception(error)  # where a raise would leave it hanging
+        if retries is not None and not retries:
+            del self._retries[instance_id]  # so that a finished call checks one empty dict
+
+    def unservable(self, instance_id: int, error: InferdError) -> None:
+        """The instance will not be served again: its waiting retries fail with ``error``."""
+        for call in self._retries.pop(instance_id, ()):
+            if call.expiry is not None:
+                call.expiry.cancel()
+            if not call.answer.done():
+                call.answer.set_exception(error)
+
+    def close(self) -> None:
+        """The server is shutting down: nothing more is retried or timed."""
+        self._closing = True
+        self._timer.close()
+        for instance_id in list(self._retries):
+            self.unservable(instance_id, WorkerLost("The server is shutting down"))
+
+    def _send(self, call: SentCall, worker: WorkerProcess) -> None:
+        call.worker = worker
+        ended = partial(self._attempt_ended, call)
+        call.running = worker.predict(call.instance_id, call.request, ended)
+        limit = call.settings.inference_timeout
+        if limit:
+            self._timer.started(call, call.instance_id, limit)
+
+    def _attempt_ended(self, call: SentCall, running: asyncio.Future[InferenceResponse]) -> None:
+        if call.settings.inference_timeout:
+            self._timer.finished(call, call.instance_id)
+        if self._retries and self._retries.get(call.instance_id):
+            self.send_retries(call.instance_id)  # its slot is free now
+        if running.cancelled():
+            call.answer.cancel()
+            return
+        error = running.exception()
+        if call.answer.done():
+            return  # it ran past its time and was answered then
+        if error is None:
+            call.answer.set_result(running.result())
+            return
+        answer = failure_to_answer(call, error, self._closing)
+        if answer is None:
+            self._retry(call)
+        else:
+            call.answer.set_exception(answer)
+
+    def _retry(self, call: SentCall) -> None:
+        assert call.worker is not None  # it was sent
+        call.lost_on = call.worker.label
+        logger.warning(
+            "%s stopped while running a request of %s; sending it again",
+            call.worker.label,
+            call.settings.label,
+        )
+        error = self._unservable(call.instance_id)
+        if error is not None:
+            call.answer.set_exception(error)
+            return
+        call.expiry = asyncio.get_running_loop().call_later(
+            self._retry_wait, self._retry_expired, call
+        )
+        self._retries.setdefault(call.instance_id, deque()).append(call)
+        self.send_retries(call.instance_id)
+
+    def _retry_expired(self, call: SentCall) -> None:
+        retries = self._retries.get(call.instance_id)
+        if retries is not None:
+            with contextlib.suppress(ValueError):
+                retries.remove(call)
+            if not retries:
+                del self._retries[call.instance_id]
+        if not call.answer.done():
+            call.answer.set_exception(
+                WorkerLost(
+                    f"{call.lost_on} stopped while running this request, and no worker "
+                    f"process holding {call.settings.label} was free to run it again "
+                    f"within {self._retry_wait:g}s; retry the request"
+                )
+            )
+
+    def _overran(self, call: SentCall) -> None:
+        """The call ran past its inference_timeout: answer 504 and kill its worker."""
+        worker, running = call.worker, call.running
+        if worker is None or running is None or running.done() or call.answer.done():
+            return  # answered as the timer fired: that stands
+        if not worker.alive:
+            return  # it died as the timer fired: the call is retried or failed as such
+        settings = call.settings
+        reason = (
+            f"{settings.label} ran past its inference_timeout of {settings.inference_timeout:g}s"
+        )
+        if self._stats is not None:
+            self._stats.of(settings.name, settings.version).timed_out()
+        call.answer.set_exception(
+            InferenceTimeout(
+                f"{reason[:1].upper()}{reason[1:]}; the worker process running it "
+                f"({worker.label}) was killed and is being restarted"
+            )
+        )
+        worker.kill(reason)

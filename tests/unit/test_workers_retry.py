@@ -1,0 +1,190 @@
+"""Requests in flight on a worker that dies are retried once; calls past their
+inference_timeout are answered 504 and their worker killed. On fake workers
+(see test_workers_pool.py): no process starts, no back-off is slept."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from inferd.errors import InferenceTimeout, ModelError, ModelNotReady, WorkerLost
+from inferd.stats import ModelStatsTable
+from inferd.workers.pool import RestartPolicy
+from inferd.workers.retry import SentCall, failure_to_answer
+
+from .test_workers_pool import (
+    REQUEST,
+    Pools,
+    eventually,
+    fakes,
+    model,
+    restarted,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def pools() -> AsyncIterator[Pools]:
+    made = Pools()
+    yield made
+    await made.close()
+
+
+async def test_a_request_whose_worker_dies_is_answered_by_another_holder(pools: Pools) -> None:
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    await pool.load(1, model("a"))
+    first, second = pool.predict(1, REQUEST), pool.predict(1, REQUEST)
+    assert (len(w0.requests), len(w1.requests)) == (1, 1)
+    w1.answer()
+    await asyncio.sleep(0)  # w1's slot is free again
+
+    w0.die()
+    await eventually(lambda: len(w1.requests) == 2)
+    w1.answer()
+    assert (await first.result()).outputs[0].name == "y"
+    assert (await second.result()).outputs[0].name == "y"
+    assert w1.outstanding == 0
+
+
+async def test_a_retry_waits_for_a_free_slot_and_goes_before_new_requests(pools: Pools) -> None:
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    await pool.load(1, model("a"))
+    lost, busy = pool.predict(1, REQUEST), pool.predict(1, REQUEST)
+    w0.die()
+    await asyncio.sleep(0)
+    assert len(w1.requests) == 1, "w1's one slot is taken: the retry waits"
+
+    w1.answer()  # its slot frees: the retry takes it before anything else can
+    await busy.result()
+    assert len(w1.requests) == 2 and w1.free_slots(1) == 0
+    w1.answer()
+    assert (await lost.result()).outputs[0].name == "y"
+
+
+async def test_a_model_in_one_worker_is_retried_on_the_restarted_worker(pools: Pools) -> None:
+    pool = await pools.start(2)
+    w0, _ = fakes(pool)
+    await pool.load(1, model("a", workers=1))
+    lost = pool.predict(1, REQUEST)
+    pools.sleep.gate.clear()  # the restart waits: the retry with it
+    w0.die()
+    await eventually(lambda: len(pools.sleep.delays) == 1)
+    assert not lost.as_future().done()
+
+    pools.sleep.gate.set()
+    await eventually(lambda: len(w0.requests) == 2)
+    w0.answer()
+    assert (await lost.result()).outputs[0].name == "y"
+    assert w0.restarts == 1
+
+
+async def test_a_request_is_retried_once_then_fails_with_both_reasons(pools: Pools) -> None:
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    await pool.load(1, model("a"))
+    lost = pool.predict(1, REQUEST)
+    w0.die()
+    await eventually(lambda: len(w1.requests) == 1)
+    w1.die()
+    message = (
+        r"\(worker 1 \(pid None\)\) stopped before answering; it is being restarted\. Retry "
+        r"the request\. It had already been sent again once, after worker 0 \(pid None\) "
+        r"stopped while running it; a request is retried only once\.$"
+    )
+    with pytest.raises(WorkerLost, match=message):
+        await lost.result()
+
+
+async def test_a_model_that_opts_out_is_not_retried(pools: Pools) -> None:
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    await pool.load(1, model("a", retry_on_worker_failure=False, inference_timeout=60))
+    lost = pool.predict(1, REQUEST)
+    w0.die()
+    with pytest.raises(WorkerLost, match=r"\(worker 0 \(pid None\)\) stopped before answering"):
+        await lost.result()
+    assert w1.requests == []
+
+
+async def test_a_retry_that_finds_no_slot_in_time_fails_saying_so(pools: Pools) -> None:
+    pool = await pools.start(1, RestartPolicy(retry_wait=0.05))
+    (worker,) = fakes(pool)
+    await pool.load(1, model("a"))
+    lost = pool.predict(1, REQUEST)
+    pools.sleep.gate.clear()  # the worker stays down
+    worker.die()
+    message = (
+        r"^worker 0 \(pid None\) stopped while running this request, and no worker process "
+        r"holding model 'a' was free to run it again within 0\.05s; retry the request$"
+    )
+    with pytest.raises(WorkerLost, match=message):
+        await lost.result()
+    pools.sleep.gate.set()
+    await eventually(restarted(worker, 1))
+    assert worker.requests[1:] == [], "an expired retry is not sent later"
+
+
+async def test_retries_waiting_when_the_model_goes_fail_with_why(pools: Pools) -> None:
+    pool = await pools.start(1)
+    (worker,) = fakes(pool)
+    await pool.load(1, model("a"))
+    await pool.load(2, model("b"))
+    unloaded, closed = pool.predict(1, REQUEST), pool.predict(2, REQUEST)
+    pools.sleep.gate.clear()
+    worker.die()
+    await asyncio.sleep(0)
+    await pool.unload(1)
+    with pytest.raises(ModelNotReady, match="no longer loaded"):
+        await unloaded.result()
+    await pool.close()
+    with pytest.raises(WorkerLost, match=r"^The server is shutting down$"):
+        await closed.result()
+
+
+async def test_a_call_past_its_inference_timeout_is_answered_504_and_its_worker_killed(
+    pools: Pools,
+) -> None:
+    stats = ModelStatsTable()
+    pool = await pools.start(2, stats=stats)
+    w0, w1 = fakes(pool)
+    settings = model("slow", threads_per_worker=2, inference_timeout=0.05)
+    await pool.load(1, settings)
+    await pool.load(2, model("other", workers=1))
+    stuck = pool.predict(1, REQUEST)
+    bystander = pool.predict(2, REQUEST)  # on w0 too: the least loaded
+    assert (len(w0.requests), len(w1.requests)) == (2, 0)
+
+    message = (
+        r"^Model 'slow' ran past its inference_timeout of 0\.05s; the worker process "
+        r"running it \(worker 0 \(pid None\)\) was killed and is being restarted$"
+    )
+    with pytest.raises(InferenceTimeout, match=message):
+        await stuck.result()
+    assert stats.of("slow", None).timeouts == 1
+    await eventually(lambda: len(w0.requests) == 3)  # the bystander, retried on w0 restarted
+    assert w0.restarts == 1 and w0.quick_deaths == 0, "no back-off for a kill on purpose"
+    w0.answer()
+    assert (await bystander.result()).outputs[0].name == "y"
+    assert len(w1.requests) == 0, "the request that ran too long is not retried"
+
+
+async def test_only_a_lost_worker_leads_to_one_retry_unless_the_model_or_shutdown_says_no() -> None:
+    call = SentCall(1, model("a"), REQUEST, asyncio.get_running_loop().create_future())
+    lost = WorkerLost("worker 0 died.")
+    own_fault = ModelError("the model failed")
+    assert failure_to_answer(call, own_fault, closing=False) is own_fault
+    assert failure_to_answer(call, lost, closing=False) is None
+    assert failure_to_answer(call, lost, closing=True) is lost
+    call.settings = model("a", retry_on_worker_failure=False)
+    assert failure_to_answer(call, lost, closing=False) is lost
+    call.settings, call.lost_on = model("a"), "worker 1 (pid 7)"
+    again = failure_to_answer(call, lost, closing=False)
+    assert isinstance(again, WorkerLost) and again.message == (
+        "worker 0 died. It had already been sent again once, after worker 1 (pid 7) stopped "
+        "while running it; a request is retried only once."
+    )
