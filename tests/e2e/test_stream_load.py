@@ -148,7 +148,8 @@ def test_200_streams_through_workers_arrive_whole_in_order_and_leave_no_growth(
 
 def test_the_streaming_benchmark_counts_right_streams_over_both_transports(tmp_path: Path) -> None:
     out = tmp_path / "streaming.json"
-    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "4"]
+    # Long enough for a stream to finish on a busy 2-core machine (its clients start slowly).
+    brief = ["--rounds", "1", "--duration", "3", "--warmup", "0", "--connections", "4"]
     options = ["--only", "inferd", "--workers", "0", "--responses", "20", *brief]
     command = [sys.executable, "-m", "benchmarks", "streaming", *options, "--json-out", str(out)]
     done = subprocess.run(
