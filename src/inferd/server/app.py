@@ -27,11 +27,9 @@ from ..workers.inprocess import InProcessPool
 from .fastpath import RestApp
 from .grpc import GrpcServer
 from .rest import build_rest_app
+from .shutdown import Shutdown, servers_stop_after
 
 logger = logging.getLogger(__name__)
-
-# How long requests in flight may take to finish once shutdown starts.
-SHUTDOWN_GRACE_SECONDS = 30
 
 
 class _Server(uvicorn.Server):
@@ -65,9 +63,10 @@ class InferenceServer:
         self.http_stats = HttpStats() if settings.metrics_enabled else None
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
         self._stop = asyncio.Event()
+        self._shutting_down: Shutdown | None = None
 
     async def run(self) -> None:
-        """Serve until SIGTERM/SIGINT, then drain and shut down."""
+        """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
         self._install_signal_handlers()
         listening = self._listen()  # first: a port in use is a clear error, nothing started
         await self.pool.start()
@@ -122,14 +121,24 @@ class InferenceServer:
     def stop(self) -> None:
         self._stop.set()
 
+    def _begin_shutdown(self, why: str) -> Shutdown:
+        """Readiness false and new requests refused, from now on (idempotent)."""
+        if self._shutting_down is None:
+            grace = self.settings.shutdown_grace_seconds
+            self._shutting_down = Shutdown(self.dataplane.drain, grace, why)
+        return self._shutting_down
+
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        logger.info("Received %s; shutting down", sig.name)
-        self.stop()
+        if self._shutting_down is None:
+            self._begin_shutdown(f"Received {sig.name}")
+            self.stop()
+        else:
+            self._shutting_down.hurry(f"Received {sig.name} again")
 
     def _listen(self) -> list[tuple[str, uvicorn.Server, socket.socket]]:
         """The HTTP servers to run (REST, and metrics if on), each with its bound socket."""
@@ -151,7 +160,8 @@ class InferenceServer:
             self.rest_app(),
             settings.http_port,
             root_path=settings.root_path,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+            # Its connections, streams included, have been answered by then (shutdown.py).
+            timeout_graceful_shutdown=servers_stop_after(settings.shutdown_grace_seconds),
         )
 
     def _metrics_config(self) -> uvicorn.Config:
@@ -209,14 +219,15 @@ class InferenceServer:
     async def _shutdown(
         self, rest: uvicorn.Server, rest_task: asyncio.Task[None], grpc_server: GrpcServer
     ) -> None:
-        self.dataplane.started = False
+        shutting_down = self._begin_shutdown("The server stopped serving")
         rest.should_exit = True
-        grpc_stopped = asyncio.create_task(grpc_server.stop(SHUTDOWN_GRACE_SECONDS))
+        grace = shutting_down.seconds_until_servers_stop()
+        grpc_stopped = asyncio.create_task(grpc_server.stop(grace))
         with contextlib.suppress(Exception, SystemExit):
             await rest_task
         await grpc_stopped
         await self.close()
-        logger.info("inferd stopped")
+        shutting_down.finished()
 
 
 def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
