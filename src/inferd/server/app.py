@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -30,6 +29,9 @@ from .rest import build_rest_app
 from .shutdown import Shutdown, servers_stop_after
 
 logger = logging.getLogger(__name__)
+
+# One HTTP server running: what it is, the server, its task.
+_Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
 
 
 class _Server(uvicorn.Server):
@@ -63,18 +65,23 @@ class InferenceServer:
         self.http_stats = HttpStats() if settings.metrics_enabled else None
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
         self._stop = asyncio.Event()
-        self._shutting_down: Shutdown | None = None
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
-        self._install_signal_handlers()
+        shutdown = Shutdown(self.dataplane.drain, self.settings.shutdown_grace_seconds, self.stop)
+        shutdown.install_signal_handlers()
+        try:
+            await self._serve(shutdown)
+        finally:
+            shutdown.restore_signal_handlers()
+
+    async def _serve(self, shutdown: Shutdown) -> None:
         listening = self._listen()  # first: a port in use is a clear error, nothing started
         await self.pool.start()
         servers = [
             (what, server, asyncio.create_task(server.serve([sock]), name=what))
             for what, server, sock in listening
         ]
-        rest, rest_task = servers[0][1:]
         grpc_server = self.grpc_server()
         try:
             await grpc_server.start()
@@ -83,8 +90,8 @@ class InferenceServer:
             await self.load_startup_models()
             await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
-            await self._shutdown(rest, rest_task, grpc_server)
-            await _stop_servers(servers[1:])
+            await self._shutdown(shutdown, servers, grpc_server)
+            shutdown.finished()
 
     def rest_app(self) -> RestApp:
         """The REST API as an ASGI app, serving this server's DataPlane."""
@@ -120,25 +127,6 @@ class InferenceServer:
 
     def stop(self) -> None:
         self._stop.set()
-
-    def _begin_shutdown(self, why: str) -> Shutdown:
-        """Readiness false and new requests refused, from now on (idempotent)."""
-        if self._shutting_down is None:
-            grace = self.settings.shutdown_grace_seconds
-            self._shutting_down = Shutdown(self.dataplane.drain, grace, why)
-        return self._shutting_down
-
-    def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        if self._shutting_down is None:
-            self._begin_shutdown(f"Received {sig.name}")
-            self.stop()
-        else:
-            self._shutting_down.hurry(f"Received {sig.name} again")
 
     def _listen(self) -> list[tuple[str, uvicorn.Server, socket.socket]]:
         """The HTTP servers to run (REST, and metrics if on), each with its bound socket."""
@@ -217,17 +205,16 @@ class InferenceServer:
                 raise RuntimeError(f"{task.get_name()} stopped unexpectedly")
 
     async def _shutdown(
-        self, rest: uvicorn.Server, rest_task: asyncio.Task[None], grpc_server: GrpcServer
+        self, shutdown: Shutdown, servers: list[_Running], grpc_server: GrpcServer
     ) -> None:
-        shutting_down = self._begin_shutdown("The server stopped serving")
-        rest.should_exit = True
-        grace = shutting_down.seconds_until_servers_stop()
-        grpc_stopped = asyncio.create_task(grpc_server.stop(grace))
-        with contextlib.suppress(Exception, SystemExit):
-            await rest_task
+        """Drain the REST and gRPC servers, then unload the models and stop the
+        workers while the metrics server stops (it serves scrapes until then)."""
+        shutdown.begin("The server stopped serving")  # begun already, unless it failed
+        rest, *others = servers
+        grpc_stopped = asyncio.create_task(grpc_server.stop(shutdown.seconds_until_servers_stop()))
+        await _stop_servers([rest])
         await grpc_stopped
-        await self.close()
-        shutting_down.finished()
+        await asyncio.gather(self.close(), _stop_servers(others))
 
 
 def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
@@ -241,7 +228,7 @@ def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
         ) from None
 
 
-async def _stop_servers(servers: Sequence[tuple[str, uvicorn.Server, asyncio.Task[None]]]) -> None:
+async def _stop_servers(servers: Sequence[_Running]) -> None:
     for _, server, task in servers:
         server.should_exit = True
         with contextlib.suppress(Exception, SystemExit):
