@@ -1,8 +1,8 @@
 """SIGTERM under load: readiness false at once, new requests refused, every admitted
 request answered, streams still running at the deadline ended cleanly, exit in time.
 
-The server runs with ``shutdown_grace_seconds`` = 3: the cut (shutdown.py) comes
-1 s before that, the exit before it.
+The server runs with ``shutdown_grace_seconds`` = 4: the cut (shutdown.py) comes
+a third of it (1.33 s) before that, the exit before it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.procstat import children, is_running
 from tests.support.serverproc import ServerProcess, http_status
 
 from .conftest import add_custom_model, wait_for
 from .metrics_helpers import model, scrape, value
 
-GRACE = 3.0
-CUT_AT = GRACE - 1.0  # shutdown.cut_after(GRACE)
+GRACE = 4.0
+CUT_AT = GRACE - GRACE / 3  # shutdown.cut_after(GRACE)
 TIMEOUT = 30.0
 SHUTTING_DOWN = "shutting down"
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -254,6 +255,35 @@ def test_sigterm_answers_every_admitted_request_and_exits_within_the_grace_perio
     assert len(served_grpc) > 5 and SHUTTING_DOWN in cut.error_message
     assert "stopped 0 request(s) and 2 stream(s) still running" in server.log()
     channel.close()
+
+
+def test_requests_still_running_at_the_deadline_are_stopped_and_busy_workers_die(
+    start: Any, repository: Path, threads: ThreadPoolExecutor
+) -> None:
+    settings = {"parallel_workers": 2, "shutdown_grace_seconds": GRACE}
+    server: ServerProcess = start(repository, settings=settings)
+    workers = children(server.process.pid)
+    # `slow` holds its request in a worker until `open` exists, which it never will.
+    running = threads.submit(rest_infer, server, 1.0, hold=True)
+    wait_for((repository / "slow" / "holding").exists, "the held request to run")
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        waiting = stub.ModelInfer.future(grpc_request("slow"), timeout=TIMEOUT)
+        wait_for(lambda: queued(server) == 1, "a request to queue")
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as cut:
+            waiting.result()
+    assert running.result().status_code == 503
+    assert SHUTTING_DOWN in running.result().json()["error"]
+    assert cut.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert SHUTTING_DOWN in cut.value.details()
+    assert time.monotonic() - signalled > CUT_AT - 0.1
+    assert server.process.wait(GRACE + 1) == 0
+    exited = time.monotonic() - signalled
+    assert exited < GRACE, f"exited {exited:.2f}s after SIGTERM:\n{server.log()}"
+    assert "stopped 2 request(s) and 0 stream(s) still running" in server.log()
+    wait_for(lambda: not any(is_running(pid) for pid in workers), "the workers to exit", 2)
 
 
 def test_a_second_sigterm_stops_at_once(start: Any, repository: Path) -> None:

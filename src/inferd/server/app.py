@@ -214,7 +214,14 @@ class InferenceServer:
         grpc_stopped = asyncio.create_task(grpc_server.stop(shutdown.seconds_until_servers_stop()))
         await _stop_servers([rest])
         await grpc_stopped
-        await asyncio.gather(self.close(), _stop_servers(others))
+        closing = asyncio.gather(self.close(), _stop_servers(others))
+        try:
+            await asyncio.wait_for(closing, shutdown.seconds_until_close_ends())
+        except TimeoutError:
+            logger.warning(
+                "Models or workers were still busy when the time to stop ran out "
+                "(shutdown_grace_seconds); worker processes exit with the server"
+            )
 
 
 def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:

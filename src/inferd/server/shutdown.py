@@ -12,8 +12,10 @@ With ``G`` = ``shutdown_grace_seconds``, counted from the signal:
   an SSE stream a last ``event: error``, a gRPC request UNAVAILABLE, a gRPC stream
   an ``error_message`` per open request and then UNAVAILABLE. The log says how
   many were stopped.
-- Halfway through the reserve the servers stop waiting for their connections;
-  models are unloaded and the workers stopped; the process exits with status 0.
+- A quarter through the reserve the servers stop waiting for their connections;
+  models are unloaded and the workers stopped, until halfway through it (a
+  worker still busy then is killed with the process); it exits with status 0.
+  The rest of the reserve is for the interpreter's own exit.
 - At ``G``: if the process is still there (a worker or a model's synchronous
   code that does not stop), it exits at once with status 1, its workers with it.
 
@@ -60,6 +62,13 @@ def cut_after(grace: float) -> float:
 
 def servers_stop_after(grace: float) -> float:
     """Seconds from the signal after which the servers stop waiting for connections."""
+    return grace - reserve(grace) * 3 / 4
+
+
+def close_ends_after(grace: float) -> float:
+    """Seconds from the signal after which unloading and stopping the workers stop
+    waiting: a worker still busy (its request was stopped, its model's code was not)
+    is killed with the server when it exits."""
     return grace - reserve(grace) / 2
 
 
@@ -116,8 +125,15 @@ class Shutdown:
 
     def seconds_until_servers_stop(self) -> float:
         """How long the servers may still wait for their connections to finish."""
+        return self._seconds_until(servers_stop_after(self._grace))
+
+    def seconds_until_close_ends(self) -> float:
+        """How long unloading the models and stopping the workers may still take."""
+        return self._seconds_until(close_ends_after(self._grace))
+
+    def _seconds_until(self, after: float) -> float:
         assert self._begun is not None, "the drain has not begun"
-        return max(0.0, self._begun + servers_stop_after(self._grace) - time.monotonic())
+        return max(0.0, self._begun + after - time.monotonic())
 
     def finished(self) -> None:
         """The orderly shutdown is done: nothing is left to force."""
