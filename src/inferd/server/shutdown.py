@@ -2,11 +2,12 @@
 
 With ``G`` = ``shutdown_grace_seconds``, counted from the signal:
 
-- At once: readiness turns false (REST ``/v2/health/ready`` 503, gRPC
-  ``ServerReady`` false, the health service NOT_SERVING), the listening sockets
-  close and gRPC refuses new calls, and an inference request that still reaches
-  the server gets 503 / UNAVAILABLE (:mod:`inferd.drain`). Every request already
-  admitted (queued, running, streaming) goes on and is answered.
+- At once: readiness turns false (REST ``/v2/health/ready`` answers 503 until
+  its listening socket closes a moment later; gRPC refuses new calls, probes'
+  ``ServerReady`` and health ``Check`` included, and an open health ``Watch``
+  gets NOT_SERVING), and an inference request that still reaches the server
+  gets 503 / UNAVAILABLE (:mod:`inferd.drain`). Every request already admitted
+  (queued, running, streaming) goes on and is answered.
 - At ``G`` minus a reserve (:func:`cut_after`): the requests still running are
   stopped (the cut): each fails with ShuttingDown, so a REST request gets a 503,
   an SSE stream a last ``event: error``, a gRPC request UNAVAILABLE, a gRPC stream
