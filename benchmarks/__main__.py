@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import soak
 from .harness import run_rounds
 from .options import MLSERVER_PYTHON_ENV, Options, parse_options
 from .results import (
@@ -88,6 +89,11 @@ def report(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == [soak.NAME]:  # not a side-by-side comparison: a command of its own
+        soak_args = soak.parse(args[1:])
+        use_inferd_source(soak_args.inferd_src)
+        return soak.run(soak_args)
     options = parse_options(list(SCENARIOS.values()), argv)
     use_inferd_source(options.programs.inferd_src)
     scenario = SCENARIOS[options.scenario](options)

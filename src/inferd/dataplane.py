@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator
 
 from .context import NO_CONTEXT, RequestContext
-from .errors import ConfigurationError, InvalidRequest, ModelNotFound
+from .drain import STOPPED, Drain
+from .errors import ConfigurationError, InvalidRequest, ModelNotFound, ShuttingDown
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
 from .settings import ServerSettings
@@ -46,6 +48,8 @@ class DataPlane:
         self.started = False
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         self.model_stats: ModelStatsTable = registry.stats
+        # Inference calls in flight; closed (new ones refused) once the server drains.
+        self.drain = Drain()
 
     # Health
 
@@ -53,7 +57,7 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        return self.started and self.registry.all_ready()
+        return self.started and not self.drain.closed and self.registry.all_ready()
 
     def model_streams(self, name: str, version: str | None = None) -> bool:
         """Whether the ready version answers the streaming endpoints with
@@ -62,7 +66,9 @@ class DataPlane:
         return instance is not None and instance.streams
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        return self.registry.find(name, version).state is ModelState.READY
+        """Whether the version is READY and the server takes requests for it."""
+        ready = self.registry.find(name, version).state is ModelState.READY
+        return ready and not self.drain.closed
 
     # Metadata
 
@@ -89,7 +95,24 @@ class DataPlane:
         context: RequestContext = NO_CONTEXT,
     ) -> InferenceResponse:
         """Run one request; ``context`` is what the server knows of it besides its
-        tensors (see :class:`~inferd.context.RequestContext`)."""
+        tensors (see :class:`~inferd.context.RequestContext`).
+
+        Refused with ShuttingDown once the server drains; one still running at the
+        shutdown deadline fails with it (see :mod:`inferd.drain`)."""
+        task = self.drain.admit()
+        try:
+            return await self._infer(name, version, request, context)
+        except asyncio.CancelledError:
+            stopped = self.drain.stopped(task)
+            if stopped is None:
+                raise
+            raise stopped from None
+        finally:
+            self.drain.leave(task)
+
+    async def _infer(
+        self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
+    ) -> InferenceResponse:
         found = self.registry.get_ready(name, version)
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
         assert scheduler is not None and stats is not None and instance is not None
@@ -117,7 +140,8 @@ class DataPlane:
         of a model that only predicts.
 
         Errors before the first response raise from the first read. Closing this
-        iterator early (a client that left) stops the model's generator.
+        iterator early (a client that left) stops the model's generator. As infer,
+        refused once the server drains, stopped (ShuttingDown) at its deadline.
         """
         found = self.registry.get_ready(name, version)
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
@@ -125,21 +149,37 @@ class DataPlane:
         if not instance.streams:
             yield [await self.infer(name, version, request, context)]
             return
+        stream = self.drain.open_stream()
         started = time.perf_counter_ns()
         sent = 0
         stats.stream_opened()
         try:
             async with contextlib.aclosing(scheduler.stream(request, context)) as responses:
-                async for ready in responses:
+                while True:
+                    stream.waiting = True  # the drain's cut may cancel this wait only
+                    try:
+                        ready = await anext(responses)
+                    except StopAsyncIteration:
+                        break
+                    except asyncio.CancelledError:
+                        stopped = self.drain.stopped(stream.task)
+                        if stopped is None:
+                            raise
+                        raise stopped from None
+                    finally:
+                        stream.waiting = False
                     if not sent:
                         stats.stream_first_response(time.perf_counter_ns() - started)
                     sent += len(ready)
                     yield [_finish(response, found, request) for response in ready]
+                    if stream.cut:  # cut while its reader was sending those responses
+                        raise ShuttingDown(STOPPED)
         except BaseException as error:  # a client that left counts as failed, as in infer
             _record_end(stats, request, started, type(error).__name__)
             raise
         finally:
             stats.stream_closed(sent)
+            self.drain.close_stream(stream)
         _record_end(stats, request, started)
 
     # Statistics

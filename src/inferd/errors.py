@@ -68,6 +68,13 @@ class Overloaded(InferdError):
         super().__init__(message, retry_after)
 
 
+class ShuttingDown(InferdError):
+    """The server is shutting down: it takes no new request, or it stopped one that
+    did not finish before its shutdown deadline. Another replica can take it."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
 class DeadlineExceeded(InferdError):
     code = ErrorCode.DEADLINE_EXCEEDED
 

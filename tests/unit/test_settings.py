@@ -143,6 +143,16 @@ def test_zero_workers_runs_in_process_and_negative_is_refused(tmp_path: Path) ->
     assert "parallel_workers: must be 0" in message
 
 
+def test_the_shutdown_grace_fits_kubernetes_and_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_server_settings(tmp_path).shutdown_grace_seconds == 25  # under k8s' 30 s
+    monkeypatch.setenv("INFERD_SHUTDOWN_GRACE_SECONDS", "7.5")
+    assert load_server_settings(tmp_path).shutdown_grace_seconds == 7.5
+    monkeypatch.setenv("INFERD_SHUTDOWN_GRACE_SECONDS", "0")
+    assert "shutdown_grace_seconds" in config_error(load_server_settings, tmp_path)
+
+
 # Validation messages name the file, the key and what is expected
 
 

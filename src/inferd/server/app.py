@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -28,11 +27,12 @@ from .fastpath import RestApp
 from .grpc import GrpcServer
 from .listener import EagerAcceptServer
 from .rest import build_rest_app
+from .shutdown import Shutdown, servers_stop_after
 
 logger = logging.getLogger(__name__)
 
-# How long requests in flight may take to finish once shutdown starts.
-SHUTDOWN_GRACE_SECONDS = 30
+# One HTTP server running: what it is, the server, its task.
+_Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
 
 
 class _Server(EagerAcceptServer):
@@ -70,15 +70,21 @@ class InferenceServer:
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
-        """Serve until SIGTERM/SIGINT, then drain and shut down."""
-        self._install_signal_handlers()
+        """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
+        shutdown = Shutdown(self.dataplane.drain, self.settings.shutdown_grace_seconds, self.stop)
+        shutdown.install_signal_handlers()
+        try:
+            await self._serve(shutdown)
+        finally:
+            shutdown.restore_signal_handlers()
+
+    async def _serve(self, shutdown: Shutdown) -> None:
         listening = self._listen()  # first: a port in use is a clear error, nothing started
         await self.pool.start()
         servers = [
             (what, server, asyncio.create_task(server.serve([sock]), name=what))
             for what, server, sock in listening
         ]
-        rest, rest_task = servers[0][1:]
         grpc_server = self.grpc_server()
         try:
             await grpc_server.start()
@@ -87,8 +93,8 @@ class InferenceServer:
             await self.load_startup_models()
             await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
-            await self._shutdown(rest, rest_task, grpc_server)
-            await _stop_servers(servers[1:])
+            await self._shutdown(shutdown, servers, grpc_server)
+            shutdown.finished()
 
     def rest_app(self) -> RestApp:
         """The REST API as an ASGI app, serving this server's DataPlane."""
@@ -125,15 +131,6 @@ class InferenceServer:
     def stop(self) -> None:
         self._stop.set()
 
-    def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        logger.info("Received %s; shutting down", sig.name)
-        self.stop()
-
     def _listen(self) -> list[tuple[str, uvicorn.Server, socket.socket]]:
         """The HTTP servers to run (REST, and metrics if on), each with its bound socket."""
         settings = self.settings
@@ -154,7 +151,8 @@ class InferenceServer:
             self.rest_app(),
             settings.http_port,
             root_path=settings.root_path,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+            # Its connections, streams included, have been answered by then (shutdown.py).
+            timeout_graceful_shutdown=servers_stop_after(settings.shutdown_grace_seconds),
         )
 
     def _metrics_config(self) -> uvicorn.Config:
@@ -210,16 +208,23 @@ class InferenceServer:
                 raise RuntimeError(f"{task.get_name()} stopped unexpectedly")
 
     async def _shutdown(
-        self, rest: uvicorn.Server, rest_task: asyncio.Task[None], grpc_server: GrpcServer
+        self, shutdown: Shutdown, servers: list[_Running], grpc_server: GrpcServer
     ) -> None:
-        self.dataplane.started = False
-        rest.should_exit = True
-        grpc_stopped = asyncio.create_task(grpc_server.stop(SHUTDOWN_GRACE_SECONDS))
-        with contextlib.suppress(Exception, SystemExit):
-            await rest_task
+        """Drain the REST and gRPC servers, then unload the models and stop the
+        workers while the metrics server stops (it serves scrapes until then)."""
+        shutdown.begin("The server stopped serving")  # begun already, unless it failed
+        rest, *others = servers
+        grpc_stopped = asyncio.create_task(grpc_server.stop(shutdown.seconds_until_servers_stop()))
+        await _stop_servers([rest])
         await grpc_stopped
-        await self.close()
-        logger.info("inferd stopped")
+        closing = asyncio.gather(self.close(), _stop_servers(others))
+        try:
+            await asyncio.wait_for(closing, shutdown.seconds_until_close_ends())
+        except TimeoutError:
+            logger.warning(
+                "Models or workers were still busy when the time to stop ran out "
+                "(shutdown_grace_seconds); worker processes exit with the server"
+            )
 
 
 def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
@@ -233,7 +238,7 @@ def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
         ) from None
 
 
-async def _stop_servers(servers: Sequence[tuple[str, uvicorn.Server, asyncio.Task[None]]]) -> None:
+async def _stop_servers(servers: Sequence[_Running]) -> None:
     for _, server, task in servers:
         server.should_exit = True
         with contextlib.suppress(Exception, SystemExit):

@@ -14,8 +14,10 @@ Message conversion lives in :mod:`inferd.server.codec_grpc`.
   the stream goes on.
 - ``grpc.health.v1.Health`` (see :mod:`inferd.server.grpc_health`).
 - Server reflection lists and describes all three services (grpcurl works).
-- Shutdown: new calls are refused, calls in flight finish (up to a grace period);
-  open streams answer what they already read, then end with UNAVAILABLE.
+- Shutdown (shutdown.py): new calls are refused, calls in flight finish within
+  ``shutdown_grace_seconds``; open streams answer what they already read, then end
+  with UNAVAILABLE. What still runs near the deadline fails with UNAVAILABLE (a
+  stream's open requests with an ``error_message`` each).
 """
 
 from __future__ import annotations

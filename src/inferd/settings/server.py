@@ -51,6 +51,11 @@ class ServerSettings(EnvFirstSettings):
     parallel_workers_timeout: int = 5
     """Seconds to wait for a worker process to stop before it is killed."""
 
+    shutdown_grace_seconds: float = Field(default=25.0, gt=0)
+    """Seconds from SIGTERM to exit: requests in flight may finish within it, those
+    still running near its end are stopped with an error, then the process exits.
+    Keep it under Kubernetes' ``terminationGracePeriodSeconds`` (30 by default)."""
+
     model_repository_root: str = "."
     """Folder searched (recursively) for ``model-settings.json`` files."""
 

@@ -1,0 +1,220 @@
+"""The soak's load: requests of the mix over REST and gRPC, each answer checked.
+
+REST goes over plain asyncio HTTP/1.1 connections, one kept alive per concurrent
+slot (a client that leaves uses a connection of its own and closes it); gRPC over
+one ``grpc.aio`` channel, as a real client would. Requests alternate between the
+two protocols. :meth:`Load.run` sends a batch of requests from ``concurrency``
+slots and returns once every one has been answered: the soak samples the server
+between batches, with nothing in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import orjson
+
+from inferd.protocol import pb_grpc
+
+from .soakmix import ANSWER, ERROR, GRPC_STREAM_REQUESTS, LEAVE, STREAM, STREAM_PARTS, Kind
+
+LEAVE_AFTER = 0.005  # seconds a leaving client waits before it goes
+KEPT_PROBLEMS = 10
+HEADERS_END = b"\r\n\r\n"
+
+
+class HttpConnection:
+    """One HTTP/1.1 connection, kept alive; ``post`` returns the status and the body."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        assert self._reader is not None
+        self._writer.write(request_bytes(self.host, path, body))
+        head = await self._reader.readuntil(HEADERS_END)
+        status, headers = parse_head(head)
+        if headers.get(b"transfer-encoding") == b"chunked":
+            content = await read_chunked(self._reader)
+        else:
+            content = await self._reader.readexactly(int(headers.get(b"content-length", 0)))
+        if headers.get(b"connection") == b"close":
+            await self.close()
+        return status, content
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()
+        self._reader = self._writer = None
+
+
+def request_bytes(host: str, path: str, body: bytes) -> bytes:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def parse_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:
+    status_line, *lines = head[: -len(HEADERS_END)].split(b"\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip().lower()
+    return int(status_line.split()[1]), headers
+
+
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    parts = []
+    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+        parts.append((await reader.readexactly(size + 2))[:-2])
+    await reader.readuntil(b"\r\n")  # the blank line after the last chunk
+    return b"".join(parts)
+
+
+def sse_events(content: bytes) -> list[tuple[str, Any]]:
+    """(event type, decoded data) of each server-sent event of a body."""
+    events = []
+    for block in content.split(b"\n\n"):
+        kind, data = "message", None
+        for line in block.split(b"\n"):
+            if line.startswith(b"event: "):
+                kind = line[7:].decode()
+            elif line.startswith(b"data: "):
+                data = orjson.loads(line[6:])
+        if data is not None:
+            events.append((kind, data))
+    return events
+
+
+def rest_outputs(answer: Any) -> list[Any] | None:
+    outputs = answer.get("outputs") if isinstance(answer, dict) else None
+    return None if outputs is None else [output["data"] for output in outputs]
+
+
+@dataclass
+class Tally:
+    """Requests sent by kind and protocol, and the first problems seen."""
+
+    sent: Counter[str] = field(default_factory=Counter)
+    problems: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def record(self, kind: Kind, protocol: str, problem: str) -> None:
+        self.sent[f"{protocol} {kind.name}"] += 1
+        if problem:
+            self.problems += 1
+            if len(self.examples) < KEPT_PROBLEMS:
+                self.examples.append(f"{protocol}: {problem}")
+
+
+class Load:
+    """The clients of one soak: ``run`` a batch of kinds, then the next."""
+
+    def __init__(self, host: str, http_port: int, grpc_port: int, concurrency: int) -> None:
+        self.host, self.http_port = host, http_port
+        self._channel = grpc.aio.insecure_channel(f"{host}:{grpc_port}")
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._connections = [HttpConnection(host, http_port) for _ in range(concurrency)]
+        self._sent = 0
+        self.tally = Tally()
+
+    async def run(self, kinds: Sequence[Kind]) -> None:
+        """Send ``kinds`` (one request each) from every slot; return once all are done."""
+        queue = iter(kinds)
+        await asyncio.gather(*(self._slot(connection, queue) for connection in self._connections))
+
+    async def close(self) -> None:
+        for connection in self._connections:
+            await connection.close()
+        await self._channel.close()
+
+    async def _slot(self, connection: HttpConnection, queue: Any) -> None:
+        for kind in queue:
+            self._sent += 1
+            if self._sent % 2:
+                self.tally.record(kind, "rest", await self._rest(connection, kind))
+            else:
+                self.tally.record(kind, "grpc", await self._grpc(kind))
+
+    async def _rest(self, connection: HttpConnection, kind: Kind) -> str:
+        suffix = "infer_stream" if kind.expect == STREAM else "infer"
+        path = f"/v2/models/{kind.model}/{suffix}"
+        if kind.expect == LEAVE:
+            await self._leave_rest(path, kind.rest_body)
+            return ""
+        status, content = await connection.post(path, kind.rest_body)
+        if kind.expect == STREAM:
+            return _check_rest_stream(kind, status, content)
+        answer = orjson.loads(content)
+        error = answer.get("error", "") if isinstance(answer, dict) else ""
+        return kind.check_rest(status, rest_outputs(answer), error)
+
+    async def _leave_rest(self, path: str, body: bytes) -> None:
+        _, writer = await asyncio.open_connection(self.host, self.http_port)
+        writer.write(request_bytes(self.host, path, body))
+        await asyncio.sleep(LEAVE_AFTER)
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+    async def _grpc(self, kind: Kind) -> str:
+        if kind.expect == STREAM:
+            return await self._grpc_stream(kind)
+        call = self._stub.ModelInfer(kind.grpc_request, timeout=60)
+        if kind.expect == LEAVE:
+            await asyncio.sleep(LEAVE_AFTER)
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await call
+            return ""
+        try:
+            answer = await call
+        except grpc.aio.AioRpcError as error:
+            return kind.check_grpc(error.code().name, None, error.details() or "")
+        assert kind.expect in (ANSWER, ERROR)
+        return kind.check_grpc("OK", list(answer.raw_output_contents), "")
+
+    async def _grpc_stream(self, kind: Kind) -> str:
+        call = self._stub.ModelStreamInfer(timeout=60)
+        try:
+            for _ in range(GRPC_STREAM_REQUESTS):
+                await call.write(kind.grpc_request)
+            await call.done_writing()
+            answers = [answer async for answer in call]
+        except grpc.aio.AioRpcError as error:
+            return f"{kind.name}: the stream failed: {error.code().name} {error.details()}"
+        if len(answers) != GRPC_STREAM_REQUESTS * STREAM_PARTS:
+            return f"{kind.name}: {len(answers)} answers on the stream"
+        for answer in answers:
+            outputs = list(answer.infer_response.raw_output_contents)
+            problem = kind.check_grpc("OK", outputs, answer.error_message)
+            if problem:
+                return problem
+        return ""
+
+
+def _check_rest_stream(kind: Kind, status: int, content: bytes) -> str:
+    if status != 200:
+        return f"{kind.name}: HTTP {status}: {content[:200]!r}"
+    events = sse_events(content)
+    if len(events) != STREAM_PARTS:
+        return f"{kind.name}: {len(events)} events: {content[:200]!r}"
+    for event, data in events:
+        problem = kind.check_rest(200 if event == "message" else 500, rest_outputs(data), "")
+        if problem:
+            return problem
+    return ""

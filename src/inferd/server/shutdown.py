@@ -1,0 +1,217 @@
+"""The drain: what happens from the first SIGTERM (or SIGINT) to the exit.
+
+With ``G`` = ``shutdown_grace_seconds``, counted from the signal:
+
+- At once: readiness turns false (REST ``/v2/health/ready`` answers 503 until
+  its listening socket closes a moment later; gRPC refuses new calls, probes'
+  ``ServerReady`` and health ``Check`` included, and an open health ``Watch``
+  gets NOT_SERVING), and an inference request that still reaches the server
+  gets 503 / UNAVAILABLE (:mod:`inferd.drain`). Every request already admitted
+  (queued, running, streaming) goes on and is answered.
+- At ``G`` minus a reserve (:func:`cut_after`): the requests still running are
+  stopped (the cut): each fails with ShuttingDown, so a REST request gets a 503,
+  an SSE stream a last ``event: error``, a gRPC request UNAVAILABLE, a gRPC stream
+  an ``error_message`` per open request and then UNAVAILABLE. The log says how
+  many were stopped.
+- A quarter through the reserve the servers stop waiting for their connections;
+  models are unloaded and the workers stopped, until halfway through it (a
+  worker still busy then is killed with the process); it exits with status 0.
+  The rest of the reserve is for the interpreter's own exit.
+- At ``G``: if the process is still there (a worker or a model's synchronous
+  code that does not stop), it exits at once with status 1, its workers with it.
+
+A second signal does the cut at once and leaves the answers half a second to go
+out before the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from ..drain import Drain
+
+logger = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The end of the grace period kept for answering the requests the cut stops, for
+# stopping the workers and for the exit (at most a third of it). Measured on a
+# loaded 2-core machine: about 1 s from the cut to the exit with 2 workers.
+CUT_RESERVE = 2.0
+# After a second signal: how long the answers of the cut get before the exit.
+HURRY_SECONDS = 0.5
+# The exit status when the deadline, not the orderly shutdown, ends the process.
+FORCED_EXIT_STATUS = 1
+
+
+def reserve(grace: float) -> float:
+    return min(CUT_RESERVE, grace / 3)
+
+
+def cut_after(grace: float) -> float:
+    """Seconds from the signal to the cut."""
+    return grace - reserve(grace)
+
+
+def servers_stop_after(grace: float) -> float:
+    """Seconds from the signal after which the servers stop waiting for connections."""
+    return grace - reserve(grace) * 3 / 4
+
+
+def close_ends_after(grace: float) -> float:
+    """Seconds from the signal after which unloading and stopping the workers stop
+    waiting: a worker still busy (its request was stopped, its model's code was not)
+    is killed with the server when it exits."""
+    return grace - reserve(grace) / 2
+
+
+class Shutdown:
+    """One server's drain: the signals in; readiness, the cut and the exit out.
+
+    ``stop_serving`` is called (on the event loop) when the drain begins."""
+
+    def __init__(self, drain: Drain, grace: float, stop_serving: Callable[[], None]) -> None:
+        self._drain = drain
+        self._grace = grace
+        self._stop_serving = stop_serving
+        self._signals = 0
+        self._begun: float | None = None  # time.monotonic() of the first signal
+        self._cut_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._previous_handlers: dict[signal.Signals, Any] = {}
+        self._exit = ExitDeadline(self._in_flight)
+
+    def install_signal_handlers(self) -> None:
+        """Handle SIGTERM and SIGINT from now on (call it on the event loop)."""
+        self._loop = asyncio.get_running_loop()
+        for sig in SIGNALS:
+            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def restore_signal_handlers(self) -> None:
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+
+    def begin(self, why: str, signalled_at: float | None = None) -> None:
+        """Readiness false and new requests refused from now on, the cut planned;
+        on the event loop. Once only: later calls do nothing."""
+        if self._begun is not None:
+            return
+        self._begun = begun = time.monotonic() if signalled_at is None else signalled_at
+        self._exit.arm(begun + self._grace)
+        self._drain.close()
+        logger.info(
+            "%s: shutting down. Not ready, refusing new requests; %s may finish within "
+            "%gs (shutdown_grace_seconds); a second signal stops them at once",
+            why,
+            self._in_flight(),
+            self._grace,
+        )
+        delay = max(0.0, begun + cut_after(self._grace) - time.monotonic())
+        loop = asyncio.get_running_loop()
+        self._cut_timer = loop.call_later(delay, self._cut, "The grace period is almost over")
+        self._stop_serving()
+
+    def hurry(self, why: str, signalled_at: float | None = None) -> None:
+        """Stop what runs now (on the event loop); the exit follows its answers."""
+        self.begin(why, signalled_at)
+        self._cut(why)
+
+    def seconds_until_servers_stop(self) -> float:
+        """How long the servers may still wait for their connections to finish."""
+        return self._seconds_until(servers_stop_after(self._grace))
+
+    def seconds_until_close_ends(self) -> float:
+        """How long unloading the models and stopping the workers may still take."""
+        return self._seconds_until(close_ends_after(self._grace))
+
+    def _seconds_until(self, after: float) -> float:
+        assert self._begun is not None, "the drain has not begun"
+        return max(0.0, self._begun + after - time.monotonic())
+
+    def finished(self) -> None:
+        """The orderly shutdown is done: nothing is left to force."""
+        self._exit.cancel()
+        if self._cut_timer is not None:
+            self._cut_timer.cancel()
+        if self._begun is not None:
+            logger.info(
+                "inferd stopped %.2fs after shutting down began", time.monotonic() - self._begun
+            )
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Runs in the main thread between two bytecodes, wherever the event loop was
+        (even inside a model's code that blocks it): it only arms the exit deadline,
+        so that it holds whatever the loop does, and hands the rest to the loop."""
+        assert self._loop is not None
+        now = time.monotonic()
+        self._signals += 1
+        first = self._signals == 1
+        self._exit.arm(now + (self._grace if first else HURRY_SECONDS))
+        name = signal.Signals(signum).name
+        if first:
+            self._loop.call_soon_threadsafe(self.begin, f"Received {name}", now)
+        else:
+            self._loop.call_soon_threadsafe(self.hurry, f"Received {name} again", now)
+
+    def _cut(self, why: str) -> None:
+        if self._cut_timer is not None:
+            self._cut_timer.cancel()
+        calls, streams = self._drain.cut()
+        if calls or streams:
+            logger.warning(
+                "%s: stopped %d request(s) and %d stream(s) still running; "
+                "their clients were told the server is shutting down",
+                why,
+                calls,
+                streams,
+            )
+
+    def _in_flight(self) -> str:
+        return f"{self._drain.calls} request(s) and {self._drain.streams} stream(s) in flight"
+
+
+class ExitDeadline:
+    """A thread that exits the process at a deadline, once armed, unless cancelled.
+
+    A thread, not a timer on the event loop: a model's synchronous code running on
+    the loop (``parallel_workers: 0``) must not keep the process past its deadline.
+    Worker processes die with it (they asked the kernel to kill them with it).
+    Arming only stores a float and sets an event: safe from a signal handler."""
+
+    def __init__(self, describe: Callable[[], str]) -> None:
+        self._describe = describe
+        self._at = math.inf
+        self._cancelled = False
+        self._wake = threading.Event()
+        thread = threading.Thread(target=self._watch, name="inferd-exit-deadline", daemon=True)
+        thread.start()
+
+    def arm(self, at: float) -> None:
+        """Exit at ``at`` (time.monotonic()), or earlier if armed so before."""
+        self._at = min(self._at, at)
+        self._wake.set()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._wake.set()
+
+    def _watch(self) -> None:
+        while not self._cancelled:
+            left = self._at - time.monotonic()
+            if left <= 0:
+                logger.error(
+                    "inferd did not stop by its shutdown deadline (%s); exiting now, "
+                    "worker processes with it",
+                    self._describe(),
+                )
+                os._exit(FORCED_EXIT_STATUS)
+            self._wake.wait(None if math.isinf(left) else left)
+            self._wake.clear()

@@ -1,0 +1,61 @@
+"""What /proc says about a process: its children, whether it runs, its resources.
+
+Used by the e2e tests (workers that must not outlive the server) and by the soak
+benchmark (memory, file descriptors and threads of the server and its workers).
+Standard library only, like serverproc.py. Linux only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One process's resident memory (KiB), open file descriptors and threads."""
+
+    rss_kib: int
+    fds: int
+    threads: int
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (in parentheses) may hold spaces: split after its ")".
+    state, parent = stat.rsplit(")", 1)[1].split()[:2]
+    return state, int(parent)
+
+
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    found = _state_and_parent(pid)
+    return found is not None and found[0] != "Z"
+
+
+def children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is ``pid``."""
+    found = set()
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            stat = _state_and_parent(int(entry.name))
+            if stat is not None and stat[1] == pid and stat[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+def usage(pid: int) -> Usage | None:
+    """``pid``'s VmRSS, fd count and Threads now; None if it has gone."""
+    try:
+        status = (PROC / str(pid) / "status").read_text()
+        fds = sum(1 for _ in (PROC / str(pid) / "fd").iterdir())
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    rss = int(fields["VmRSS"].split()[0])  # "123456 kB"
+    return Usage(rss_kib=rss, fds=fds, threads=int(fields["Threads"]))
