@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .h2grpc import H2Error, H2GrpcConnection
@@ -222,14 +223,16 @@ async def run_streams(job: Job, seconds: float) -> Tally:
 
 
 def main() -> int:
-    """One load process: job on stdin, ``ready``, wait for ``go``, the tally on stdout."""
+    """One load process: job on stdin, ``ready``, wait for ``go``, the tally in the
+    file named by the second argument (a file, not a pipe: a long run's tally is
+    hundreds of KiB)."""
     job = Job.from_json(sys.stdin.readline())
-    seconds = float(sys.argv[1])
+    seconds, tally_path = float(sys.argv[1]), Path(sys.argv[2])
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
     tally = _uvloop_run(run_streams(job, seconds))
-    print(json.dumps(asdict(tally)), flush=True)
+    tally_path.write_text(json.dumps(asdict(tally)))
     return 0
 
 

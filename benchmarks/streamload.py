@@ -154,13 +154,15 @@ class Client:
 
     process: subprocess.Popen[str]
     log: Path  # its stderr
+    tally_path: Path  # where it writes its tally
 
     @classmethod
     def start(cls, job: Job, seconds: float, log: Path) -> Client:
         path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+        tally_path = log.with_suffix(".tally.json")
         with log.open("w") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.streamclient", f"{seconds}"],
+                [sys.executable, "-m", "benchmarks.streamclient", f"{seconds}", str(tally_path)],
                 cwd=ROOT,
                 env=os.environ | {"PYTHONPATH": path},
                 stdin=subprocess.PIPE,
@@ -168,7 +170,7 @@ class Client:
                 stderr=stderr,
                 text=True,
             )
-        client = cls(process, log)
+        client = cls(process, log, tally_path)
         client.send(job.to_json())
         return client
 
@@ -185,13 +187,12 @@ class Client:
 
     def tally(self, timeout: float) -> dict[str, Any]:
         try:
-            out, _ = self.process.communicate(timeout=timeout)
+            self.process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"a stream client did not finish:\n{self.tail()}") from None
-        lines = out.strip().splitlines()
-        if self.process.returncode != 0 or not lines:
+        if self.process.returncode != 0 or not self.tally_path.exists():
             raise RuntimeError(f"stream client exited {self.process.returncode}:\n{self.tail()}")
-        tally: dict[str, Any] = json.loads(lines[-1])
+        tally: dict[str, Any] = json.loads(self.tally_path.read_text())
         return tally
 
     def stop(self) -> None:
