@@ -27,6 +27,7 @@ from ..workers.inprocess import InProcessPool
 from .fastpath import RestApp
 from .grpc import GrpcServer
 from .rest import build_rest_app
+from .transport import metrics_options, rest_options
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class InferenceServer:
             settings.http_port,
             root_path=settings.root_path,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+            **rest_options(settings),
         )
 
     def _metrics_config(self) -> uvicorn.Config:
@@ -167,7 +169,9 @@ class InferenceServer:
         )
         registry = build_registry(sources, settings.metrics_rest_server_prefix)
         return self._uvicorn_config(
-            metrics_app(registry, settings.metrics_endpoint or "/metrics"), settings.metrics_port
+            metrics_app(registry, settings.metrics_endpoint or "/metrics"),
+            settings.metrics_port,
+            **metrics_options(settings),
         )
 
     def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:
@@ -182,8 +186,7 @@ class InferenceServer:
             lifespan="off",
             access_log=self.settings.access_log_enabled,
             log_config=None,
-            http="httptools",
-            **options,
+            **({"http": "httptools"} | options),
         )
 
     async def _wait_started(
