@@ -28,13 +28,14 @@ class WatchedFiles:
     def __init__(
         self,
         paths: Sequence[str],
-        interval: float = CHECK_INTERVAL,
+        interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``interval``: seconds between looks (default: CHECK_INTERVAL, read now)."""
         self.paths = tuple(paths)
-        self._interval = interval
+        self._interval = CHECK_INTERVAL if interval is None else interval
         self._clock = clock
-        self._next_check = clock() + interval
+        self._next_check = clock() + self._interval
         self._seen = self._signatures()
 
     def changed(self) -> bool:
