@@ -61,6 +61,11 @@ def test_headers_over_the_limit(limited: ServerProcess) -> None:
         refused = http.get("/v2/health/live", headers={"x-pad": "a" * MAX_HEADER})
     assert refused.status_code == 431
     assert "max_header_size (4096 bytes)" in refused.json()["error"]
+    # A header section that never ends is refused once it passes the limit.
+    with socket.create_connection(("127.0.0.1", limited.http_port), timeout=10) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nx-pad: " + b"a" * (MAX_HEADER + 1))
+        answer = _read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer
     with grpc.insecure_channel(limited.grpc_address) as channel:
         assert live(channel, metadata=(("x-pad", "a" * 3000),))
         with pytest.raises(grpc.RpcError) as refusal:
@@ -99,6 +104,13 @@ def _frame(kind: int, payload: bytes) -> bytes:
 def _read_frame(sock: socket.socket) -> tuple[int, bytes]:
     head = _read_exactly(sock, 9)
     return head[3], _read_exactly(sock, int.from_bytes(head[:3], "big"))
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:

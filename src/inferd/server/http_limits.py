@@ -27,35 +27,46 @@ class HeadersTooLarge(Exception):
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with ``max_header_size`` and a JSON 503."""
+    """uvicorn's httptools protocol, with ``max_header_size`` and a JSON 503.
+
+    The header bytes are counted per read, not per header: a request pays one
+    comparison unless its header section spans reads or passes the limit, and only
+    then are its headers measured exactly."""
 
     max_header_size: int  # set by limited_protocol()
     max_connections: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._header_bytes = 0
+        self._header_bytes = 0  # bytes read since the current header section began
         self._headers_too_large = False
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._header_bytes = 0
+    def data_received(self, data: bytes) -> None:
+        self._header_bytes += len(data)
+        super().data_received(data)
+        scope = self.scope
+        if scope is None or "method" in scope:  # no header section is being read
+            self._header_bytes = 0
+        elif self._header_bytes > self.max_header_size and not self._headers_too_large:
+            # The header section is still incomplete past the limit: refuse it now,
+            # before any more of it is read.
+            self._headers_too_large = True
+            self.send_400_response("")
 
-    def on_url(self, url: bytes) -> None:
-        self._count(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + _HEADER_FRAMING)
-        super().on_header(name, value)
-
-    def _count(self, size: int) -> None:
-        self._header_bytes += size
-        if self._header_bytes > self.max_header_size:
+    def on_headers_complete(self) -> None:
+        if self._header_bytes > self.max_header_size and self._header_size() > (
+            self.max_header_size
+        ):
             self._headers_too_large = True
             # httptools turns it into HttpParserError: uvicorn stops reading and calls
             # send_400_response, which answers 431 instead.
             raise HeadersTooLarge
+        super().on_headers_complete()
+
+    def _header_size(self) -> int:
+        """The bytes of this request's request line and headers, as sent."""
+        framing = _HEADER_FRAMING
+        return len(self.url) + sum(len(name) + len(value) + framing for name, value in self.headers)
 
     def send_400_response(self, msg: str) -> None:
         if not self._headers_too_large:
