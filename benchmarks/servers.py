@@ -36,6 +36,7 @@ class Contender:
     settings: Mapping[str, Any] = field(default_factory=dict)  # added to settings.json
     model: str | None = None  # the model its load targets; None: the scenario's
     source: Path | None = None  # inferd's source tree; None: Programs.inferd_src
+    ca_file: Path | None = None  # it serves REST over TLS, with a certificate this CA signed
 
     @property
     def slug(self) -> str:
@@ -120,7 +121,13 @@ def start(
 ) -> ServerProcess:
     command, env = command_and_env(contender, programs, repo, ports[1])
     return spawn(
-        command, repository=repo, cwd=repo, log_path=repo / "server.log", ports=ports, env=env
+        command,
+        repository=repo,
+        cwd=repo,
+        log_path=repo / "server.log",
+        ports=ports,
+        env=env,
+        ca_file=contender.ca_file,
     )
 
 

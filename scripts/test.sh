@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs inferd with its test tools into .venv and runs every check CI runs:
-# lint, format, types, generated-code freshness, then the test suite.
+# the dependency audit, lint, format, types, generated-code freshness, then the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,9 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
         || echo "chromium could not be installed: the browser test will be skipped"
 fi
+
+echo "== dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt)"
+"$PYTHON" scripts/audit_dependencies.py
 
 echo "== ruff"
 .venv/bin/python -m ruff check src tests benchmarks scripts examples

@@ -10,6 +10,7 @@ from .overload import Overload
 from .rest import Batching, Rest
 from .sklearn_onnx import SklearnOnnx
 from .streaming import Streaming
+from .tls import Tls
 from .workers import Workers
 
 SCENARIOS: dict[str, type[Scenario]] = {
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         Metrics,
         SklearnOnnx,
         Streaming,
+        Tls,
     )
 }
 

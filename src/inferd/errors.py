@@ -16,6 +16,7 @@ class ErrorCode(enum.Enum):
 
     INVALID_ARGUMENT = "invalid_argument"
     NOT_FOUND = "not_found"
+    PERMISSION_DENIED = "permission_denied"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     INTERNAL = "internal"
     UNAVAILABLE = "unavailable"
@@ -53,6 +54,12 @@ class ModelNotFound(InferdError):
         super().__init__(message + hint)
         self.name = name
         self.version = version
+
+
+class PermissionDenied(InferdError):
+    """The request lacks what its API group requires (restricted_apis), or the API is off."""
+
+    code = ErrorCode.PERMISSION_DENIED
 
 
 class ModelNotReady(InferdError):

@@ -3,6 +3,15 @@
 Every folder under the root that holds a ``model-settings.json`` is one model
 version (MLServer's layout). With none at all, the model described by the
 ``MLSERVER_MODEL_*`` environment variables is served (how KServe starts a server).
+
+Models are read only from under the root. The settings files are found by walking
+it without following symlinked folders, and a settings file's ``parameters.uri``,
+resolved against its folder with ``..`` collapsed, must name a path under the root.
+Symlinks are not resolved for that check, so a link placed inside the root may point
+anywhere: KServe's and ModelMesh's layouts link artifacts kept elsewhere, and only
+someone who can write inside the root can make a link there. A uri given by an
+environment variable (``MLSERVER_MODEL_URI``) is the operator's, as the command
+line is, and is not checked.
 """
 
 from __future__ import annotations
@@ -42,6 +51,9 @@ class RepositoryScan:
 class ModelRepository:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        # The root as written and as resolved: a uri may name either (e.g. through
+        # /models when /models is itself a link).
+        self._roots = {Path(os.path.normpath(root.absolute())), self.root}
 
     def find_all(self) -> list[ModelSettings]:
         """Settings of every model version in the repository (read from disk now).
@@ -79,7 +91,9 @@ class ModelRepository:
         files = self._settings_files()
         for path in files:
             try:
-                scan.models.append(load_model_settings(path))
+                settings = load_model_settings(path)
+                self._check_inside(settings)
+                scan.models.append(settings)
             except ConfigurationError as error:
                 name = _name_in(path)
                 guess = name or path.parent.name
@@ -89,6 +103,20 @@ class ModelRepository:
             if from_env is not None:
                 scan.models.append(from_env)
         return scan
+
+    def _check_inside(self, settings: ModelSettings) -> None:
+        """ConfigurationError if the model's uri leaves the root (see the module's doc)."""
+        if env_variable("uri", model=True) is not None:
+            return
+        uri = Path(os.path.normpath(settings.uri))  # lexical: ".." collapsed, links kept
+        if any(uri == root or root in uri.parents for root in self._roots):
+            return
+        written = settings.parameters.uri if settings.parameters else None
+        raise ConfigurationError(
+            f"{settings.source}: parameters.uri {written!r} names {uri}, outside the model "
+            f"repository {self.root}; models are read only from under model_repository_root: "
+            "move the files under it, or link to them from inside it (symlinks are followed)"
+        )
 
     def _settings_files(self) -> list[Path]:
         if not self.root.is_dir():

@@ -27,6 +27,7 @@ from .settings import (
     ModelSettings,
     ServerSettings,
 )
+from .settings.security import RestrictedApiSettings
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def _describe(error: ValidationError, model: bool, loc_prefix: str = "") -> str:
     known = (
         _known_names(ModelSettings, ModelParameters, MetadataTensorSettings)
         if model
-        else _known_names(ServerSettings, CORSSettings)
+        else _known_names(ServerSettings, CORSSettings, RestrictedApiSettings)
     )
     return "\n".join(_describe_one(item, model, loc_prefix, known) for item in error.errors())
 
@@ -75,7 +76,7 @@ def _describe_one(item: ErrorDetails, model: bool, loc_prefix: str, known: dict[
         message = "unknown setting" + (f"; did you mean {known[close[0]]!r}?" if close else "")
     elif variable and item["type"] in ("dict_type", "list_type", "model_type"):
         message += "; give nested values in environment variables as JSON"
-    if item["type"] == "missing":
+    if item["type"] == "missing" or not item["loc"]:  # no loc: a check across settings
         return f"  {key or '(top level)'}: {message}"
     return f"  {key or '(top level)'}: {message} (got {item.get('input')!r}{source})"
 
@@ -126,6 +127,7 @@ def load_server_settings(folder: Path | None = None, **overrides: Any) -> Server
         )
         raise ConfigurationError(f"{where}: invalid settings:\n{problems}") from None
     _resolve_repository_root(settings, folder)
+    _resolve_security_files(settings, folder)
     for name in settings.ignored_settings():
         logger.warning("Setting %r is accepted for MLServer compatibility but has no effect", name)
     return settings
@@ -140,6 +142,27 @@ def _resolve_repository_root(settings: ServerSettings, folder: Path | None) -> N
         from_env = env_variable("model_repository_root") is not None
         base = Path.cwd() if from_env or folder is None else folder
         settings.model_repository_root = str(base / root)
+
+
+def _resolve_security_files(settings: ServerSettings, folder: Path | None) -> None:
+    """Relative TLS and key files, as ``model_repository_root``: against ``folder`` when
+    the file names them, the working directory when the environment does."""
+    for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+        value = getattr(settings, name)
+        if value is not None:
+            setattr(settings, name, _absolute(value, name, folder))
+    for restriction in settings.restricted_apis:
+        if restriction.values_from_file is not None:
+            restriction.values_from_file = _absolute(
+                restriction.values_from_file, "restricted_apis", folder
+            )
+
+
+def _absolute(path: str, name: str, folder: Path | None) -> str:
+    if Path(path).is_absolute():
+        return path
+    from_env = env_variable(name) is not None
+    return str((Path.cwd() if from_env or folder is None else folder) / path)
 
 
 def model_settings_from_dict(data: dict[str, Any], source: Path | None) -> ModelSettings:

@@ -44,11 +44,12 @@ async def until(condition: Callable[[], object], what: str, timeout: float = 10.
         await asyncio.sleep(0.005)
 
 
-def add_model(repository: Path, folder: str, implementation: str, **settings: Any) -> None:
+def add_model(repository: Path, folder: str, implementation: str, **settings: Any) -> Path:
     path = repository / folder
     path.mkdir(parents=True)
     body = {"name": folder.split("/")[0], "implementation": implementation, **settings}
     (path / "model-settings.json").write_text(json.dumps(body))
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -69,12 +70,15 @@ def repository(tmp_path: Path, iris_file: Path) -> Path:
     """iris (scikit-learn), echo, fails, two versions of `versioned`, and `gated`
     (one request at a time, one more may wait)."""
     repository = tmp_path / "models"
-    add_model(
+    iris_folder = add_model(
         repository,
         "iris",
         "inferd.runtimes.sklearn.SKLearnModel",
-        parameters={"uri": str(iris_file)},
+        parameters={"uri": "./model.joblib"},
     )
+    # The model is trained once per session and linked from inside the repository
+    # (models are read only from under its root).
+    (iris_folder / "model.joblib").symlink_to(iris_file)
     add_model(repository, "echo", f"{RUNTIMES}.Echo")
     add_model(repository, "fails", f"{RUNTIMES}.Fails")
     for version in ("1", "2"):

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -47,11 +48,17 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def http_status(url: str, timeout: float = 2.0) -> int:
+def http_status(url: str, timeout: float = 2.0, ca_file: Path | None = None) -> int:
     """The status of ``GET url`` (4xx and 5xx included); OSError when nothing answers,
-    http.client.HTTPException when what answers is not HTTP."""
+    http.client.HTTPException when what answers is not HTTP. An https ``url`` is
+    trusted if signed by ``ca_file``."""
+    opener = _LOCAL_OPENER
+    if ca_file is not None:
+        context = ssl.create_default_context(cafile=str(ca_file))
+        handlers = (urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+        opener = urllib.request.build_opener(*handlers)
     try:
-        with _LOCAL_OPENER.open(url, timeout=timeout) as response:
+        with opener.open(url, timeout=timeout) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
@@ -68,10 +75,13 @@ class ServerProcess:
     grpc_port: int
     metrics_port: int
     started_at: float = field(default_factory=time.monotonic)
+    # Set for a server that serves REST over TLS: its certificate's CA.
+    ca_file: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        scheme = "https" if self.ca_file is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.http_port}"
 
     @property
     def grpc_address(self) -> str:
@@ -90,7 +100,8 @@ class ServerProcess:
         """Poll ``GET path`` (on ``port``, default the HTTP port) until it answers
         ``status``; fail with the server's log if the deadline passes or the process
         ends first. Returns the seconds since the process started."""
-        url = f"http://127.0.0.1:{port or self.http_port}{path}"
+        scheme = "https" if self.ca_file is not None and port in (None, self.http_port) else "http"
+        url = f"{scheme}://127.0.0.1:{port or self.http_port}{path}"
         deadline = time.monotonic() + timeout
         last: object = None
         while time.monotonic() < deadline:
@@ -99,7 +110,7 @@ class ServerProcess:
                     f"{self.describe()} exited with {self.process.returncode}:\n{self.log()}"
                 )
             try:
-                last = http_status(url)
+                last = http_status(url, ca_file=self.ca_file)
                 if last == status:
                     return time.monotonic() - self.started_at
             except (OSError, http.client.HTTPException) as error:  # not listening, or half-up
@@ -155,11 +166,13 @@ def spawn(
     ports: Sequence[int],
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    ca_file: Path | None = None,
 ) -> ServerProcess:
     """Start ``command`` in a new process group, stdout and stderr to ``log_path``.
 
     ``ports`` are the HTTP, gRPC and metrics ports the caller told it to use;
-    ``env`` is its whole environment (default: this process's)."""
+    ``env`` is its whole environment (default: this process's); ``ca_file``: the CA
+    of the certificate it serves REST with, if it serves TLS."""
     http_port, grpc_port, metrics_port = ports
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
@@ -172,7 +185,9 @@ def spawn(
             env=dict(env) if env is not None else None,
             start_new_session=True,  # its own process group: stop() reaches its workers
         )
-    return ServerProcess(repository, process, log_path, http_port, grpc_port, metrics_port)
+    server = ServerProcess(repository, process, log_path, http_port, grpc_port, metrics_port)
+    server.ca_file = ca_file
+    return server
 
 
 def write_settings(repository: Path, settings: Mapping[str, Any]) -> None:

@@ -118,6 +118,16 @@ def test_metrics_compares_on_and_off_in_each_tree(baseline: Path) -> None:
     assert bench.cases()[0].contenders[2].settings == {"metrics_endpoint": ""}
 
 
+def test_tls_compares_on_and_off_with_a_certificate_made_for_the_run() -> None:
+    bench = scenario("tls")
+    on, off = bench.cases()[0].contenders
+    assert (on.label, off.label) == ("tls-on", "tls-off")
+    assert bench.comparisons(["tls-on", "tls-off"]) == [("tls-on", "tls-off")]
+    assert off.settings == {} and off.ca_file is None
+    assert on.ca_file is not None and on.ca_file.is_file()
+    assert {Path(on.settings[name]).is_file() for name in ("ssl_certfile", "ssl_keyfile")} == {True}
+
+
 def test_sklearn_onnx_aims_each_contender_at_its_model(tmp_path: Path) -> None:
     bench = scenario("sklearn-onnx")
     case = bench.cases()[0]

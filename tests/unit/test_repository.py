@@ -169,3 +169,47 @@ def test_broken_files_that_name_other_models_do_not_answer_for_an_unknown_name(
     repository = ModelRepository(tmp_path)
     assert [broken.folder for broken in repository.scan().broken] == ["other", "unnamed"]
     assert repository.find("does-not-exist") == []
+
+
+# ---- models are read only under the root -------------------------------------------
+
+
+@pytest.mark.parametrize("uri", ["../../outside/model.joblib", "/etc/model.joblib", "../.."])
+def test_a_uri_outside_the_root_is_refused(tmp_path: Path, uri: str) -> None:
+    root = tmp_path / "repository"
+    add_model(root, "escapes", parameters={"uri": uri})
+    add_model(root, "stays", parameters={"uri": "./sub/../model.joblib"})
+    repository = ModelRepository(root)
+    with pytest.raises(ConfigurationError, match="outside the model repository"):
+        repository.find_all()
+    with pytest.raises(ConfigurationError, match=f"parameters.uri {re.escape(repr(uri))}"):
+        repository.find("escapes")
+    (stays,) = repository.find("stays")
+    assert stays.uri == root / "stays" / "sub" / ".." / "model.joblib"
+
+
+def test_links_inside_the_root_may_point_anywhere(tmp_path: Path) -> None:
+    """ModelMesh's layout: the model folder in the root, its artifacts links to elsewhere;
+    and a root reached through a link itself, named either way."""
+    outside = tmp_path / "pulled"
+    outside.mkdir()
+    (outside / "model.joblib").write_text("weights")
+    real_root = tmp_path / "real-root"
+    add_model(real_root, "linked", parameters={"uri": str(real_root / "linked" / "model.joblib")})
+    (real_root / "linked" / "model.joblib").symlink_to(outside / "model.joblib")
+    (real_root / "linked" / "data").symlink_to(outside)
+    add_model(real_root, "folder-link", parameters={"uri": "../linked/data"})
+    link_to_root = tmp_path / "models"
+    link_to_root.symlink_to(real_root)
+    add_model(real_root, "via-link", parameters={"uri": str(link_to_root / "via-link")})
+    found = ModelRepository(link_to_root).find_all()
+    assert sorted(settings.name for settings in found) == ["folder-link", "linked", "via-link"]
+
+
+def test_a_uri_from_the_environment_is_the_operators(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLSERVER_MODEL_URI", "/mnt/models/iris.joblib")
+    add_model(tmp_path, "iris")
+    (found,) = ModelRepository(tmp_path).find_all()
+    assert found.uri == Path("/mnt/models/iris.joblib")

@@ -28,6 +28,7 @@ from .grpc import GrpcServer
 from .listener import EagerAcceptServer
 from .rest import build_rest_app
 from .shutdown import Shutdown, servers_stop_after
+from .transport import metrics_options, rest_options
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class InferenceServer:
             root_path=settings.root_path,
             # Its connections, streams included, have been answered by then (shutdown.py).
             timeout_graceful_shutdown=servers_stop_after(settings.shutdown_grace_seconds),
+            **rest_options(settings),
         )
 
     def _metrics_config(self) -> uvicorn.Config:
@@ -168,7 +170,9 @@ class InferenceServer:
         )
         registry = build_registry(sources, settings.metrics_rest_server_prefix)
         return self._uvicorn_config(
-            metrics_app(registry, settings.metrics_endpoint or "/metrics"), settings.metrics_port
+            metrics_app(registry, settings.metrics_endpoint or "/metrics"),
+            settings.metrics_port,
+            **metrics_options(settings),
         )
 
     def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:
@@ -183,8 +187,7 @@ class InferenceServer:
             lifespan="off",
             access_log=self.settings.access_log_enabled,
             log_config=None,
-            http="httptools",
-            **options,
+            **({"http": "httptools"} | options),
         )
 
     async def _wait_started(

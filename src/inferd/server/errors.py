@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 HTTP_STATUS_BY_ERROR_CODE: dict[ErrorCode, int] = {
     ErrorCode.INVALID_ARGUMENT: 400,
     ErrorCode.NOT_FOUND: 404,
+    ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.INTERNAL: 500,
     ErrorCode.UNAVAILABLE: 503,
@@ -31,6 +32,7 @@ HTTP_STATUS_BY_ERROR_CODE: dict[ErrorCode, int] = {
 GRPC_STATUS_BY_ERROR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,

@@ -22,6 +22,7 @@ from starlette.routing import compile_path
 from ..context import RequestContext
 from ..dataplane import DataPlane
 from ..stats import HttpStats, RouteStats
+from .access import ApiGuard
 from .bodies import BodyReader
 from .codec_rest import (
     BINARY_CONTENT_TYPE,
@@ -48,11 +49,17 @@ _BINARY_TYPE = (b"content-type", BINARY_CONTENT_TYPE.encode())
 
 
 class InferEndpoint:
-    """Answers one inference request: read the body, decode, infer, encode, send."""
+    """Answers one inference request: read the body, decode, infer, encode, send.
 
-    def __init__(self, dataplane: DataPlane, body_reader: BodyReader) -> None:
+    With a ``guard`` (the inference API group is restricted), only requests it lets
+    through; it is checked here, as both the fast path and Starlette call ``answer``."""
+
+    def __init__(
+        self, dataplane: DataPlane, body_reader: BodyReader, guard: ApiGuard | None = None
+    ) -> None:
         self.dataplane = dataplane
         self.body_reader = body_reader
+        self.guard = guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """As a Starlette route's endpoint, which put the path's parts in the scope."""
@@ -74,6 +81,8 @@ class InferEndpoint:
         ``receive`` is read (only if the request has to queue) to notice a client
         that disconnects: its request then leaves the queue unrun."""
         try:
+            if self.guard is not None:
+                self.guard.check_headers(headers)
             body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
             header_length = headers.get(_HEADER_LENGTH)
             request = decode_infer_request(

@@ -40,6 +40,7 @@ from ..protocol import pb, pb_grpc
 from ..settings import ServerSettings
 from ..stats import GrpcMethodStats, GrpcStats
 from ..types import InferenceRequest, InferenceResponse
+from .access import ApiGuard, api_guards
 from .codec_grpc import (
     decode_infer_request,
     encode_infer_response,
@@ -49,9 +50,11 @@ from .codec_grpc import (
     wants_raw_output,
 )
 from .errors import grpc_error
+from .grpc_access import access_interceptors
 from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
 from .grpc_registration import SERVICE, MalformedMessage, add_inference_service
 from .grpc_stream import StreamRequest, answer_stream
+from .transport import add_grpc_port, grpc_options, grpc_port_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -313,19 +316,27 @@ class GrpcServer:
     """The gRPC server of one ``inferd start``: start it, then stop it gracefully."""
 
     def __init__(
-        self, dataplane: DataPlane, settings: ServerSettings, grpc_stats: GrpcStats | None = None
+        self,
+        dataplane: DataPlane,
+        settings: ServerSettings,
+        grpc_stats: GrpcStats | None = None,
+        guards: dict[str, ApiGuard] | None = None,
     ) -> None:
+        """``guards``: the API groups' guards (default: as the settings say, access.py)."""
         self.settings = settings
         self.address = _address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
         self._shutdown = ShutdownSignal()
+        self._credentials = grpc_port_credentials(settings)  # None: plain
         self._server = grpc.aio.server(
+            interceptors=access_interceptors(api_guards(settings) if guards is None else guards),
             options=[
                 ("grpc.max_receive_message_length", self.max_message_length),
                 ("grpc.max_send_message_length", self.max_message_length),
                 # Without this a second server could bind the same port and share it.
                 ("grpc.so_reuseport", 0),
-            ]
+                *grpc_options(settings),
+            ],
         )
         add_inference_service(
             InferenceServicer(dataplane, self._shutdown, self.max_message_length, grpc_stats),
@@ -341,7 +352,7 @@ class GrpcServer:
 
     async def start(self) -> None:
         try:
-            port = self._server.add_insecure_port(self.address)
+            port = add_grpc_port(self._server, self.address, self._credentials)
         except RuntimeError as error:
             port = 0
             logger.debug("gRPC bind failed: %s", error)

@@ -39,10 +39,15 @@ class EagerListener:
     where uvicorn uses one (``close``, ``wait_closed``)."""
 
     def __init__(
-        self, sock: socket.socket, protocol_factory: Callable[[], asyncio.Protocol], backlog: int
+        self,
+        sock: socket.socket,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        backlog: int,
+        ssl: Any = None,
     ) -> None:
         self._sock = sock
         self._protocol_factory = protocol_factory
+        self._ssl = ssl  # the server's SSLContext (TLS), or None
         self._loop = asyncio.get_running_loop()
         self._handshakes: set[asyncio.Future[Any]] = set()
         self._closed = False
@@ -77,7 +82,7 @@ class EagerListener:
     def _hand_over(self, connection: socket.socket) -> None:
         connection.setblocking(False)
         handshake = asyncio.ensure_future(
-            self._loop.connect_accepted_socket(self._protocol_factory, connection)
+            self._loop.connect_accepted_socket(self._protocol_factory, connection, ssl=self._ssl)
         )
         self._handshakes.add(handshake)
         handshake.add_done_callback(lambda done: self._handshake_done(done, connection))
@@ -111,7 +116,8 @@ class EagerAcceptServer(uvicorn.Server):
             raise ValueError("EagerAcceptServer serves the listening sockets given to serve()")
         await super().startup(sockets=[])  # uvicorn's state, no listener of its own
         backlog = self.config.backlog
-        self.servers = [EagerListener(sock, self._new_protocol, backlog) for sock in sockets]  # type: ignore[misc]
+        ssl = self.config.ssl  # TLS: each accepted connection is wrapped in it
+        self.servers = [EagerListener(sock, self._new_protocol, backlog, ssl) for sock in sockets]  # type: ignore[misc]
 
     def _new_protocol(self) -> asyncio.Protocol:
         """What uvicorn's own listener makes for each connection."""

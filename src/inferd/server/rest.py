@@ -21,12 +21,13 @@ from starlette.routing import Route
 from ..dataplane import DataPlane
 from ..settings import ServerSettings
 from ..stats import HttpStats
+from .access import ApiGuard, GuardedRoute, api_guards
 from .bodies import BodyReader
 from .codec_rest import JSON_CONTENT_TYPE, decode_index_request, error_body
 from .docs import DocsEndpoints
 from .errors import http_error
 from .fastpath import InferEndpoint, RestApp
-from .routes import API_ROUTES
+from .routes import API_ROUTES, INFERENCE
 from .streaming import stream_endpoints
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -127,8 +128,14 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
     )
 
 
-def _routes(endpoints: RestEndpoints, docs: DocsEndpoints, infer: InferEndpoint) -> list[Route]:
-    """Starlette's routes: routes.API_ROUTES, each answered by the handler it names."""
+def _routes(
+    endpoints: RestEndpoints,
+    docs: DocsEndpoints,
+    infer: InferEndpoint,
+    guards: dict[str, ApiGuard],
+) -> list[Route]:
+    """Starlette's routes: routes.API_ROUTES, each answered by the handler it names,
+    behind its API group's guard if it has one."""
     # ASGI apps, which answer their own errors.
     asgi_endpoints: dict[str, Any] = {
         "infer": infer,
@@ -140,7 +147,20 @@ def _routes(endpoints: RestEndpoints, docs: DocsEndpoints, infer: InferEndpoint)
         if endpoint is None:
             handler = getattr(endpoints, route.handler, None) or getattr(docs, route.handler)
             endpoint = _handles_errors(handler)
-        routes.append(Route(route.path, endpoint, methods=[route.method], name=route.operation_id))
+        guard = guards.get(route.api)
+        middleware = None
+        # InferEndpoint checks its own guard: the fast path reaches it without Starlette.
+        if guard is not None and endpoint is not infer:
+            middleware = [Middleware(GuardedRoute, guard=guard)]
+        routes.append(
+            Route(
+                route.path,
+                endpoint,
+                methods=[route.method],
+                name=route.operation_id,
+                middleware=middleware,
+            )
+        )
     return routes
 
 
@@ -163,13 +183,20 @@ def _cors(settings: ServerSettings) -> list[Middleware]:
 
 
 def build_rest_app(
-    dataplane: DataPlane, settings: ServerSettings, http_stats: HttpStats | None = None
+    dataplane: DataPlane,
+    settings: ServerSettings,
+    http_stats: HttpStats | None = None,
+    guards: dict[str, ApiGuard] | None = None,
 ) -> RestApp:
-    """The REST app; with ``http_stats`` it records every request there (metrics)."""
+    """The REST app; with ``http_stats`` it records every request there (metrics).
+
+    ``guards``: the API groups' guards (default: as the settings say, access.py)."""
+    if guards is None:
+        guards = api_guards(settings)
     endpoints = RestEndpoints(dataplane, settings)
-    infer = InferEndpoint(dataplane, endpoints.body_reader)
+    infer = InferEndpoint(dataplane, endpoints.body_reader, guards.get(INFERENCE))
     app = Starlette(
-        routes=_routes(endpoints, DocsEndpoints(dataplane), infer),
+        routes=_routes(endpoints, DocsEndpoints(dataplane), infer, guards),
         middleware=_cors(settings),
         exception_handlers={404: _not_found, 405: _method_not_allowed},
     )

@@ -4,7 +4,8 @@ Starlette's routing (server/rest.py), the fast inference path in front of it
 (server/fastpath.py), the ``path`` label of the REST metrics (the template of
 the route a request matched) and the OpenAPI document (server/openapi.py) all
 read :data:`API_ROUTES`, so a route cannot be served without being documented
-and counted, or documented without being served.
+and counted, or documented without being served. Each route also names its API
+group, which decides who may call it (``restricted_apis``, server/access.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ MODEL_PREFIX = "/v2/models/{name}"
 VERSION_PREFIX = "/v2/models/{name}/versions/{version}"
 # The operationId of a route under VERSION_PREFIX is its twin's plus this.
 VERSION_SUFFIX = "_version"
+# The API groups the routes belong to (restricted_apis names them).
+HEALTH, METADATA, INFERENCE = "health", "metadata", "inference"
+STATISTICS, MODEL_REPOSITORY = "statistics", "model_repository"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,8 @@ class ApiRoute:
     # ASGI endpoints of their own (fastpath.py, streaming.py); any other names a
     # method of RestEndpoints / DocsEndpoints.
     handler: str
+    # Its API group (settings/security.py API_GROUPS), as Triton groups its routes.
+    api: str
 
     @property
     def operation(self) -> str:
@@ -45,42 +51,73 @@ class ApiRoute:
 def _model_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
     """The routes of one model, or (under VERSION_PREFIX) of one of its versions."""
     return (
-        ApiRoute("GET", prefix, f"model_metadata{suffix}", "model_metadata"),
-        ApiRoute("GET", f"{prefix}/ready", f"model_ready{suffix}", "model_ready"),
-        ApiRoute("POST", f"{prefix}/infer", f"model_infer{suffix}", "infer"),
-        ApiRoute("POST", f"{prefix}/infer_stream", f"model_infer_stream{suffix}", "infer_stream"),
-        ApiRoute("POST", f"{prefix}/generate", f"model_generate{suffix}", "generate"),
+        ApiRoute("GET", prefix, f"model_metadata{suffix}", "model_metadata", METADATA),
+        ApiRoute("GET", f"{prefix}/ready", f"model_ready{suffix}", "model_ready", HEALTH),
+        ApiRoute("POST", f"{prefix}/infer", f"model_infer{suffix}", "infer", INFERENCE),
         ApiRoute(
-            "POST", f"{prefix}/generate_stream", f"model_generate_stream{suffix}", "generate_stream"
+            "POST",
+            f"{prefix}/infer_stream",
+            f"model_infer_stream{suffix}",
+            "infer_stream",
+            INFERENCE,
         ),
-        ApiRoute("GET", f"{prefix}/stats", f"model_statistics{suffix}", "model_statistics"),
+        ApiRoute("POST", f"{prefix}/generate", f"model_generate{suffix}", "generate", INFERENCE),
+        ApiRoute(
+            "POST",
+            f"{prefix}/generate_stream",
+            f"model_generate_stream{suffix}",
+            "generate_stream",
+            INFERENCE,
+        ),
+        ApiRoute(
+            "GET", f"{prefix}/stats", f"model_statistics{suffix}", "model_statistics", STATISTICS
+        ),
     )
 
 
 def _model_docs_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
+    # The documents describe the model: they are its metadata.
     return (
-        ApiRoute("GET", f"{prefix}/docs", f"model_docs_page{suffix}", "model_page"),
-        ApiRoute("GET", f"{prefix}/docs/{SPEC_FILE}", f"model_docs_spec{suffix}", "model_spec"),
+        ApiRoute("GET", f"{prefix}/docs", f"model_docs_page{suffix}", "model_page", METADATA),
+        ApiRoute(
+            "GET",
+            f"{prefix}/docs/{SPEC_FILE}",
+            f"model_docs_spec{suffix}",
+            "model_spec",
+            METADATA,
+        ),
     )
 
 
 # In matching order: Starlette takes the first route that fits.
 API_ROUTES: tuple[ApiRoute, ...] = (
-    ApiRoute("GET", "/v2/health/live", "server_live", "live"),
-    ApiRoute("GET", "/v2/health/ready", "server_ready", "ready"),
-    ApiRoute("GET", "/v2", "server_metadata", "server_metadata"),
+    ApiRoute("GET", "/v2/health/live", "server_live", "live", HEALTH),
+    ApiRoute("GET", "/v2/health/ready", "server_ready", "ready", HEALTH),
+    ApiRoute("GET", "/v2", "server_metadata", "server_metadata", METADATA),
     # Before /v2/models/{name}, which would take it for a model called "stats".
-    ApiRoute("GET", "/v2/models/stats", "statistics", "model_statistics"),
+    ApiRoute("GET", "/v2/models/stats", "statistics", "model_statistics", STATISTICS),
     *_model_routes(MODEL_PREFIX, ""),
     *_model_routes(VERSION_PREFIX, VERSION_SUFFIX),
-    ApiRoute("POST", "/v2/repository/index", "repository_index", "repository_index"),
-    ApiRoute("POST", "/v2/repository/models/{name}/load", "repository_load", "repository_load"),
     ApiRoute(
-        "POST", "/v2/repository/models/{name}/unload", "repository_unload", "repository_unload"
+        "POST", "/v2/repository/index", "repository_index", "repository_index", MODEL_REPOSITORY
     ),
-    ApiRoute("GET", "/v2/docs", "docs_page", "api_page"),
-    ApiRoute("GET", f"/v2/docs/{SPEC_FILE}", "docs_spec", "api_spec"),
-    ApiRoute("GET", f"{ASSETS_PATH}/{{file}}", "docs_asset", "asset"),
+    ApiRoute(
+        "POST",
+        "/v2/repository/models/{name}/load",
+        "repository_load",
+        "repository_load",
+        MODEL_REPOSITORY,
+    ),
+    ApiRoute(
+        "POST",
+        "/v2/repository/models/{name}/unload",
+        "repository_unload",
+        "repository_unload",
+        MODEL_REPOSITORY,
+    ),
+    ApiRoute("GET", "/v2/docs", "docs_page", "api_page", METADATA),
+    ApiRoute("GET", f"/v2/docs/{SPEC_FILE}", "docs_spec", "api_spec", METADATA),
+    ApiRoute("GET", f"{ASSETS_PATH}/{{file}}", "docs_asset", "asset", METADATA),
     *_model_docs_routes(MODEL_PREFIX, ""),
     *_model_docs_routes(VERSION_PREFIX, VERSION_SUFFIX),
 )

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from ..version import __version__
 from .base import EnvFirstSettings
+from .security import RestrictedApiSettings, check_unique_groups
 
 # The default bound of every model version's queue: see the README's "Overload".
 DEFAULT_MAX_QUEUE_SIZE = 256
@@ -122,6 +123,45 @@ class ServerSettings(EnvFirstSettings):
     refused at once with 503 / UNAVAILABLE and Retry-After, so a load beyond what the
     workers serve grows neither memory nor the wait of admitted requests without bound."""
 
+    # Security: who may use which API, TLS, and the limits on what a client may send.
+    # README.md's "Security" section says what is open by default and how to close it.
+
+    restricted_apis: list[RestrictedApiSettings] = []
+    """API groups that answer only requests carrying a header with an accepted value,
+    e.g. ``[{"apis": ["model_repository", "statistics"], "header": "admin-key",
+    "values_from_env": "INFERD_ADMIN_KEYS"}]``. Empty (the default): every group is open."""
+
+    model_repository_api: bool = True
+    """Serve the model repository API (index, load, unload over REST and gRPC); false
+    refuses it (403 / PERMISSION_DENIED), for deployments whose models never change."""
+
+    ssl_certfile: str | None = None
+    """A PEM certificate (chain): REST and gRPC are served over TLS only. Read again
+    when the file changes (cert-manager rotation), for new connections."""
+
+    ssl_keyfile: str | None = None
+    """The PEM private key of ``ssl_certfile``."""
+
+    ssl_ca_certs: str | None = None
+    """PEM CA certificates: clients must present a certificate signed by one of them
+    (mutual TLS). Needs ``ssl_certfile``."""
+
+    metrics_ssl: bool = False
+    """Serve the metrics port over TLS too (the same certificate and client CA). Off:
+    it stays plain HTTP, for a Prometheus scraping inside the cluster."""
+
+    max_header_size: int = Field(default=16 * 1024, gt=0)
+    """Largest request header, in bytes: REST's request line and headers (larger gets 431),
+    gRPC's metadata (larger gets RESOURCE_EXHAUSTED)."""
+
+    max_connections: int = Field(default=4096, gt=0)
+    """Most client connections the REST server, and the gRPC server, each hold at once.
+    Past it REST answers 503 on the new connection and gRPC closes it."""
+
+    grpc_max_concurrent_streams: int = Field(default=256, gt=0)
+    """Most calls in flight on one gRPC connection (HTTP/2's max concurrent streams);
+    a client's further calls wait for one to end."""
+
     environments_dir: str | None = None
     """Accepted for MLServer compatibility; per-model environments are not supported."""
 
@@ -175,6 +215,29 @@ class ServerSettings(EnvFirstSettings):
                 "remove kafka_enabled or set it to false"
             )
         return value
+
+    @field_validator("restricted_apis")
+    @classmethod
+    def _groups_once(cls, value: list[RestrictedApiSettings]) -> list[RestrictedApiSettings]:
+        check_unique_groups(value)
+        return value
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> ServerSettings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together: set both, or neither")
+        needs_certificate = [
+            name for name in ("ssl_ca_certs", "metrics_ssl") if getattr(self, name)
+        ]
+        if needs_certificate and self.ssl_certfile is None:
+            raise ValueError(
+                f"{needs_certificate[0]} needs TLS: set ssl_certfile and ssl_keyfile too"
+            )
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.ssl_certfile is not None
 
     @property
     def metrics_enabled(self) -> bool:

@@ -50,6 +50,17 @@ class AsyncDouble(Model):
         )
 
 
+class ServesArtifact(Model):
+    """Loads the text file at its ``uri`` and answers it as the BYTES output ``text``."""
+
+    async def load(self) -> bool:
+        self.text = self.settings.uri.read_text()
+        return True
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse(outputs=[Tensor("text", np.array([self.text], dtype=object))])
+
+
 class FailsToPredict(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         raise ValueError("this model always fails")
