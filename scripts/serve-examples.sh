@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[all]'
+# The examples need the core and scikit-learn only; other frameworks are extras
+# (pip install 'inferd[xgboost]', ...), so this stays a small, quick install.
+.venv/bin/python -m pip install --quiet -e '.[sklearn]'
 .venv/bin/python examples/train_sklearn.py
 exec .venv/bin/inferd start examples/models
