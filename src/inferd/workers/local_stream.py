@@ -64,14 +64,14 @@ class LocalStream(StreamBase):
     async def __anext__(self) -> InferenceResponse:
         await self._wait_for_response()
         response = self._ready.popleft()
-        self._made_room()
+        _wake(self._room)
         return response
 
     async def take(self) -> list[InferenceResponse]:
         await self._wait_for_response()
         ready = list(self._ready)
         self._ready.clear()
-        self._made_room()
+        _wake(self._room)
         return ready
 
     def allow_ahead(self, count: int) -> None:
@@ -100,9 +100,6 @@ class LocalStream(StreamBase):
         if not self._ready:
             end, self._end = self._end, None  # the error once, then the end
             raise end if end is not None else StopAsyncIteration
-
-    def _made_room(self) -> None:
-        _wake(self._room)
 
     async def _step_ahead(self) -> None:
         """Step the generator while a reader waits or fewer than ``read_ahead``

@@ -203,8 +203,7 @@ class _InterleavedStream:
         self._send_responses = send_responses
         self._end = end
         self._responses: LocalStream | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stepping = False  # the task is inside the generator
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps weak references
         self._cancelled = False
         self._more: asyncio.Future[None] | None = None  # the task waits for credit
 
@@ -234,9 +233,8 @@ class _InterleavedStream:
         if self._cancelled or self._responses is None:
             return  # cancelled already, or it never started
         self._cancelled = True
-        self._responses.cancel()  # closes it now unless a step is running
-        if self._stepping and self._task is not None:
-            self._task.cancel()  # the step stops where the generator awaits
+        # Its stepper task stops the generator, where it awaits too, and wakes the pump.
+        self._responses.cancel()
         self._wake()
 
     def _wake(self) -> None:
@@ -249,7 +247,7 @@ class _InterleavedStream:
         try:
             await self._pump(responses)
         except asyncio.CancelledError:
-            pass  # cancelled mid-step: the generator is stopped below
+            pass  # the loop is stopping: the generator is stopped below
         except Exception as raised:  # the model's error (an InferdError), or a send's
             error = raised
         responses.cancel()  # nothing happens if it stopped already
@@ -268,13 +266,10 @@ class _InterleavedStream:
                 finally:
                     self._more = None
                 continue
-            self._stepping = True
             try:
                 ready = await responses.take()
             except StopAsyncIteration:
                 return
-            finally:
-                self._stepping = False
             self._credit -= len(ready)
             responses.allow_ahead(self._credit)
             self._send_responses(ready)
