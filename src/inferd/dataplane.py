@@ -119,11 +119,19 @@ class DataPlane:
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
         started = time.perf_counter_ns()
+        cache, cache_key = found.cache, None
+        if cache is not None:
+            cache_key, cached = cache.lookup(request)
+            if cached is not None:
+                _record_end(stats, request, started)
+                return cached
         try:
             response = _finish(await scheduler.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too
             _record_end(stats, request, started, type(error).__name__)
             raise
+        if cache is not None and cache_key is not None:
+            cache.store(cache_key, response)
         _record_end(stats, request, started)
         return response
 

@@ -179,8 +179,18 @@ def _model_families(models: ModelStatsTable) -> Iterator[Metric]:
         "Calls of the model that ran past its inference_timeout (their worker was killed)",
         labels=MODEL_LABELS,
     )
+    cache_hits = CounterMetricFamily(
+        "model_cache_hits", "Requests answered from the response cache", labels=MODEL_LABELS
+    )
+    cache_misses = CounterMetricFamily(
+        "model_cache_misses",
+        "Requests looked up in the response cache and not found",
+        labels=MODEL_LABELS,
+    )
     for stats in models:
         labels = (stats.name, stats.version)
+        cache_hits.add_metric(labels, stats.cache_hit_count)
+        cache_misses.add_metric(labels, stats.cache_miss_count)
         success.add_metric(labels, stats.success_count)
         failure.add_metric(labels, stats.fail_count)
         timeouts.add_metric(labels, stats.timeouts)
@@ -190,6 +200,8 @@ def _model_families(models: ModelStatsTable) -> Iterator[Metric]:
     yield success
     yield failure
     yield timeouts
+    yield cache_hits
+    yield cache_misses
     yield streams
     yield from histograms.values()
 

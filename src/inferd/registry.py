@@ -22,6 +22,7 @@ from .errors import (
     ModelNotFound,
     ModelNotReady,
 )
+from .response_cache import ResponseCache, VersionCache
 from .scheduler import Scheduler
 from .settings import ModelSettings
 from .stats import ModelStats, ModelStatsTable
@@ -44,6 +45,8 @@ class ModelVersion:
     # Its counters: shared by every instance of this name and version, so they
     # survive reloads.
     stats: ModelStats | None = None
+    # Its entries in the response cache, when the server and the model turn it on.
+    cache: VersionCache | None = None
 
     @property
     def name(self) -> str:
@@ -61,9 +64,17 @@ class _Model:
 
 
 class Registry:
-    def __init__(self, pool: Pool, stats: ModelStatsTable, max_queue_size: int = 0) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        stats: ModelStatsTable,
+        max_queue_size: int = 0,
+        cache: ResponseCache | None = None,
+    ) -> None:
         self._pool = pool
         self.stats = stats
+        # The server's response cache (cache_enabled in settings.json), if on.
+        self._cache = cache
         # The server's queue bound (settings.json), for versions that set none (0: none).
         self._max_queue_size = max_queue_size
         self._models: dict[str, _Model] = {}
@@ -164,12 +175,27 @@ class Registry:
             new.instance.interleaved_streams,
             server_max_queue_size=self._max_queue_size,
         )
+        new.cache = self._bind_cache(settings, new.stats)
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new
         logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
         if old is not None and old.scheduler is not None:
             await self._retire(old)
+
+    def _bind_cache(self, settings: ModelSettings, stats: ModelStats) -> VersionCache | None:
+        """The version's response cache: on when both settings.json and its
+        model-settings.json set cache_enabled (MLServer's rule)."""
+        if not settings.cache_enabled:
+            return None
+        if self._cache is None:
+            logger.warning(
+                "%s sets cache_enabled, which has no effect: the server's response cache is "
+                "off (set cache_enabled in settings.json too)",
+                _capitalized(settings.label),
+            )
+            return None
+        return self._cache.bind(stats)
 
     def _mark_failed(
         self, model: _Model, new: ModelVersion, old: ModelVersion | None, error: Exception
@@ -205,6 +231,9 @@ class Registry:
         logger.info("Unloaded %s", found.settings.label)
 
     async def _retire(self, version: ModelVersion) -> None:
+        cache, version.cache = version.cache, None
+        if cache is not None:
+            cache.close()
         scheduler, version.scheduler = version.scheduler, None
         if scheduler is not None:
             await scheduler.close()

@@ -80,6 +80,10 @@ class ModelStats:
     __slots__ = (
         "batch_counts",
         "batch_size",
+        "cache_hit_count",
+        "cache_hit_ns",
+        "cache_miss_count",
+        "cache_miss_ns",
         "compute_count",
         "compute_ns",
         "duration",
@@ -129,6 +133,11 @@ class ModelStats:
         self.stream_responses = Histogram(STREAM_RESPONSE_BUCKETS)
         # Calls killed for running past the model's inference_timeout.
         self.timeouts = 0
+        # The response cache (response_cache.py): lookups answered from it, and not.
+        self.cache_hit_count = 0
+        self.cache_hit_ns = 0
+        self.cache_miss_count = 0
+        self.cache_miss_ns = 0
 
     def stream_opened(self) -> None:
         self.streams_open += 1
@@ -163,6 +172,20 @@ class ModelStats:
     def timed_out(self) -> None:
         """A call of the model ran past its inference_timeout (its worker was killed)."""
         self.timeouts += 1
+
+    def cache_hit(self, lookup_ns: int) -> None:
+        """A request was answered from the response cache; its lookup took ``lookup_ns``."""
+        self.cache_hit_count += 1
+        self.cache_hit_ns += lookup_ns
+
+    def cache_missed(self, lookup_ns: int) -> None:
+        """A request was looked up in the response cache and not found there."""
+        self.cache_miss_count += 1
+        self.cache_miss_ns += lookup_ns
+
+    def cache_stored(self, insert_ns: int) -> None:
+        """A missed request's answer went into the cache (its time counts to the miss)."""
+        self.cache_miss_ns += insert_ns
 
     def waited(self, queue_ns: int) -> None:
         """A request got a worker slot after waiting ``queue_ns`` for it."""
@@ -199,7 +222,9 @@ class ModelStats:
         call, so ``compute_input`` / ``compute_output`` stay zero and
         ``compute_infer`` holds the whole execution, per request. ``batch_stats``
         counts executions per batch size; their time is not split by size (0 ns).
-        There is no response cache.
+        ``cache_hit`` / ``cache_miss`` count response cache lookups as Triton does:
+        a hit's time is its lookup, a miss's its lookup plus storing its answer. A hit
+        counts in ``success`` but runs nothing, so it adds no execution or inference.
         """
         zero = _duration(0, 0)
         return {
@@ -215,8 +240,8 @@ class ModelStats:
                 "compute_input": zero,
                 "compute_infer": _duration(self.compute_count, self.compute_ns),
                 "compute_output": zero,
-                "cache_hit": zero,
-                "cache_miss": zero,
+                "cache_hit": _duration(self.cache_hit_count, self.cache_hit_ns),
+                "cache_miss": _duration(self.cache_miss_count, self.cache_miss_ns),
             },
             "batch_stats": [
                 {

@@ -18,6 +18,7 @@ from ..errors import ConfigurationError
 from ..metrics import Sources, build_registry, metrics_app
 from ..registry import Registry
 from ..repository import ModelRepository
+from ..response_cache import ResponseCache
 from ..settings import ServerSettings
 from ..stats import GrpcStats, HttpStats, ModelStatsTable
 from ..types import ModelState
@@ -54,6 +55,11 @@ def build_pool(settings: ServerSettings, stats: ModelStatsTable | None = None) -
     return ProcessPool(settings, stats=stats)
 
 
+def build_response_cache(settings: ServerSettings) -> ResponseCache | None:
+    """The server's response cache: on with cache_enabled (each model opts in too)."""
+    return ResponseCache(settings.cache_size) if settings.cache_enabled else None
+
+
 class InferenceServer:
     """Everything one ``inferd start`` runs, wired together."""
 
@@ -62,7 +68,9 @@ class InferenceServer:
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         model_stats = ModelStatsTable(observe=settings.metrics_enabled)
         self.pool = build_pool(settings, model_stats)
-        self.registry = Registry(self.pool, model_stats, settings.max_queue_size)
+        self.registry = Registry(
+            self.pool, model_stats, settings.max_queue_size, build_response_cache(settings)
+        )
         self.repository = ModelRepository(Path(settings.model_repository_root))
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.

@@ -166,7 +166,8 @@ class ModelSettings(EnvFirstSettings):
     """Deprecated in MLServer; accepted and ignored."""
 
     cache_enabled: bool = False
-    """Accepted for MLServer compatibility; response caching is not supported."""
+    """Answer identical requests to this model from the server's response cache; has
+    effect only when settings.json sets ``cache_enabled`` too (as in MLServer)."""
 
     # The model-settings.json this came from; set by the loader, never by the file.
     _source: Path | None = PrivateAttr(default=None)
@@ -215,7 +216,7 @@ class ModelSettings(EnvFirstSettings):
         return ignored
 
 
-_IGNORED_MODEL_SETTINGS = ("parallel_workers", "warm_workers", "cache_enabled")
+_IGNORED_MODEL_SETTINGS = ("parallel_workers", "warm_workers")
 _IGNORED_PARAMETERS = (
     "environment_path",
     "environment_tarball",

@@ -187,10 +187,13 @@ class ServerSettings(EnvFirstSettings):
     """Accepted for MLServer compatibility; tracing is not supported."""
 
     cache_enabled: bool = False
-    """Accepted for MLServer compatibility; response caching is not supported."""
+    """Turn the response cache on: an identical request to a model whose own
+    model-settings.json sets ``cache_enabled`` too is answered from memory, without
+    running the model (see the README's "Response cache")."""
 
-    cache_size: int = 100
-    """Accepted for MLServer compatibility; unused."""
+    cache_size: int = Field(default=100, gt=0)
+    """Most responses the cache keeps, for all models together; past it the least
+    recently used goes."""
 
     @field_validator("parallel_workers", mode="before")
     @classmethod
@@ -249,7 +252,7 @@ class ServerSettings(EnvFirstSettings):
 
     def ignored_settings(self) -> list[str]:
         """MLServer settings that are set but that inferd does not act on."""
-        ignored = []
+        ignored: list[str] = []
         for name in (
             "environments_dir",
             "metrics_dir",
@@ -258,6 +261,4 @@ class ServerSettings(EnvFirstSettings):
         ):
             if getattr(self, name):
                 ignored.append(name)
-        if self.cache_enabled:
-            ignored.append("cache_enabled")
         return ignored
