@@ -14,6 +14,7 @@ from .server.app import InferenceServer
 from .settings import ServerSettings
 from .settings_loader import load_server_settings
 from .version import __version__
+from .workers.environments import refuse_in_process_environment
 from .workers.inprocess import refuse_unstoppable
 
 
@@ -59,6 +60,7 @@ def _check_repository(settings: ServerSettings) -> None:
         if settings.parallel_workers == 0:
             for model in models:
                 refuse_unstoppable(model)
+                refuse_in_process_environment(model)
     else:
         repository.scan()  # the folder must exist; files are read when a model is loaded
 

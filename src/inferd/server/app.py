@@ -50,9 +50,9 @@ def build_pool(settings: ServerSettings, stats: ModelStatsTable | None = None) -
     ``stats``: where the process pool counts inference timeouts."""
     if settings.parallel_workers == 0:
         return InProcessPool()
-    from ..workers.pool import ProcessPool
+    from ..workers.env_pools import EnvironmentPools
 
-    return ProcessPool(settings, stats=stats)
+    return EnvironmentPools(settings, stats=stats)
 
 
 def build_response_cache(settings: ServerSettings) -> ResponseCache | None:

@@ -53,10 +53,14 @@ class ModelParameters(EnvFirstSettings):
     """Runtime-specific settings (e.g. ``predict_fn`` for scikit-learn)."""
 
     environment_path: str | None = None
-    """Accepted for MLServer compatibility; per-model environments are not supported."""
+    """An existing Python environment (a venv or conda environment: the folder holding
+    ``bin/python``) this model's worker processes run in; relative to the working
+    directory, as in MLServer. Needs ``parallel_workers`` of 1 or more."""
 
     environment_tarball: str | None = None
-    """Accepted for MLServer compatibility; per-model environments are not supported."""
+    """A conda-pack or venv-pack tarball of the environment this model's worker processes
+    run in, unpacked once into the server's ``environments_dir``; relative to the model's
+    folder. Needs ``parallel_workers`` of 1 or more."""
 
     inference_pool_gid: str | None = None
     """Accepted for MLServer compatibility; unused."""
@@ -218,8 +222,6 @@ class ModelSettings(EnvFirstSettings):
 
 _IGNORED_MODEL_SETTINGS = ("parallel_workers", "warm_workers")
 _IGNORED_PARAMETERS = (
-    "environment_path",
-    "environment_tarball",
     "inference_pool_gid",
     "autogenerate_inference_pool_gid",
 )

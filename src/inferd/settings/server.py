@@ -163,7 +163,9 @@ class ServerSettings(EnvFirstSettings):
     a client's further calls wait for one to end."""
 
     environments_dir: str | None = None
-    """Accepted for MLServer compatibility; per-model environments are not supported."""
+    """Where models' ``environment_tarball`` files are unpacked, each once, in a folder
+    named by the tarball's SHA-256; unset: ``.envs`` in the working directory (as in
+    MLServer)."""
 
     model_repository_implementation: str | None = None
     """Accepted for MLServer compatibility; only the folder repository is supported."""
@@ -254,7 +256,6 @@ class ServerSettings(EnvFirstSettings):
         """MLServer settings that are set but that inferd does not act on."""
         ignored: list[str] = []
         for name in (
-            "environments_dir",
             "metrics_dir",
             "model_repository_implementation",
             "tracing_server",

@@ -25,6 +25,7 @@ from ..model import WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse
 from .base import Execution, LoadedInstance
+from .environments import refuse_in_process_environment
 from .loaded_model import LoadedModel
 from .local_stream import LocalStream
 
@@ -44,6 +45,7 @@ class InProcessPool:
 
     async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
         refuse_unstoppable(settings)
+        refuse_in_process_environment(settings)
         device = settings.devices[0] if settings.devices else None
         loaded = await LoadedModel.load(settings, WorkerContext(device=device))
         self._models[instance_id] = loaded

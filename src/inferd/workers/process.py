@@ -33,6 +33,7 @@ from ..types import InferenceRequest, InferenceResponse
 from . import ipc
 from .base import LoadedInstance
 from .channel import Channel
+from .environments import WorkerEnvironment
 from .remote_stream import RemoteStream
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,11 @@ class WorkerProcess:
         index: int,
         settings: ServerSettings,
         on_death: Callable[[WorkerProcess], None],
+        environment: WorkerEnvironment | None = None,
     ) -> None:
         self.index = index
+        # A model's own Python environment to run in (None: the server's).
+        self.environment = environment
         self._settings = settings
         self._on_death = on_death
         self._process: subprocess.Popen[bytes] | None = None
@@ -133,7 +137,9 @@ class WorkerProcess:
         self._exit = None
         self._kill_reason = ""
         self._channel = channel = await self._spawn()
-        init: ipc.InitBody = (self.index, list(sys.path), self._settings)
+        # A worker in a model's environment keeps that environment's import path.
+        import_path = list(sys.path) if self.environment is None else []
+        init: ipc.InitBody = (self.index, import_path, self._settings)
         try:
             await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
         except (WorkerLost, TimeoutError):
@@ -148,12 +154,15 @@ class WorkerProcess:
     async def _spawn(self) -> Channel:
         """Start the process; the channel to it (not yet initialized)."""
         ours, theirs = socket.socketpair()
+        environment = self.environment
+        python = sys.executable if environment is None else environment.python
         command = [
-            sys.executable, "-m", "inferd.workers.worker", str(theirs.fileno()), str(os.getpid())
+            python, "-m", "inferd.workers.worker", str(theirs.fileno()), str(os.getpid())
         ]  # fmt: skip
+        variables = None if environment is None else environment.process_environment()
         try:
             self._process = subprocess.Popen(
-                command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL
+                command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=variables
             )
         except OSError:
             ours.close()

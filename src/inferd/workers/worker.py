@@ -105,8 +105,10 @@ class Worker:
     def _init(
         self, call_id: int, index: int, sys_path: list[str], settings: ServerSettings
     ) -> None:
-        # The main process's import path, so runtimes import the same modules there and here.
-        sys.path[:] = sys_path
+        # The main process's import path, so runtimes import the same modules there and
+        # here; none for a worker in a model's own environment, which keeps its own.
+        if sys_path:
+            sys.path[:] = sys_path
         self._index = index
         configure_logging(settings)
         if settings.metrics_enabled:

@@ -1,0 +1,151 @@
+"""Worker pools per Python environment: the server's own pool for most models, and
+one pool of worker processes per model environment (see :mod:`.environments`).
+
+The server's ``parallel_workers`` processes all run the server's interpreter, and
+every model may be loaded in any of them. A model with its own environment needs
+processes started with that environment's interpreter, so each environment gets a
+:class:`~inferd.workers.pool.ProcessPool` of its own, of ``parallel_workers``
+processes, started when its first model loads and stopped when its last model is
+unloaded. Models naming the same environment share its pool. Its workers are
+numbered after the server's (and each other's), so worker metrics and logs never
+mix them up. Everything else (restarts, retries, capacity) is the ProcessPool's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import ConfigurationError
+from ..settings import ModelSettings, ServerSettings
+from ..stats import ModelStatsTable
+from ..types import InferenceRequest
+from .base import Execution, LoadedInstance, ResponseStream
+from .environments import (
+    WORKER_REQUIREMENTS,
+    WorkerEnvironment,
+    WorkerImportPath,
+    environment_of,
+)
+from .pool import ProcessPool
+from .process import WorkerProcess
+
+logger = logging.getLogger(__name__)
+
+
+class EnvironmentPools:
+    """A Pool that sends each instance to the pool of its model's environment."""
+
+    def __init__(self, settings: ServerSettings, stats: ModelStatsTable | None = None) -> None:
+        self._settings = settings
+        self._stats = stats
+        self.default = ProcessPool(settings, stats=stats)
+        self._pools: dict[Path, ProcessPool] = {}  # by environment
+        self._users: dict[Path, set[int]] = {}  # instances loaded in each environment
+        self._by_instance: dict[int, ProcessPool] = {}
+        self._environment_of: dict[int, Path] = {}
+        self._next_index = settings.parallel_workers  # the first environment worker's
+        self._import_path = WorkerImportPath()
+        self._lock = asyncio.Lock()
+        self._failure_handler: Callable[[int, str], None] | None = None
+
+    @property
+    def workers(self) -> list[WorkerProcess]:
+        pools = [self.default, *self._pools.values()]
+        return [worker for pool in pools for worker in pool.workers]
+
+    async def start(self) -> None:
+        await self.default.start()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(pool.close() for pool in [self.default, *self._pools.values()]))
+        self._pools.clear()
+        self._import_path.remove()
+
+    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
+        environment = await asyncio.to_thread(
+            environment_of, settings, self._settings.environments_dir
+        )
+        if environment is None:
+            pool = self.default
+        else:
+            pool = await self._pool_for(environment, settings, instance_id)
+            self._environment_of[instance_id] = environment
+        self._by_instance[instance_id] = pool
+        return await pool.load(instance_id, settings)
+
+    async def _pool_for(
+        self, environment: Path, settings: ModelSettings, instance_id: int
+    ) -> ProcessPool:
+        """The environment's pool (started now if it is the first to need it), with
+        ``instance_id`` counted among its users."""
+        async with self._lock:
+            pool = self._pools.get(environment)
+            if pool is not None:
+                self._users[environment].add(instance_id)
+                return pool
+            logger.info("Starting worker processes in environment %s", environment)
+            pool = self._new_pool(WorkerEnvironment(environment, self._import_path.folder()))
+            try:
+                await pool.start()
+            except ConfigurationError as error:
+                raise ConfigurationError(
+                    f"{settings.label}: the worker processes of its environment {environment} "
+                    f"did not start ({error}). The environment needs {WORKER_REQUIREMENTS} "
+                    "installed, and the same Python minor version as the server."
+                ) from None
+            self._pools[environment] = pool
+            self._users[environment] = {instance_id}
+            return pool
+
+    def _new_pool(self, environment: WorkerEnvironment) -> ProcessPool:
+        first = self._next_index
+        self._next_index += self._settings.parallel_workers
+
+        def make_worker(
+            index: int, settings: ServerSettings, on_death: Callable[[WorkerProcess], None]
+        ) -> WorkerProcess:
+            return WorkerProcess(first + index, settings, on_death, environment)
+
+        pool = ProcessPool(self._settings, make_worker, stats=self._stats)
+        if self._failure_handler is not None:
+            pool.on_instance_failed(self._failure_handler)
+        return pool
+
+    async def unload(self, instance_id: int) -> None:
+        pool = self._by_instance.pop(instance_id, None)
+        if pool is None:
+            return
+        await pool.unload(instance_id)
+        environment = self._environment_of.pop(instance_id, None)
+        if environment is None:
+            return
+        users = self._users[environment]
+        users.discard(instance_id)
+        async with self._lock:
+            if not users and self._pools.get(environment) is pool:
+                logger.info("Stopping the worker processes of environment %s", environment)
+                del self._pools[environment], self._users[environment]
+                await pool.close()
+
+    def _pool(self, instance_id: int) -> ProcessPool:
+        return self._by_instance.get(instance_id, self.default)
+
+    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+        return self._pool(instance_id).predict(instance_id, request)
+
+    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
+        return self._pool(instance_id).stream(instance_id, request)
+
+    def capacity(self, instance_id: int) -> int:
+        return self._pool(instance_id).capacity(instance_id)
+
+    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
+        self._pool(instance_id).watch(instance_id, on_capacity_change)
+
+    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
+        self._failure_handler = handler
+        for pool in [self.default, *self._pools.values()]:
+            pool.on_instance_failed(handler)
