@@ -211,18 +211,27 @@ def test_settings_inferd_ignores_are_accepted_with_a_warning(
 ) -> None:
     write_server_settings(
         tmp_path,
-        {"environments_dir": "/envs", "metrics_dir": "/metrics", "tracing_server": "t:1"},
+        {"metrics_dir": "/metrics", "tracing_server": "t:1"},
     )
     with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
         settings = load_server_settings(tmp_path)
-    assert settings.ignored_settings() == ["environments_dir", "metrics_dir", "tracing_server"]
+    assert settings.ignored_settings() == ["metrics_dir", "tracing_server"]
     warned = caplog.text
-    for name in ("environments_dir", "metrics_dir", "tracing_server"):
+    for name in ("metrics_dir", "tracing_server"):
         assert f"Setting {name!r} is accepted for MLServer compatibility" in warned
 
 
 def test_no_warning_for_settings_left_at_their_defaults() -> None:
     assert ServerSettings().ignored_settings() == []
+
+
+def test_the_response_cache_and_environments_dir_are_acted_on_not_warned_about(
+    tmp_path: Path,
+) -> None:
+    settings = ServerSettings(cache_enabled=True, cache_size=5, environments_dir="/envs")
+    assert settings.ignored_settings() == []
+    write_server_settings(tmp_path, {"cache_size": 0})
+    assert "cache_size" in config_error(load_server_settings, tmp_path)
 
 
 # model_repository_root

@@ -159,12 +159,12 @@ def test_ignored_model_settings_warn_once_per_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write_model(
-        tmp_path / "m", {"warm_workers": True, "parameters": {"environment_tarball": "e.tar.gz"}}
+        tmp_path / "m", {"warm_workers": True, "parameters": {"inference_pool_gid": "g"}}
     )
     with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
         settings = load_model_settings(path)
         load_model_settings(path)
-    assert settings.ignored_settings() == ["warm_workers", "parameters.environment_tarball"]
+    assert settings.ignored_settings() == ["warm_workers", "parameters.inference_pool_gid"]
     warnings = [record.getMessage() for record in caplog.records]
     assert len(warnings) == 2
     assert all(message.startswith(str(path)) for message in warnings)
