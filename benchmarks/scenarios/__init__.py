@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Case, Scenario, VerificationError
+from .cache import Cache
 from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
@@ -26,6 +27,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         SklearnOnnx,
         Streaming,
         Tls,
+        Cache,
     )
 }
 

@@ -128,6 +128,20 @@ def test_tls_compares_on_and_off_with_a_certificate_made_for_the_run() -> None:
     assert {Path(on.settings[name]).is_file() for name in ("ssl_certfile", "ssl_keyfile")} == {True}
 
 
+def test_cache_compares_on_and_off_and_turns_the_cache_on_in_both_files(tmp_path: Path) -> None:
+    bench = scenario("cache")
+    case = bench.cases()[0]
+    on, off = case.contenders
+    assert (on.label, off.label) == ("cache-on", "cache-off")
+    assert bench.comparisons(["cache-on", "cache-off"]) == [("cache-on", "cache-off")]
+    assert on.settings == {"cache_enabled": True} and off.settings == {}
+    for contender in (on, off):
+        bench.write_repository(tmp_path / contender.label, contender, case)
+    model = json.loads((tmp_path / "cache-on" / "iris" / "model-settings.json").read_text())
+    plain = json.loads((tmp_path / "cache-off" / "iris" / "model-settings.json").read_text())
+    assert model["cache_enabled"] is True and "cache_enabled" not in plain
+
+
 def test_sklearn_onnx_aims_each_contender_at_its_model(tmp_path: Path) -> None:
     bench = scenario("sklearn-onnx")
     case = bench.cases()[0]
