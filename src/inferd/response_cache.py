@@ -34,7 +34,7 @@ import numpy as np
 from .datatypes import datatype_of
 from .encoding import array_to_bytes
 from .stats import ModelStats
-from .types import InferenceRequest, InferenceResponse, Parameters
+from .types import InferenceRequest, InferenceResponse, Parameters, Tensor
 
 TRANSPORT_PARAMETERS = frozenset({"priority", "timeout", "binary_data_output", "raw_output"})
 OUTPUT_TRANSPORT_PARAMETERS = frozenset({"binary_data"})
@@ -139,8 +139,10 @@ class VersionCache:
         if cached is None:
             self._stats.cache_missed(time.perf_counter_ns() - started)
             return key, None
+        # New Tensor objects (same arrays): layers after this one may set parameters.
+        outputs = [Tensor(t.name, t.data, dict(t.parameters)) for t in cached.outputs]
         answer = InferenceResponse(
-            list(cached.outputs),
+            outputs,
             cached.model_name,
             cached.model_version,
             request.id,
