@@ -150,3 +150,17 @@ def test_parallel_workers_0_refuses_a_model_with_an_environment(tmp_path: Path) 
         "parallel_workers: 0",
         str(tmp_path / "old" / "model-settings.json"),
     )
+
+
+def test_parallel_workers_0_refuses_loading_a_model_with_an_environment(
+    tmp_path: Path, start: Callable[..., ServerProcess]
+) -> None:
+    add_probe_model(tmp_path, "plain")
+    server = start(tmp_path, settings={"parallel_workers": 0})
+    add_probe_model(tmp_path, "packed", environment_tarball="env.tar.gz")
+    response = httpx.post(f"{server.url}/v2/repository/models/packed/load", timeout=30)
+    assert response.status_code == 400, response.text
+    assert "sets parameters.environment_tarball, which needs worker processes" in (
+        response.json()["error"]
+    )
+    assert seen(server, "plain")[0] == "none"
