@@ -160,7 +160,8 @@ def test_parallel_workers_0_refuses_loading_a_model_with_an_environment(
     add_probe_model(tmp_path, "packed", environment_tarball="env.tar.gz")
     response = httpx.post(f"{server.url}/v2/repository/models/packed/load", timeout=30)
     assert response.status_code == 400, response.text
-    assert "sets parameters.environment_tarball, which needs worker processes" in (
-        response.json()["error"]
+    assert (
+        "sets parameters.environment_tarball, which needs worker processes"
+        in (response.json()["error"])
     )
     assert seen(server, "plain")[0] == "none"
