@@ -177,14 +177,11 @@ class SharedMemoryRegistry:
         _REGISTERED[id(mapping.memory)] = mapping
 
     def unregister(self, name: str | None = None) -> None:
-        """Unregister one region, or every region when ``name`` is empty."""
-        if not name:
-            for each in list(self._regions):
+        """Unregister one region, or every region when ``name`` is empty. A name not
+        registered is no error (as in Triton: a client's clean-up may run twice)."""
+        for each in [name] if name else list(self._regions):
+            if each in self._regions:
                 self._drop(each)
-            return
-        if name not in self._regions:
-            raise InvalidRequest(f"No shared memory region {name!r} is registered")
-        self._drop(name)
 
     def _drop(self, name: str) -> None:
         region = self._regions.pop(name)

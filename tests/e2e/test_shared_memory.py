@@ -9,11 +9,14 @@ extension is off by default, and a key prefix keeps clients to their own keys.
 from __future__ import annotations
 
 import base64
+import gc
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -225,3 +228,42 @@ def test_shared_memory_is_off_by_default(server: ServerProcess, regions: dict[st
     finally:
         http.close()
         grpc.close()
+
+
+def test_streams_take_and_answer_tensors_in_shared_memory(
+    shm_server: ServerProcess, regions: dict[str, Any]
+) -> None:
+    """gRPC ModelStreamInfer (tritonclient's stream) and REST infer_stream."""
+    # Closed HTTP clients of earlier tests must be collected here: tritonclient's __del__
+    # fails (a warning) in the stream's callback thread.
+    gc.collect()
+    data = np.arange(ROW, dtype=np.int32).reshape(1, ROW)
+    inputs, input_key = create(regions, "stream_in", ROW_BYTES)
+    outputs, output_key = create(regions, "stream_out", ROW_BYTES)
+    shm.set_shared_memory_region(inputs, [data])
+    client = grpcclient.InferenceServerClient(shm_server.grpc_address)
+    answers: list[Any] = []
+    try:
+        client.register_system_shared_memory("stream_in", input_key, ROW_BYTES)
+        client.register_system_shared_memory("stream_out", output_key, ROW_BYTES)
+        client.start_stream(callback=lambda result, error: answers.append(error or result))
+        infer_input = grpcclient.InferInput("x", [1, ROW], "INT32")
+        infer_input.set_shared_memory("stream_in", ROW_BYTES)
+        requested = grpcclient.InferRequestedOutput("x")
+        requested.set_shared_memory("stream_out", ROW_BYTES)
+        client.async_stream_infer("echo", [infer_input], outputs=[requested])
+        client.stop_stream()  # waits for the answers
+        assert len(answers) == 1 and not isinstance(answers[0], Exception), answers
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.int32, [1, ROW]), data)
+
+        body = {"inputs": [{"name": "x", "shape": [1, ROW], "datatype": "INT32",
+                            "parameters": {"shared_memory_region": "stream_in",
+                                           "shared_memory_byte_size": ROW_BYTES}}]}  # fmt: skip
+        streamed = httpx.post(f"{shm_server.url}/v2/models/echo/infer_stream", json=body)
+        assert streamed.status_code == 200, streamed.text
+        assert json.loads(streamed.text.split("data: ", 1)[1])["outputs"][0]["data"] == list(
+            range(ROW)
+        )
+    finally:
+        client.unregister_system_shared_memory()
+        client.close()
