@@ -215,3 +215,25 @@ def test_its_routes_and_methods_are_the_shared_memory_api_group() -> None:
     assert "/v2/systemsharedmemory/region/{region}/register" in shared
     assert "/v2/cudasharedmemory/unregister" in shared
     assert len(shared) == 10
+
+
+def test_grpc_inputs_in_shared_memory_take_no_raw_contents(make_object: Maker) -> None:
+    from inferd.protocol import pb
+    from inferd.server.codec_grpc import decode_infer_request
+
+    key = make_object("grpc")
+    write(key, 0, np.arange(4, dtype=np.int32).tobytes())
+    regions = shm.SharedMemoryRegistry()
+    regions.register("r", key, 0, 16)
+    message = pb.ModelInferRequest(model_name="m")
+    shared = message.inputs.add(name="a", datatype="INT32", shape=[4])
+    shared.parameters[shm.REGION].string_param = "r"
+    shared.parameters[shm.BYTE_SIZE].int64_param = 16
+    message.inputs.add(name="b", datatype="INT32", shape=[2])
+    message.raw_input_contents.append(np.array([7, 8], dtype=np.int32).tobytes())
+    request = decode_infer_request(message, regions)
+    assert [t.data.tolist() for t in request.inputs] == [[0, 1, 2, 3], [7, 8]]
+    assert request.inputs[0].parameters == {}
+    message.raw_input_contents.append(b"\0" * 8)  # one too many: "a" has none
+    with pytest.raises(InvalidRequest, match="inputs in shared memory have none"):
+        decode_infer_request(message, regions)

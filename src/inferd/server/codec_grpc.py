@@ -124,14 +124,8 @@ def decode_infer_request(
 ) -> InferenceRequest:
     """The request; inputs in shared memory are read from ``regions`` (None: off)."""
     raw_contents = message.raw_input_contents
-    # Inputs in shared memory have no raw contents: the others' follow one another.
-    in_memory = sum(REGION in tensor.parameters for tensor in message.inputs)
-    if raw_contents and len(raw_contents) != len(message.inputs) - in_memory:
-        raise InvalidRequest(
-            f"raw_input_contents has {len(raw_contents)} entries for {len(message.inputs)} "
-            "inputs; when raw contents are used, every input needs exactly one, in order"
-            + (" (inputs in shared memory have none)" if in_memory else "")
-        )
+    if raw_contents and len(raw_contents) != len(message.inputs):
+        _check_raw_count(message)  # unless inputs in shared memory make up the difference
     inputs = []
     seen: set[str] = set()
     raw_index = 0
@@ -141,15 +135,19 @@ def decode_infer_request(
             raise InvalidRequest(f"Input {name!r} appears more than once")
         seen.add(name)
         parameters = decode_parameters(tensor.parameters) if tensor.parameters else {}
-        if in_memory and REGION in parameters:
+        if REGION in parameters:
             data = _array_from_shared_memory(tensor, parameters, regions)
             parameters = without_location(parameters)
         elif raw_contents:
+            if raw_index == len(raw_contents):
+                _check_raw_count(message)
             data = _array_from_raw(tensor, raw_contents[raw_index])
             raw_index += 1
         else:
             data = _array_from_contents(tensor)
         inputs.append(Tensor(name, data, parameters))
+    if raw_index != len(raw_contents):
+        _check_raw_count(message)
     outputs = _requested_outputs(message.outputs) if message.outputs else []
     if outputs:
         check_outputs(regions, outputs)
@@ -159,6 +157,18 @@ def decode_infer_request(
         parameters=decode_parameters(message.parameters) if message.parameters else {},
         outputs=outputs,
     )
+
+
+def _check_raw_count(message: pb.ModelInferRequest) -> None:
+    """InvalidRequest unless every input not in shared memory has one raw contents entry."""
+    raw, count = len(message.raw_input_contents), len(message.inputs)
+    in_memory = sum(REGION in decode_parameters(t.parameters) for t in message.inputs)
+    if raw != count - in_memory:
+        raise InvalidRequest(
+            f"raw_input_contents has {raw} entries for {count} inputs; when raw contents "
+            "are used, every input needs exactly one, in order"
+            + (" (inputs in shared memory have none)" if in_memory else "")
+        )
 
 
 def _array_from_shared_memory(
