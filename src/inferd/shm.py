@@ -320,8 +320,10 @@ def underlying(array: np.ndarray) -> Any:
 
 def shared_slice(array: np.ndarray) -> SharedSlice | None:
     """Where ``array`` lies in a registered region's mapping, if it is a view of one."""
+    if not _REGISTERED:  # the usual case: no region registered, nothing to look for
+        return None
     base = underlying(array)
-    if not _REGISTERED or type(base) is not mmap.mmap or not array.flags.c_contiguous:
+    if type(base) is not mmap.mmap or not array.flags.c_contiguous:
         return None
     mapping = _REGISTERED.get(id(base))
     if mapping is None or mapping.closed:

@@ -65,10 +65,14 @@ _REFINEMENTS: dict[tuple[str, str], Schema] = {
     },
     ("RequestInput", "parameters"): {
         "description": "binary_data_size: bytes of this input after the JSON header "
-        "(binary tensor extension); content_type: how the model decodes it (np, str, ...)",
+        "(binary tensor extension); content_type: how the model decodes it (np, str, ...); "
+        "shared_memory_region, shared_memory_offset, shared_memory_byte_size: where it is "
+        "in a registered system shared memory region (then no data)",
     },
     ("RequestOutput", "parameters"): {
-        "description": "binary_data: true sends this output as raw bytes after the JSON header",
+        "description": "binary_data: true sends this output as raw bytes after the JSON "
+        "header; shared_memory_region, shared_memory_offset, shared_memory_byte_size: "
+        "write it into a registered system shared memory region instead",
     },
     ("InferenceRequest", "outputs"): {
         "description": "Outputs to return (default: all the model returns)",
