@@ -10,7 +10,7 @@ from tests.support.serverproc import ServerProcess
 
 from ..loadgen import Load, Target
 from ..repository import write_json
-from ..servers import INFERD, Contender
+from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs, with_baseline
 from ..tensorload import MODEL, SHM, TRANSPORTS, TensorLoad, TensorTarget, check_once
 from .base import Case, Scenario, VerificationError
 
@@ -56,7 +56,7 @@ contenders are the same server settings (shared_memory_enabled) taking turns."""
         return [Contender(transport, INFERD) for transport in TRANSPORTS]
 
     def cases(self) -> list[Case]:
-        contenders = tuple(self.contenders())
+        contenders = tuple(with_baseline(self.contenders(), self.options.baseline_src))
         return [
             Case(f"{mib}MiB c{n}", contenders, self.tensor_load(mib, n), MODEL)
             for mib in self.options.args.sizes_mib
@@ -76,7 +76,7 @@ contenders are the same server settings (shared_memory_enabled) taking turns."""
         target = TensorTarget(
             server.url,
             b"",
-            transport=contender.label,
+            transport=contender.label.removesuffix(BASELINE_SUFFIX),
             http_address=f"127.0.0.1:{server.http_port}",
             grpc_address=server.grpc_address,
             server_pid=server.process.pid,
@@ -89,7 +89,8 @@ contenders are the same server settings (shared_memory_enabled) taking turns."""
         return target
 
     def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
-        return [(SHM, other) for other in TRANSPORTS[1:] if {SHM, other} <= set(labels)]
+        pairs = [(SHM, other) for other in TRANSPORTS[1:] if {SHM, other} <= set(labels)]
+        return pairs + baseline_pairs(labels)
 
     def describe(self) -> str:
         return f"{super().describe()}, inputs of {self.options.args.sizes_mib} MiB FP32"
