@@ -9,6 +9,7 @@ from .grpc import Grpc
 from .metrics import Metrics
 from .overload import Overload
 from .rest import Batching, Rest
+from .shared_memory import SharedMemory
 from .sklearn_onnx import SklearnOnnx
 from .streaming import Streaming
 from .tls import Tls
@@ -28,6 +29,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         Streaming,
         Tls,
         Cache,
+        SharedMemory,
     )
 }
 

@@ -14,6 +14,7 @@ from .errors import ConfigurationError, InvalidRequest, ModelNotFound, ShuttingD
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
 from .settings import ServerSettings
+from .shm import SharedMemoryRegistry
 from .stats import ModelStats, ModelStatsTable
 from .types import (
     InferenceRequest,
@@ -50,6 +51,10 @@ class DataPlane:
         self.model_stats: ModelStatsTable = registry.stats
         # Inference calls in flight; closed (new ones refused) once the server drains.
         self.drain = Drain()
+        # System shared memory regions clients registered (None: the extension is off).
+        self.shared_memory: SharedMemoryRegistry | None = None
+        if settings.shared_memory_enabled:
+            self.shared_memory = SharedMemoryRegistry(settings.shared_memory_key_prefix)
 
     # Health
 
@@ -74,6 +79,8 @@ class DataPlane:
 
     def server_metadata(self) -> ServerMetadata:
         extensions = EXTENSIONS + [e for e in self.settings.extensions if e not in EXTENSIONS]
+        if self.shared_memory is not None and "system_shared_memory" not in extensions:
+            extensions.append("system_shared_memory")
         return ServerMetadata(
             name=self.settings.server_name,
             version=self.settings.server_version,

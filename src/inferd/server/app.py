@@ -124,6 +124,8 @@ class InferenceServer:
         """Unload every model and stop the pool (the servers have stopped already)."""
         await self.registry.close()
         await self.pool.close()
+        if self.dataplane.shared_memory is not None:
+            self.dataplane.shared_memory.close()  # unmap what clients registered
 
     def _log_readiness(self) -> None:
         failed = [v.name for v in self.registry.versions() if v.state is not ModelState.READY]

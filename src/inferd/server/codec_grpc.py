@@ -23,6 +23,7 @@ from ..datatypes import element_count, numpy_dtype
 from ..encoding import array_from_bytes, array_to_bytes, bytes_items, check_shape
 from ..errors import InvalidRequest
 from ..protocol import pb
+from ..shm import REGION, SharedMemoryRegistry, check_outputs, read_input, without_location
 from ..types import (
     InferenceRequest,
     InferenceResponse,
@@ -118,32 +119,68 @@ def _encode_parameter(value: Any) -> pb.InferParameter | None:
 # ---- inference requests ---------------------------------------------------
 
 
-def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
+def decode_infer_request(
+    message: pb.ModelInferRequest, regions: SharedMemoryRegistry | None = None
+) -> InferenceRequest:
+    """The request; inputs in shared memory are read from ``regions`` (None: off)."""
     raw_contents = message.raw_input_contents
     if raw_contents and len(raw_contents) != len(message.inputs):
-        raise InvalidRequest(
-            f"raw_input_contents has {len(raw_contents)} entries for {len(message.inputs)} "
-            "inputs; when raw contents are used, every input needs exactly one, in order"
-        )
+        _check_raw_count(message)  # unless inputs in shared memory make up the difference
     inputs = []
     seen: set[str] = set()
-    for index, tensor in enumerate(message.inputs):
+    raw_index = 0
+    for tensor in message.inputs:
         name = tensor.name
         if name in seen:
             raise InvalidRequest(f"Input {name!r} appears more than once")
         seen.add(name)
-        if raw_contents:
-            data = _array_from_raw(tensor, raw_contents[index])
+        parameters = decode_parameters(tensor.parameters) if tensor.parameters else {}
+        if REGION in parameters:
+            data = _array_from_shared_memory(tensor, parameters, regions)
+            parameters = without_location(parameters)
+        elif raw_contents:
+            if raw_index == len(raw_contents):
+                _check_raw_count(message)
+            data = _array_from_raw(tensor, raw_contents[raw_index])
+            raw_index += 1
         else:
             data = _array_from_contents(tensor)
-        parameters = decode_parameters(tensor.parameters) if tensor.parameters else {}
         inputs.append(Tensor(name, data, parameters))
+    if raw_index != len(raw_contents):
+        _check_raw_count(message)
+    outputs = _requested_outputs(message.outputs) if message.outputs else []
+    if outputs:
+        check_outputs(regions, outputs)
     return InferenceRequest(
         inputs=inputs,
         id=message.id or None,
         parameters=decode_parameters(message.parameters) if message.parameters else {},
-        outputs=_requested_outputs(message.outputs) if message.outputs else [],
+        outputs=outputs,
     )
+
+
+def _check_raw_count(message: pb.ModelInferRequest) -> None:
+    """InvalidRequest unless every input not in shared memory has one raw contents entry."""
+    raw, count = len(message.raw_input_contents), len(message.inputs)
+    in_memory = sum(REGION in decode_parameters(t.parameters) for t in message.inputs)
+    if raw != count - in_memory:
+        raise InvalidRequest(
+            f"raw_input_contents has {raw} entries for {count} inputs; when raw contents "
+            "are used, every input needs exactly one, in order"
+            + (" (inputs in shared memory have none)" if in_memory else "")
+        )
+
+
+def _array_from_shared_memory(
+    tensor: pb.ModelInferRequest.InferInputTensor,
+    parameters: Parameters,
+    regions: SharedMemoryRegistry | None,
+) -> np.ndarray:
+    if tensor.HasField("contents") and tensor.contents.ListFields():
+        raise InvalidRequest(
+            f"Input {tensor.name!r} names a shared memory region and also has contents"
+        )
+    return read_input(regions, tensor.name, tensor.datatype, tensor.shape, parameters)
 
 
 def _requested_outputs(outputs: Iterable[Any]) -> list[RequestedOutput]:
@@ -230,10 +267,16 @@ def wants_raw_output(request: InferenceRequest) -> bool:
 
 
 def encode_infer_response(
-    response: InferenceResponse, raw: bool, message: pb.ModelInferResponse | None = None
+    response: InferenceResponse,
+    raw: bool,
+    message: pb.ModelInferResponse | None = None,
+    shared: dict[str, dict[str, Any]] | None = None,
 ) -> pb.ModelInferResponse:
     """``response`` as a message: a new one, or ``message`` (empty) filled in place (a
-    stream's answer is built inside its ModelStreamInferResponse, not copied there)."""
+    stream's answer is built inside its ModelStreamInferResponse, not copied there).
+
+    ``shared``: the outputs written to shared memory, each with the parameters it
+    answers with instead of its data (raw: an empty entry keeps the others' places)."""
     if message is None:
         message = pb.ModelInferResponse()
     message.model_name = response.model_name
@@ -248,13 +291,20 @@ def encode_infer_response(
     for tensor in response.outputs:
         data = tensor.data
         datatype = tensor.datatype
+        parameters = tensor.parameters
+        in_memory = shared is not None and tensor.name in shared
+        if in_memory:
+            parameters = {**parameters, **shared[tensor.name]}  # type: ignore[index]
         output = message.outputs.add(
             name=tensor.name,
             datatype=datatype,
             shape=data.shape,
-            parameters=encode_parameters(tensor.parameters) if tensor.parameters else None,
+            parameters=encode_parameters(parameters) if parameters else None,
         )
-        if raw:
+        if in_memory:
+            if raw:
+                message.raw_output_contents.append(b"")
+        elif raw:
             message.raw_output_contents.append(array_to_bytes(data))
         else:
             output.contents.CopyFrom(_typed_contents(tensor.name, datatype, data))

@@ -16,6 +16,7 @@ from msgspec import UNSET, UnsetType
 
 from ..encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 from ..errors import InvalidRequest
+from ..shm import REGION, SharedMemoryRegistry, check_outputs, read_input, without_location
 from ..types import InferenceRequest, InferenceResponse, ModelState, RequestedOutput, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -67,8 +68,11 @@ def _decode(decoder: msgspec.json.Decoder[Body], body: bytes, what: str, hint: s
         raise InvalidRequest(f"Invalid {what}: {error}{hint}") from None
 
 
-def decode_infer_request(body: bytes, header_length: str | None) -> InferenceRequest:
-    """Decode a JSON (or JSON + binary) inference request body."""
+def decode_infer_request(
+    body: bytes, header_length: str | None, regions: SharedMemoryRegistry | None = None
+) -> InferenceRequest:
+    """Decode a JSON (or JSON + binary) inference request body; inputs in shared memory
+    are read from ``regions`` (None: the extension is off)."""
     json_part, binary_part = _split_body(body, header_length)
     if not json_part.strip():
         raise InvalidRequest(
@@ -86,12 +90,14 @@ def decode_infer_request(body: bytes, header_length: str | None) -> InferenceReq
     for output in parsed.outputs or ():
         if output.parameters:
             check_parameters(output.parameters, f"Output {output.name!r}: parameters")
-    inputs = _decode_inputs(parsed.inputs, binary_part)
+    inputs = _decode_inputs(parsed.inputs, binary_part, regions)
     outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
     request = InferenceRequest(
         inputs=inputs, id=parsed.id, parameters=parsed.parameters or {}, outputs=outputs
     )
     _binary_choice(request)  # refuse bad output parameters before the model runs
+    if outputs:
+        check_outputs(regions, outputs)
     return request
 
 
@@ -135,7 +141,9 @@ def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryvi
     return body[:length], view[length:]
 
 
-def _decode_inputs(inputs: list[_InputBody], binary: memoryview | None) -> list[Tensor]:
+def _decode_inputs(
+    inputs: list[_InputBody], binary: memoryview | None, regions: SharedMemoryRegistry | None
+) -> list[Tensor]:
     tensors = []
     offset = 0
     seen: set[str] = set()
@@ -147,7 +155,14 @@ def _decode_inputs(inputs: list[_InputBody], binary: memoryview | None) -> list[
         if parameters:
             check_parameters(parameters, f"Input {item.name!r}: parameters")
         size = parameters.get("binary_data_size")
-        if size is None:
+        if REGION in parameters:
+            if item.data is not None or size is not None:
+                raise InvalidRequest(
+                    f"Input {item.name!r} names a shared memory region and also has data"
+                )
+            data = read_input(regions, item.name, item.datatype, item.shape, parameters)
+            parameters = without_location(parameters)
+        elif size is None:
             if item.data is None:
                 raise InvalidRequest(f"Input {item.name!r} has no data")
             data = array_from_json(item.name, item.datatype, item.shape, item.data)
@@ -189,9 +204,14 @@ def decode_index_request(body: bytes) -> bool | None:
 
 
 def encode_infer_response(
-    response: InferenceResponse, request: InferenceRequest
+    response: InferenceResponse,
+    request: InferenceRequest,
+    shared: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header's length when binary outputs follow."""
+    """The response body, and the JSON header's length when binary outputs follow.
+
+    ``shared``: the outputs written to shared memory, each with the parameters it
+    answers with instead of its data."""
     binary_default, binary_by_name = _binary_choice(request)
     outputs = []
     chunks: list[bytes] = []
@@ -202,7 +222,9 @@ def encode_infer_response(
             "shape": tensor.shape,
         }
         parameters = dict(tensor.parameters)
-        if binary_by_name.get(tensor.name, binary_default):
+        if shared and tensor.name in shared:
+            parameters.update(shared[tensor.name])
+        elif binary_by_name.get(tensor.name, binary_default):
             raw = array_to_bytes(tensor.data)
             parameters["binary_data_size"] = len(raw)
             chunks.append(raw)

@@ -21,6 +21,7 @@ from starlette.routing import compile_path
 
 from ..context import RequestContext
 from ..dataplane import DataPlane
+from ..shm import write_outputs
 from ..stats import HttpStats, RouteStats
 from .access import ApiGuard
 from .bodies import BodyReader
@@ -85,12 +86,18 @@ class InferEndpoint:
                 self.guard.check_headers(headers)
             body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
             header_length = headers.get(_HEADER_LENGTH)
+            regions = self.dataplane.shared_memory
             request = decode_infer_request(
-                body, header_length.decode("latin-1") if header_length is not None else None
+                body,
+                header_length.decode("latin-1") if header_length is not None else None,
+                regions,
             )
             context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
             response = await self.dataplane.infer(name, version, request, context)
-            content, json_length = encode_infer_response(response, request)
+            shared = None
+            if regions is not None and request.outputs:
+                shared = write_outputs(regions, request.outputs, response.outputs)
+            content, json_length = encode_infer_response(response, request, shared)
         except Exception as error:
             status, content, answer_headers = http_error(error, f"inference on model {name!r}")
         else:

@@ -38,8 +38,10 @@ from ..dataplane import DataPlane
 from ..errors import ConfigurationError, InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
 from ..settings import ServerSettings
+from ..shm import CUDA_NOT_SUPPORTED, SharedMemoryRegistry, write_outputs
 from ..stats import GrpcMethodStats, GrpcStats
 from ..types import InferenceRequest, InferenceResponse
+from . import shm_api
 from .access import ApiGuard, api_guards
 from .codec_grpc import (
     decode_infer_request,
@@ -150,18 +152,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        request = _decoded(message)
+        regions = self.dataplane.shared_memory
+        request = _decoded(message, regions)
         response = await self.dataplane.infer(
             message.model_name, message.model_version or None, request
         )
-        return self._encoded(message, response, wants_raw_output(request))
+        shared = None
+        if regions is not None and request.outputs:
+            shared = write_outputs(regions, request.outputs, response.outputs)
+        return self._encoded(message, response, wants_raw_output(request), shared=shared)
 
     async def _infer_stream(
         self, message: pb.ModelInferRequest
     ) -> AsyncGenerator[list[pb.ModelStreamInferResponse], None]:
         """One request of a stream: its answers as soon as the model yields them, in
         lists of those ready together."""
-        request = _decoded(message)
+        regions = self.dataplane.shared_memory
+        request = _decoded(message, regions)
         raw = wants_raw_output(request)
         responses = self.dataplane.infer_stream(
             message.model_name, message.model_version or None, request
@@ -171,7 +178,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 answers = []
                 for response in ready:
                     answer = pb.ModelStreamInferResponse()
-                    self._encoded(message, response, raw, answer.infer_response)
+                    shared = None
+                    if regions is not None and request.outputs:
+                        shared = write_outputs(regions, request.outputs, response.outputs)
+                    self._encoded(message, response, raw, answer.infer_response, shared)
                     answers.append(answer)
                 yield answers
 
@@ -181,8 +191,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         response: InferenceResponse,
         raw: bool,
         into: pb.ModelInferResponse | None = None,
+        shared: dict[str, dict[str, Any]] | None = None,
     ) -> pb.ModelInferResponse:
-        answer = encode_infer_response(response, raw, into)
+        answer = encode_infer_response(response, raw, into, shared)
         size = answer.ByteSize()
         if size > self.max_answer_size:
             raise PayloadTooLarge(
@@ -268,6 +279,40 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self.dataplane.unload(_model_name(request.model_name))
         return pb.RepositoryModelUnloadResponse()
 
+    # Shared memory extension (shm_api.py)
+
+    @_handles_errors
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        return shm_api.grpc_status(self.dataplane, request.name)
+
+    @_handles_errors
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        shm_api.grpc_register(self.dataplane, request)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_handles_errors
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        shm_api.registry_of(self.dataplane).unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_handles_errors
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+
+    @_handles_errors
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+
+    @_handles_errors
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+
 
 def _method_stats(grpc_stats: GrpcStats) -> dict[str, GrpcMethodStats]:
     """Counters for every method of the inference service, labelled as py-grpc-prometheus."""
@@ -283,10 +328,12 @@ def _method_stats(grpc_stats: GrpcStats) -> dict[str, GrpcMethodStats]:
     return bound
 
 
-def _decoded(message: pb.ModelInferRequest) -> InferenceRequest:
+def _decoded(
+    message: pb.ModelInferRequest, regions: SharedMemoryRegistry | None
+) -> InferenceRequest:
     if not message.model_name:
         raise InvalidRequest("model_name is required")
-    return decode_infer_request(message)
+    return decode_infer_request(message, regions)
 
 
 def _model_name(name: str) -> str:

@@ -20,7 +20,7 @@ from ..errors import PermissionDenied
 from .access import ApiGuard
 from .errors import grpc_error
 from .grpc_registration import SERVICE
-from .routes import HEALTH, INFERENCE, METADATA, MODEL_REPOSITORY, STATISTICS
+from .routes import HEALTH, INFERENCE, METADATA, MODEL_REPOSITORY, SHARED_MEMORY, STATISTICS
 
 _INFERENCE_METHOD_GROUPS = {
     "ServerLive": HEALTH,
@@ -34,6 +34,11 @@ _INFERENCE_METHOD_GROUPS = {
     "RepositoryIndex": MODEL_REPOSITORY,
     "RepositoryModelLoad": MODEL_REPOSITORY,
     "RepositoryModelUnload": MODEL_REPOSITORY,
+    **{
+        f"{kind}SharedMemory{call}": SHARED_MEMORY
+        for kind in ("System", "Cuda")
+        for call in ("Status", "Register", "Unregister")
+    },
 }
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 

@@ -21,8 +21,11 @@ from ..datatypes import DATATYPES
 from ..types import MetadataTensor, ModelMetadata, ServerMetadata
 from . import codec_rest as bodies
 from .codec_generate import GenerateRequestBody, GenerateResponseBody
-from .openapi_operations import REF, Schema, operation, path_parameters
-from .routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX
+from .openapi_operations import REF, Schema, path_parameters
+from .openapi_operations import operation as _v2_operation
+from .openapi_shm import SHARED_MEMORY_OPERATIONS
+from .routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
+from .shm_api import SystemSharedMemoryRegionBody, SystemSharedMemoryRegisterBody
 
 OPENAPI_VERSION = "3.1.0"
 
@@ -48,6 +51,8 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     bodies.ModelStatisticsResponseBody,
     GenerateRequestBody,
     GenerateResponseBody,
+    SystemSharedMemoryRegisterBody,
+    SystemSharedMemoryRegionBody,
 )
 # What the decoder's own checks add to the Structs' types (datatypes.py, encoding.check_shape).
 _DATATYPE = {"enum": list(DATATYPES)}
@@ -60,10 +65,14 @@ _REFINEMENTS: dict[tuple[str, str], Schema] = {
     },
     ("RequestInput", "parameters"): {
         "description": "binary_data_size: bytes of this input after the JSON header "
-        "(binary tensor extension); content_type: how the model decodes it (np, str, ...)",
+        "(binary tensor extension); content_type: how the model decodes it (np, str, ...); "
+        "shared_memory_region, shared_memory_offset, shared_memory_byte_size: where it is "
+        "in a registered system shared memory region (then no data)",
     },
     ("RequestOutput", "parameters"): {
-        "description": "binary_data: true sends this output as raw bytes after the JSON header",
+        "description": "binary_data: true sends this output as raw bytes after the JSON "
+        "header; shared_memory_region, shared_memory_offset, shared_memory_byte_size: "
+        "write it into a registered system shared memory region instead",
     },
     ("InferenceRequest", "outputs"): {
         "description": "Outputs to return (default: all the model returns)",
@@ -81,6 +90,14 @@ _GENERIC_EXAMPLE = {
         {"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}
     ]
 }
+
+
+def operation(route: ApiRoute, example: Schema) -> Schema:
+    """The OpenAPI operation of ``route``."""
+    shared_memory = SHARED_MEMORY_OPERATIONS.get(route.operation)
+    if shared_memory is not None:
+        return shared_memory(route.operation_id, example)
+    return _v2_operation(route, example)
 
 
 @functools.cache

@@ -32,6 +32,7 @@ _PATH_PARAMETERS = {
     "name": "The model's name, as in the repository index",
     "version": "One of the model's versions (its parameters.version)",
     "file": "One of Swagger UI's files",
+    "region": "The name the shared memory region is (to be) registered under",
 }
 _INFER_DESCRIPTION = (
     "Runs the model on the request's inputs. The body is JSON, or, with the binary "

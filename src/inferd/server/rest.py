@@ -28,6 +28,7 @@ from .docs import DocsEndpoints
 from .errors import http_error
 from .fastpath import InferEndpoint, RestApp
 from .routes import API_ROUTES, INFERENCE
+from .shm_api import SharedMemoryEndpoints
 from .streaming import stream_endpoints
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -141,11 +142,16 @@ def _routes(
         "infer": infer,
         **stream_endpoints(endpoints.dataplane, endpoints.body_reader),
     }
+    shared_memory = SharedMemoryEndpoints(endpoints.dataplane, endpoints.read_body)
     routes = []
     for route in API_ROUTES:
         endpoint = asgi_endpoints.get(route.handler)
         if endpoint is None:
-            handler = getattr(endpoints, route.handler, None) or getattr(docs, route.handler)
+            handler = (
+                getattr(endpoints, route.handler, None)
+                or getattr(shared_memory, route.handler, None)
+                or getattr(docs, route.handler)
+            )
             endpoint = _handles_errors(handler)
         guard = guards.get(route.api)
         middleware = None

@@ -27,6 +27,7 @@ VERSION_SUFFIX = "_version"
 # The API groups the routes belong to (restricted_apis names them).
 HEALTH, METADATA, INFERENCE = "health", "metadata", "inference"
 STATISTICS, MODEL_REPOSITORY = "statistics", "model_repository"
+SHARED_MEMORY = "shared_memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,25 @@ def _model_docs_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
     )
 
 
+def _shared_memory_routes(kind: str, *handlers: str) -> tuple[ApiRoute, ...]:
+    """Triton's shared memory extension: ``kind`` is "system" or "cuda"; ``handlers``
+    answer status, register and unregister."""
+    status, register, unregister = handlers
+    prefix = f"/v2/{kind}sharedmemory"
+    region = f"{prefix}/region/{{region}}"
+    name = f"{kind}_shared_memory"
+    return tuple(
+        ApiRoute(method, path, operation_id, handler, SHARED_MEMORY)
+        for method, path, operation_id, handler in (
+            ("GET", f"{prefix}/status", f"{name}_status", status),
+            ("GET", f"{region}/status", f"{name}_region_status", status),
+            ("POST", f"{region}/register", f"{name}_register", register),
+            ("POST", f"{prefix}/unregister", f"{name}_unregister", unregister),
+            ("POST", f"{region}/unregister", f"{name}_region_unregister", unregister),
+        )
+    )
+
+
 # In matching order: Starlette takes the first route that fits.
 API_ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/v2/health/live", "server_live", "live", HEALTH),
@@ -120,6 +140,8 @@ API_ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", f"{ASSETS_PATH}/{{file}}", "docs_asset", "asset", METADATA),
     *_model_docs_routes(MODEL_PREFIX, ""),
     *_model_docs_routes(VERSION_PREFIX, VERSION_SUFFIX),
+    *_shared_memory_routes("system", "shm_status", "shm_register", "shm_unregister"),
+    *_shared_memory_routes("cuda", "cuda_shm", "cuda_shm", "cuda_shm"),
 )
 
 # The routes the fast path answers itself (RestApp), in front of Starlette.

@@ -162,6 +162,17 @@ class ServerSettings(EnvFirstSettings):
     """Most calls in flight on one gRPC connection (HTTP/2's max concurrent streams);
     a client's further calls wait for one to end."""
 
+    # System shared memory (Triton's extension): README.md's "System shared memory".
+
+    shared_memory_enabled: bool = False
+    """Serve Triton's system shared memory extension: clients on this host register
+    POSIX shared memory regions and pass tensors by reference. Registering maps the
+    memory the client names into the server, so it is off unless set true."""
+
+    shared_memory_key_prefix: str | None = None
+    """With shared memory on: accept only keys that start with this prefix (e.g.
+    ``"/inferd-"``), so a client cannot map other shared memory on the host."""
+
     environments_dir: str | None = None
     """Where models' ``environment_tarball`` files are unpacked, each once, in a folder
     named by the tarball's SHA-256; unset: ``.envs`` in the working directory (as in
@@ -225,6 +236,13 @@ class ServerSettings(EnvFirstSettings):
     @classmethod
     def _groups_once(cls, value: list[RestrictedApiSettings]) -> list[RestrictedApiSettings]:
         check_unique_groups(value)
+        return value
+
+    @field_validator("shared_memory_key_prefix")
+    @classmethod
+    def _shm_prefix(cls, value: str | None) -> str | None:
+        if value is not None and ("/" in value.removeprefix("/") or not value.strip("/")):
+            raise ValueError("must be the start of a shared memory name, such as '/inferd-'")
         return value
 
     @model_validator(mode="after")

@@ -119,7 +119,11 @@ class Worker:
     # Prediction
 
     def _predict(self, call_id: int, instance_id: int, packed: ipc.PackedRequest) -> None:
-        request = ipc.unpack_request(packed)
+        try:
+            request = ipc.unpack_request(packed)
+        except InferdError as error:  # a client's shared memory it could not read
+            self._reply_error(call_id, error)
+            return
         loaded = self._models.get(instance_id)
         if loaded is None:
             self._reply_error(call_id, self._not_held(instance_id))
@@ -147,7 +151,12 @@ class Worker:
         if loaded is None:
             self._reply_error(call_id, self._not_held(instance_id))
             return
-        self._streams.start(call_id, loaded, ipc.unpack_request(packed), credit)
+        try:
+            request = ipc.unpack_request(packed)
+        except InferdError as error:  # a client's shared memory it could not read
+            self._reply_error(call_id, error)
+            return
+        self._streams.start(call_id, loaded, request, credit)
 
     def _not_held(self, instance_id: int) -> ModelError:
         return ModelError(f"Worker {self._index} does not hold model instance {instance_id}")

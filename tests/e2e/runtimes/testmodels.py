@@ -318,3 +318,22 @@ class Sleeps(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         time.sleep(float(self.settings.extra.get("seconds", 0.01)))
         return InferenceResponse(outputs=[Tensor("y", request.inputs[0].data * 2)])
+
+
+class AddSub(Model):
+    """Triton's `simple` example: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1;
+    ``source`` says where INPUT0's memory came from ("mmap": a shared memory mapping)."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        first, second = request.input("INPUT0").data, request.input("INPUT1").data
+        base = first.base
+        while isinstance(base, np.ndarray | memoryview):  # views down to the memory's owner
+            base = base.base if isinstance(base, np.ndarray) else base.obj
+        source = type(base).__name__.encode()
+        return InferenceResponse(
+            outputs=[
+                Tensor("OUTPUT0", first + second),
+                Tensor("OUTPUT1", first - second),
+                Tensor("source", np.array([source], dtype=object)),
+            ]
+        )
