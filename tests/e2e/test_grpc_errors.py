@@ -171,10 +171,10 @@ def test_bad_input_is_invalid_argument(
 def test_unknown_model_and_version_are_not_found(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
     error = rpc_error(stub.ModelInfer, raw_request("missing", TWO_FLOATS))
     assert error.code() == Code.NOT_FOUND
-    assert error.details() == "Model 'missing' not found"
+    assert error.details() == "Request for unknown model: 'missing' is not found"
     error = rpc_error(stub.ModelInfer, raw_request("double", TWO_FLOATS, version="9"))
     assert error.code() == Code.NOT_FOUND
-    assert error.details() == "Model 'double' with version '9' not found"
+    assert error.details() == "Request for unknown model: 'double' version 9 is not found"
     for call, request in [
         (stub.ModelMetadata, pb.ModelMetadataRequest(name="missing")),
         (stub.ModelReady, pb.ModelReadyRequest(name="double", version="9")),

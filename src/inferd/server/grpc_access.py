@@ -20,7 +20,15 @@ from ..errors import PermissionDenied
 from .access import ApiGuard
 from .errors import grpc_error
 from .grpc_registration import SERVICE
-from .routes import HEALTH, INFERENCE, METADATA, MODEL_REPOSITORY, STATISTICS
+from .routes import (
+    HEALTH,
+    INFERENCE,
+    LOGGING,
+    METADATA,
+    MODEL_CONFIG,
+    MODEL_REPOSITORY,
+    STATISTICS,
+)
 
 _INFERENCE_METHOD_GROUPS = {
     "ServerLive": HEALTH,
@@ -34,6 +42,8 @@ _INFERENCE_METHOD_GROUPS = {
     "RepositoryIndex": MODEL_REPOSITORY,
     "RepositoryModelLoad": MODEL_REPOSITORY,
     "RepositoryModelUnload": MODEL_REPOSITORY,
+    "ModelConfig": MODEL_CONFIG,
+    "LogSettings": LOGGING,
 }
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 

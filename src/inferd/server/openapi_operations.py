@@ -289,19 +289,65 @@ def _repository_index(operation_id: str, example: Schema) -> Schema:
 
 def _repository_load(operation_id: str, example: Schema) -> Schema:
     load = {"200": _answer("Every version on disk is loaded", _ref("Empty"))}
+    config = {"type": "string", "description": "A JSON configuration override (Triton's)"}
+    parameters = {"type": "object", "properties": {"config": config}}
+    body = {"type": "object", "properties": {"parameters": parameters}}
     return _op(
         operation_id,
         "repository",
         "(Re)load a model from disk",
         load | _errors(400, 404, 500, 503),
         description="New versions load before old ones unload; a failed reload keeps "
-        "the old instance serving. 400: its model-settings.json is invalid.",
+        "the old instance serving. 400: its model-settings.json is invalid, or the "
+        "config override is (it may set only serving settings).",
+        requestBody={"content": {JSON_CONTENT_TYPE: {"schema": body}}},
     )
 
 
 def _repository_unload(operation_id: str, example: Schema) -> Schema:
     unload = {"200": _answer("Every version is unloaded", _ref("Empty"))}
     return _op(operation_id, "repository", "Unload a model", unload | _errors(404))
+
+
+# ---- Triton's model configuration and logging extensions ----
+
+_LOG_SETTINGS: Schema = {
+    "type": "object",
+    "properties": {
+        "log_file": {"type": "string"},
+        "log_info": {"type": "boolean"},
+        "log_warning": {"type": "boolean"},
+        "log_error": {"type": "boolean"},
+        "log_verbose_level": {"type": "integer", "minimum": 0},
+        "log_format": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+
+def _model_config(operation_id: str, example: Schema) -> Schema:
+    config = {"200": _answer("Triton's model configuration", {"type": "object"})}
+    return _op(operation_id, "metadata", "Model configuration", config | _errors(404, 503))
+
+
+def _log_settings(operation_id: str, example: Schema) -> Schema:
+    settings = {"200": _answer("The log settings", _LOG_SETTINGS)}
+    return _op(operation_id, "logging", "Log settings", settings)
+
+
+def _update_log_settings(operation_id: str, example: Schema) -> Schema:
+    settings = {"200": _answer("The log settings now", _LOG_SETTINGS)}
+    body = {"required": True, "content": {JSON_CONTENT_TYPE: {"schema": _LOG_SETTINGS}}}
+    return _op(
+        operation_id,
+        "logging",
+        "Change the log settings",
+        settings | _errors(400),
+        description="log_verbose_level > 0 logs at DEBUG, else log_info at INFO, "
+        "log_warning at WARNING, log_error at ERROR. log_file must stay empty and "
+        "log_format 'default'.",
+        requestBody=body,
+    )
 
 
 # ---- docs ----
@@ -353,6 +399,9 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "repository_index": _repository_index,
     "repository_load": _repository_load,
     "repository_unload": _repository_unload,
+    "model_config": _model_config,
+    "log_settings": _log_settings,
+    "update_log_settings": _update_log_settings,
     "docs_page": _docs_page,
     "docs_spec": _docs_spec,
     "docs_asset": _docs_asset,
