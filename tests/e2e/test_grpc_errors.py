@@ -192,11 +192,12 @@ def test_model_failure_is_internal(stub: pb_grpc.GRPCInferenceServiceStub) -> No
 def test_unsupported_repository_parameters_are_refused(
     stub: pb_grpc.GRPCInferenceServiceStub,
 ) -> None:
-    config = pb.ModelRepositoryParameter(string_param="{}")
-    request = pb.RepositoryModelLoadRequest(model_name="echo", parameters={"config": config})
+    # "config" is supported now (a configuration override, test_triton_config.py).
+    poll = pb.ModelRepositoryParameter(string_param="{}")
+    request = pb.RepositoryModelLoadRequest(model_name="echo", parameters={"poll": poll})
     error = rpc_error(stub.RepositoryModelLoad, request)
     assert error.code() == Code.INVALID_ARGUMENT
-    assert "Repository parameters (config) are not supported" in error.details()
+    assert "Repository parameters (poll) are not supported" in error.details()
 
 
 def test_not_ready_and_overloaded_are_unavailable(start: Any, tmp_path: Path) -> None:
