@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -239,9 +240,16 @@ def test_load_parameters_refuse_files_and_take_config() -> None:
     assert decode_load_request("m", b"") is None
     assert decode_load_request("m", b"{}") is None
     assert decode_load_request("m", b'{"parameters": {"config": "{}"}}') == "{}"
-    with pytest.raises(InvalidRequest, match="file parameters .file:1/model.py. are refused"):
+    with pytest.raises(
+        InvalidRequest, match=re.escape("file parameters (file:1/model.py) are refused")
+    ):
         decode_load_request("m", b'{"parameters": {"config": "{}", "file:1/model.py": "eA=="}}')
-    with pytest.raises(InvalidRequest, match="the config parameter must be a string"):
-        decode_load_request("m", b'{"parameters": {"config": {"max_batch_size": 2}}}')
-    with pytest.raises(InvalidRequest, match="Repository parameters .poll. are not supported"):
+    with pytest.raises(InvalidRequest, match="parameters must be a JSON object"):
+        decode_load_request("m", b'{"parameters": null}')
+    for config in (b'{"max_batch_size": 2}', b"null"):
+        with pytest.raises(InvalidRequest, match="the config parameter must be a string"):
+            decode_load_request("m", b'{"parameters": {"config": %s}}' % config)
+    with pytest.raises(
+        InvalidRequest, match=re.escape("Repository parameters (poll) are not supported")
+    ):
         load_config("m", {"poll": True}, ignored=frozenset())

@@ -38,7 +38,7 @@ def load_config(name: str, parameters: Mapping[str, Any], ignored: frozenset[str
             "a load takes only 'config' (a JSON configuration override)"
         )
     config = parameters.get("config")
-    if config is not None and not isinstance(config, str):
+    if "config" in parameters and not isinstance(config, str):
         raise InvalidRequest(f"failed to load '{name}': the config parameter must be a string")
     return config
 
@@ -55,7 +55,7 @@ def decode_load_request(name: str, body: bytes) -> str | None:
         ) from None
     if not isinstance(request, dict):
         raise InvalidRequest(f"failed to load '{name}': the body must be a JSON object")
-    parameters = request.get("parameters") or {}
+    parameters = request.get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidRequest(f"failed to load '{name}': parameters must be a JSON object")
     # Other parameters were always ignored over REST: they still are.
@@ -63,9 +63,9 @@ def decode_load_request(name: str, body: bytes) -> str | None:
 
 
 def decode_log_settings(body: bytes) -> dict[str, Any]:
-    """The settings a REST ``POST /v2/logging`` body changes."""
+    """The settings a REST ``POST /v2/logging`` body changes (``{}``: none)."""
     try:
-        settings = orjson.loads(body) if body.strip() else {}
+        settings = orjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise InvalidRequest(f"The log settings are not valid JSON: {error}") from None
     if not isinstance(settings, dict):
