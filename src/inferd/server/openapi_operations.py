@@ -311,16 +311,11 @@ def _repository_unload(operation_id: str, example: Schema) -> Schema:
 
 # ---- Triton's model configuration and logging extensions ----
 
+_FLAG = {"type": "boolean"}
+_LOG_FIELDS = {"log_file": _STRING, "log_info": _FLAG, "log_warning": _FLAG, "log_error": _FLAG}
 _LOG_SETTINGS: Schema = {
     "type": "object",
-    "properties": {
-        "log_file": {"type": "string"},
-        "log_info": {"type": "boolean"},
-        "log_warning": {"type": "boolean"},
-        "log_error": {"type": "boolean"},
-        "log_verbose_level": {"type": "integer", "minimum": 0},
-        "log_format": {"type": "string"},
-    },
+    "properties": _LOG_FIELDS | {"log_verbose_level": _LENGTH, "log_format": _STRING},
     "additionalProperties": False,
 }
 
@@ -331,21 +326,19 @@ def _model_config(operation_id: str, example: Schema) -> Schema:
 
 
 def _log_settings(operation_id: str, example: Schema) -> Schema:
-    settings = {"200": _answer("The log settings", _LOG_SETTINGS)}
-    return _op(operation_id, "logging", "Log settings", settings)
+    return _op(operation_id, "logging", "Log settings", {"200": _answer("Now", _LOG_SETTINGS)})
 
 
 def _update_log_settings(operation_id: str, example: Schema) -> Schema:
-    settings = {"200": _answer("The log settings now", _LOG_SETTINGS)}
     body = {"required": True, "content": {JSON_CONTENT_TYPE: {"schema": _LOG_SETTINGS}}}
+    answers = {"200": _answer("The log settings now", _LOG_SETTINGS)} | _errors(400)
+    why = "log_verbose_level > 0: DEBUG, else the lowest of log_info, log_warning, log_error"
     return _op(
         operation_id,
         "logging",
         "Change the log settings",
-        settings | _errors(400),
-        description="log_verbose_level > 0 logs at DEBUG, else log_info at INFO, "
-        "log_warning at WARNING, log_error at ERROR. log_file must stay empty and "
-        "log_format 'default'.",
+        answers,
+        description=why,
         requestBody=body,
     )
 
