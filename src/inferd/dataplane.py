@@ -262,7 +262,8 @@ class DataPlane:
         if not found:
             raise ModelNotFound(name)
         if config is not None:
-            found = [apply_override(settings, config) for settings in found]
+            limit = self.settings.max_request_size
+            found = [apply_override(settings, config, limit) for settings in found]
         try:
             await self.registry.load(name, found)
         except InferdError as error:

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model
+from .conftest import add_custom_model, wait_for
 
 INPUTS = [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
 
@@ -206,7 +206,9 @@ def test_files_in_a_load_are_refused(http_client: triton_http.InferenceServerCli
 
 
 def test_log_settings_over_both_protocols(
-    http_client: triton_http.InferenceServerClient, grpc_client: triton_grpc.InferenceServerClient
+    http_client: triton_http.InferenceServerClient,
+    grpc_client: triton_grpc.InferenceServerClient,
+    triton_server: ServerProcess,
 ) -> None:
     settings = http_client.get_log_settings()
     assert settings == {
@@ -219,6 +221,11 @@ def test_log_settings_over_both_protocols(
     }
     changed = http_client.update_log_settings({"log_verbose_level": 1})
     assert changed["log_verbose_level"] == 1
+    # Verbose logs the requests (a DEBUG line each) from now on.
+    inputs = [triton_http.InferInput("x", [1, 3], "FP32")]
+    inputs[0].set_data_from_numpy(np.zeros((1, 3), np.float32))
+    http_client.infer("plain", inputs, request_id="logged-at-verbose")
+    wait_for(lambda: "(id logged-at-verbose)" in triton_server.log(), "the request's log line")
     assert grpc_client.get_log_settings(as_json=True)["settings"]["log_verbose_level"] == {
         "uint32_param": 1
     }

@@ -27,6 +27,9 @@ TENSORS: dict[str, Any] = {
 }
 
 
+LIMIT = 1024  # max_request_size, bytes
+
+
 def settings(**values: Any) -> ModelSettings:
     model = ModelSettings(name="m", implementation="runtime.Model", **TENSORS, **values)
     model._source = Path("/models/m/model-settings.json")
@@ -184,7 +187,7 @@ def test_triton_keys_map_onto_the_serving_settings() -> None:
             {"inputs": {"x": {"data_type": "TYPE_FP32", "dims": [4], "random_data": True}}}
         ],
     }
-    changed = apply_override(settings(), json.dumps(override))
+    changed = apply_override(settings(), json.dumps(override), LIMIT)
     assert (changed.max_batch_size, changed.max_batch_time) == (16, 0.0005)
     assert (changed.default_priority_level, changed.max_queue_size, changed.timeout) == (3, 7, 2.0)
     assert (changed.workers, changed.devices) == (2, ["cuda:0"])
@@ -195,7 +198,7 @@ def test_triton_keys_map_onto_the_serving_settings() -> None:
 
 def test_model_settings_serving_keys_are_taken_as_they_are() -> None:
     override = {"max_batch_time": 0.01, "threads_per_worker": 2, "retry_on_worker_failure": False}
-    changed = apply_override(settings(), json.dumps(override))
+    changed = apply_override(settings(), json.dumps(override), LIMIT)
     assert changed.max_batch_time == 0.01 and changed.threads_per_worker == 2
     assert changed.retry_on_worker_failure is False
 
@@ -221,11 +224,19 @@ def test_model_settings_serving_keys_are_taken_as_they_are() -> None:
             {"model_warmup": [{"inputs": {"x": {"data_type": "FP32", "input_data_file": "/x"}}}]},
             "input_data_file is not supported",
         ),
+        (
+            {
+                "model_warmup": [
+                    {"inputs": {"x": {"data_type": "FP64", "dims": [129], "zero_data": True}}}
+                ]
+            },
+            "warmup input 'x' would be 1032 bytes, over the server's max_request_size (1024)",
+        ),
     ],
 )
 def test_refused_overrides_say_failed_to_load_and_why(override: dict[str, Any], why: str) -> None:
     with pytest.raises(InvalidRequest) as raised:
-        apply_override(settings(), json.dumps(override))
+        apply_override(settings(), json.dumps(override), LIMIT)
     assert raised.value.message.startswith("failed to load 'm': ")
     assert why in raised.value.message
 
@@ -233,7 +244,7 @@ def test_refused_overrides_say_failed_to_load_and_why(override: dict[str, Any], 
 @pytest.mark.parametrize("config", ["{not json", "[1, 2]", '"text"'])
 def test_malformed_config_fails_to_load(config: str) -> None:
     with pytest.raises(InvalidRequest, match="failed to load 'm': the config"):
-        apply_override(settings(), config)
+        apply_override(settings(), config, LIMIT)
 
 
 def test_load_parameters_refuse_files_and_take_config() -> None:

@@ -11,11 +11,13 @@ Triton's do, and leaves the version already loaded serving.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from ..datatypes import numpy_dtype
 from ..errors import InvalidRequest
 from ..settings import ModelSettings
 from .config import MICROSECONDS
@@ -64,9 +66,12 @@ def failed(name: str, reason: str) -> InvalidRequest:
     return InvalidRequest(f"failed to load '{name}': {reason}")
 
 
-def apply_override(settings: ModelSettings, config: str) -> ModelSettings:
+def apply_override(settings: ModelSettings, config: str, max_request_size: int) -> ModelSettings:
     """``settings`` with the configuration override ``config`` (JSON) applied;
-    InvalidRequest saying ``failed to load`` and why when it cannot be."""
+    InvalidRequest saying ``failed to load`` and why when it cannot be.
+
+    A warmup input may not be larger than ``max_request_size``: the server would
+    not take such a request from a client either."""
     name = settings.name
     try:
         parsed = orjson.loads(config)
@@ -77,7 +82,23 @@ def apply_override(settings: ModelSettings, config: str) -> ModelSettings:
     updates: dict[str, Any] = {}
     for key, value in parsed.items():
         updates.update(_translate(settings, key, value))
-    return _validated(settings, updates)
+    changed = _validated(settings, updates)
+    _check_warmup_sizes(changed, max_request_size)
+    return changed
+
+
+def _check_warmup_sizes(settings: ModelSettings, max_request_size: int) -> None:
+    rows = settings.max_batch_size > 1
+    for warmup in settings.model_warmup:
+        for input_name, spec in warmup.inputs.items():
+            shape = [warmup.batch_size, *spec.dims] if rows else spec.dims
+            size = math.prod(shape) * max(numpy_dtype(spec.data_type).itemsize, 1)
+            if size > max_request_size:
+                raise failed(
+                    settings.name,
+                    f"warmup input {input_name!r} would be {size} bytes, over the server's "
+                    f"max_request_size ({max_request_size})",
+                )
 
 
 def _translate(settings: ModelSettings, key: str, value: Any) -> dict[str, Any]:
