@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from .context import NO_CONTEXT, RequestContext
 from .drain import STOPPED, Drain
-from .errors import ConfigurationError, InvalidRequest, ModelNotFound, ShuttingDown
+from .errors import ConfigurationError, InferdError, InvalidRequest, ModelNotFound, ShuttingDown
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
 from .settings import ServerSettings
 from .shm import SharedMemoryRegistry
 from .stats import ModelStats, ModelStatsTable
+from .triton import logsettings
+from .triton.config import model_config
+from .triton.override import apply_override, failed
 from .types import (
     InferenceRequest,
     InferenceResponse,
@@ -88,9 +93,28 @@ class DataPlane:
         )
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        """The runtime's metadata; its ``versions``, unless the model-settings declare
+        some (MLServer's use), list the versions of ``name`` loaded (Triton's use)."""
         found = self.registry.get_ready(name, version)
         assert found.instance is not None  # set when the version became READY
-        return found.instance.metadata
+        metadata = found.instance.metadata
+        if metadata.versions:
+            return metadata
+        return dataclasses.replace(metadata, versions=self.registry.ready_versions(name))
+
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """Triton's model configuration of a loaded version (inferd.triton.config)."""
+        found = self.registry.get_ready(name, version)
+        instances = self.registry.instances(found)
+        return model_config(found.settings, instances, self.settings.max_queue_size)
+
+    # Logging (Triton's logging extension)
+
+    def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The server's log settings in Triton's fields, after applying ``changes``."""
+        if changes:
+            return logsettings.update_log_settings(changes)
+        return logsettings.log_settings()
 
     # Inference
 
@@ -242,15 +266,23 @@ class DataPlane:
             entries = [e for e in entries if (e.state is ModelState.READY) == ready]
         return sorted(entries, key=lambda e: (e.name, e.version or ""))
 
-    async def load(self, name: str) -> None:
-        """(Re)load ``name`` from the repository as it is on disk now."""
+    async def load(self, name: str, config: str | None = None) -> None:
+        """(Re)load ``name`` from the repository as it is on disk now, with the
+        serving settings of ``config`` (JSON: Triton's load override, see
+        inferd.triton.override) when given. A failure says "failed to load"."""
         try:
             found = self.repository.find(name)
         except ConfigurationError as error:
-            raise InvalidRequest(str(error)) from None
+            raise failed(name, str(error)) from None
         if not found:
             raise ModelNotFound(name)
-        await self.registry.load(name, found)
+        if config is not None:
+            limit = self.settings.max_request_size
+            found = [apply_override(settings, config, limit) for settings in found]
+        try:
+            await self.registry.load(name, found)
+        except InferdError as error:
+            raise _failed_load(name, error) from None
 
     async def unload(self, name: str) -> None:
         await self.registry.unload(name)
@@ -262,6 +294,15 @@ class DataPlane:
                 await self.registry.load(name, versions)
             except Exception as error:
                 logger.error("Model %r did not load at start-up: %s", name, error)
+
+
+def _failed_load(name: str, error: InferdError) -> InferdError:
+    """The error, its message worded as Triton's: ``failed to load '<name>': why``."""
+    prefix = f"failed to load '{name}'"
+    if not isinstance(error, ModelNotFound) and not error.message.startswith(prefix):
+        error.message = f"{prefix}: {error.message}"
+        error.args = (error.message,)
+    return error
 
 
 def _finish(

@@ -44,13 +44,15 @@ class InvalidRequest(InferdError):
 
 
 class ModelNotFound(InferdError):
+    """No such model (version). Worded as Triton's, which clients match on."""
+
     code = ErrorCode.NOT_FOUND
 
     def __init__(self, name: str, version: str | None = None, hint: str = "") -> None:
         if version:
-            message = f"Model {name!r} with version {version!r} not found"
+            message = f"Request for unknown model: '{name}' version {version} is not found"
         else:
-            message = f"Model {name!r} not found"
+            message = f"Request for unknown model: '{name}' is not found"
         super().__init__(message + hint)
         self.name = name
         self.version = version

@@ -102,6 +102,20 @@ class Registry:
                 raise ModelNotFound(name, version) from None
         return _default_version(model.versions)
 
+    def ready_versions(self, name: str) -> list[str]:
+        """The versions of ``name`` that are READY, in natural order ("2" before "10")."""
+        model = self._models.get(name)
+        found = model.versions.values() if model else ()
+        ready = [v.version for v in found if v.version and v.state is ModelState.READY]
+        return sorted(ready, key=_natural_key)
+
+    def instances(self, version: ModelVersion) -> int:
+        """How many workers hold the version now (1 in process); 0 when none does."""
+        scheduler = version.scheduler
+        if scheduler is None:
+            return 0
+        return self._pool.capacity(scheduler.instance_id) // version.settings.threads_per_worker
+
     def get_ready(self, name: str, version: str | None = None) -> ModelVersion:
         """The version to send a request to; raises unless it is READY."""
         found = self.find(name, version)

@@ -207,9 +207,17 @@ def test_swagger_ui_files_are_served(
         ("/v2/docs/static/..%2Fcore.py", 404, "No route for GET /v2/docs/static/../core.py"),
         ("/v2/docs/static/LICENSE", 404, "No Swagger UI file 'LICENSE'"),
         ("/v2/docs/static/swagger-editor.js", 404, "No Swagger UI file"),
-        ("/v2/models/nope/docs", 404, "Model 'nope' not found"),
-        ("/v2/models/nope/docs/dataplane.json", 404, "Model 'nope' not found"),
-        ("/v2/models/iris/versions/9/docs", 404, "Model 'iris' with version '9' not found"),
+        ("/v2/models/nope/docs", 404, "Request for unknown model: 'nope' is not found"),
+        (
+            "/v2/models/nope/docs/dataplane.json",
+            404,
+            "Request for unknown model: 'nope' is not found",
+        ),
+        (
+            "/v2/models/iris/versions/9/docs",
+            404,
+            "Request for unknown model: 'iris' version 9 is not found",
+        ),
     ],
 )
 def test_docs_errors(client: httpx.Client, path: str, status: int, message: str) -> None:

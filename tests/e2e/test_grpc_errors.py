@@ -171,10 +171,10 @@ def test_bad_input_is_invalid_argument(
 def test_unknown_model_and_version_are_not_found(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
     error = rpc_error(stub.ModelInfer, raw_request("missing", TWO_FLOATS))
     assert error.code() == Code.NOT_FOUND
-    assert error.details() == "Model 'missing' not found"
+    assert error.details() == "Request for unknown model: 'missing' is not found"
     error = rpc_error(stub.ModelInfer, raw_request("double", TWO_FLOATS, version="9"))
     assert error.code() == Code.NOT_FOUND
-    assert error.details() == "Model 'double' with version '9' not found"
+    assert error.details() == "Request for unknown model: 'double' version 9 is not found"
     for call, request in [
         (stub.ModelMetadata, pb.ModelMetadataRequest(name="missing")),
         (stub.ModelReady, pb.ModelReadyRequest(name="double", version="9")),
@@ -192,11 +192,12 @@ def test_model_failure_is_internal(stub: pb_grpc.GRPCInferenceServiceStub) -> No
 def test_unsupported_repository_parameters_are_refused(
     stub: pb_grpc.GRPCInferenceServiceStub,
 ) -> None:
-    config = pb.ModelRepositoryParameter(string_param="{}")
-    request = pb.RepositoryModelLoadRequest(model_name="echo", parameters={"config": config})
+    # "config" is supported now (a configuration override, test_triton_config.py).
+    poll = pb.ModelRepositoryParameter(string_param="{}")
+    request = pb.RepositoryModelLoadRequest(model_name="echo", parameters={"poll": poll})
     error = rpc_error(stub.RepositoryModelLoad, request)
     assert error.code() == Code.INVALID_ARGUMENT
-    assert "Repository parameters (config) are not supported" in error.details()
+    assert "Repository parameters (poll) are not supported" in error.details()
 
 
 def test_not_ready_and_overloaded_are_unavailable(start: Any, tmp_path: Path) -> None:

@@ -233,7 +233,7 @@ def test_tritonclient_sees_errors(triton_http: triton.InferenceServerClient) -> 
     with pytest.raises(InferenceServerException) as missing:
         triton_http.infer("nope", [triton_input("x", x, True)])
     assert missing.value.status() == "404"
-    assert "Model 'nope' not found" in missing.value.message()
+    assert "Request for unknown model: 'nope' is not found" in missing.value.message()
     with pytest.raises(InferenceServerException) as failing:
         triton_http.infer("fails", [triton_input("x", x, True)])
     assert failing.value.status() == "500"

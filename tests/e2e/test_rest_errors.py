@@ -196,12 +196,20 @@ def test_bad_repository_index_body_is_400(rest: httpx.Client) -> None:
 @pytest.mark.parametrize(
     "method, path, message",
     [
-        ("POST", "/v2/models/nope/infer", "Model 'nope' not found"),
-        ("POST", "/v2/models/double/versions/9/infer", "Model 'double' with version '9' not found"),
-        ("GET", "/v2/models/nope", "Model 'nope' not found"),
+        ("POST", "/v2/models/nope/infer", "Request for unknown model: 'nope' is not found"),
+        (
+            "POST",
+            "/v2/models/double/versions/9/infer",
+            "Request for unknown model: 'double' version 9 is not found",
+        ),
+        ("GET", "/v2/models/nope", "Request for unknown model: 'nope' is not found"),
         ("GET", "/v2/nowhere", "No route for GET /v2/nowhere"),
         ("GET", "/", "No route for GET /"),
-        ("POST", "/v2/models/echo/versions/1/infer", "Model 'echo' with version '1' not found"),
+        (
+            "POST",
+            "/v2/models/echo/versions/1/infer",
+            "Request for unknown model: 'echo' version 1 is not found",
+        ),
     ],
 )
 def test_unknown_things_are_404(rest: httpx.Client, method: str, path: str, message: str) -> None:

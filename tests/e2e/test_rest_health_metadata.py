@@ -49,10 +49,16 @@ def test_model_ready(rest: httpx.Client, path: str, name: str) -> None:
 @pytest.mark.parametrize(
     "path, message",
     [
-        ("/v2/models/nope/ready", "Model 'nope' not found"),
-        ("/v2/models/double/versions/3/ready", "Model 'double' with version '3' not found"),
-        ("/v2/models/nope", "Model 'nope' not found"),
-        ("/v2/models/double/versions/3", "Model 'double' with version '3' not found"),
+        ("/v2/models/nope/ready", "Request for unknown model: 'nope' is not found"),
+        (
+            "/v2/models/double/versions/3/ready",
+            "Request for unknown model: 'double' version 3 is not found",
+        ),
+        ("/v2/models/nope", "Request for unknown model: 'nope' is not found"),
+        (
+            "/v2/models/double/versions/3",
+            "Request for unknown model: 'double' version 3 is not found",
+        ),
     ],
 )
 def test_unknown_model_or_version_is_404(rest: httpx.Client, path: str, message: str) -> None:

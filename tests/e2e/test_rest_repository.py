@@ -110,7 +110,10 @@ def test_unload_then_load_again(client: httpx.Client, repo_server: ServerProcess
     response = client.post("/v2/repository/models/toggled/unload")
     assert (response.status_code, response.json()) == (200, {})
     after = infer(client, "toggled")
-    assert (after.status_code, after.json()) == (404, {"error": "Model 'toggled' not found"})
+    assert (after.status_code, after.json()) == (
+        404,
+        {"error": "Request for unknown model: 'toggled' is not found"},
+    )
     assert client.get("/v2/models/toggled/ready").status_code == 404
     assert [item["state"] for item in entry(client, "toggled")] == ["UNAVAILABLE"]
     assert load(client, "toggled").status_code == 200
@@ -274,7 +277,10 @@ def test_invalid_model_settings_are_a_400(client: httpx.Client, repo_server: Ser
 @pytest.mark.parametrize("action", ["load", "unload"])
 def test_unknown_model_is_a_404(client: httpx.Client, action: str) -> None:
     response = client.post(f"/v2/repository/models/nowhere/{action}")
-    assert (response.status_code, response.json()) == (404, {"error": "Model 'nowhere' not found"})
+    assert (response.status_code, response.json()) == (
+        404,
+        {"error": "Request for unknown model: 'nowhere' is not found"},
+    )
 
 
 def test_tritonclient_repository_calls(repo_server: ServerProcess) -> None:

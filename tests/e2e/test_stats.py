@@ -125,8 +125,11 @@ def test_one_model_gives_all_its_versions_and_one_version_just_that(
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("/v2/models/nosuchmodel/stats", "Model 'nosuchmodel' not found"),
-        ("/v2/models/double/versions/9/stats", "Model 'double' with version '9' not found"),
+        ("/v2/models/nosuchmodel/stats", "Request for unknown model: 'nosuchmodel' is not found"),
+        (
+            "/v2/models/double/versions/9/stats",
+            "Request for unknown model: 'double' version 9 is not found",
+        ),
     ],
 )
 def test_unknown_model_or_version_is_404(served: ServerProcess, path: str, message: str) -> None:

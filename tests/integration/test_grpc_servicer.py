@@ -58,7 +58,11 @@ async def test_typed_outputs_on_request_and_versions(stub: Stub) -> None:
 @pytest.mark.parametrize(
     ("message", "code", "fragment"),
     [
-        (request("nope", [1.0]), grpc.StatusCode.NOT_FOUND, "Model 'nope' not found"),
+        (
+            request("nope", [1.0]),
+            grpc.StatusCode.NOT_FOUND,
+            "Request for unknown model: 'nope' is not found",
+        ),
         (request("", [1.0]), grpc.StatusCode.INVALID_ARGUMENT, "model_name is required"),
         (request("fails", [1.0]), grpc.StatusCode.INTERNAL, "ValueError: this model always"),
         (
@@ -128,7 +132,7 @@ async def test_a_stream_answers_in_order_and_goes_on_after_a_failure(stub: Stub)
     assert [a.error_message for a in answers] == [
         "",
         "Model 'fails' failed: ValueError: this model always fails",
-        "Model 'nope' not found",
+        "Request for unknown model: 'nope' is not found",
         "",
     ]
     assert answers[1].infer_response.model_name == "fails"  # which request failed

@@ -71,7 +71,7 @@ async def test_an_error_before_a_stream_starts_is_answered_with_the_final_flag(
     message.model_name = "nope"
     answers = [answer async for answer in stub.ModelStreamInfer(iter([message]))]
     assert [(a.error_message, a.infer_response.id) for a in answers] == [
-        ("Model 'nope' not found", "missing"),
+        ("Request for unknown model: 'nope' is not found", "missing"),
         ("", "missing"),
     ]
     assert answers[1].infer_response.parameters[FINAL].bool_param

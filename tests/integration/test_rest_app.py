@@ -102,8 +102,8 @@ def assert_error(response: httpx.Response, status: int, fragment: str) -> None:
     [
         ("/v2/models/echo/infer", b'{"inputs": [', 400, "Invalid inference request"),
         ("/v2/models/echo/infer", infer_body(tensor("t", "FP8", [1])), 400, "'FP8'"),
-        ("/v2/models/nope/infer", floats(1), 404, "Model 'nope' not found"),
-        ("/v2/models/echo/versions/9/infer", floats(1), 404, "with version '9' not found"),
+        ("/v2/models/nope/infer", floats(1), 404, "Request for unknown model: 'nope' is not found"),
+        ("/v2/models/echo/versions/9/infer", floats(1), 404, "version 9 is not found"),
         ("/v2/models/echo/infer", floats(REQUEST_LIMIT // 5), 413, "max_request_size"),
         ("/v2/models/fails/infer", floats(1), 500, "ValueError: this model always fails"),
     ],
@@ -146,7 +146,9 @@ async def test_unexpected_errors_are_500_without_details(
 
 
 async def test_other_routes_share_the_error_answers(rest: httpx.AsyncClient) -> None:
-    assert_error(await rest.get("/v2/models/nope"), 404, "Model 'nope' not found")
+    assert_error(
+        await rest.get("/v2/models/nope"), 404, "Request for unknown model: 'nope' is not found"
+    )
     assert_error(await rest.post("/v2/repository/index", content=b"{"), 400, "Invalid repository")
     assert_error(await rest.get("/v2/nowhere"), 404, "No route for GET /v2/nowhere")
     assert_error(await rest.get("/v2/models/echo/infer"), 405, "GET is not allowed")
@@ -232,7 +234,7 @@ async def test_starlette_routes_and_errors_are_gzipped_alike(rest: httpx.AsyncCl
     unknown = "m" * 1500  # named in the error message, which is then over 1 KiB
     error = await rest.post(f"/v2/models/{unknown}/infer", content=floats(1), headers=gzipped)
     assert error.headers["content-encoding"] == "gzip"
-    assert_error(error, 404, f"Model '{unknown}' not found")
+    assert_error(error, 404, f"Request for unknown model: '{unknown}' is not found")
 
 
 async def test_gzip_disabled_answers_plainly(start_inferd: StartServer) -> None:

@@ -165,7 +165,7 @@ async def test_an_error_mid_stream_is_a_last_error_event(http: httpx.AsyncClient
     ("path", "body", "status", "message"),
     [
         ("tokens", stream_body(fail_at=0), 500, "ValueError: the stream broke at 0"),
-        ("nope", stream_body(), 404, "Model 'nope' not found"),
+        ("nope", stream_body(), 404, "Request for unknown model: 'nope' is not found"),
         ("tokens", {"inputs": 3}, 400, "Invalid inference request"),
     ],
 )

@@ -202,7 +202,9 @@ async def test_versions_gone_from_disk_are_unloaded_on_reload(
     await registry.load("m", [version("m", "2")])
     assert [found.version for found in registry.versions()] == ["2"]
     assert 1 in pool.unloaded  # version 1's instance
-    with pytest.raises(ModelNotFound, match="Model 'm' with version '1' not found"):
+    with pytest.raises(
+        ModelNotFound, match="Request for unknown model: 'm' version 1 is not found"
+    ):
         registry.find("m", "1")
 
 
@@ -212,17 +214,19 @@ async def test_unload_removes_every_version(registry: Registry, pool: FakePool) 
     await registry.unload("m")
     assert registry.names() == ["other"]
     assert sorted(pool.unloaded) == [1, 2]
-    with pytest.raises(ModelNotFound, match="Model 'm' not found"):
+    with pytest.raises(ModelNotFound, match="Request for unknown model: 'm' is not found"):
         registry.find("m")
     with pytest.raises(ModelNotFound):
         await registry.unload("m")
 
 
 async def test_unknown_models_and_versions_are_not_found(registry: Registry) -> None:
-    with pytest.raises(ModelNotFound, match="Model 'nope' not found"):
+    with pytest.raises(ModelNotFound, match="Request for unknown model: 'nope' is not found"):
         registry.get_ready("nope")
     await registry.load("m", [version("m", "1")])
-    with pytest.raises(ModelNotFound, match="Model 'm' with version '2' not found"):
+    with pytest.raises(
+        ModelNotFound, match="Request for unknown model: 'm' version 2 is not found"
+    ):
         registry.get_ready("m", "2")
 
 

@@ -157,7 +157,9 @@ def test_an_unknown_name_is_not_found_and_mentions_files_whose_name_is_unreadabl
     (tmp_path / "folder" / "model-settings.json").write_text('{"name": ')
     with pytest.raises(ModelNotFound) as raised:
         ModelRepository(tmp_path).find("what-it-meant")
-    assert raised.value.message.startswith("Model 'what-it-meant' not found; these settings")
+    assert raised.value.message.startswith(
+        "Request for unknown model: 'what-it-meant' is not found; these settings"
+    )
     assert "folder/model-settings.json" in raised.value.message
 
 

@@ -26,7 +26,7 @@ def test_a_core_error_keeps_its_message_on_both_protocols() -> None:
     error = ModelNotFound("m", "2")
     assert http_error(error, "x") == (
         404,
-        b"{\"error\":\"Model 'm' with version '2' not found\"}",
+        b'{"error":"Request for unknown model: \'m\' version 2 is not found"}',
         [(b"content-type", b"application/json")],
     )
     assert grpc_error(error, "x") == (grpc.StatusCode.NOT_FOUND, error.message, ())

@@ -51,6 +51,12 @@ from .codec_grpc import (
     encode_server_metadata,
     wants_raw_output,
 )
+from .codec_triton import (
+    decode_grpc_log_settings,
+    encode_grpc_log_settings,
+    encode_model_config,
+    load_config,
+)
 from .errors import grpc_error
 from .grpc_access import access_interceptors
 from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
@@ -266,8 +272,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
-        _refuse_parameters(request.parameters)
-        await self.dataplane.load(_model_name(request.model_name))
+        name = _model_name(request.model_name)
+        parameters = {key: _repository_value(value) for key, value in request.parameters.items()}
+        config = load_config(name, parameters, ignored=frozenset())
+        await self.dataplane.load(name, config)
         return pb.RepositoryModelLoadResponse()
 
     @_handles_errors
@@ -312,6 +320,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_handles_errors
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         raise InvalidRequest(CUDA_NOT_SUPPORTED)
+
+    # Triton's model configuration and logging extensions
+
+    @_handles_errors
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Any
+    ) -> pb.ModelConfigResponse:
+        config = self.dataplane.model_config(request.name, request.version or None)
+        return encode_model_config(config)
+
+    @_handles_errors
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: Any
+    ) -> pb.LogSettingsResponse:
+        changes = decode_grpc_log_settings(request)
+        return encode_grpc_log_settings(self.dataplane.log_settings(changes))
+
+
+def _repository_value(value: pb.ModelRepositoryParameter) -> Any:
+    kind = value.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(value, kind)
 
 
 def _method_stats(grpc_stats: GrpcStats) -> dict[str, GrpcMethodStats]:

@@ -20,7 +20,16 @@ from ..errors import PermissionDenied
 from .access import ApiGuard
 from .errors import grpc_error
 from .grpc_registration import SERVICE
-from .routes import HEALTH, INFERENCE, METADATA, MODEL_REPOSITORY, SHARED_MEMORY, STATISTICS
+from .routes import (
+    HEALTH,
+    INFERENCE,
+    LOGGING,
+    METADATA,
+    MODEL_CONFIG,
+    MODEL_REPOSITORY,
+    SHARED_MEMORY,
+    STATISTICS,
+)
 
 _INFERENCE_METHOD_GROUPS = {
     "ServerLive": HEALTH,
@@ -39,6 +48,8 @@ _INFERENCE_METHOD_GROUPS = {
         for kind in ("System", "Cuda")
         for call in ("Status", "Register", "Unregister")
     },
+    "ModelConfig": MODEL_CONFIG,
+    "LogSettings": LOGGING,
 }
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 

@@ -290,19 +290,58 @@ def _repository_index(operation_id: str, example: Schema) -> Schema:
 
 def _repository_load(operation_id: str, example: Schema) -> Schema:
     load = {"200": _answer("Every version on disk is loaded", _ref("Empty"))}
+    config = {"type": "string", "description": "A JSON configuration override (Triton's)"}
+    parameters = {"type": "object", "properties": {"config": config}}
+    body = {"type": "object", "properties": {"parameters": parameters}}
     return _op(
         operation_id,
         "repository",
         "(Re)load a model from disk",
         load | _errors(400, 404, 500, 503),
         description="New versions load before old ones unload; a failed reload keeps "
-        "the old instance serving. 400: its model-settings.json is invalid.",
+        "the old instance serving. 400: its model-settings.json is invalid, or the "
+        "config override is (it may set only serving settings).",
+        requestBody={"content": {JSON_CONTENT_TYPE: {"schema": body}}},
     )
 
 
 def _repository_unload(operation_id: str, example: Schema) -> Schema:
     unload = {"200": _answer("Every version is unloaded", _ref("Empty"))}
     return _op(operation_id, "repository", "Unload a model", unload | _errors(404))
+
+
+# ---- Triton's model configuration and logging extensions ----
+
+_FLAG = {"type": "boolean"}
+_LOG_FIELDS = {"log_file": _STRING, "log_info": _FLAG, "log_warning": _FLAG, "log_error": _FLAG}
+_LOG_SETTINGS: Schema = {
+    "type": "object",
+    "properties": _LOG_FIELDS | {"log_verbose_level": _LENGTH, "log_format": _STRING},
+    "additionalProperties": False,
+}
+
+
+def _model_config(operation_id: str, example: Schema) -> Schema:
+    config = {"200": _answer("Triton's model configuration", {"type": "object"})}
+    return _op(operation_id, "metadata", "Model configuration", config | _errors(404, 503))
+
+
+def _log_settings(operation_id: str, example: Schema) -> Schema:
+    return _op(operation_id, "logging", "Log settings", {"200": _answer("Now", _LOG_SETTINGS)})
+
+
+def _update_log_settings(operation_id: str, example: Schema) -> Schema:
+    body = {"required": True, "content": {JSON_CONTENT_TYPE: {"schema": _LOG_SETTINGS}}}
+    answers = {"200": _answer("The log settings now", _LOG_SETTINGS)} | _errors(400)
+    why = "log_verbose_level > 0: DEBUG, else the lowest of log_info, log_warning, log_error"
+    return _op(
+        operation_id,
+        "logging",
+        "Change the log settings",
+        answers,
+        description=why,
+        requestBody=body,
+    )
 
 
 # ---- docs ----
@@ -354,6 +393,9 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "repository_index": _repository_index,
     "repository_load": _repository_load,
     "repository_unload": _repository_unload,
+    "model_config": _model_config,
+    "log_settings": _log_settings,
+    "update_log_settings": _update_log_settings,
     "docs_page": _docs_page,
     "docs_spec": _docs_spec,
     "docs_asset": _docs_asset,

@@ -24,6 +24,7 @@ from ..stats import HttpStats
 from .access import ApiGuard, GuardedRoute, api_guards
 from .bodies import BodyReader
 from .codec_rest import JSON_CONTENT_TYPE, decode_index_request, error_body
+from .codec_triton import decode_load_request, decode_log_settings
 from .docs import DocsEndpoints
 from .errors import http_error
 from .fastpath import InferEndpoint, RestApp
@@ -95,8 +96,23 @@ class RestEndpoints:
         return json_response([entry.to_dict() for entry in self.dataplane.index(ready)])
 
     async def repository_load(self, request: Request) -> Response:
-        await self.dataplane.load(request.path_params["name"])
+        name = request.path_params["name"]
+        config = decode_load_request(name, await self.read_body(request))
+        await self.dataplane.load(name, config)
         return json_response({})
+
+    # Triton's model configuration and logging extensions
+
+    async def model_config(self, request: Request) -> Response:
+        name, version = _model_path(request)
+        return json_response(self.dataplane.model_config(name, version))
+
+    async def log_settings(self, request: Request) -> Response:
+        return json_response(self.dataplane.log_settings())
+
+    async def update_log_settings(self, request: Request) -> Response:
+        changes = decode_log_settings(await self.read_body(request))
+        return json_response(self.dataplane.log_settings(changes))
 
     async def repository_unload(self, request: Request) -> Response:
         await self.dataplane.unload(request.path_params["name"])

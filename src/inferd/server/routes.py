@@ -28,6 +28,7 @@ VERSION_SUFFIX = "_version"
 HEALTH, METADATA, INFERENCE = "health", "metadata", "inference"
 STATISTICS, MODEL_REPOSITORY = "statistics", "model_repository"
 SHARED_MEMORY = "shared_memory"
+MODEL_CONFIG, LOGGING = "model_config", "logging"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ def _model_routes(prefix: str, suffix: str) -> tuple[ApiRoute, ...]:
         ApiRoute(
             "GET", f"{prefix}/stats", f"model_statistics{suffix}", "model_statistics", STATISTICS
         ),
+        ApiRoute("GET", f"{prefix}/config", f"model_config{suffix}", "model_config", MODEL_CONFIG),
     )
 
 
@@ -135,6 +137,9 @@ API_ROUTES: tuple[ApiRoute, ...] = (
         "repository_unload",
         MODEL_REPOSITORY,
     ),
+    # Triton's logging extension.
+    ApiRoute("GET", "/v2/logging", "log_settings", "log_settings", LOGGING),
+    ApiRoute("POST", "/v2/logging", "update_log_settings", "update_log_settings", LOGGING),
     ApiRoute("GET", "/v2/docs", "docs_page", "api_page", METADATA),
     ApiRoute("GET", f"/v2/docs/{SPEC_FILE}", "docs_spec", "api_spec", METADATA),
     ApiRoute("GET", f"{ASSETS_PATH}/{{file}}", "docs_asset", "asset", METADATA),

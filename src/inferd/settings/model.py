@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from ..datatypes import DATATYPES
 from .base import EnvFirstSettings
+from .warmup import WarmupSettings
 
 
 class MetadataTensorSettings(BaseModel):
@@ -172,6 +173,12 @@ class ModelSettings(EnvFirstSettings):
     cache_enabled: bool = False
     """Answer identical requests to this model from the server's response cache; has
     effect only when settings.json sets ``cache_enabled`` too (as in MLServer)."""
+
+    model_warmup: list[WarmupSettings] = []
+    """Requests run in every worker holding the model once it loaded, before it is
+    READY (Triton's ``model_warmup``): each has ``inputs`` (by name: ``data_type``,
+    ``dims`` and one of ``zero_data``, ``random_data`` or inline ``input_data``), a
+    ``count`` and a ``batch_size``. A warmup that fails fails the load."""
 
     # The model-settings.json this came from; set by the loader, never by the file.
     _source: Path | None = PrivateAttr(default=None)

@@ -23,6 +23,7 @@ ApiGroup = Literal[
     "model_repository",
     "shared_memory",
     "logging",
+    "model_config",
 ]
 API_GROUPS: tuple[str, ...] = get_args(ApiGroup)
 # An HTTP header name (RFC 9110 token) that gRPC also accepts as a metadata key:
@@ -42,8 +43,8 @@ class RestrictedApiSettings(BaseModel):
 
     apis: list[ApiGroup]
     """The API groups restricted: ``health``, ``metadata``, ``inference``, ``statistics``,
-    ``model_repository``, ``shared_memory``, ``logging`` (Triton's spelling with ``-``
-    is accepted too)."""
+    ``model_repository``, ``shared_memory``, ``logging``, ``model_config`` (Triton's
+    spelling with ``-`` is accepted too)."""
 
     header: str
     """The request header (gRPC: metadata key) that must carry an accepted value."""

@@ -25,6 +25,7 @@ from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, Tensor
 from .base import LoadedInstance
 from .runtime_loader import describe, load_runtime
+from .warmup import warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +45,22 @@ class LoadedModel:
 
     @classmethod
     async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
-        """Load the model's runtime; ModelError or ConfigurationError when that fails."""
+        """Load the model's runtime and run its warmup requests (``model_warmup``);
+        ModelError or ConfigurationError when either fails."""
         labels = custom_metrics.model_labels(settings.name, settings.version)
         token = custom_metrics.set_model(labels)  # load() may log custom metrics too
         try:
             model = await load_runtime(settings, context)
         finally:
             custom_metrics.reset_model(token)
-        return cls.of(model, labels)
+        loaded = cls.of(model, labels)
+        if settings.model_warmup:
+            try:
+                await warm_up(loaded)
+            except BaseException:
+                await loaded.release()
+                raise
+        return loaded
 
     @classmethod
     def of(cls, model: Model, labels: custom_metrics.ModelLabels) -> LoadedModel:
