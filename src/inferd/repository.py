@@ -49,8 +49,11 @@ class RepositoryScan:
 
 
 class ModelRepository:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, missing_ok: bool = False) -> None:
+        """``missing_ok``: a root that does not exist (yet) holds no models, rather than
+        being an error; ModelMesh's adapter creates the folder after the server starts."""
         self.root = root.resolve()
+        self._missing_ok = missing_ok
         # The root as written and as resolved: a uri may name either (e.g. through
         # /models when /models is itself a link).
         self._roots = {Path(os.path.normpath(root.absolute())), self.root}
@@ -120,6 +123,14 @@ class ModelRepository:
 
     def _settings_files(self) -> list[Path]:
         if not self.root.is_dir():
+            if not self.root.exists():
+                if self._missing_ok:
+                    return []
+                raise ConfigurationError(
+                    f"Model repository {self.root} is not a folder: it does not exist; create "
+                    "it, or set load_models_at_startup to false to start with no models and "
+                    "load them into it later through the repository API"
+                )
             raise ConfigurationError(f"Model repository {self.root} is not a folder")
         files = []
         for folder, subfolders, filenames in os.walk(self.root):

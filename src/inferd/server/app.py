@@ -63,7 +63,10 @@ class InferenceServer:
         model_stats = ModelStatsTable(observe=settings.metrics_enabled)
         self.pool = build_pool(settings, model_stats)
         self.registry = Registry(self.pool, model_stats, settings.max_queue_size)
-        self.repository = ModelRepository(Path(settings.model_repository_root))
+        # Without a load at start the folder may come later (ModelMesh's adapter makes it).
+        self.repository = ModelRepository(
+            Path(settings.model_repository_root), missing_ok=not settings.load_models_at_startup
+        )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.
         self.http_stats = HttpStats() if settings.metrics_enabled else None
