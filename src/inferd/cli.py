@@ -57,7 +57,7 @@ def _check_repository(settings: ServerSettings) -> None:
     model's load (see the repository API).
     """
     repository = ModelRepository(
-        Path(settings.model_repository_root), missing_ok=not settings.load_models_at_startup
+        Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
     )
     if settings.load_models_at_startup:
         # Raises on any invalid model-settings.json or duplicate.

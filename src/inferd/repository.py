@@ -49,11 +49,14 @@ class RepositoryScan:
 
 
 class ModelRepository:
-    def __init__(self, root: Path, missing_ok: bool = False) -> None:
-        """``missing_ok``: a root that does not exist (yet) holds no models, rather than
-        being an error; ModelMesh's adapter creates the folder after the server starts."""
+    def __init__(self, root: Path, loaded_later: bool = False) -> None:
+        """``loaded_later``: models come through the repository API after the start
+        (``load_models_at_startup: false``), as ModelMesh and Seldon Core load them. Then
+        a root that does not exist (yet) holds no models, rather than being an error
+        (ModelMesh's adapter creates it), and each settings file names its own model:
+        ``MLSERVER_MODEL_NAME`` is ModelMesh's placeholder, not a name for every model."""
         self.root = root.resolve()
-        self._missing_ok = missing_ok
+        self._loaded_later = loaded_later
         # The root as written and as resolved: a uri may name either (e.g. through
         # /models when /models is itself a link).
         self._roots = {Path(os.path.normpath(root.absolute())), self.root}
@@ -94,7 +97,7 @@ class ModelRepository:
         files = self._settings_files()
         for path in files:
             try:
-                settings = load_model_settings(path)
+                settings = load_model_settings(path, file_name_wins=self._loaded_later)
                 self._check_inside(settings)
                 scan.models.append(settings)
             except ConfigurationError as error:
@@ -124,7 +127,7 @@ class ModelRepository:
     def _settings_files(self) -> list[Path]:
         if not self.root.is_dir():
             if not self.root.exists():
-                if self._missing_ok:
+                if self._loaded_later:
                     return []
                 raise ConfigurationError(
                     f"Model repository {self.root} is not a folder: it does not exist; create "

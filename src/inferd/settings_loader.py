@@ -219,8 +219,14 @@ def _validate_model(
     return settings
 
 
-def load_model_settings(path: Path) -> ModelSettings:
-    settings = model_settings_from_dict(read_json_file(path), path.resolve())
+def load_model_settings(path: Path, file_name_wins: bool = False) -> ModelSettings:
+    """``file_name_wins``: the model is named by its file (its "name", else its folder)
+    even when ``MLSERVER_MODEL_NAME`` is set (see ModelRepository's ``loaded_later``)."""
+    data = read_json_file(path)
+    settings = model_settings_from_dict(data, path.resolve())
+    if file_name_wins:
+        name = data.get("name")
+        settings.name = name if isinstance(name, str) and name else path.resolve().parent.name
     _warn_ignored_once(settings)
     return settings
 

@@ -192,11 +192,26 @@ def test_grpc_max_message_length_minus_one_is_accepted_and_others_are_not() -> N
 
 
 def test_a_missing_folder_is_an_empty_repository_when_allowed(tmp_path: Path) -> None:
-    later = ModelRepository(tmp_path / "later", missing_ok=True)
+    later = ModelRepository(tmp_path / "later", loaded_later=True)
     assert later.scan().models == []
     assert later.find("iris") == []
     with pytest.raises(ConfigurationError, match="it does not exist"):
         ModelRepository(tmp_path / "later").find_all()
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigurationError, match=r"is not a folder$"):
-        ModelRepository(tmp_path / "file", missing_ok=True).scan()
+        ModelRepository(tmp_path / "file", loaded_later=True).scan()
+
+
+def test_models_loaded_later_keep_their_own_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ModelMesh sets MLSERVER_MODEL_NAME=dummy-model-fixme and writes each model's own
+    model-settings.json: those names must stand (at start they would be replaced)."""
+    for folder, settings in (("a", '{"name": "iris__isvc-1"}'), ("b", "{}")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model-settings.json").write_text(settings)
+    monkeypatch.setenv("MLSERVER_MODEL_NAME", "dummy-model-fixme")
+    names = {model.name for model in ModelRepository(tmp_path, loaded_later=True).scan().models}
+    assert names == {"iris__isvc-1", "b"}
+    at_start = ModelRepository(tmp_path).scan().models
+    assert {model.name for model in at_start} == {"dummy-model-fixme"}

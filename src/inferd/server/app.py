@@ -65,7 +65,7 @@ class InferenceServer:
         self.registry = Registry(self.pool, model_stats, settings.max_queue_size)
         # Without a load at start the folder may come later (ModelMesh's adapter makes it).
         self.repository = ModelRepository(
-            Path(settings.model_repository_root), missing_ok=not settings.load_models_at_startup
+            Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.
