@@ -19,7 +19,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
 
 from .errors import ConfigurationError
-from .runtimes.detect import choose_runtime
+from .runtimes.detect import choose_runtime, is_kserve_guess
 from .settings import (
     SERVER_SETTINGS_FILE,
     CORSSettings,
@@ -224,6 +224,10 @@ def load_model_settings(path: Path, file_name_wins: bool = False) -> ModelSettin
     even when ``MLSERVER_MODEL_NAME`` is set (see ModelRepository's ``loaded_later``)."""
     data = read_json_file(path)
     settings = model_settings_from_dict(data, path.resolve())
+    if data.get("implementation") and is_kserve_guess(settings.implementation):
+        # KServe's environment guesses (an empty modelClass, or its scikit-learn
+        # fallback); a model-settings.json shipped with the model knows.
+        settings.implementation = data["implementation"]
     if file_name_wins:
         name = data.get("name")
         settings.name = name if isinstance(name, str) and name else path.resolve().parent.name

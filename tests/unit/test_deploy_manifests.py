@@ -252,3 +252,18 @@ def test_the_image_extras_are_a_build_argument_defaulting_to_kserve_mlserver_for
     assert "EXTRAS=sklearn,xgboost,lightgbm,mlflow" in args
     run = " ".join(arg for op, arg in dockerfile_instructions() if op == "RUN")
     assert '".[${EXTRAS}]"' in run
+
+
+# ---- plain Kubernetes ----
+
+
+@pytest.mark.parametrize(
+    "document",
+    load_yaml(ROOT / "deploy" / "kubernetes" / "inferd.yaml"),
+    ids=lambda doc: str(doc["kind"]),
+)
+def test_plain_kubernetes_manifests_validate(document: dict[str, Any]) -> None:
+    try:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        pytest.fail(f"{document['kind']}: {str(error).splitlines()[0]}")

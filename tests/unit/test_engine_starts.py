@@ -215,3 +215,18 @@ def test_models_loaded_later_keep_their_own_names(
     assert names == {"iris__isvc-1", "b"}
     at_start = ModelRepository(tmp_path).scan().models
     assert {model.name for model in at_start} == {"dummy-model-fixme"}
+
+
+@pytest.mark.parametrize("from_kserve", ["", "mlserver_sklearn.SKLearnModel"])
+def test_a_shipped_model_settings_file_wins_over_kserve_guess(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, from_kserve: str
+) -> None:
+    (tmp_path / "model-settings.json").write_text(
+        '{"name": "m", "implementation": "inferd.runtimes.onnx.OnnxModel"}'
+    )
+    monkeypatch.setenv("MLSERVER_MODEL_IMPLEMENTATION", from_kserve)
+    (found,) = ModelRepository(tmp_path).find_all()
+    assert found.implementation == ONNX
+    monkeypatch.setenv("MLSERVER_MODEL_IMPLEMENTATION", "mlserver_xgboost.XGBoostModel")
+    (found,) = ModelRepository(tmp_path).find_all()
+    assert found.implementation == "mlserver_xgboost.XGBoostModel"  # a named class still wins

@@ -65,6 +65,12 @@ def has_sklearn_artifact(uri: Path) -> bool:
     return runtime_for_files(uri) == SKLEARN
 
 
+def is_kserve_guess(implementation: str | None) -> bool:
+    """Whether ``implementation`` is what KServe puts there without knowing: nothing
+    (no modelClass label) or its scikit-learn fallback."""
+    return implementation in ("", "<no value>", *SKLEARN_FALLBACKS)
+
+
 def choose_runtime(implementation: str | None, uri: Path | None) -> str | None:
     """The runtime for a model KServe describes: ``implementation`` as given, unless it
     is missing or KServe's scikit-learn fallback and the files at ``uri`` say otherwise.
