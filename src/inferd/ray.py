@@ -32,7 +32,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .errors import InferdError
 from .server.app import InferenceServer
 from .server.grpc import InferenceServicer
 from .server.grpc_health import ShutdownSignal
@@ -173,10 +172,8 @@ class InferdReplica:
     async def _grpc(self, method: str, data: bytes, grpc_context: Any) -> Any:
         handler = getattr(self.servicer, method)
         request = self._parsers[method](data)  # a malformed one is answered INVALID_ARGUMENT
-        try:
-            return await handler(request, _RayGrpcContext(grpc_context))
-        except InferdError as error:  # only if the servicer let one through
-            raise _Aborted(error.message) from error
+        # The servicer turns every error into a status code (through abort).
+        return await handler(request, _RayGrpcContext(grpc_context))
 
     # The V2 service's unary RPCs, as Ray's gRPC proxy calls them (by method name).
 
