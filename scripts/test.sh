@@ -16,6 +16,12 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
         || echo "chromium could not be installed: the browser test will be skipped"
 fi
 
+# KServe's SDK models check the KServe manifests (tests/unit/test_deploy_manifests.py):
+# the SDK's models only, without its model server's dependencies, in their own venv.
+[ -x .venv-kserve/bin/python ] || "$PYTHON" -m venv .venv-kserve
+.venv-kserve/bin/python -m pip install --quiet --no-deps 'kserve==0.21.0'
+.venv-kserve/bin/python -m pip install --quiet six 'kubernetes>=31' pyyaml
+
 echo "== dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt)"
 "$PYTHON" scripts/audit_dependencies.py
 

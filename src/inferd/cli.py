@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import click
@@ -12,10 +13,12 @@ from .logs import configure_logging
 from .repository import ModelRepository
 from .server.app import InferenceServer
 from .settings import ServerSettings
-from .settings_loader import load_server_settings
+from .settings_loader import default_models_dir, load_server_settings
 from .version import __version__
 from .workers.environments import refuse_in_process_environment
 from .workers.inprocess import refuse_unstoppable
+
+logger = logging.getLogger(__name__)
 
 
 @click.group()
@@ -27,11 +30,12 @@ def main() -> None:
 @main.command()
 @click.argument(
     "model_repository",
-    default=".",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=False,
+    type=click.Path(file_okay=False, path_type=Path),
 )
-def start(model_repository: Path) -> None:
-    """Serve every model under MODEL_REPOSITORY (default: the current folder).
+def start(model_repository: Path | None) -> None:
+    """Serve every model under MODEL_REPOSITORY (default: $INFERD_MODELS_DIR or
+    $MLSERVER_MODELS_DIR when set, as in inferd's image, else the current folder).
 
     Each folder below it holding a model-settings.json is a model; the server
     settings are read from MODEL_REPOSITORY/settings.json. Every setting can be
@@ -39,7 +43,7 @@ def start(model_repository: Path) -> None:
     server settings, INFERD_MODEL_<NAME> or MLSERVER_MODEL_<NAME> for models.
     """
     try:
-        settings = load_server_settings(model_repository)
+        settings = load_server_settings(model_repository or default_models_dir())
         configure_logging(settings)
         _check_repository(settings)
         _run(InferenceServer(settings))
@@ -53,7 +57,9 @@ def _check_repository(settings: ServerSettings) -> None:
     Runs before any port is opened. Files that break later only fail their own
     model's load (see the repository API).
     """
-    repository = ModelRepository(Path(settings.model_repository_root))
+    repository = ModelRepository(
+        Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
+    )
     if settings.load_models_at_startup:
         # Raises on any invalid model-settings.json or duplicate.
         models = repository.find_all()
@@ -62,7 +68,14 @@ def _check_repository(settings: ServerSettings) -> None:
                 refuse_unstoppable(model)
                 refuse_in_process_environment(model)
     else:
-        repository.scan()  # the folder must exist; files are read when a model is loaded
+        # Files are read when a model is loaded; the folder may not exist yet (ModelMesh).
+        if not repository.root.exists():
+            logger.warning(
+                "Model repository %s does not exist yet: serving no models until they are "
+                "loaded into it through the repository API",
+                repository.root,
+            )
+        repository.scan()
 
 
 def _run(server: InferenceServer) -> None:

@@ -49,8 +49,14 @@ class RepositoryScan:
 
 
 class ModelRepository:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, loaded_later: bool = False) -> None:
+        """``loaded_later``: models come through the repository API after the start
+        (``load_models_at_startup: false``), as ModelMesh and Seldon Core load them. Then
+        a root that does not exist (yet) holds no models, rather than being an error
+        (ModelMesh's adapter creates it), and each settings file names its own model:
+        ``MLSERVER_MODEL_NAME`` is ModelMesh's placeholder, not a name for every model."""
         self.root = root.resolve()
+        self._loaded_later = loaded_later
         # The root as written and as resolved: a uri may name either (e.g. through
         # /models when /models is itself a link).
         self._roots = {Path(os.path.normpath(root.absolute())), self.root}
@@ -91,7 +97,7 @@ class ModelRepository:
         files = self._settings_files()
         for path in files:
             try:
-                settings = load_model_settings(path)
+                settings = load_model_settings(path, file_name_wins=self._loaded_later)
                 self._check_inside(settings)
                 scan.models.append(settings)
             except ConfigurationError as error:
@@ -120,6 +126,14 @@ class ModelRepository:
 
     def _settings_files(self) -> list[Path]:
         if not self.root.is_dir():
+            if not self.root.exists():
+                if self._loaded_later:
+                    return []
+                raise ConfigurationError(
+                    f"Model repository {self.root} is not a folder: it does not exist; create "
+                    "it, or set load_models_at_startup to false to start with no models and "
+                    "load them into it later through the repository API"
+                )
             raise ConfigurationError(f"Model repository {self.root} is not a folder")
         files = []
         for folder, subfolders, filenames in os.walk(self.root):

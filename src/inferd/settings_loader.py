@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
 
 from .errors import ConfigurationError
+from .runtimes.detect import choose_runtime, is_kserve_guess
 from .settings import (
     SERVER_SETTINGS_FILE,
     CORSSettings,
@@ -103,6 +104,14 @@ def read_json_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigurationError(f"{path}: must hold a JSON object, got {type(data).__name__}")
     return data
+
+
+def default_models_dir() -> Path:
+    """The repository ``inferd start`` serves when given none: ``INFERD_MODELS_DIR`` or
+    ``MLSERVER_MODELS_DIR`` (what MLServer's images and ModelMesh set), else the
+    current folder."""
+    variable = env_variable("models_dir")
+    return Path(os.environ[variable]) if variable else Path(".")
 
 
 def load_server_settings(folder: Path | None = None, **overrides: Any) -> ServerSettings:
@@ -210,8 +219,18 @@ def _validate_model(
     return settings
 
 
-def load_model_settings(path: Path) -> ModelSettings:
-    settings = model_settings_from_dict(read_json_file(path), path.resolve())
+def load_model_settings(path: Path, file_name_wins: bool = False) -> ModelSettings:
+    """``file_name_wins``: the model is named by its file (its "name", else its folder)
+    even when ``MLSERVER_MODEL_NAME`` is set (see ModelRepository's ``loaded_later``)."""
+    data = read_json_file(path)
+    settings = model_settings_from_dict(data, path.resolve())
+    if data.get("implementation") and is_kserve_guess(settings.implementation):
+        # KServe's environment guesses (an empty modelClass, or its scikit-learn
+        # fallback); a model-settings.json shipped with the model knows.
+        settings.implementation = data["implementation"]
+    if file_name_wins:
+        name = data.get("name")
+        settings.name = name if isinstance(name, str) and name else path.resolve().parent.name
     _warn_ignored_once(settings)
     return settings
 
@@ -232,18 +251,41 @@ def _warn_ignored_once(settings: ModelSettings) -> None:
 
 
 def model_settings_from_env() -> ModelSettings | None:
-    """The one model KServe describes with ``MLSERVER_MODEL_*`` variables, if any."""
+    """The one model KServe describes with ``MLSERVER_MODEL_*`` variables, if any.
+
+    Without an implementation the runtime is told from the files at the uri (see
+    :mod:`inferd.runtimes.detect`). A name alone describes no model: ModelMesh sets a
+    placeholder name and loads its models later through the repository API."""
     if not any(env_variable(name, model=True) for name in ("name", "implementation", "uri")):
         return None
     settings = model_settings_from_dict({}, None)
+    uri_given = bool(settings.parameters and settings.parameters.uri)
+    chosen = choose_runtime(settings.implementation, settings.uri if uri_given else None)
+    if chosen != settings.implementation:
+        _note_once(f"{settings.label}: runtime {chosen} chosen from the files at {settings.uri}")
+        settings.implementation = chosen
+    if settings.name and not settings.implementation and not uri_given:
+        _note_once(f"{settings.label} from the environment has no implementation: not served")
+        return None
     if not settings.name or not settings.implementation:
         raise ConfigurationError(
             "A model described by environment variables needs both MLSERVER_MODEL_NAME "
             "(or INFERD_MODEL_NAME) and MLSERVER_MODEL_IMPLEMENTATION "
             "(or INFERD_MODEL_IMPLEMENTATION)"
+            + (f"; no runtime could be told from the files at {settings.uri}" if uri_given else "")
         )
     _warn_ignored_once(settings)
     return settings
+
+
+_noted: set[str] = set()
+
+
+def _note_once(message: str) -> None:
+    """The environment's model is read again on every repository scan: say things once."""
+    if message not in _noted:
+        _noted.add(message)
+        logger.info(message)
 
 
 _PREFIXES = ("INFERD_", "MLSERVER_")

@@ -71,7 +71,10 @@ class InferenceServer:
         self.registry = Registry(
             self.pool, model_stats, settings.max_queue_size, build_response_cache(settings)
         )
-        self.repository = ModelRepository(Path(settings.model_repository_root))
+        # Without a load at start the folder may come later (ModelMesh's adapter makes it).
+        self.repository = ModelRepository(
+            Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
+        )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # Per-protocol request counters, kept only when metrics are served.
         self.http_stats = HttpStats() if settings.metrics_enabled else None

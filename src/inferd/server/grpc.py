@@ -66,6 +66,9 @@ from .transport import add_grpc_port, grpc_options, grpc_port_credentials
 
 logger = logging.getLogger(__name__)
 
+# grpc_max_message_length -1 (as ModelMesh sets it): no limit, gRPC's own meaning of -1.
+UNLIMITED = -1
+
 # Bytes a ModelStreamInferResponse adds around the ModelInferResponse it carries,
 # with room for the final-response flag (grpc_stream.py) added after the check.
 _STREAM_WRAPPING = 64
@@ -118,8 +121,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.dataplane = dataplane
         self.shutdown = shutdown
         # Answers beyond it are refused here, with a message: grpcio would fail the
-        # call (and end a whole stream) with a traceback in the log.
-        self.max_answer_size = max_message_length - _STREAM_WRAPPING
+        # call (and end a whole stream) with a traceback in the log. None: no limit.
+        self.max_answer_size = (
+            None if max_message_length == UNLIMITED else max_message_length - _STREAM_WRAPPING
+        )
         # Each method's counters, bound once (none when metrics are off).
         self.method_stats: dict[str, GrpcMethodStats] = {}
         if grpc_stats is not None:
@@ -200,6 +205,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         shared: dict[str, dict[str, Any]] | None = None,
     ) -> pb.ModelInferResponse:
         answer = encode_infer_response(response, raw, into, shared)
+        if self.max_answer_size is None:
+            return answer
         size = answer.ByteSize()
         if size > self.max_answer_size:
             raise PayloadTooLarge(

@@ -69,3 +69,30 @@ def add_inference_service(servicer: Any, server: grpc.aio.Server) -> None:
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
     )
     server.add_registered_method_handlers(SERVICE.full_name, handlers)
+
+
+def request_parsers() -> dict[str, Callable[[bytes], Any]]:
+    """Each method's lenient request parser, by method name (for requests that arrive
+    as bytes: see :func:`add_inference_service_passing_bytes`)."""
+    return {
+        method.name: lenient_deserializer(getattr(pb, method.input_type.name))
+        for method in SERVICE.methods
+    }
+
+
+def add_inference_service_passing_bytes(servicer: Any, server: Any) -> None:
+    """The V2 service with requests left as bytes, for Ray Serve's gRPC proxy
+    (``grpc_servicer_functions``): the proxy pickles a request to the replica, and
+    inferd's messages, built in a private descriptor pool, do not pickle; the replica
+    parses the bytes (:func:`request_parsers`)."""
+    handlers = {}
+    for method in SERVICE.methods:
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if method.client_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(getattr(servicer, method.name))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
+    )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from ..cpu_quota import available_cpus
 from ..version import __version__
 from .base import EnvFirstSettings
 from .security import RestrictedApiSettings, check_unique_groups
@@ -47,7 +47,8 @@ class ServerSettings(EnvFirstSettings):
 
     parallel_workers: int = 1
     """Worker processes that run inference; 0 runs it in the main process.
-    ``"cpu_count"`` means the number of cores this process may use."""
+    ``"cpu_count"`` means the number of cores this process may use: its CPU affinity,
+    capped by its container's CPU quota (cgroup ``cpu.max``), rounded up."""
 
     parallel_workers_timeout: int = 5
     """Seconds to wait for a worker process to stop before it is killed."""
@@ -85,7 +86,8 @@ class ServerSettings(EnvFirstSettings):
     """Port of the gRPC server."""
 
     grpc_max_message_length: int | None = None
-    """Largest gRPC message accepted or sent, in bytes (default: max_request_size)."""
+    """Largest gRPC message accepted or sent, in bytes (default: max_request_size);
+    -1: no limit (ModelMesh sets ``MLSERVER_GRPC_MAX_MESSAGE_LENGTH=-1``)."""
 
     cors_settings: CORSSettings | None = None
     """CORS for the REST server; no CORS headers when unset."""
@@ -212,7 +214,7 @@ class ServerSettings(EnvFirstSettings):
     @classmethod
     def _cpu_count(cls, value: Any) -> Any:
         if value == "cpu_count":
-            return len(os.sched_getaffinity(0))
+            return available_cpus()
         return value
 
     @field_validator("parallel_workers")
@@ -220,6 +222,13 @@ class ServerSettings(EnvFirstSettings):
     def _non_negative(cls, value: int) -> int:
         if value < 0:
             raise ValueError("must be 0 (inference in the main process) or more")
+        return value
+
+    @field_validator("grpc_max_message_length")
+    @classmethod
+    def _message_length(cls, value: int | None) -> int | None:
+        if value is not None and value < -1:
+            raise ValueError("must be a number of bytes, or -1 for no limit")
         return value
 
     @field_validator("kafka_enabled")
