@@ -15,7 +15,7 @@ import functools
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import compile_path
 
@@ -35,6 +35,9 @@ from .compression import GzipSend
 from .errors import http_error
 from .routes import INFER_ROUTES
 
+if TYPE_CHECKING:
+    from ..tracing import Tracing
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -52,14 +55,20 @@ class InferEndpoint:
     """Answers one inference request: read the body, decode, infer, encode, send.
 
     With a ``guard`` (the inference API group is restricted), only requests it lets
-    through; it is checked here, as both the fast path and Starlette call ``answer``."""
+    through; it is checked here, as both the fast path and Starlette call ``answer``.
+    With ``tracing``, a traced request's model work shows under its span (tracing.py)."""
 
     def __init__(
-        self, dataplane: DataPlane, body_reader: BodyReader, guard: ApiGuard | None = None
+        self,
+        dataplane: DataPlane,
+        body_reader: BodyReader,
+        guard: ApiGuard | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.dataplane = dataplane
         self.body_reader = body_reader
         self.guard = guard
+        self.tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """As a Starlette route's endpoint, which put the path's parts in the scope."""
@@ -88,8 +97,14 @@ class InferEndpoint:
             request = decode_infer_request(
                 body, header_length.decode("latin-1") if header_length is not None else None
             )
-            context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
+            tracing = self.tracing
+            trace = tracing.inference(name, version) if tracing is not None else None
+            context = RequestContext(
+                disconnected=functools.partial(wait_for_disconnect, receive), trace=trace
+            )
             response = await self.dataplane.infer(name, version, request, context)
+            if trace is not None and tracing is not None:
+                tracing.answered(trace, response)
             content, json_length = encode_infer_response(response, request)
         except Exception as error:
             status, content, answer_headers = http_error(error, f"inference on model {name!r}")
