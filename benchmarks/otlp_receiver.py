@@ -45,7 +45,7 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     def stop(self) -> None:
         self._server.stop(grace=None)
 
-    def Export(  # noqa: N802 (the service's method name)
+    def Export(  # the service's method name
         self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         with self._arrived:
@@ -63,9 +63,7 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         with self._arrived:
             return list(self._spans)
 
-    def wait_for(
-        self, found: Callable[[list[Span]], Any], what: str, timeout: float = 30.0
-    ) -> Any:
+    def wait_for(self, found: Callable[[list[Span]], Any], what: str, timeout: float = 30.0) -> Any:
         """Wait until ``found(spans so far)`` is truthy (as spans arrive); its value."""
         deadline = time.monotonic() + timeout
         with self._arrived:

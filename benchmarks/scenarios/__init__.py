@@ -11,6 +11,7 @@ from .rest import Batching, Rest
 from .sklearn_onnx import SklearnOnnx
 from .streaming import Streaming
 from .tls import Tls
+from .tracing import Tracing
 from .workers import Workers
 
 SCENARIOS: dict[str, type[Scenario]] = {
@@ -26,6 +27,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         SklearnOnnx,
         Streaming,
         Tls,
+        Tracing,
     )
 }
 

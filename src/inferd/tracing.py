@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +111,7 @@ class Tracing:
 
     # Request spans
 
-    def http_span(self, scope: dict[str, Any]) -> ServerSpan | None:
+    def http_span(self, scope: MutableMapping[str, Any]) -> ServerSpan | None:
         """Open the span of one HTTP request (an ASGI scope); None: not traced."""
         path = scope["path"]
         if path in UNTRACED_PATHS:
