@@ -167,8 +167,29 @@ def test_failures_are_traced_with_their_status(
     status = attributes(failed_span.attributes)["http.response.status_code"]
     assert status == failed.status_code
     assert (failed_span.status.code == ERROR_STATUS) == (status >= 500)
-    assert not any(span.name.startswith("/v2/health") for span in receiver.spans())
     assert all("/v2/health" not in span.name for span in receiver.spans())
+
+
+def test_a_failed_grpc_call_carries_its_status_code(
+    traced_server: TracedServer, receiver: OtlpReceiver
+) -> None:
+    trace_id, _, traceparent = new_traceparent()
+    with grpc.insecure_channel(traced_server.process.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        # A probe first: not traced (spans leave in the order they end, so it would
+        # have arrived by the time the next call's span has).
+        stub.ServerLive(pb.ServerLiveRequest())
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(
+                pb.ModelInferRequest(model_name="nobody"), metadata=(("traceparent", traceparent),)
+            )
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    server = trace_spans(receiver, trace_id, {GRPC_INFER})[GRPC_INFER]
+    assert (
+        attributes(server.attributes)["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
+    )
+    assert server.status.code != ERROR_STATUS
+    assert not any(span.name.endswith("/ServerLive") for span in receiver.spans())
 
 
 def test_the_service_is_named_by_otel_service_name(
