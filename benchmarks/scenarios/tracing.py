@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
+import subprocess
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from tests.support.serverproc import server_environment
+
 from ..otlp_receiver import OtlpReceiver
 from ..repository import train_iris_model, write_sklearn_model
 from ..results import alternate
-from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs
+from ..servers import BASELINE_SUFFIX, BENCHMARKS_DIR, INFERD, Contender, baseline_pairs
 from .base import VerificationError
-from .rest import REQUEST, Rest
+from .rest import Rest
 
 ON, OFF = "tracing-on", "tracing-off"
 # Every span exported, none dropped: the SDK's default queue (2048 spans, sent every
@@ -41,8 +42,9 @@ queue wait, batch and predict spans, exported over OTLP/gRPC to a receiver this
 process runs, which counts them) and without (OpenTelemetry is not imported).
 With --baseline-src, each also runs on the baseline tree: tracing-off against
 tracing-off@baseline is what the tracing code costs a server that does not trace.
-Then, with no network in between, it calls the REST app itself in a loop, tracing
-on and off in turn (the spans go to the same receiver)."""
+Then, with no network in between, it calls the REST app itself in a loop, a
+process per sample: tracing on and off in turn (and off on the baseline tree),
+each sample's CPU per request (all its threads: the exporter's included)."""
     compares_mlserver = False
 
     @classmethod
@@ -78,64 +80,54 @@ on and off in turn (the spans go to the same receiver)."""
     def report_in_process(self, figures: Mapping[str, Any]) -> list[str]:
         if "asgi_us_per_request" not in figures:
             return []
-        on_us, off_us = (statistics.median(v) for v in figures["asgi_us_per_request"].values())
-        return [
-            f"REST app called directly, median per request: tracing on {on_us:.1f} us, "
-            f"off {off_us:.1f} us ({(on_us - off_us) / off_us * 100:+.1f}% time per request)"
+        medians = {
+            name: {key: statistics.median(s[key] for s in samples) for key in ("cpu_us", "wall_us")}
+            for name, samples in figures["asgi_us_per_request"].items()
+        }
+        lines = ["REST app called directly (own process per sample), median per request:"]
+        lines += [
+            f"  {name:<22} CPU {m['cpu_us']:8.1f} us  wall {m['wall_us']:8.1f} us"
+            for name, m in medians.items()
         ]
+        for a, b in ((ON, OFF), (OFF, OFF + BASELINE_SUFFIX)):
+            if a in medians and b in medians:
+                ratio = medians[a]["cpu_us"] / medians[b]["cpu_us"]
+                lines.append(f"  {a}/{b}: CPU per request x{ratio:.3f}")
+        return lines
 
     def notes(self, summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
         return [f"spans the receiver got over the whole run: {self.receiver.count}"]
 
 
-async def asgi_cost_us(repository: Path, endpoint: str | None, requests: int) -> float:
-    """Microseconds per inference request through the REST app, called directly
-    (wrapped as the server wraps it when tracing is on)."""
-    from inferd.server.app import InferenceServer
-    from inferd.settings import ServerSettings
-
-    settings = ServerSettings(
-        model_repository_root=str(repository), parallel_workers=0, tracing_server=endpoint
-    )
-    server = InferenceServer(settings)
-    await server.dataplane.load_all()
-    app: Any = server.rest_app()
-    if server.tracing is not None:
-        from inferd.server.traced import TracedApp
-
-        app = TracedApp(app, server.tracing)
-    body = json.dumps(REQUEST).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    scope = {"type": "http", "method": "POST", "path": "/v2/models/iris/infer", "headers": headers}
-    statuses: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: Any) -> None:
-        if message["type"] == "http.response.start":
-            statuses.append(message["status"])
-
-    started = time.perf_counter()
-    for _ in range(requests):
-        await app(dict(scope), receive, send)
-    elapsed = time.perf_counter() - started
-    await server.registry.close()
-    if server.tracing is not None:
-        server.tracing.shutdown(30.0)  # exported: the receiver's count shows it
-    if set(statuses) != {200}:
-        raise VerificationError(f"the REST app answered {sorted(set(statuses))}")
-    return elapsed / requests * 1e6
+def asgi_sample(
+    python: str, source: Path, repository: Path, requests: int, endpoint: str | None
+) -> Any:
+    """One run of benchmarks/tracing_asgi.py on the inferd tree ``source``."""
+    command = [python, str(BENCHMARKS_DIR / "tracing_asgi.py"), str(repository)]
+    command += [str(requests), *([endpoint] if endpoint else [])]
+    env = server_environment() | {"PYTHONPATH": str(source)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise VerificationError(f"tracing_asgi.py failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)
 
 
-def asgi_comparison(scenario: Tracing, rounds: int, requests: int) -> dict[str, list[float]]:
-    """Per-request cost with tracing on and off, alternating, ``rounds`` times each."""
-    costs: dict[str, list[float]] = {ON: [], OFF: []}
-    endpoint = scenario.receiver.endpoint
+def asgi_comparison(scenario: Tracing, rounds: int, requests: int) -> dict[str, list[Any]]:
+    """Per-request cost through the REST app, tracing on and off (and off on the
+    baseline tree, if given), alternating, ``rounds`` samples each."""
+    programs = scenario.options.programs
+    python = programs.inferd_python
+    variants = {
+        ON: (programs.inferd_src, scenario.receiver.endpoint),
+        OFF: (programs.inferd_src, None),
+    }
+    if scenario.options.baseline_src is not None:
+        variants[OFF + BASELINE_SUFFIX] = (scenario.options.baseline_src, None)
+    samples: dict[str, list[Any]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="inferd-bench-tracing-asgi-") as tmp:
         write_sklearn_model(Path(tmp), "iris", train_iris_model())
         for round_index in range(rounds):
-            for name in alternate([ON, OFF], round_index):
-                traced_to = endpoint if name == ON else None
-                costs[name].append(asyncio.run(asgi_cost_us(Path(tmp), traced_to, requests)))
-    return costs
+            for name in alternate(list(variants), round_index):
+                source, endpoint = variants[name]
+                samples[name].append(asgi_sample(python, source, Path(tmp), requests, endpoint))
+    return samples
