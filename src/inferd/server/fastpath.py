@@ -156,7 +156,7 @@ class RestApp:
         if self.gzip_enabled:
             send = GzipSend(send, scope["headers"])
         if scope["method"] == "POST":
-            path = _route_path(scope)
+            path = route_path(scope)
             for pattern, stats in self._infer_routes:
                 match = pattern.match(path)
                 if match is None:
@@ -236,7 +236,8 @@ async def send_error(send: Send, error: Exception, serving: str) -> int:
     return status
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
+    """The request's path as routes see it (without the root path)."""
     path: str = scope["path"]
     root_path: str = scope.get("root_path", "")
     if root_path and path.startswith(root_path):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from starlette.routing import compile_path
 
-from .fastpath import ASGIApp, Message, Receive, Scope, Send, _route_path
+from .fastpath import ASGIApp, Message, Receive, Scope, Send, route_path
 from .grpc_registration import SERVICE
 from .routes import INFER_ROUTES
 
@@ -63,7 +63,7 @@ class TracedApp:
         route = getattr(scope.get("route"), "path", None)
         if route is not None:
             return str(route)
-        path = _route_path(scope)
+        path = route_path(scope)
         for pattern, template in self._infer_routes:
             if pattern.match(path):
                 return template
