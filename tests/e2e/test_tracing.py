@@ -204,3 +204,32 @@ def test_the_service_is_named_by_otel_service_name(
     assert {resource.get("service.name") for resource in receiver.resources} == {
         "inferd-under-test"
     }
+
+
+def test_spans_still_held_are_exported_at_shutdown(
+    tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver
+) -> None:
+    repository = tmp_path_factory.mktemp("tracing-shutdown")
+    add_custom_model(repository, "echo", "Echo")
+    # The exporter would wait a minute before sending: only the shutdown's flush sends.
+    process = start_server(
+        repository,
+        settings={"tracing_server": receiver.endpoint},
+        env={"OTEL_BSP_SCHEDULE_DELAY": "60000"},
+    )
+    trace_id, _, traceparent = new_traceparent()
+    try:
+        response = httpx.post(
+            f"{process.url}/v2/models/echo/infer",
+            json=rest_body(1),
+            headers={"traceparent": traceparent},
+        )
+        assert response.status_code == 200
+    finally:
+        assert process.stop() == 0
+    spans = receiver.wait_for(
+        lambda spans: {s.name for s in spans if s.trace_id == trace_id} >= {REST_INFER, *CHILDREN},
+        "the spans flushed at shutdown",
+        timeout=0.5,  # already there: the server exported them before it exited
+    )
+    assert spans
