@@ -13,6 +13,7 @@ from .shared_memory import SharedMemory
 from .sklearn_onnx import SklearnOnnx
 from .streaming import Streaming
 from .tls import Tls
+from .tracing import Tracing
 from .workers import Workers
 
 SCENARIOS: dict[str, type[Scenario]] = {
@@ -30,6 +31,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         Tls,
         Cache,
         SharedMemory,
+        Tracing,
     )
 }
 

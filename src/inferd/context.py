@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .trace_record import RequestTrace
 
 # Resolves once the client has gone away (an HTTP disconnect).
 Disconnected = Callable[[], Awaitable[object]]
@@ -20,6 +24,9 @@ class RequestContext:
     # then takes its request out unrun. A gRPC call needs none: cancelling the call
     # cancels the task that awaits the request, which does the same.
     disconnected: Disconnected | None = None
+    # A traced request's record (tracing.py): its scheduler and pool note their times
+    # there. None when tracing is off or the request was not sampled: nothing is noted.
+    trace: RequestTrace | None = None
 
 
 NO_CONTEXT = RequestContext()

@@ -47,6 +47,7 @@ class Pending:
     streams: bool = False  # a predict_stream call: never stacked, holds its slot to the end
     waiter: Any = field(default=None)  # the scheduler's future for the request
     timer: Any = field(default=None)  # the scheduler's deadline timer
+    trace: Any = field(default=None)  # the request's RequestTrace, if it is traced
 
 
 MODEL_SETTINGS_BOUND = "its model-settings.json"

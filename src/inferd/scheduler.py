@@ -44,6 +44,7 @@ from .queueing import (
 from .settings import ModelSettings
 from .stats import ModelStats, rows_of
 from .stream_limit import StreamLimit
+from .trace_record import BatchRun, RequestTrace, shared_run
 from .types import InferenceRequest, InferenceResponse
 from .workers.base import Execution, Pool, ResponseStream
 
@@ -126,19 +127,22 @@ class Scheduler:
         if self._closed:
             raise ModelNotReady("The model is being unloaded; retry the request")
         capacity = self._pool.capacity(self.instance_id)
+        trace = context.trace
         if self._batch_policy.admit(self._in_flight, capacity, len(self._queue)):
             if request.parameters:
                 self._check_queue_parameters(request)
             self._in_flight += 1
             queued = dispatched = time.perf_counter_ns()
-            self._count_execution(rows_of(request.inputs), 1)
-            response = await self._run_in_slot(self._start_one(request))
+            rows = rows_of(request.inputs)
+            self._count_execution(rows, 1)
+            run = None if trace is None else shared_run((trace,), rows, 1)
+            response = await self._run_in_slot(self._start_one(request, run))
         elif capacity == 0:
             # No worker can run it now: the pool refuses it with the reason.
             return await self._start_one(request).result()
         else:
             queued = time.perf_counter_ns()
-            grant = await self._wait_for_slot(request, context.disconnected)
+            grant = await self._wait_for_slot(request, context.disconnected, trace=trace)
             dispatched = time.perf_counter_ns()
             assert grant.execution is not None  # a request's grant carries its execution
             if grant.owns_slot:
@@ -148,6 +152,8 @@ class Scheduler:
         if self._stats is not None:
             self._stats.waited(dispatched - queued)
             self._stats.computed(time.perf_counter_ns() - dispatched)
+        if trace is not None:
+            trace.ran(queued, dispatched, time.perf_counter_ns())
         return response
 
     async def stream(
@@ -225,12 +231,17 @@ class Scheduler:
         request_timeout(request, policy.timeout)
 
     async def _wait_for_slot(
-        self, request: InferenceRequest, disconnected: Disconnected | None, streams: bool = False
+        self,
+        request: InferenceRequest,
+        disconnected: Disconnected | None,
+        streams: bool = False,
+        trace: RequestTrace | None = None,
     ) -> Grant:
         loop = asyncio.get_running_loop()
         pending = self._queue.pending(request, streams)
         slot: asyncio.Future[Grant] = loop.create_future()
         pending.waiter = slot
+        pending.trace = trace
         self._queue.push(pending)  # Overloaded when full
         if pending.deadline is not None:
             try:
@@ -331,12 +342,16 @@ class Scheduler:
         if batch[0].streams:  # a stream always leaves the queue alone
             self._start_queued_stream(batch[0])
             return
-        self._count_execution(sum(p.rows or rows_of(p.request.inputs) for p in batch), len(batch))
+        rows = sum(p.rows or rows_of(p.request.inputs) for p in batch)
+        self._count_execution(rows, len(batch))
+        run = shared_run((p.trace for p in batch), rows, len(batch))
         if len(batch) == 1:
-            batch[0].waiter.set_result(Grant(self._start_one(batch[0].request), owns_slot=True))
+            batch[0].waiter.set_result(
+                Grant(self._start_one(batch[0].request, run), owns_slot=True)
+            )
             return
         requests = [pending.request for pending in batch]
-        running = self._start_one(merge(requests)).as_future()
+        running = self._start_one(merge(requests), run).as_future()
         shares = share_batch(running, requests, [p.rows or 0 for p in batch], self._release_slot)
         for pending, share in zip(batch, shares, strict=True):
             pending.waiter.set_result(Grant(Execution.sent(share), owns_slot=False))
@@ -350,8 +365,10 @@ class Scheduler:
             return
         pending.waiter.set_result(Grant(None, owns_slot=True, stream=responses))
 
-    def _start_one(self, request: InferenceRequest) -> Execution:
+    def _start_one(self, request: InferenceRequest, run: BatchRun | None = None) -> Execution:
         try:
+            if run is not None:  # a traced request's: the pool notes when predict ran
+                return self._pool.predict(self.instance_id, request, run)
             return self._pool.predict(self.instance_id, request)
         except Exception as error:  # raised before it started: the waiter gets it
             return Execution.failed(error)

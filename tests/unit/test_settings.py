@@ -211,14 +211,37 @@ def test_settings_inferd_ignores_are_accepted_with_a_warning(
 ) -> None:
     write_server_settings(
         tmp_path,
-        {"metrics_dir": "/metrics", "tracing_server": "t:1"},
+        {"metrics_dir": "/metrics"},
     )
     with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
         settings = load_server_settings(tmp_path)
-    assert settings.ignored_settings() == ["metrics_dir", "tracing_server"]
+    assert settings.ignored_settings() == ["metrics_dir"]
     warned = caplog.text
-    for name in ("metrics_dir", "tracing_server"):
+    for name in ("metrics_dir",):
         assert f"Setting {name!r} is accepted for MLServer compatibility" in warned
+
+
+def test_tracing_server_is_acted_on_not_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    assert not ServerSettings().tracing_enabled
+    write_server_settings(tmp_path, {"tracing_server": "collector:4317"})
+    with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
+        settings = load_server_settings(tmp_path)
+    assert settings.tracing_enabled and settings.ignored_settings() == []
+    assert "tracing_server" not in caplog.text
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert not settings.tracing_enabled
+
+
+def test_the_standard_otlp_endpoint_variable_turns_tracing_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    assert ServerSettings().tracing_enabled
 
 
 def test_no_warning_for_settings_left_at_their_defaults() -> None:

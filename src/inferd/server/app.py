@@ -9,7 +9,7 @@ import os
 import socket
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -31,6 +31,9 @@ from .rest import build_rest_app
 from .shutdown import Shutdown, servers_stop_after
 from .transport import metrics_options, rest_options
 
+if TYPE_CHECKING:
+    from ..tracing import Tracing
+
 logger = logging.getLogger(__name__)
 
 # One HTTP server running: what it is, the server, its task.
@@ -43,6 +46,21 @@ class _Server(EagerAcceptServer):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+
+def start_tracing(settings: ServerSettings) -> Tracing | None:
+    """The server's tracer when tracing is on (None: off, and OpenTelemetry is not
+    even imported)."""
+    if not settings.tracing_enabled:
+        return None
+    try:
+        from ..tracing import Tracing
+    except ImportError as error:
+        raise ConfigurationError(
+            f"Tracing is on (tracing_server, or OTEL_EXPORTER_OTLP_ENDPOINT), but the "
+            f"OpenTelemetry SDK cannot be imported ({error}): pip install 'inferd[tracing]'"
+        ) from None
+    return Tracing.start(settings)
 
 
 def build_pool(settings: ServerSettings, stats: ModelStatsTable | None = None) -> Pool:
@@ -79,6 +97,7 @@ class InferenceServer:
         # Per-protocol request counters, kept only when metrics are served.
         self.http_stats = HttpStats() if settings.metrics_enabled else None
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
+        self.tracing = start_tracing(settings)
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -110,11 +129,11 @@ class InferenceServer:
 
     def rest_app(self) -> RestApp:
         """The REST API as an ASGI app, serving this server's DataPlane."""
-        return build_rest_app(self.dataplane, self.settings, self.http_stats)
+        return build_rest_app(self.dataplane, self.settings, self.http_stats, tracing=self.tracing)
 
     def grpc_server(self) -> GrpcServer:
         """The gRPC server (not started), serving this server's DataPlane."""
-        return GrpcServer(self.dataplane, self.settings, self.grpc_stats)
+        return GrpcServer(self.dataplane, self.settings, self.grpc_stats, tracing=self.tracing)
 
     async def load_startup_models(self) -> None:
         """Load the repository's models (if the settings say so); then the server is ready."""
@@ -161,8 +180,13 @@ class InferenceServer:
 
     def _rest_config(self) -> uvicorn.Config:
         settings = self.settings
+        app: Any = self.rest_app()
+        if self.tracing is not None:
+            from .traced import TracedApp
+
+            app = TracedApp(app, self.tracing)
         return self._uvicorn_config(
-            self.rest_app(),
+            app,
             settings.http_port,
             root_path=settings.root_path,
             # Its connections, streams included, have been answered by then (shutdown.py).
@@ -241,6 +265,8 @@ class InferenceServer:
                 "Models or workers were still busy when the time to stop ran out "
                 "(shutdown_grace_seconds); worker processes exit with the server"
             )
+        if self.tracing is not None:  # the last spans, within what is left of the grace
+            self.tracing.shutdown(max(shutdown.seconds_until_close_ends(), 0.5))
 
 
 def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:

@@ -15,7 +15,7 @@ import functools
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import compile_path
 
@@ -36,6 +36,9 @@ from .compression import GzipSend
 from .errors import http_error
 from .routes import INFER_ROUTES
 
+if TYPE_CHECKING:
+    from ..tracing import Tracing
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -53,14 +56,20 @@ class InferEndpoint:
     """Answers one inference request: read the body, decode, infer, encode, send.
 
     With a ``guard`` (the inference API group is restricted), only requests it lets
-    through; it is checked here, as both the fast path and Starlette call ``answer``."""
+    through; it is checked here, as both the fast path and Starlette call ``answer``.
+    With ``tracing``, a traced request's model work shows under its span (tracing.py)."""
 
     def __init__(
-        self, dataplane: DataPlane, body_reader: BodyReader, guard: ApiGuard | None = None
+        self,
+        dataplane: DataPlane,
+        body_reader: BodyReader,
+        guard: ApiGuard | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.dataplane = dataplane
         self.body_reader = body_reader
         self.guard = guard
+        self.tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """As a Starlette route's endpoint, which put the path's parts in the scope."""
@@ -92,8 +101,14 @@ class InferEndpoint:
                 header_length.decode("latin-1") if header_length is not None else None,
                 regions,
             )
-            context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
+            tracing = self.tracing
+            trace = tracing.inference(name, version) if tracing is not None else None
+            context = RequestContext(
+                disconnected=functools.partial(wait_for_disconnect, receive), trace=trace
+            )
             response = await self.dataplane.infer(name, version, request, context)
+            if trace is not None and tracing is not None:
+                tracing.answered(trace, response)
             shared = None
             if regions is not None and request.outputs:
                 shared = write_outputs(regions, request.outputs, response.outputs)
@@ -148,7 +163,7 @@ class RestApp:
         if self.gzip_enabled:
             send = GzipSend(send, scope["headers"])
         if scope["method"] == "POST":
-            path = _route_path(scope)
+            path = route_path(scope)
             for pattern, stats in self._infer_routes:
                 match = pattern.match(path)
                 if match is None:
@@ -228,7 +243,8 @@ async def send_error(send: Send, error: Exception, serving: str) -> int:
     return status
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
+    """The request's path as routes see it (without the root path)."""
     path: str = scope["path"]
     root_path: str = scope.get("root_path", "")
     if root_path and path.startswith(root_path):

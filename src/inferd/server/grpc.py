@@ -27,13 +27,14 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf import descriptor_pool, json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from ..context import NO_CONTEXT, RequestContext
 from ..dataplane import DataPlane
 from ..errors import ConfigurationError, InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
@@ -63,6 +64,9 @@ from .grpc_health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
 from .grpc_registration import SERVICE, MalformedMessage, add_inference_service
 from .grpc_stream import StreamRequest, answer_stream
 from .transport import add_grpc_port, grpc_options, grpc_port_credentials
+
+if TYPE_CHECKING:
+    from ..tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +121,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         shutdown: ShutdownSignal,
         max_message_length: int,
         grpc_stats: GrpcStats | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.dataplane = dataplane
         self.shutdown = shutdown
+        self.tracing = tracing  # notes a traced ModelInfer's model work (tracing.py)
         # Answers beyond it are refused here, with a message: grpcio would fail the
         # call (and end a whole stream) with a traceback in the log. None: no limit.
         self.max_answer_size = (
@@ -165,9 +171,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
         regions = self.dataplane.shared_memory
         request = _decoded(message, regions)
-        response = await self.dataplane.infer(
-            message.model_name, message.model_version or None, request
-        )
+        name, version, tracing = message.model_name, message.model_version or None, self.tracing
+        trace = tracing.inference(name, version) if tracing is not None else None
+        context = NO_CONTEXT if trace is None else RequestContext(trace=trace)
+        response = await self.dataplane.infer(name, version, request, context)
+        if trace is not None and tracing is not None:
+            tracing.answered(trace, response)
         shared = None
         if regions is not None and request.outputs:
             shared = write_outputs(regions, request.outputs, response.outputs)
@@ -404,15 +413,22 @@ class GrpcServer:
         settings: ServerSettings,
         grpc_stats: GrpcStats | None = None,
         guards: dict[str, ApiGuard] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
-        """``guards``: the API groups' guards (default: as the settings say, access.py)."""
+        """``guards``: the API groups' guards (default: as the settings say, access.py).
+        ``tracing``: a span for each call (server/traced.py), its model work under it."""
         self.settings = settings
         self.address = _address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
         self._shutdown = ShutdownSignal()
         self._credentials = grpc_port_credentials(settings)  # None: plain
+        interceptors = access_interceptors(api_guards(settings) if guards is None else guards)
+        if tracing is not None:  # first: calls refused by the others are traced too
+            from .traced import TracingInterceptor
+
+            interceptors.insert(0, TracingInterceptor(tracing))
         self._server = grpc.aio.server(
-            interceptors=access_interceptors(api_guards(settings) if guards is None else guards),
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", self.max_message_length),
                 ("grpc.max_send_message_length", self.max_message_length),
@@ -422,7 +438,9 @@ class GrpcServer:
             ],
         )
         add_inference_service(
-            InferenceServicer(dataplane, self._shutdown, self.max_message_length, grpc_stats),
+            InferenceServicer(
+                dataplane, self._shutdown, self.max_message_length, grpc_stats, tracing
+            ),
             self._server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(

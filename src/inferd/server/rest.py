@@ -8,7 +8,7 @@ Streaming and generate routes are answered by the endpoints of streaming.py.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.applications import Starlette
@@ -31,6 +31,9 @@ from .fastpath import InferEndpoint, RestApp
 from .routes import API_ROUTES, INFERENCE
 from .shm_api import SharedMemoryEndpoints
 from .streaming import stream_endpoints
+
+if TYPE_CHECKING:
+    from ..tracing import Tracing
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -209,14 +212,17 @@ def build_rest_app(
     settings: ServerSettings,
     http_stats: HttpStats | None = None,
     guards: dict[str, ApiGuard] | None = None,
+    tracing: Tracing | None = None,
 ) -> RestApp:
     """The REST app; with ``http_stats`` it records every request there (metrics).
 
-    ``guards``: the API groups' guards (default: as the settings say, access.py)."""
+    ``guards``: the API groups' guards (default: as the settings say, access.py).
+    ``tracing``: the inference endpoint notes its model work for the request's span
+    (which server/traced.py's TracedApp, around this app, opens)."""
     if guards is None:
         guards = api_guards(settings)
     endpoints = RestEndpoints(dataplane, settings)
-    infer = InferEndpoint(dataplane, endpoints.body_reader, guards.get(INFERENCE))
+    infer = InferEndpoint(dataplane, endpoints.body_reader, guards.get(INFERENCE), tracing)
     app = Starlette(
         routes=_routes(endpoints, DocsEndpoints(dataplane), infer, guards),
         middleware=_cors(settings),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -199,7 +200,10 @@ class ServerSettings(EnvFirstSettings):
     """Accepted for MLServer compatibility; unused."""
 
     tracing_server: str | None = None
-    """Accepted for MLServer compatibility; tracing is not supported."""
+    """An OpenTelemetry collector's OTLP/gRPC endpoint (``host:port``, plain; or
+    ``https://host:port``): each REST and gRPC request is traced there. Unset, the
+    standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable turns tracing on too. Needs
+    ``pip install 'inferd[tracing]'``; see the README's Tracing section."""
 
     cache_enabled: bool = False
     """Turn the response cache on: an identical request to a model whose own
@@ -276,6 +280,18 @@ class ServerSettings(EnvFirstSettings):
         return bool(self.metrics_endpoint)
 
     @property
+    def tracing_enabled(self) -> bool:
+        """Whether requests are traced: ``tracing_server`` is set, or the standard
+        OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variable is (unless OTEL_SDK_DISABLED)."""
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return False
+        return bool(
+            self.tracing_server
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        )
+
+    @property
     def access_log_enabled(self) -> bool:
         return self.debug if self.access_log is None else self.access_log
 
@@ -285,7 +301,6 @@ class ServerSettings(EnvFirstSettings):
         for name in (
             "metrics_dir",
             "model_repository_implementation",
-            "tracing_server",
         ):
             if getattr(self, name):
                 ignored.append(name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 from ..settings import ModelSettings
+from ..trace_record import BatchRun
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 
 Answer = Coroutine[Any, Any, InferenceResponse]
@@ -163,10 +164,13 @@ class Pool(Protocol):
         """Unload an instance; one that is not loaded (or failed to load) is ignored."""
         ...
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+    def predict(
+        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
+    ) -> Execution:
         """Start one request on a free slot of the instance (the scheduler keeps within
         its capacity) and return at once. A request that cannot start raises (an
-        InferdError saying why) and takes no slot."""
+        InferdError saying why) and takes no slot. With ``run`` (the request is
+        traced), note there where and when the runtime's predict ran."""
         ...
 
     def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:

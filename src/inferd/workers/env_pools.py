@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import ConfigurationError
 from ..settings import ModelSettings, ServerSettings
 from ..stats import ModelStatsTable
+from ..trace_record import BatchRun
 from ..types import InferenceRequest
 from .base import Execution, LoadedInstance, ResponseStream
 from .environments import (
@@ -133,8 +134,10 @@ class EnvironmentPools:
     def _pool(self, instance_id: int) -> ProcessPool:
         return self._by_instance.get(instance_id, self.default)
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
-        return self._pool(instance_id).predict(instance_id, request)
+    def predict(
+        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
+    ) -> Execution:
+        return self._pool(instance_id).predict(instance_id, request, run)
 
     def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
         return self._pool(instance_id).stream(instance_id, request)

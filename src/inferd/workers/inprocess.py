@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import Callable
 
 from ..errors import ConfigurationError, ModelNotReady
 from ..model import WorkerContext
 from ..settings import ModelSettings
+from ..trace_record import BatchRun
 from ..types import InferenceRequest, InferenceResponse
-from .base import Execution, LoadedInstance
+from .base import Answer, Execution, LoadedInstance
 from .environments import refuse_in_process_environment
 from .loaded_model import LoadedModel
 from .local_stream import LocalStream
@@ -56,13 +58,17 @@ class InProcessPool:
         if loaded is not None:
             await loaded.release()
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+    def predict(
+        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
+    ) -> Execution:
         loaded = self._loaded(instance_id)
         if loaded.is_async:
-            return Execution.inline(loaded.call_async(request))
-        if loaded.threads is None:
-            return Execution.inline(_on_the_loop(loaded, request))
-        return Execution.inline(_in_a_thread(loaded, request))
+            answer = loaded.call_async(request)
+        elif loaded.threads is None:
+            answer = _on_the_loop(loaded, request)
+        else:
+            answer = _in_a_thread(loaded, request)
+        return Execution.inline(answer if run is None else _timed(answer, run))
 
     def stream(self, instance_id: int, request: InferenceRequest) -> LocalStream:
         loaded = self._loaded(instance_id)
@@ -96,6 +102,15 @@ def refuse_unstoppable(settings: ModelSettings) -> None:
             "parallel_workers to 1 or more, or remove inference_timeout (from "
             "model-settings.json, or the INFERD_MODEL_INFERENCE_TIMEOUT environment variable)."
         )
+
+
+async def _timed(answer: Answer, run: BatchRun) -> InferenceResponse:
+    """``answer``, noting in ``run`` when it ran (a traced request's predict)."""
+    started = time.time_ns()
+    try:
+        return await answer
+    finally:
+        run.predicted(None, started, time.time_ns())
 
 
 async def _on_the_loop(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:

@@ -40,6 +40,8 @@ PREDICT = 4  # PackedRequest; answered with a PackedResponse
 STREAM = 5  # StreamBody; answered with STREAMED replies, then ENDED (or ERROR)
 CREDIT = 6  # int: the stream (by its call id) may send that many more responses
 CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
+# As PREDICT, for a traced request: answered with a TimedResponse.
+PREDICT_TIMED = 8
 # Reply kinds.
 RESULT = 10  # what the command returned
 ERROR = 11  # a WireError: what the command raised (for a stream: its end)
@@ -116,6 +118,8 @@ PackedRequest = tuple[
 """(inputs, id, parameters, requested outputs as (name, parameters))."""
 PackedResponse = tuple[list[PackedTensor], str, str | None, str | None, dict[str, Any]]
 """(outputs, model name, model version, id, parameters)."""
+TimedResponse = tuple[PackedResponse, int, int]
+"""(the response, when predict started and ended: ``time.time_ns()`` in the worker)."""
 StreamBody = tuple[PackedRequest, int]
 """(the request, the credit its stream starts with: see remote_stream.py)."""
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
 from ..stats import ModelStatsTable
+from ..trace_record import BatchRun
 from ..types import InferenceRequest
 from .base import Execution, LoadedInstance, ResponseStream
 from .process import WorkerProcess
@@ -201,7 +202,9 @@ class ProcessPool:
 
     # Serving
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+    def predict(
+        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
+    ) -> Execution:
         """Send the request to a worker now (so a slot handed on is used at once)."""
         instance = self._serving(instance_id)
         worker = self._pick(instance_id, instance)
@@ -209,8 +212,8 @@ class ProcessPool:
             raise self._unavailable_error(instance)
         settings = instance.settings
         if settings.retry_on_worker_failure or settings.inference_timeout:
-            return Execution.sent(self._sent.send(instance_id, settings, request, worker))
-        return Execution.sent(worker.predict(instance_id, request))
+            return Execution.sent(self._sent.send(instance_id, settings, request, worker, run))
+        return Execution.sent(worker.predict(instance_id, request, run=run))
 
     def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
         """Start the stream in a worker now; it is never retried elsewhere."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from typing import Any
 
 from ..errors import WorkerLost
 from ..settings import ModelSettings, ServerSettings
+from ..trace_record import BatchRun
 from ..types import InferenceRequest, InferenceResponse
 from . import ipc
 from .base import LoadedInstance
@@ -303,13 +305,20 @@ class WorkerProcess:
         instance_id: int,
         request: InferenceRequest,
         then: Callable[[asyncio.Future[InferenceResponse]], None] | None = None,
+        run: BatchRun | None = None,
     ) -> asyncio.Future[InferenceResponse]:
         """Send the request now; the future gets the response. ``then(future)`` is
         called once it is done, right after the books here are (in the same callback:
-        a caller following its requests costs no extra turn of the event loop)."""
-        future: asyncio.Future[InferenceResponse] = self._call(
-            ipc.PREDICT, instance_id, ipc.pack_request(request), ipc.unpack_response
-        )
+        a caller following its requests costs no extra turn of the event loop). With
+        ``run`` (a traced request), the worker says when its predict ran, noted there."""
+        packed = ipc.pack_request(request)
+        if run is None:
+            future: asyncio.Future[InferenceResponse] = self._call(
+                ipc.PREDICT, instance_id, packed, ipc.unpack_response
+            )
+        else:
+            timed = functools.partial(_unpack_timed, run, self.index)
+            future = self._call(ipc.PREDICT_TIMED, instance_id, packed, timed)
         self._started(instance_id)
         if then is None:
             future.add_done_callback(lambda _: self._finished(instance_id))
@@ -366,6 +375,12 @@ class WorkerProcess:
         if self._channel is None:
             raise WorkerLost(self._describe_loss())
         return self._channel.start_call(kind, instance_id, body, decode)
+
+
+def _unpack_timed(run: BatchRun, worker: int, timed: ipc.TimedResponse) -> InferenceResponse:
+    packed, started_ns, ended_ns = timed
+    run.predicted(worker, started_ns, ended_ns)
+    return ipc.unpack_response(packed)
 
 
 def describe_exit(returncode: int) -> str:

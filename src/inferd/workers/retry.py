@@ -30,6 +30,7 @@ from functools import partial
 from ..errors import InferdError, InferenceTimeout, WorkerLost
 from ..settings import ModelSettings
 from ..stats import ModelStatsTable
+from ..trace_record import BatchRun
 from ..types import InferenceRequest, InferenceResponse
 from .overrun import InferenceTimer
 from .process import WorkerProcess
@@ -55,6 +56,8 @@ class SentCall:
     lost_on: str = ""
     # While it waits for a free slot to be sent again: the bound on that wait.
     expiry: asyncio.TimerHandle | None = None
+    # A traced request's record of where and when predict ran (its last attempt).
+    run: BatchRun | None = None
 
 
 def failure_to_answer(call: SentCall, error: BaseException, closing: bool) -> BaseException | None:
@@ -103,10 +106,11 @@ class SentCalls:
         settings: ModelSettings,
         request: InferenceRequest,
         worker: WorkerProcess,
+        run: BatchRun | None = None,
     ) -> asyncio.Future[InferenceResponse]:
         """Send the request to ``worker`` now; the future gets its final answer."""
         answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self._send(SentCall(instance_id, settings, request, answer), worker)
+        self._send(SentCall(instance_id, settings, request, answer, run=run), worker)
         return answer
 
     def send_retries(self, instance_id: int) -> None:
@@ -144,7 +148,7 @@ class SentCalls:
     def _send(self, call: SentCall, worker: WorkerProcess) -> None:
         call.worker = worker
         ended = partial(self._attempt_ended, call)
-        call.running = worker.predict(call.instance_id, call.request, ended)
+        call.running = worker.predict(call.instance_id, call.request, ended, call.run)
         limit = call.settings.inference_timeout
         if limit:
             self._timer.started(call, call.instance_id, limit)

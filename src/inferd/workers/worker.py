@@ -39,6 +39,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, cast
 
@@ -86,6 +87,8 @@ class Worker:
     def _handle(self, kind: int, call_id: int, instance_id: int, body: Any) -> None:
         if kind == ipc.PREDICT:
             self._predict(call_id, instance_id, body)
+        elif kind == ipc.PREDICT_TIMED:
+            self._predict(call_id, instance_id, body, timed=True)
         elif kind == ipc.CREDIT:
             self._streams.grant(call_id, body)
         elif kind == ipc.STREAM:
@@ -118,7 +121,11 @@ class Worker:
 
     # Prediction
 
-    def _predict(self, call_id: int, instance_id: int, packed: ipc.PackedRequest) -> None:
+    def _predict(
+        self, call_id: int, instance_id: int, packed: ipc.PackedRequest, timed: bool = False
+    ) -> None:
+        """Run a request; ``timed`` (PREDICT_TIMED: it is traced): answer when predict
+        started and ended too, an ipc.TimedResponse."""
         try:
             request = ipc.unpack_request(packed)
         except InferdError as error:  # a client's shared memory it could not read
@@ -128,22 +135,29 @@ class Worker:
         if loaded is None:
             self._reply_error(call_id, self._not_held(instance_id))
         elif loaded.is_async:
-            self._on_loop(call_id, self._predict_async(loaded, request))
+            self._on_loop(call_id, self._predict_async(loaded, request, timed))
         elif loaded.threads is not None:
-            loaded.threads.submit(self._predict_sync, call_id, loaded, request)
+            loaded.threads.submit(self._predict_sync, call_id, loaded, request, timed)
         else:
-            self._predict_sync(call_id, loaded, request)
+            self._predict_sync(call_id, loaded, request, timed)
 
-    def _predict_sync(self, call_id: int, loaded: LoadedModel, request: InferenceRequest) -> None:
+    def _predict_sync(
+        self, call_id: int, loaded: LoadedModel, request: InferenceRequest, timed: bool = False
+    ) -> None:
+        started = time.time_ns() if timed else 0
         try:
             packed = ipc.pack_response(loaded.call_sync(request))
         except Exception as error:  # an InferdError, unless something is badly wrong
             self._reply_error(call_id, error)
         else:
-            self._reply(call_id, packed)
+            self._reply(call_id, (packed, started, time.time_ns()) if timed else packed)
 
-    async def _predict_async(self, loaded: LoadedModel, request: InferenceRequest) -> Any:
-        return ipc.pack_response(await loaded.call_async(request))
+    async def _predict_async(
+        self, loaded: LoadedModel, request: InferenceRequest, timed: bool = False
+    ) -> Any:
+        started = time.time_ns() if timed else 0
+        packed = ipc.pack_response(await loaded.call_async(request))
+        return (packed, started, time.time_ns()) if timed else packed
 
     def _stream(self, call_id: int, instance_id: int, body: ipc.StreamBody) -> None:
         packed, credit = body
