@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 # Resolves once the client has gone away (an HTTP disconnect).
 Disconnected = Callable[[], Awaitable[object]]
@@ -20,6 +21,11 @@ class RequestContext:
     # then takes its request out unrun. A gRPC call needs none: cancelling the call
     # cancels the task that awaits the request, which does the same.
     disconnected: Disconnected | None = None
+    # The request's headers as the edge holds them (REST: the ASGI headers, gRPC: the
+    # call's context), read only for a runtime that asks for them (runtime_headers.py).
+    headers: Any = None
+    # Headers the runtime set on its answer, for the edge to send (REST) or trail (gRPC).
+    response_headers: dict[str, str] | None = None
 
 
 NO_CONTEXT = RequestContext()

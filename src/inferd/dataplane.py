@@ -13,6 +13,7 @@ from .drain import STOPPED, Drain
 from .errors import ConfigurationError, InvalidRequest, ModelNotFound, ShuttingDown
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
+from .runtime_headers import pass_headers, take_response_headers
 from .settings import ServerSettings
 from .stats import ModelStats, ModelStatsTable
 from .types import (
@@ -118,6 +119,8 @@ class DataPlane:
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
+        if instance.wants_headers:
+            pass_headers(request, context)
         started = time.perf_counter_ns()
         try:
             response = _finish(await scheduler.submit(request, context), found, request)
@@ -125,6 +128,8 @@ class DataPlane:
             _record_end(stats, request, started, type(error).__name__)
             raise
         _record_end(stats, request, started)
+        if instance.wants_headers:
+            take_response_headers(response, context)
         return response
 
     async def infer_stream(
@@ -149,6 +154,8 @@ class DataPlane:
         if not instance.streams:
             yield [await self.infer(name, version, request, context)]
             return
+        if instance.wants_headers:
+            pass_headers(request, context)
         stream = self.drain.open_stream()
         started = time.perf_counter_ns()
         sent = 0

@@ -12,11 +12,13 @@ import importlib
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+from ..custom_calls import handler_call
 from ..errors import StatusError
 from ..model import Model, WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 from .convert import Conversion, metadata_from_mlserver, response_from_mlserver
+from .handler_calls import call_handler
 
 # The modules an MLModel may come from: ours, or a real MLServer's.
 _MLMODEL_MODULES = ("inferd.compat.mlserver.model", "mlserver.model")
@@ -51,15 +53,21 @@ class MLModelRuntime(Model):
         package = self.mlmodel_base.__module__.rpartition(".")[0]
         self._convert = Conversion(importlib.import_module(f"{package}.types"))
         self._metadata: ModelMetadata | None = None
+        # handler name -> (HTTP method, path, bound method): its @custom_handler routes
+        self._routes: dict[str, tuple[str, str, Any]] = {}
 
     async def load(self) -> bool:
         ready = await self.mlmodel.load()
         self.mlmodel.ready = ready  # as MLServer sets it
         self._metadata = metadata_from_mlserver(await self.mlmodel.metadata())
+        self._routes = _custom_handlers(self.mlmodel)
         return bool(ready) if ready is not None else True
 
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        call = handler_call(request)
         try:
+            if call is not None:  # a request to one of its @custom_handler routes
+                return await call_handler(self._routes[call.handler][2], call)
             response = await self.mlmodel.predict(self._convert.request(request))
         except Exception as error:
             status_error = _with_status(error)
@@ -82,6 +90,16 @@ class MLModelRuntime(Model):
             raise status_error from error
 
     @property
+    def wants_headers(self) -> bool:
+        """Headers go in ``payload.parameters.headers`` as MLServer passes them; not
+        with adaptive batching, where one call holds many requests."""
+        return self.settings.max_batch_size <= 1
+
+    @property
+    def custom_routes(self) -> tuple[tuple[str, str, str], ...]:
+        return tuple((method, path, name) for name, (method, path, _) in self._routes.items())
+
+    @property
     def streams(self) -> bool:
         own = getattr(self.mlmodel_class, "predict_stream", None)
         return own is not getattr(self.mlmodel_base, "predict_stream", None)
@@ -101,3 +119,15 @@ def _with_status(error: Exception) -> StatusError | None:
     if is_mlserver_error and isinstance(status, int):
         return StatusError(str(error), status)
     return None
+
+
+def _custom_handlers(mlmodel: Any) -> dict[str, tuple[str, str, Any]]:
+    """The methods marked with ``@custom_handler`` (ours or a real MLServer's marker,
+    which both keep ``rest_path`` and ``rest_method`` in ``__custom_handler__``)."""
+    found = {}
+    for name in dir(type(mlmodel)):
+        marker = getattr(getattr(type(mlmodel), name, None), "__custom_handler__", None)
+        if marker is not None:
+            method = str(marker.rest_method).upper()
+            found[name] = (method, str(marker.rest_path), getattr(mlmodel, name))
+    return found

@@ -88,7 +88,9 @@ class InferEndpoint:
             request = decode_infer_request(
                 body, header_length.decode("latin-1") if header_length is not None else None
             )
-            context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
+            context = RequestContext(
+                disconnected=functools.partial(wait_for_disconnect, receive), headers=headers
+            )
             response = await self.dataplane.infer(name, version, request, context)
             content, json_length = encode_infer_response(response, request)
         except Exception as error:
@@ -100,6 +102,11 @@ class InferEndpoint:
             else:
                 length = (b"inference-header-content-length", str(json_length).encode())
                 answer_headers = [_BINARY_TYPE, length]
+            if context.response_headers:  # a runtime set some (runtime_headers.py)
+                answer_headers += [
+                    (key.encode("latin-1"), value.encode("latin-1"))
+                    for key, value in context.response_headers.items()
+                ]
         # As send_whole does, inline: one coroutine less on the hot path.
         answer_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": answer_headers})

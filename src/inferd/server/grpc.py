@@ -34,6 +34,7 @@ from google.protobuf import descriptor_pool, json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from ..context import RequestContext
 from ..dataplane import DataPlane
 from ..errors import ConfigurationError, InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
@@ -147,13 +148,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, context)
 
-    async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, message: pb.ModelInferRequest, call: Any) -> pb.ModelInferResponse:
         request = _decoded(message)
+        context = RequestContext(headers=call)  # read only by runtimes that ask for them
         response = await self.dataplane.infer(
-            message.model_name, message.model_version or None, request
+            message.model_name, message.model_version or None, request, context
         )
+        if context.response_headers:  # a runtime set some: MLServer trails them
+            call.set_trailing_metadata(tuple(context.response_headers.items()))
         return self._encoded(message, response, wants_raw_output(request))
 
     async def _infer_stream(
