@@ -50,8 +50,14 @@ class Parameters(BaseModel):
 
 
 def _plain_data(value: Any) -> Any:
-    """numpy data dumps as the list MLServer would hold."""
-    return value.tolist() if isinstance(value, np.ndarray) else value
+    """numpy data dumps as the list MLServer would hold (NaN as None, as MLServer's
+    NumpyCodec writes it)."""
+    if not isinstance(value, np.ndarray):
+        return value
+    items = value.tolist()
+    if value.dtype.kind == "f" and np.isnan(value).any():
+        return [None if item != item else item for item in items]
+    return items
 
 
 class TensorData(RootModel[Any]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
 from ..types import RequestInput, ResponseOutput
 from .base import InputCodec, register_input_codec
@@ -36,7 +36,7 @@ class Base64Codec(InputCodec):
     """A list of bytes, base64-encoded on the wire."""
 
     ContentType = "base64"
-    TypeHint = list[bytes]
+    TypeHint = List[bytes]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
 
     @classmethod
     def can_encode(cls, payload: Any) -> bool:

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, List, Union  # noqa: UP035
 
 from ..types import RequestInput, ResponseOutput
 from .base import InputCodec, register_input_codec
 from .lists import ListElement, as_list, is_list_of
 from .string import as_input, text_output
 
-_Datetime = str | datetime
+_Datetime = Union[str, datetime]  # noqa: UP007 - as MLServer spells it: hints must compare equal
 
 
 def _to_iso(elem: _Datetime) -> str:
@@ -32,7 +32,7 @@ class DatetimeCodec(InputCodec):
     """A list of datetimes (or ISO strings) as BYTES ISO 8601 text."""
 
     ContentType = "datetime"
-    TypeHint = list[_Datetime]
+    TypeHint = List[_Datetime]  # noqa: UP006
 
     @classmethod
     def can_encode(cls, payload: Any) -> bool:

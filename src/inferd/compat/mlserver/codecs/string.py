@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
 from ..types import Parameters, RequestInput, ResponseOutput
 from .base import InputCodec, register_input_codec, register_request_codec
@@ -53,7 +53,7 @@ class StringCodec(InputCodec):
     """A list of Python strings as a BYTES tensor."""
 
     ContentType = "str"
-    TypeHint = list[str]
+    TypeHint = List[str]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
 
     @classmethod
     def can_encode(cls, payload: Any) -> bool:
@@ -87,4 +87,4 @@ class StringRequestCodec(SingleInputRequestCodec):
 
     InputCodec = StringCodec
     ContentType = StringCodec.ContentType
-    TypeHint = list[str]
+    TypeHint = List[str]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
