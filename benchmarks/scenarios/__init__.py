@@ -6,6 +6,7 @@ from .base import Case, Scenario, VerificationError
 from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
+from .mlmodel import MLModelIris
 from .overload import Overload
 from .rest import Batching, Rest
 from .sklearn_onnx import SklearnOnnx
@@ -26,6 +27,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         SklearnOnnx,
         Streaming,
         Tls,
+        MLModelIris,
     )
 }
 

@@ -17,6 +17,7 @@ import numpy as np
 from .. import types as core
 from ..datatypes import element_count, numpy_dtype
 from ..errors import ModelError
+from .construct import construct
 
 HEADERS = "headers"
 
@@ -33,35 +34,37 @@ class Conversion:
         self._data = types.TensorData
 
     def request(self, request: core.InferenceRequest) -> Any:
-        parameters = self._parameters.model_construct(**request.parameters)
         outputs = [
-            self._output.model_construct(
-                name=output.name, parameters=self._optional_parameters(output.parameters)
+            construct(
+                self._output,
+                {"name": output.name, "parameters": self._optional_parameters(output.parameters)},
             )
             for output in request.outputs
         ]
-        return self._request.model_construct(
-            id=request.id,
-            parameters=parameters,
-            inputs=[self._request_input(tensor) for tensor in request.inputs],
-            outputs=outputs or None,
-        )
+        values = {
+            "id": request.id,
+            "parameters": construct(self._parameters, request.parameters),
+            "inputs": [self._request_input(tensor) for tensor in request.inputs],
+            "outputs": outputs or None,
+        }
+        return construct(self._request, values)
 
     def _request_input(self, tensor: core.Tensor) -> Any:
         data = tensor.data
         payload: Any = data.reshape(-1)
         if data.dtype.kind == "O":
             payload = [_text_or_bytes(item) for item in payload.tolist()]
-        return self._input.model_construct(
-            name=tensor.name,
-            shape=list(data.shape),
-            datatype=tensor.datatype,
-            parameters=self._optional_parameters(tensor.parameters),
-            data=self._data.model_construct(root=payload),
-        )
+        values = {
+            "name": tensor.name,
+            "shape": list(data.shape),
+            "datatype": tensor.datatype,
+            "parameters": self._optional_parameters(tensor.parameters),
+            "data": construct(self._data, {"root": payload}),
+        }
+        return construct(self._input, values)
 
     def _optional_parameters(self, parameters: dict[str, Any]) -> Any:
-        return self._parameters.model_construct(**parameters) if parameters else None
+        return construct(self._parameters, parameters) if parameters else None
 
 
 def _text_or_bytes(item: Any) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ...construct import construct
 from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
 from .base import InputCodec, register_input_codec, register_request_codec
 from .lists import is_list_of
@@ -31,6 +32,7 @@ _NUMPY_BY_DATATYPE = {
     "FP64": "float64",
 }
 _DATATYPE_BY_NUMPY = {numpy: Datatype(datatype) for datatype, numpy in _NUMPY_BY_DATATYPE.items()}
+_DATATYPE_BY_DTYPE = {np.dtype(numpy): datatype for numpy, datatype in _DATATYPE_BY_NUMPY.items()}
 
 
 def _datatype_name(datatype: Any) -> str:
@@ -48,12 +50,12 @@ def to_dtype(input_or_output: InputOrOutput) -> np.dtype:
 
 def to_datatype(dtype: np.dtype) -> Datatype:
     """The protocol datatype that carries ``dtype`` (text, bytes and objects: BYTES)."""
-    name = str(dtype)
-    if name in _DATATYPE_BY_NUMPY:
-        return _DATATYPE_BY_NUMPY[name]
+    found = _DATATYPE_BY_DTYPE.get(dtype)  # native byte order only, as MLServer's str(dtype)
+    if found is not None and dtype.byteorder in "=|":
+        return found
     if dtype.kind in "OSU":
         return Datatype.BYTES
-    raise KeyError(name)
+    raise KeyError(str(dtype))
 
 
 def _to_ndarray(input_or_output: InputOrOutput) -> np.ndarray:
@@ -96,13 +98,14 @@ class NumpyCodec(InputCodec):
     @classmethod
     def encode_output(cls, name: str, payload: np.ndarray, **kwargs: Any) -> ResponseOutput:
         datatype = to_datatype(payload.dtype)
-        return ResponseOutput.model_construct(
-            name=name,
-            datatype=datatype.value,
-            shape=inject_batch_dimension(list(payload.shape)),
-            data=_tensor_data(_encode_data(payload, datatype)),
-            parameters=Parameters.model_construct(content_type=cls.ContentType),
-        )
+        values = {
+            "name": name,
+            "datatype": datatype.value,
+            "shape": inject_batch_dimension(list(payload.shape)),
+            "data": construct(TensorData, {"root": _encode_data(payload, datatype)}),
+            "parameters": construct(Parameters, {"content_type": cls.ContentType}),
+        }
+        return construct(ResponseOutput, values)
 
     @classmethod
     def decode_output(cls, response_output: ResponseOutput) -> np.ndarray:
@@ -111,21 +114,18 @@ class NumpyCodec(InputCodec):
     @classmethod
     def encode_input(cls, name: str, payload: np.ndarray, **kwargs: Any) -> RequestInput:
         output = cls.encode_output(name=name, payload=payload)
-        return RequestInput.model_construct(
-            name=output.name,
-            datatype=output.datatype,
-            shape=output.shape,
-            data=output.data,
-            parameters=Parameters.model_construct(content_type=cls.ContentType),
-        )
+        values = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": output.shape,
+            "data": output.data,
+            "parameters": construct(Parameters, {"content_type": cls.ContentType}),
+        }
+        return construct(RequestInput, values)
 
     @classmethod
     def decode_input(cls, request_input: RequestInput) -> np.ndarray:
         return _to_ndarray(request_input).reshape(request_input.shape)
-
-
-def _tensor_data(data: Any) -> TensorData:
-    return TensorData.model_construct(root=data)
 
 
 @register_request_codec
