@@ -62,6 +62,7 @@ REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
     "pandas-tagged": ("pandas-model", {"inputs": FRAME, "parameters": {"content_type": "pd"}}),
     "codec": ("codec-model", {"inputs": [CSV]}),
     "handler": ("handler-model", {"inputs": [{**NUMPY, "name": "n"}]}),
+    "example": ("mlserver-keywords", {"inputs": [{**TEXT, "data": ["a fast server", "no"]}]}),
 }
 
 
@@ -182,7 +183,9 @@ def test_custom_routes_and_headers_match(servers: dict[str, ServerProcess]) -> N
         )
         echo = httpx.post(f"{server.url}/handler-model/echo", json={"a": [1]}, timeout=30)
         stats = httpx.get(f"{server.url}/handler-model/stats", timeout=30)
+        keywords = httpx.get(f"{server.url}/keywords", timeout=30).json()
         seen[name] = (
+            keywords,
             tagged.headers.get("x-echo-tag"),
             echo.status_code,
             echo.json()["received"],
@@ -190,4 +193,4 @@ def test_custom_routes_and_headers_match(servers: dict[str, ServerProcess]) -> N
             sorted(stats.json()),
         )
     assert seen["inferd"] == seen["mlserver"]
-    assert seen["inferd"][0] == "blue"
+    assert seen["inferd"][1] == "blue"

@@ -216,6 +216,16 @@ def test_custom_metrics_are_exported_with_the_model_labels(
     assert value(samples, "numpy_rows_sum", **labels) >= 3
 
 
+def test_the_readme_example_answers(rest: httpx.Client) -> None:
+    text = {"name": "text", "datatype": "BYTES", "shape": [2], "data": ["A fast model", "no"]}
+    assert infer(rest, "mlserver-keywords", text)["outputs"][0]["data"] == [2, 0]
+    assert rest.get("/keywords").json() == {"keywords": ["fast", "model", "server"]}
+    empty = rest.post(
+        "/v2/models/mlserver-keywords/infer", json={"inputs": [{**text, "shape": [0], "data": []}]}
+    )
+    assert empty.status_code == 400 and empty.json() == {"error": "send at least one text"}
+
+
 def test_model_metadata_comes_from_the_mlmodel(rest: httpx.Client) -> None:
     response = rest.get("/v2/models/pandas-model")
     assert response.status_code == 200
