@@ -147,3 +147,17 @@ def test_pandas_decodes_datetime_columns() -> None:
     frame = decode_inference_request(request)
     assert frame["d"].dtype.kind == "M"
     assert frame["d"][0] == pd.Timestamp("2021-08-24T15:01:19")
+
+
+def test_construct_builds_what_model_construct_builds() -> None:
+    from mlserver.types import Parameters
+
+    from inferd.compat.construct import construct
+
+    values = {"content_type": "np", "custom": 1}
+    built, reference = construct(Parameters, values), Parameters.model_construct(**values)
+    assert built.model_dump() == reference.model_dump() == values
+    assert built.model_fields_set == {"content_type", "custom"}
+    assert (built.headers, built.custom) == (None, 1)
+    item = construct(RequestInput, {"name": "x", "shape": [1], "datatype": "FP32", "data": [1]})
+    assert item.model_dump() == {"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}
