@@ -33,11 +33,10 @@ def mlmodel_base(runtime: type) -> type | None:
 
 
 def runtime_class_for(mlmodel_class: type, base: type) -> type[Model]:
-    """An inferd runtime class that serves ``mlmodel_class``. It offers ``predict``
-    only when the MLModel overrides it (a stream-only model says so to clients)."""
+    """An inferd runtime class that serves ``mlmodel_class``. ``predict`` is always
+    offered, as in MLServer: a model that does not implement it answers with
+    MLServer's NotImplementedError (its custom routes still work)."""
     namespace: dict[str, Any] = {"mlmodel_class": mlmodel_class, "mlmodel_base": base}
-    if getattr(mlmodel_class, "predict", None) is getattr(base, "predict", None):
-        namespace["predict"] = Model.predict
     return type(f"MLServer{mlmodel_class.__name__}", (MLModelRuntime,), namespace)
 
 
