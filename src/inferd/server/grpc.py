@@ -157,7 +157,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             message.model_name, message.model_version or None, request, context
         )
         if context.response_headers:  # a runtime set some: MLServer trails them
-            call.set_trailing_metadata(tuple(context.response_headers.items()))
+            trailing = context.response_headers.items()
+            call.set_trailing_metadata(tuple((key.lower(), value) for key, value in trailing))
         return self._encoded(message, response, wants_raw_output(request))
 
     async def _infer_stream(
