@@ -12,7 +12,7 @@ from .base import Case
 from .rest import Rest
 
 # Written as MLServer's docs write a custom runtime: it imports mlserver, never inferd.
-IRIS_RUNTIME = '''\
+IRIS_RUNTIME = """\
 import joblib
 import numpy as np
 
@@ -35,7 +35,7 @@ class IrisModel(MLModel):
             model_version=self.version,
             outputs=[NumpyCodec.encode_output("predict", classes)],
         )
-'''
+"""
 
 
 class MLModelIris(Rest):
