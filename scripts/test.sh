@@ -21,6 +21,18 @@ fi
 [ -x .venv-kserve/bin/python ] || "$PYTHON" -m venv .venv-kserve
 .venv-kserve/bin/python -m pip install --quiet --no-deps 'kserve==0.21.0'
 .venv-kserve/bin/python -m pip install --quiet six 'kubernetes>=31' pyyaml
+# MLServer 1.7.1 in a virtualenv of its own, for the tests that compare with it (-m mlserver:
+# tests/unit/test_mlserver_codecs.py, tests/e2e/test_mlserver_differential.py); made once,
+# those tests are skipped when it cannot be made (no network).
+if [ -z "${INFERD_BENCH_MLSERVER_PYTHON:-}" ]; then
+    PANDAS=$(.venv/bin/python -c 'import pandas; print(pandas.__version__)')
+    if [ -x .mlserver-venv/bin/mlserver ] || { "$PYTHON" -m venv .mlserver-venv \
+        && .mlserver-venv/bin/pip install --quiet 'mlserver==1.7.1' 'uvloop<0.22' "pandas==$PANDAS"; }; then
+        export INFERD_BENCH_MLSERVER_PYTHON=$PWD/.mlserver-venv/bin/python
+    else
+        echo "MLServer 1.7.1 could not be installed: the tests comparing with it are skipped"
+    fi
+fi
 
 echo "== dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt)"
 "$PYTHON" scripts/audit_dependencies.py

@@ -7,6 +7,7 @@ from .cache import Cache
 from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
+from .mlmodel import MLModelIris
 from .overload import Overload
 from .rest import Batching, Rest
 from .shared_memory import SharedMemory
@@ -32,6 +33,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         Cache,
         SharedMemory,
         Tracing,
+        MLModelIris,
     )
 }
 

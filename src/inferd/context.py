@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .trace_record import RequestTrace
@@ -27,6 +27,11 @@ class RequestContext:
     # A traced request's record (tracing.py): its scheduler and pool note their times
     # there. None when tracing is off or the request was not sampled: nothing is noted.
     trace: RequestTrace | None = None
+    # The request's headers as the edge holds them (REST: the ASGI headers, gRPC: the
+    # call's context), read only for a runtime that asks for them (runtime_headers.py).
+    headers: Any = None
+    # Headers the runtime set on its answer, for the edge to send (REST) or trail (gRPC).
+    response_headers: dict[str, str] | None = None
 
 
 NO_CONTEXT = RequestContext()

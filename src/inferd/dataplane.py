@@ -15,6 +15,7 @@ from .drain import STOPPED, Drain
 from .errors import ConfigurationError, InferdError, InvalidRequest, ModelNotFound, ShuttingDown
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
+from .runtime_headers import pass_headers, take_response_headers
 from .settings import ServerSettings
 from .shm import SharedMemoryRegistry
 from .stats import ModelStats, ModelStatsTable
@@ -149,6 +150,8 @@ class DataPlane:
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
+        if instance.wants_headers:
+            pass_headers(request, context)
         started = time.perf_counter_ns()
         cache, cache_key = found.cache, None
         if cache is not None:
@@ -164,6 +167,8 @@ class DataPlane:
         if cache is not None and cache_key is not None:
             cache.store(cache_key, response)
         _record_end(stats, request, started)
+        if instance.wants_headers:
+            take_response_headers(response, context)
         return response
 
     async def infer_stream(
@@ -188,6 +193,8 @@ class DataPlane:
         if not instance.streams:
             yield [await self.infer(name, version, request, context)]
             return
+        if instance.wants_headers:
+            pass_headers(request, context)
         stream = self.drain.open_stream()
         started = time.perf_counter_ns()
         sent = 0

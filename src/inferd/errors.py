@@ -108,5 +108,32 @@ class WorkerLost(InferdError):
     code = ErrorCode.UNAVAILABLE
 
 
+class StatusError(InferdError):
+    """An error a runtime raised with an HTTP status of its own (MLServer's
+    ``MLServerError(msg, status_code)``): REST answers with that status, gRPC with
+    the code nearest to it."""
+
+    def __init__(self, message: str, http_status: int) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+    @property
+    def code(self) -> ErrorCode:  # type: ignore[override]
+        return _CODE_BY_HTTP_STATUS.get(self.http_status, _code_of_class(self.http_status))
+
+
+_CODE_BY_HTTP_STATUS = {
+    403: ErrorCode.PERMISSION_DENIED,
+    404: ErrorCode.NOT_FOUND,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    503: ErrorCode.UNAVAILABLE,
+    504: ErrorCode.DEADLINE_EXCEEDED,
+}
+
+
+def _code_of_class(http_status: int) -> ErrorCode:
+    return ErrorCode.INVALID_ARGUMENT if 400 <= http_status < 500 else ErrorCode.INTERNAL
+
+
 class ConfigurationError(Exception):
     """Settings that cannot be used. Raised at start-up or load, never per request."""

@@ -26,7 +26,7 @@ def no_mlserver_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_scenario_is_offered() -> None:
     assert list(SCENARIOS) == [
         "rest", "grpc", "workers", "batching", "fairness", "overload", "metrics",
-        "sklearn-onnx", "streaming", "tls", "cache", "shm", "tracing",
+        "sklearn-onnx", "streaming", "tls", "cache", "shm", "tracing", "mlmodel",
     ]  # fmt: skip
 
 

@@ -35,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from .. import codecs
+from ..custom_calls import handler_call
 from ..datatypes import datatype_of
 from ..errors import InvalidRequest, ModelNotReady
 from ..model import Model
 from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
+from . import mlflow_scoring
 from .common import cast_input, import_framework, response, short_error, with_derived_metadata
 
 MLMODEL_FILE = "MLmodel"
@@ -106,6 +108,8 @@ class MLflowModel(Model):
     _tensor_dtypes: dict[str, np.dtype] = {}
     _param_names: frozenset[str] = frozenset()
     _exception_type: type[Exception] = Exception
+    # MLflow's scoring-server routes, served on the REST port as MLServer serves them.
+    custom_routes = mlflow_scoring.ROUTES
 
     async def load(self) -> bool:
         # Importing MLflow and unpickling the model take seconds: in a thread, so the
@@ -143,6 +147,9 @@ class MLflowModel(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         if self._model is None:
             raise ModelNotReady(f"Model {self.name!r} is not loaded")
+        call = handler_call(request)
+        if call is not None:  # MLflow's /invocations, /ping, ... (mlflow_scoring.py)
+            return mlflow_scoring.answer(call, self._model)
         data = self._model_input(request)
         params = {k: v for k, v in request.parameters.items() if k in self._param_names}
         try:

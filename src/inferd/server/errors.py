@@ -58,7 +58,8 @@ def http_error(error: Exception, serving: str) -> tuple[int, bytes, HttpHeaders]
         headers = list(_JSON_HEADERS)
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
-        return HTTP_STATUS_BY_ERROR_CODE[error.code], error_body(error.message), headers
+        status = getattr(error, "http_status", None) or HTTP_STATUS_BY_ERROR_CODE[error.code]
+        return status, error_body(error.message), headers
     # Ours (the body reader, a request that left the queue) and Starlette's stream().
     if isinstance(error, ConnectionAbortedError | ClientDisconnect):
         return CLIENT_CLOSED_REQUEST, error_body(CLIENT_DISCONNECTED), list(_JSON_HEADERS)

@@ -104,7 +104,9 @@ class InferEndpoint:
             tracing = self.tracing
             trace = tracing.inference(name, version) if tracing is not None else None
             context = RequestContext(
-                disconnected=functools.partial(wait_for_disconnect, receive), trace=trace
+                disconnected=functools.partial(wait_for_disconnect, receive),
+                trace=trace,
+                headers=headers,
             )
             response = await self.dataplane.infer(name, version, request, context)
             if trace is not None and tracing is not None:
@@ -122,6 +124,11 @@ class InferEndpoint:
             else:
                 length = (b"inference-header-content-length", str(json_length).encode())
                 answer_headers = [_BINARY_TYPE, length]
+            if context.response_headers:  # a runtime set some (runtime_headers.py)
+                answer_headers += [
+                    (key.encode("latin-1"), value.encode("latin-1"))
+                    for key, value in context.response_headers.items()
+                ]
         # As send_whole does, inline: one coroutine less on the hot path.
         answer_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": answer_headers})

@@ -34,7 +34,7 @@ from google.protobuf import descriptor_pool, json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from ..context import NO_CONTEXT, RequestContext
+from ..context import RequestContext
 from ..dataplane import DataPlane
 from ..errors import ConfigurationError, InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
@@ -166,17 +166,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, context)
 
-    async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, message: pb.ModelInferRequest, call: Any) -> pb.ModelInferResponse:
         regions = self.dataplane.shared_memory
         request = _decoded(message, regions)
         name, version, tracing = message.model_name, message.model_version or None, self.tracing
         trace = tracing.inference(name, version) if tracing is not None else None
-        context = NO_CONTEXT if trace is None else RequestContext(trace=trace)
+        # headers: read only by runtimes that ask for them (runtime_headers.py)
+        context = RequestContext(headers=call, trace=trace)
         response = await self.dataplane.infer(name, version, request, context)
         if trace is not None and tracing is not None:
             tracing.answered(trace, response)
+        if context.response_headers:  # a runtime set some: MLServer trails them
+            trailing = context.response_headers.items()
+            call.set_trailing_metadata(tuple((key.lower(), value) for key, value in trailing))
         shared = None
         if regions is not None and request.outputs:
             shared = write_outputs(regions, request.outputs, response.outputs)

@@ -25,6 +25,7 @@ from .access import ApiGuard, GuardedRoute, api_guards
 from .bodies import BodyReader
 from .codec_rest import JSON_CONTENT_TYPE, decode_index_request, error_body
 from .codec_triton import decode_load_request, decode_log_settings
+from .custom_routes import CustomRoutes
 from .docs import DocsEndpoints
 from .errors import http_error
 from .fastpath import InferEndpoint, RestApp
@@ -227,6 +228,10 @@ def build_rest_app(
         routes=_routes(endpoints, DocsEndpoints(dataplane), infer, guards),
         middleware=_cors(settings),
         exception_handlers={404: _not_found, 405: _method_not_allowed},
+    )
+    # Paths no V2 route matches may be a runtime's own (MLServer's custom handlers).
+    app.router.default = CustomRoutes(
+        dataplane, endpoints.body_reader, app.router.default, guards.get(INFERENCE)
     )
     return RestApp(
         app,

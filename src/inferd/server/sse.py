@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from ..context import RequestContext
 from ..dataplane import DataPlane
 from ..types import InferenceRequest, InferenceResponse
 from .bodies import BodyReader
@@ -95,15 +96,22 @@ class EventStreamEndpoint(BodyEndpoint):
             await send_error(send, error, serving)
             return
         answer = _StartWatch(send)
-        stream = self._stream(name, version, request, answer, serving)
+        context = RequestContext(headers=scope["headers"])
+        stream = self._stream(name, version, request, answer, serving, context)
         if await run_until_disconnect(stream, receive) and not answer.started:
             # Nobody reads it; it shows in the metrics as the client's doing (499).
             await send_error(send, ConnectionAbortedError(CLIENT_DISCONNECTED), serving)
 
     async def _stream(
-        self, name: str, version: str | None, request: InferenceRequest, send: Send, serving: str
+        self,
+        name: str,
+        version: str | None,
+        request: InferenceRequest,
+        send: Send,
+        serving: str,
+        context: RequestContext,
     ) -> None:
-        responses = self.dataplane.infer_stream(name, version, request)
+        responses = self.dataplane.infer_stream(name, version, request, context)
         async with contextlib.aclosing(responses):
             try:
                 first: list[InferenceResponse] = await anext(responses, [])

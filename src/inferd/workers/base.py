@@ -91,6 +91,10 @@ class LoadedInstance:
     # predict_stream is an async generator: its streams run interleaved on an event
     # loop and hold no slot. A plain generator's stream holds one (a thread) for its life.
     interleaved_streams: bool = False
+    # The runtime reads request headers / sets response headers (runtime_headers.py).
+    wants_headers: bool = False
+    # REST routes the runtime serves itself: (method, path, handler name), custom_routes.py.
+    custom_routes: tuple[tuple[str, str, str], ...] = ()
 
 
 class ResponseStream(Protocol):

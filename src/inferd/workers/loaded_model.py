@@ -105,6 +105,8 @@ class LoadedModel:
             predicts=overrides(model, "predict"),
             streams=streams,
             interleaved_streams=streams and self.interleaved_streams,
+            wants_headers=bool(getattr(model, "wants_headers", False)),
+            custom_routes=tuple(getattr(model, "custom_routes", ())),
         )
 
     @property

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
+from ..compat.importer import install_mlserver_alias
+from ..compat.mlmodel_runtime import mlmodel_base, runtime_class_for
 from ..errors import ConfigurationError, ModelError
 from ..model import Model, WorkerContext
 from ..settings import MODEL_SETTINGS_FILE, ModelSettings
@@ -46,6 +48,7 @@ def resolve_runtime_class(settings: ModelSettings) -> type[Model]:
             "e.g. inferd.runtimes.sklearn.SKLearnModel"
         )
     path = MLSERVER_RUNTIMES.get(path, path)
+    install_mlserver_alias()  # MLServer custom runtimes `import mlserver`
     module_name, _, class_name = path.rpartition(".")
     if not module_name:
         raise ConfigurationError(
@@ -58,6 +61,9 @@ def resolve_runtime_class(settings: ModelSettings) -> type[Model]:
             f"{where}: implementation {path!r}: module {module_name!r} has no runtime class "
             f"{class_name!r} (a subclass of inferd.Model)"
         )
+    base = mlmodel_base(runtime)
+    if base is not None:  # an MLServer custom runtime: served through the adapter
+        return runtime_class_for(runtime, base)
     return cast(type[Model], runtime)
 
 

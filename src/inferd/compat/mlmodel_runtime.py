@@ -1,0 +1,132 @@
+"""Serving an MLServer ``MLModel`` subclass as an inferd runtime.
+
+:func:`runtime_class_for` wraps the user's class in a :class:`MLModelRuntime`
+subclass that the runtime loader instantiates like any other runtime. Only
+these runtimes pay for the conversion to and from MLServer's pydantic types;
+inferd's own runtimes never see them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from ..custom_calls import handler_call
+from ..errors import StatusError
+from ..model import Model, WorkerContext
+from ..settings import ModelSettings
+from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from .convert import Conversion, metadata_from_mlserver, response_from_mlserver
+from .handler_calls import call_handler
+
+# The modules an MLModel may come from: ours, or a real MLServer's.
+_MLMODEL_MODULES = ("inferd.compat.mlserver.model", "mlserver.model")
+
+
+def mlmodel_base(runtime: type) -> type | None:
+    """The ``MLModel`` class ``runtime`` derives from, if it is an MLServer runtime."""
+    for base in runtime.__mro__:
+        if base.__name__ == "MLModel" and base.__module__ in _MLMODEL_MODULES:
+            return base
+    return None
+
+
+def runtime_class_for(mlmodel_class: type, base: type) -> type[Model]:
+    """An inferd runtime class that serves ``mlmodel_class``. ``predict`` is always
+    offered, as in MLServer: a model that does not implement it answers with
+    MLServer's NotImplementedError (its custom routes still work)."""
+    namespace: dict[str, Any] = {"mlmodel_class": mlmodel_class, "mlmodel_base": base}
+    return type(f"MLServer{mlmodel_class.__name__}", (MLModelRuntime,), namespace)
+
+
+class MLModelRuntime(Model):
+    """Calls an MLModel as MLServer does, converting requests and responses."""
+
+    mlmodel_class: ClassVar[type]
+    mlmodel_base: ClassVar[type]
+
+    def __init__(self, settings: ModelSettings, context: WorkerContext | None = None) -> None:
+        super().__init__(settings, context)
+        self.mlmodel = self.mlmodel_class(settings)
+        package = self.mlmodel_base.__module__.rpartition(".")[0]
+        self._convert = Conversion(importlib.import_module(f"{package}.types"))
+        self._metadata: ModelMetadata | None = None
+        # handler name -> (HTTP method, path, bound method): its @custom_handler routes
+        self._routes: dict[str, tuple[str, str, Any]] = {}
+
+    async def load(self) -> bool:
+        ready = await self.mlmodel.load()
+        self.mlmodel.ready = ready  # as MLServer sets it
+        self._metadata = metadata_from_mlserver(await self.mlmodel.metadata())
+        self._routes = _custom_handlers(self.mlmodel)
+        return bool(ready) if ready is not None else True
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        call = handler_call(request)
+        try:
+            if call is not None:  # a request to one of its @custom_handler routes
+                return await call_handler(self._routes[call.handler][2], call)
+            response = await self.mlmodel.predict(self._convert.request(request))
+        except Exception as error:
+            status_error = _with_status(error)
+            if status_error is None:
+                raise
+            raise status_error from error
+        return response_from_mlserver(response, request.id)
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        async def payloads() -> AsyncIterator[Any]:
+            yield self._convert.request(request)
+
+        try:
+            async for response in self.mlmodel.predict_stream(payloads()):
+                yield response_from_mlserver(response, request.id)
+        except Exception as error:
+            status_error = _with_status(error)
+            if status_error is None:
+                raise
+            raise status_error from error
+
+    @property
+    def wants_headers(self) -> bool:
+        """Headers go in ``payload.parameters.headers`` as MLServer passes them; not
+        with adaptive batching, where one call holds many requests."""
+        return self.settings.max_batch_size <= 1
+
+    @property
+    def custom_routes(self) -> tuple[tuple[str, str, str], ...]:
+        return tuple((method, path, name) for name, (method, path, _) in self._routes.items())
+
+    @property
+    def streams(self) -> bool:
+        own = getattr(self.mlmodel_class, "predict_stream", None)
+        return own is not getattr(self.mlmodel_base, "predict_stream", None)
+
+    async def unload(self) -> None:
+        await self.mlmodel.unload()
+
+    def metadata(self) -> ModelMetadata:
+        return self._metadata if self._metadata is not None else super().metadata()
+
+
+def _with_status(error: Exception) -> StatusError | None:
+    """An ``MLServerError(msg, status_code)`` as an error that keeps its status;
+    None for anything else (it reaches the client as a 500)."""
+    status = getattr(error, "status_code", None)
+    is_mlserver_error = any(cls.__name__ == "MLServerError" for cls in type(error).__mro__)
+    if is_mlserver_error and isinstance(status, int):
+        return StatusError(str(error), status)
+    return None
+
+
+def _custom_handlers(mlmodel: Any) -> dict[str, tuple[str, str, Any]]:
+    """The methods marked with ``@custom_handler`` (ours or a real MLServer's marker,
+    which both keep ``rest_path`` and ``rest_method`` in ``__custom_handler__``)."""
+    found = {}
+    for name in dir(type(mlmodel)):
+        marker = getattr(getattr(type(mlmodel), name, None), "__custom_handler__", None)
+        if marker is not None:
+            method = str(marker.rest_method).upper()
+            found[name] = (method, str(marker.rest_path), getattr(mlmodel, name))
+    return found
