@@ -21,6 +21,9 @@ with WorkerLost too (streams are never retried). An instance whose load crashes
 its worker ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once
 no worker holds it, the registry is told to mark it UNAVAILABLE with the reason.
 
+A request of a sequence (sequence batching) goes to the worker holding the
+sequence (:meth:`ProcessPool.predict_on`) and is never retried elsewhere.
+
 A call of a model with an ``inference_timeout`` that runs past it is answered
 with InferenceTimeout (504) and the worker running it is killed; its death then
 goes as above. Being killed so does not count as dying young: the process did
@@ -39,7 +42,7 @@ from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from ..settings import ModelSettings, ServerSettings
 from ..stats import ModelStatsTable
 from ..types import InferenceRequest
-from .base import Execution, LoadedInstance, ResponseStream
+from .base import Execution, Holder, LoadedInstance, ResponseStream
 from .process import WorkerProcess
 from .retry import SentCalls
 
@@ -83,6 +86,8 @@ class _Instance:
     load_crashes: dict[int, int] = field(default_factory=dict)
     failed: str = ""  # why no worker serves it any more
     interleaved_streams: bool = False  # its predict_stream is an async generator
+    # Its settings with retries off, for sequence requests that have a timeout (made once).
+    sequence_settings: ModelSettings | None = None
 
     @property
     def name(self) -> str:
@@ -223,6 +228,32 @@ class ProcessPool:
         if worker is None:
             raise self._unavailable_error(instance)
         return worker.stream(instance_id, request, holds_slot=not interleaved)
+
+    # Sequences: each runs on one holder, (worker index, starts), never retried elsewhere.
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        instance = self._instances.get(instance_id)
+        serving = instance.holders if instance is not None else []
+        return [(w.index, w.starts) for w in serving if w.serves(instance_id)]
+
+    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+        instance = self._serving(instance_id)
+        worker = self._workers[holder[0]]
+        if worker.starts != holder[1] or not worker.serves(instance_id):
+            raise WorkerLost(f"The worker process that held this sequence ({worker.label}) stopped")
+        if not instance.settings.inference_timeout:
+            return Execution.sent(worker.predict(instance_id, request))
+        if instance.sequence_settings is None:
+            once = {"retry_on_worker_failure": False}  # its state lives in the worker that died
+            instance.sequence_settings = instance.settings.model_copy(update=once)
+        return Execution.sent(
+            self._sent.send(instance_id, instance.sequence_settings, request, worker)
+        )
+
+    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
+        worker = self._workers[holder[0]]
+        if worker.starts == holder[1] and worker.serves(instance_id):
+            worker.end_sequence(instance_id, sequence_id).add_done_callback(_log_failure)
 
     def _serving(self, instance_id: int) -> _Instance:
         instance = self._instances.get(instance_id)
@@ -383,3 +414,9 @@ class ProcessPool:
         self._sent.unservable(instance_id, self._unavailable_error(instance))
         if self._failure_handler is not None:
             self._failure_handler(instance_id, reason)
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    """A sequence_end the worker could not run (it died meanwhile: nothing to drop)."""
+    if not done.cancelled() and done.exception() is not None:
+        logger.debug("A sequence_end did not reach its worker: %s", done.exception())

@@ -105,6 +105,11 @@ class WorkerProcess:
         return max(self._starts - 1, 0)
 
     @property
+    def starts(self) -> int:
+        """Times it has started: with its index, which process it is (sequences)."""
+        return self._starts
+
+    @property
     def quick_deaths(self) -> int:
         """Times in a row it died young (or failed to start)."""
         return self._quick_deaths
@@ -328,6 +333,11 @@ class WorkerProcess:
             self._open_streams += 1
             stream.finished.add_done_callback(self._stream_closed)
         return stream
+
+    def end_sequence(self, instance_id: int, sequence_id: int | str) -> asyncio.Future[None]:
+        """Have the runtime drop a sequence's state (its ``sequence_end``), after the
+        commands sent before; WorkerLost if the process is gone."""
+        return self._call(ipc.SEQUENCE_END, instance_id, sequence_id)
 
     def _stream_closed(self, _: asyncio.Future[None]) -> None:
         self._open_streams -= 1
