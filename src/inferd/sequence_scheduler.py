@@ -102,6 +102,11 @@ class SequenceScheduler(Scheduler):
         if self._closed:
             raise ModelNotReady("The model is being unloaded; retry the request")
         control = sequence_control(request.parameters, self._name)
+        if self._max_waiting and self._waiting >= self._max_waiting:
+            raise Overloaded(
+                f"The queue of {self._label} is full ({self._max_waiting} requests waiting); "
+                "retry later, or raise max_queue_size"
+            )
         sequence = self._table.admit(control, self._place)
         load = self._loads[sequence.holder]
         queued = time.perf_counter_ns()
@@ -165,16 +170,11 @@ class SequenceScheduler(Scheduler):
     async def _wait_turn(
         self, sequence: Sequence, load: _HolderLoad, request: InferenceRequest, ends: bool
     ) -> Execution:
-        if self._max_waiting and self._waiting >= self._max_waiting:
-            self._table.withdrawn(sequence, ends)
-            raise Overloaded(
-                f"The queue of {self._label} is full ({self._max_waiting} requests waiting); "
-                "retry later, or raise max_queue_size"
-            )
         waiter: asyncio.Future[Execution] = asyncio.get_running_loop().create_future()
         turn = _Turn(sequence, request, ends, waiter)
         load.waiting.append(turn)
         self._waiting += 1
+        self._hand_out(load)  # a free slot its sequence may take, past others' blocked turns
         try:
             return await waiter
         except asyncio.CancelledError:

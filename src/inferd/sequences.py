@@ -87,6 +87,7 @@ class Sequence:
     waiting: int = 0  # requests of it admitted and not started yet
     busy: bool = False  # one of its requests runs now
     ending: bool = False  # its request with sequence_end was admitted
+    ran: bool = False  # one of its requests has started
 
     @property
     def idle(self) -> bool:
@@ -161,14 +162,18 @@ class SequenceTable:
     def started(self, sequence: Sequence) -> None:
         """One of its waiting requests starts running."""
         sequence.waiting -= 1
-        sequence.busy = True
+        sequence.busy = sequence.ran = True
 
     def withdrawn(self, sequence: Sequence, ends: bool) -> None:
-        """A waiting request of it left unrun (its client went away)."""
+        """A waiting request of it left unrun (its client went away). A sequence none
+        of whose requests ever ran is forgotten with its last one, as if never started
+        (its client may start it again); else it stays open, and expires if idle."""
         sequence.waiting -= 1
         sequence.last_active = self._clock()
         if ends:
-            sequence.ending = False  # it stays open, and expires if nothing more comes
+            sequence.ending = False
+        if not sequence.ran and sequence.idle and self._open.get(sequence.sequence_id) is sequence:
+            self._close(sequence, f"sequence {sequence.sequence_id} is not open")
 
     def finished(self, sequence: Sequence) -> bool:
         """Its running request is done; True if that closed the sequence (it ended)."""
