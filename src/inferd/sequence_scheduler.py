@@ -194,10 +194,10 @@ class SequenceScheduler(Scheduler):
         except asyncio.CancelledError:
             execution.when_free(partial(self._finished, sequence))
             raise
-        except WorkerLost as error:
+        except WorkerLost:
             self._table.drop(sequence, WORKER_STOPPED)
             self._finished(sequence)
-            raise self._lost(sequence, error.message) from None
+            raise self._lost(sequence) from None
         except BaseException:
             self._finished(sequence)
             raise
@@ -235,18 +235,18 @@ class SequenceScheduler(Scheduler):
             for turn in load.waiting:
                 self._waiting -= 1
                 if not turn.waiter.done():
-                    turn.waiter.set_exception(self._lost(turn.sequence, ""))
+                    turn.waiter.set_exception(self._lost(turn.sequence))
         if lost:
             ids = ", ".join(str(s.sequence_id) for s in lost[:10])
             more = "..." if len(lost) > 10 else ""
             logger.warning("Sequences of %s lost with their worker: %s%s", self._label, ids, more)
         self._notify_if_drained()
 
-    def _lost(self, sequence: Sequence, detail: str) -> WorkerLost:
-        where = f" ({detail})" if detail else ""
+    def _lost(self, sequence: Sequence) -> WorkerLost:
+        where = f" (worker {sequence.holder[0]})" if sequence.holder[0] >= 0 else ""
         return WorkerLost(
             f"Sequence {sequence.sequence_id} of {self._label} was lost: the worker process "
-            f"keeping its state stopped{where}. Start the sequence again (sequence_start)."
+            f"keeping its state{where} stopped. Start the sequence again (sequence_start)."
         )
 
     def _arm_reaper(self) -> None:

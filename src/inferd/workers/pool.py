@@ -240,7 +240,7 @@ class ProcessPool:
         instance = self._serving(instance_id)
         worker = self._workers[holder[0]]
         if worker.starts != holder[1] or not worker.serves(instance_id):
-            raise WorkerLost(f"The worker process that held this sequence ({worker.label}) stopped")
+            raise WorkerLost(f"worker {worker.index} stopped since the sequence started")
         if not instance.settings.inference_timeout:
             return Execution.sent(worker.predict(instance_id, request))
         if instance.sequence_settings is None:
@@ -253,7 +253,7 @@ class ProcessPool:
     def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
         worker = self._workers[holder[0]]
         if worker.starts == holder[1] and worker.serves(instance_id):
-            worker.end_sequence(instance_id, sequence_id).add_done_callback(_log_failure)
+            worker.end_sequence(instance_id, sequence_id)
 
     def _serving(self, instance_id: int) -> _Instance:
         instance = self._instances.get(instance_id)
@@ -414,9 +414,3 @@ class ProcessPool:
         self._sent.unservable(instance_id, self._unavailable_error(instance))
         if self._failure_handler is not None:
             self._failure_handler(instance_id, reason)
-
-
-def _log_failure(done: asyncio.Future[None]) -> None:
-    """A sequence_end the worker could not run (it died meanwhile: nothing to drop)."""
-    if not done.cancelled() and done.exception() is not None:
-        logger.debug("A sequence_end did not reach its worker: %s", done.exception())

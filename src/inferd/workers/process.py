@@ -334,10 +334,10 @@ class WorkerProcess:
             stream.finished.add_done_callback(self._stream_closed)
         return stream
 
-    def end_sequence(self, instance_id: int, sequence_id: int | str) -> asyncio.Future[None]:
+    def end_sequence(self, instance_id: int, sequence_id: int | str) -> None:
         """Have the runtime drop a sequence's state (its ``sequence_end``), after the
-        commands sent before; WorkerLost if the process is gone."""
-        return self._call(ipc.SEQUENCE_END, instance_id, sequence_id)
+        commands sent before; a process that died meanwhile took the state with it."""
+        self._call(ipc.SEQUENCE_END, instance_id, sequence_id).add_done_callback(_unheard)
 
     def _stream_closed(self, _: asyncio.Future[None]) -> None:
         self._open_streams -= 1
@@ -367,6 +367,11 @@ class WorkerProcess:
         if self._channel is None:
             raise WorkerLost(self._describe_loss())
         return self._channel.start_call(kind, instance_id, body, decode)
+
+
+def _unheard(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        logger.debug("A sequence_end did not reach its worker: %s", done.exception())
 
 
 def describe_exit(returncode: int) -> str:
