@@ -260,7 +260,7 @@ class SequenceScheduler(Scheduler):
     def _reap(self) -> None:
         self._reaper = None
         for sequence in self._table.expire():
-            logger.info("Sequence %s of %s expired", sequence.sequence_id, self._label)
+            logger.debug("Sequence %s of %s expired", sequence.sequence_id, self._label)
             self._pool.end_sequence(self.instance_id, sequence.holder, sequence.sequence_id)
         self._arm_reaper()
 

@@ -27,6 +27,9 @@ class Stateful(Model):
 
 
 class AsyncEnd(Model):
+    async def unload(self) -> None:
+        ENDED.append("unloaded")
+
     async def sequence_end(self, sequence_id: int | str) -> None:  # type: ignore[override]
         ENDED.append(sequence_id)
 
@@ -84,5 +87,7 @@ async def test_a_runtime_without_the_hook_is_left_alone(tmp_path: Path) -> None:
 
 async def test_an_async_sequence_end_is_refused_at_load(tmp_path: Path) -> None:
     pool = InProcessPool()
+    ENDED.clear()
     with pytest.raises(ConfigurationError, match="sequence_end must be a plain def"):
         await pool.load(1, settings(tmp_path, AsyncEnd, sequence_batching={}))
+    assert ENDED == ["unloaded"], "what its load took is released"

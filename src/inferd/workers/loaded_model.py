@@ -51,7 +51,11 @@ class LoadedModel:
             model = await load_runtime(settings, context)
         finally:
             custom_metrics.reset_model(token)
-        return cls.of(model, labels)
+        try:
+            return cls.of(model, labels)
+        except ConfigurationError:
+            await model.unload()  # refused after its load: release what it holds
+            raise
 
     @classmethod
     def of(cls, model: Model, labels: custom_metrics.ModelLabels) -> LoadedModel:
