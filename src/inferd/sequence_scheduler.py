@@ -7,8 +7,10 @@ process. Requests of one sequence run one at a time, in the order they arrived
 (a request is admitted before the first ``await`` of its call, so requests read
 in order from one gRPC stream keep that order); requests of different sequences
 on one holder share its ``threads_per_worker`` slots, first come first served
-among those whose sequence is not running. Requests are never merged into
-batches here, and never retried on another worker.
+among those whose sequence is not running. A ``predict_stream`` call of a
+sequence runs there too and holds the sequence (and a slot) until it has
+finished. Requests are never merged into batches here, and never retried on
+another worker.
 
 The runtime is told when a sequence is over (``Model.sequence_end``, through the
 pool): after its request with ``sequence_end`` has run, and when it expired,
@@ -24,23 +26,27 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from .context import NO_CONTEXT, RequestContext
-from .errors import InvalidRequest, ModelNotReady, Overloaded, WorkerLost
+from .errors import ModelNotReady, Overloaded, WorkerLost
 from .queueing import QueuePolicy
 from .scheduler import Scheduler
 from .sequences import Clock, Sequence, SequenceTable, sequence_control
 from .settings import ModelSettings
 from .stats import ModelStats, rows_of
 from .types import InferenceRequest, InferenceResponse
-from .workers.base import Execution, Holder, Pool
+from .workers.base import Execution, Holder, Pool, ResponseStream
 
 logger = logging.getLogger(__name__)
 
 WORKER_STOPPED = "the worker process keeping its state stopped; start the sequence again"
+
+
+# What a request gets when it starts: a predict's execution, or a stream's responses.
+Started = Execution | ResponseStream
 
 
 @dataclass(slots=True, eq=False)
@@ -50,7 +56,8 @@ class _Turn:
     sequence: Sequence
     request: InferenceRequest
     ends: bool
-    waiter: asyncio.Future[Execution]
+    streams: bool  # a predict_stream call
+    waiter: asyncio.Future[Started]
 
 
 @dataclass(slots=True)
@@ -99,21 +106,13 @@ class SequenceScheduler(Scheduler):
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
     ) -> InferenceResponse:
         """Run ``request`` on its sequence's holder, after the sequence's earlier ones."""
-        if self._closed:
-            raise ModelNotReady("The model is being unloaded; retry the request")
-        control = sequence_control(request.parameters, self._name)
-        if self._max_waiting and self._waiting >= self._max_waiting:
-            raise Overloaded(
-                f"The queue of {self._label} is full ({self._max_waiting} requests waiting); "
-                "retry later, or raise max_queue_size"
-            )
-        sequence = self._table.admit(control, self._place)
-        load = self._loads[sequence.holder]
+        sequence, load, ends = self._admit(request)
         queued = time.perf_counter_ns()
-        if not load.waiting and load.running < self._slots and not sequence.busy:
-            execution = self._start_turn(sequence, load, request)
+        if self._may_start(sequence, load):
+            execution = self._start_turn(sequence, load, request, streams=False)
         else:
-            execution = await self._wait_turn(sequence, load, request, control.end)
+            execution = await self._wait_turn(sequence, load, request, ends, streams=False)
+        assert isinstance(execution, Execution)
         dispatched = time.perf_counter_ns()
         response = await self._run(sequence, execution)
         if self._stats is not None:
@@ -124,11 +123,31 @@ class SequenceScheduler(Scheduler):
     async def stream(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
     ) -> AsyncGenerator[list[InferenceResponse], None]:
-        raise InvalidRequest(
-            f"{self._label} uses sequence batching, which calls predict: its "
-            "predict_stream is not served (send the requests to /infer or ModelInfer)"
-        )
-        yield []  # an async generator, as Scheduler.stream
+        """Run ``predict_stream`` on the sequence's holder, after its earlier requests;
+        the next request of the sequence starts once this stream has finished."""
+        sequence, load, ends = self._admit(request)
+        queued = time.perf_counter_ns()
+        if self._may_start(sequence, load):
+            responses = self._start_turn(sequence, load, request, streams=True)
+        else:
+            responses = await self._wait_turn(sequence, load, request, ends, streams=True)
+        assert not isinstance(responses, Execution)
+        dispatched = time.perf_counter_ns()
+        try:
+            while True:
+                try:
+                    ready = await responses.take()
+                except StopAsyncIteration:
+                    break
+                except WorkerLost:
+                    self._table.drop(sequence, WORKER_STOPPED)
+                    raise self._lost(sequence) from None
+                yield ready
+        finally:
+            responses.cancel()
+        if self._stats is not None:
+            self._stats.waited(dispatched - queued)
+            self._stats.computed(time.perf_counter_ns() - dispatched)
 
     async def close(self) -> None:
         """Stop taking requests, wait for those admitted, forget the open sequences
@@ -141,6 +160,24 @@ class SequenceScheduler(Scheduler):
             self._drained = asyncio.Event()
             await self._drained.wait()
         self._table.close_all()
+
+    def _admit(self, request: InferenceRequest) -> tuple[Sequence, _HolderLoad, bool]:
+        """The request's sequence (opened if it starts one), its holder's load, and
+        whether the request ends it; raises if the request is refused."""
+        if self._closed:
+            raise ModelNotReady("The model is being unloaded; retry the request")
+        control = sequence_control(request.parameters, self._name)
+        if self._max_waiting and self._waiting >= self._max_waiting:
+            raise Overloaded(
+                f"The queue of {self._label} is full ({self._max_waiting} requests waiting); "
+                "retry later, or raise max_queue_size"
+            )
+        sequence = self._table.admit(control, self._place)
+        return sequence, self._loads[sequence.holder], control.end
+
+    def _may_start(self, sequence: Sequence, load: _HolderLoad) -> bool:
+        """Whether a request admitted now starts at once (nobody waits before it)."""
+        return not load.waiting and load.running < self._slots and not sequence.busy
 
     def _place(self) -> Holder:
         """The holder for a new sequence: the live one keeping the fewest."""
@@ -155,23 +192,47 @@ class SequenceScheduler(Scheduler):
         return holder
 
     def _start_turn(
-        self, sequence: Sequence, load: _HolderLoad, request: InferenceRequest
-    ) -> Execution:
+        self, sequence: Sequence, load: _HolderLoad, request: InferenceRequest, streams: bool
+    ) -> Started:
+        """Start the request on the sequence's holder, in a slot of it. A stream that
+        cannot start raises (its slot freed); a predict's execution fails instead."""
         self._table.started(sequence)
         load.running += 1
         self._in_flight += 1
         if self._stats is not None:
             self._stats.executed(rows_of(request.inputs), 1)
+        if streams:
+            return self._start_sequence_stream(sequence, request)
         try:
             return self._pool.predict_on(self.instance_id, sequence.holder, request)
         except Exception as error:  # could not start: the caller gets why
             return Execution.failed(error)
 
+    def _start_sequence_stream(
+        self, sequence: Sequence, request: InferenceRequest
+    ) -> ResponseStream:
+        try:
+            responses = self._pool.stream_on(self.instance_id, sequence.holder, request)
+        except WorkerLost:
+            self._table.drop(sequence, WORKER_STOPPED)
+            self._finished(sequence)
+            raise self._lost(sequence) from None
+        except BaseException:
+            self._finished(sequence)
+            raise
+        responses.finished.add_done_callback(lambda _: self._finished(sequence))
+        return responses
+
     async def _wait_turn(
-        self, sequence: Sequence, load: _HolderLoad, request: InferenceRequest, ends: bool
-    ) -> Execution:
-        waiter: asyncio.Future[Execution] = asyncio.get_running_loop().create_future()
-        turn = _Turn(sequence, request, ends, waiter)
+        self,
+        sequence: Sequence,
+        load: _HolderLoad,
+        request: InferenceRequest,
+        ends: bool,
+        streams: bool,
+    ) -> Started:
+        waiter: asyncio.Future[Started] = asyncio.get_running_loop().create_future()
+        turn = _Turn(sequence, request, ends, streams, waiter)
         load.waiting.append(turn)
         self._waiting += 1
         self._hand_out(load)  # a free slot its sequence may take, past others' blocked turns
@@ -179,7 +240,7 @@ class SequenceScheduler(Scheduler):
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # started as we were cancelled
-                waiter.result().when_free(partial(self._finished, sequence))
+                _abandon(waiter, partial(self._finished, sequence))
             elif turn in load.waiting:
                 load.waiting.remove(turn)
                 self._waiting -= 1
@@ -224,7 +285,12 @@ class SequenceScheduler(Scheduler):
                 return
             load.waiting.remove(turn)
             self._waiting -= 1
-            turn.waiter.set_result(self._start_turn(turn.sequence, load, turn.request))
+            try:
+                started = self._start_turn(turn.sequence, load, turn.request, turn.streams)
+            except Exception as error:  # a stream that could not start; its slot is free
+                turn.waiter.set_exception(error)
+            else:
+                turn.waiter.set_result(started)
 
     def _holders_changed(self) -> None:
         """A worker died or came back: its sequences are lost if it is not alive."""
@@ -267,3 +333,14 @@ class SequenceScheduler(Scheduler):
     def _notify_if_drained(self) -> None:
         if self._drained is not None and not (self._in_flight or self._waiting):
             self._drained.set()
+
+
+def _abandon(waiter: asyncio.Future[Started], release: Callable[[], None]) -> None:
+    """A request started as its caller was cancelled: stop it, free its slot when free."""
+    if waiter.exception() is not None:
+        return  # it never started
+    started = waiter.result()
+    if isinstance(started, Execution):
+        started.when_free(release)
+    else:
+        started.cancel()  # its slot is freed when it has finished

@@ -9,6 +9,7 @@ stayed on its worker and ran in order. Served in process and by 2 workers, with
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import queue
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
+import tritonclient.http.aio as triton_http_aio
 from tritonclient.utils import InferenceServerException
 
 from tests.support.serverproc import ServerProcess, start_server
@@ -58,6 +60,14 @@ def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
     )
     add_custom_model(
         repository,
+        "acc-stream",
+        "StreamingAccumulator",
+        threads_per_worker=2,
+        sequence_batching={},
+        parameters={"extra": {"sleep": 0.002}},
+    )
+    add_custom_model(
+        repository,
         "acc-idle",
         "Accumulator",
         sequence_batching={"max_sequence_idle_microseconds": IDLE_MICROSECONDS},
@@ -79,23 +89,27 @@ def _inputs(module: Any, value: int) -> list[Any]:
 
 
 def _run_sequence(
-    client: Any, module: Any, sequence_id: int | str, opened: threading.Barrier, model: str = "acc"
+    client: Any, sequence_id: int | str, opened: threading.Barrier
 ) -> list[tuple[int, int]]:
-    """Send one whole sequence, one request at a time: (total, pid) of each answer.
-    Every client has started its sequence before any sends the rest (``opened``)."""
+    """Send one whole sequence over gRPC, one request at a time: (total, pid) of each
+    answer. Every client has started its sequence before any sends the rest."""
     answers = []
     for step, value in enumerate(STEPS):
         result = client.infer(
-            model,
-            _inputs(module, value),
+            "acc",
+            _inputs(triton_grpc, value),
             sequence_id=sequence_id,
             sequence_start=step == 0,
             sequence_end=step == len(STEPS) - 1,
         )
-        answers.append((int(result.as_numpy("total")[0]), int(result.as_numpy("pid")[0])))
+        answers.append(_total_and_pid(result))
         if step == 0:
             opened.wait(timeout=30)
     return answers
+
+
+def _total_and_pid(result: Any) -> tuple[int, int]:
+    return int(result.as_numpy("total")[0]), int(result.as_numpy("pid")[0])
 
 
 def _expected_totals() -> list[int]:
@@ -111,24 +125,42 @@ def _check_placement(pids_by_sequence: dict[Any, list[int]], workers: int) -> No
 
 
 def test_eight_interleaved_clients_over_http_and_grpc(server: ServerProcess, workers: int) -> None:
+    """4 HTTP clients (tritonclient.http.aio: its sync client is not thread-safe) with
+    integer ids and 4 gRPC clients (threads) with string ids, all at once."""
     opened = threading.Barrier(8)
     results: dict[Any, list[tuple[int, int]]] = {}
 
-    def client_run(index: int) -> None:
-        if index < 4:  # integer ids over HTTP, string ids over gRPC
-            client: Any = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-            module: Any = triton_http
-            sequence_id: int | str = 1000 + index
-        else:
-            client = triton_grpc.InferenceServerClient(server.grpc_address)
-            module = triton_grpc
-            sequence_id = f"grpc-{index}"
+    def grpc_client_run(index: int) -> None:
+        client = triton_grpc.InferenceServerClient(server.grpc_address)
         try:
-            results[sequence_id] = _run_sequence(client, module, sequence_id, opened)
+            results[f"grpc-{index}"] = _run_sequence(client, f"grpc-{index}", opened)
         finally:
             client.close()
 
-    threads = [threading.Thread(target=client_run, args=(i,)) for i in range(8)]
+    async def http_client_run(sequence_id: int) -> None:
+        client = triton_http_aio.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        try:
+            answers = []
+            for step, value in enumerate(STEPS):
+                result = await client.infer(
+                    "acc",
+                    _inputs(triton_http_aio, value),
+                    sequence_id=sequence_id,
+                    sequence_start=step == 0,
+                    sequence_end=step == len(STEPS) - 1,
+                )
+                answers.append(_total_and_pid(result))
+                if step == 0:
+                    await asyncio.to_thread(opened.wait, 30)
+            results[sequence_id] = answers
+        finally:
+            await client.close()
+
+    async def http_clients() -> None:
+        await asyncio.gather(*(http_client_run(1000 + index) for index in range(4)))
+
+    threads = [threading.Thread(target=grpc_client_run, args=(i,)) for i in range(4)]
+    threads.append(threading.Thread(target=asyncio.run, args=(http_clients(),)))
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -212,6 +244,45 @@ def test_a_sequence_sent_at_once_runs_one_request_at_a_time(server: ServerProces
         client.close()
     assert [error for _, error in got] == [None] * len(STEPS)
     assert [int(result.as_numpy("total")[0]) for result, _ in got] == _expected_totals()
+
+
+def test_a_streaming_model_keeps_each_sequences_state(server: ServerProcess, workers: int) -> None:
+    """predict_stream of a sequence runs on its worker too: a gRPC stream of
+    async_stream_infer calls for four sequences, each request sent without waiting,
+    each answered by one response per element of its input, totals in order."""
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = triton_grpc.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=lambda result, error: received.put((result, error)))
+    sequences = ["chat-a", "chat-b", 3001, 3002]
+    chunks = [[5, 1], [7, 2, 9], [4]]
+    try:
+        for step, chunk in enumerate(chunks):
+            for sequence_id in sequences:
+                x = triton_grpc.InferInput("x", [len(chunk)], "INT64")
+                x.set_data_from_numpy(np.array(chunk, dtype=np.int64))
+                client.async_stream_infer(
+                    "acc-stream",
+                    [x],
+                    request_id=f"{sequence_id}/{step}",
+                    sequence_id=sequence_id,
+                    sequence_start=step == 0,
+                    sequence_end=step == len(chunks) - 1,
+                )
+        got = [received.get(timeout=30) for _ in range(len(sequences) * 6)]
+    finally:
+        client.stop_stream()
+        client.close()
+    totals: dict[str, list[int]] = collections.defaultdict(list)
+    pids: dict[str, list[int]] = collections.defaultdict(list)
+    for result, error in got:
+        assert error is None, error
+        sequence_id = result.get_response().id.split("/")[0]
+        totals[sequence_id].append(int(result.as_numpy("total")[0]))
+        pids[sequence_id].append(int(result.as_numpy("pid")[0]))
+    for sequence_id in sequences:
+        assert totals[str(sequence_id)] == _expected_totals(), sequence_id
+    _check_placement(pids, workers)
+    wait_for(lambda: {str(s) for s in sequences} <= _ended(server, "acc-stream"), "sequence_end")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

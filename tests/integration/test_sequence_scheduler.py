@@ -15,7 +15,7 @@ from inferd.errors import InvalidRequest, Overloaded, WorkerLost
 from inferd.sequence_scheduler import SequenceScheduler
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers.base import Execution, Holder
+from inferd.workers.base import Execution, Holder, StreamBase
 
 pytestmark = pytest.mark.anyio
 
@@ -32,6 +32,7 @@ class HolderPool:
         self.running: dict[str, tuple[Holder, asyncio.Future[None]]] = {}
         self.ran: list[tuple[Holder, str]] = []
         self.ended: list[tuple[Holder, Any]] = []
+        self.streams: dict[str, FakeStream] = {}
 
     def watch(self, instance_id: int, listener: Callable[[], None]) -> None:
         self.listeners.append(listener)
@@ -58,6 +59,14 @@ class HolderPool:
             del self.running[tag]
         return InferenceResponse([Tensor("tag", np.array([tag.encode()], dtype=object))])
 
+    def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Any:
+        if holder not in self.alive:
+            raise WorkerLost("that worker stopped")
+        tag = str(request.parameters["tag"])
+        self.ran.append((holder, tag))
+        self.streams[tag] = stream = FakeStream()
+        return stream
+
     def end_sequence(self, instance_id: int, holder: Holder, sequence_id: Any) -> None:
         self.ended.append((holder, sequence_id))
 
@@ -71,6 +80,24 @@ class HolderPool:
                 gate.set_exception(WorkerLost("The worker process running this request stopped"))
         for listener in self.listeners:
             listener()
+
+
+class FakeStream(StreamBase):
+    """Yields what the test puts in it; None ends it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def __anext__(self) -> InferenceResponse:
+        tag = await self.queue.get()
+        if tag is None:
+            self._finish()
+            raise StopAsyncIteration
+        return InferenceResponse([Tensor("tag", np.array([tag.encode()], dtype=object))])
+
+    def cancel(self) -> None:
+        self._finish()
 
 
 def make(pool: HolderPool, idle_us: int = 60_000_000, **settings: Any) -> SequenceScheduler:
@@ -98,6 +125,12 @@ def call(
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def done_call(pool: HolderPool, task: asyncio.Task[Any], tag: str) -> Any:
+    await settle()
+    await done(pool, tag)
+    return await task
 
 
 async def done(pool: HolderPool, *tags: str) -> None:
@@ -232,13 +265,58 @@ async def test_a_full_queue_refuses_at_once() -> None:
     await asyncio.gather(first, second)
 
 
-async def test_requests_without_a_sequence_and_streams_are_refused() -> None:
+async def test_requests_without_a_sequence_are_refused() -> None:
     scheduler = make(HolderPool())
     with pytest.raises(InvalidRequest, match="non-zero or non-empty correlation ID"):
         await scheduler.submit(InferenceRequest([Tensor("x", np.array([1]))]))
-    with pytest.raises(InvalidRequest, match="predict_stream is not served"):
-        async for _ in scheduler.stream(InferenceRequest([], parameters={"sequence_id": 1})):
+    with pytest.raises(InvalidRequest, match="non-zero or non-empty correlation ID"):
+        async for _ in scheduler.stream(InferenceRequest([])):
             pass
+
+
+async def test_a_stream_holds_its_sequence_until_it_has_finished() -> None:
+    pool = HolderPool()
+    scheduler = make(pool)
+    await done_call(pool, call(scheduler, "1a", 1, start=True), "1a")  # on A
+    request = InferenceRequest([], parameters={"tag": "1s", "sequence_id": 1})
+    tokens: list[list[InferenceResponse]] = []
+
+    async def read() -> None:
+        async for ready in scheduler.stream(request):
+            tokens.append(ready)
+
+    reader = asyncio.create_task(read())
+    await settle()
+    after = call(scheduler, "1b", 1, end=True)
+    await settle()
+    assert pool.ran[-1] == (A, "1s") and scheduler.waiting == 1  # 1b waits for the stream
+    pool.streams["1s"].queue.put_nowait("t1")
+    pool.streams["1s"].queue.put_nowait(None)
+    await reader
+    assert len(tokens) == 1
+    await settle()
+    assert pool.ran[-1] == (A, "1b")
+    await done(pool, "1b")
+    await after
+    assert pool.ended == [(A, 1)]
+
+
+async def test_a_stream_cancelled_by_its_reader_frees_its_sequence() -> None:
+    pool = HolderPool()
+    scheduler = make(pool)
+    request = InferenceRequest(
+        [], parameters={"tag": "1s", "sequence_id": 1, "sequence_start": True}
+    )
+    stream = scheduler.stream(request)
+    reader = asyncio.create_task(anext(stream))
+    await settle()
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    await stream.aclose()
+    await settle()
+    assert scheduler.in_flight == 0
+    await done_call(pool, call(scheduler, "1b", 1), "1b")
 
 
 async def test_close_waits_for_what_was_admitted() -> None:

@@ -205,6 +205,13 @@ class Pool(Protocol):
         holder is not serving the instance any more."""
         ...
 
+    def stream_on(
+        self, instance_id: int, holder: Holder, request: InferenceRequest
+    ) -> ResponseStream:
+        """As :meth:`stream`, on that holder; WorkerLost if it is not serving the
+        instance any more."""
+        ...
+
     def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
         """Have the runtime on ``holder`` drop the sequence's state (its
         ``sequence_end``), soon, after what was sent there before; failures are logged."""

@@ -77,6 +77,9 @@ class InProcessPool:
     def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
         return self.predict(instance_id, request)
 
+    def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> LocalStream:
+        return self.stream(instance_id, request)
+
     def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
         loaded = self._models.get(instance_id)
         if loaded is not None:

@@ -238,9 +238,7 @@ class ProcessPool:
 
     def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
         instance = self._serving(instance_id)
-        worker = self._workers[holder[0]]
-        if worker.starts != holder[1] or not worker.serves(instance_id):
-            raise WorkerLost(f"worker {worker.index} stopped since the sequence started")
+        worker = self._holding(instance_id, holder)
         if not instance.settings.inference_timeout:
             return Execution.sent(worker.predict(instance_id, request))
         if instance.sequence_settings is None:
@@ -249,6 +247,19 @@ class ProcessPool:
         return Execution.sent(
             self._sent.send(instance_id, instance.sequence_settings, request, worker)
         )
+
+    def stream_on(
+        self, instance_id: int, holder: Holder, request: InferenceRequest
+    ) -> ResponseStream:
+        interleaved = self._serving(instance_id).interleaved_streams
+        worker = self._holding(instance_id, holder)
+        return worker.stream(instance_id, request, holds_slot=not interleaved)
+
+    def _holding(self, instance_id: int, holder: Holder) -> WorkerProcess:
+        worker = self._workers[holder[0]]
+        if worker.starts != holder[1] or not worker.serves(instance_id):
+            raise WorkerLost(f"worker {worker.index} stopped since the sequence started")
+        return worker
 
     def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
         worker = self._workers[holder[0]]

@@ -369,3 +369,27 @@ class Accumulator(Model):
             self.totals.pop(sequence_id, None)
         with open(self.settings.folder / "ended.txt", "a") as ended:
             ended.write(f"{sequence_id}\n")
+
+
+class StreamingAccumulator(Accumulator):
+    """The Accumulator as a stream: one response per element of ``x``, each with the
+    running total so far (a plain generator: each stream holds one of its threads)."""
+
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        sequence_id = request.parameters["sequence_id"]
+        with self.lock:
+            if request.parameters.get("sequence_start"):
+                self.totals[sequence_id] = 0
+            elif sequence_id not in self.totals:
+                raise RuntimeError(f"sequence {sequence_id} has no state in process {os.getpid()}")
+        for value in request.input("x").data.reshape(-1):
+            time.sleep(float(self.settings.extra.get("sleep", 0)))
+            with self.lock:
+                self.totals[sequence_id] += int(value)
+                total = self.totals[sequence_id]
+            yield InferenceResponse(
+                outputs=[
+                    Tensor("total", np.array([total], dtype=np.int64)),
+                    Tensor("pid", np.array([os.getpid()], dtype=np.int64)),
+                ]
+            )
