@@ -285,9 +285,21 @@ def test_a_streaming_model_keeps_each_sequences_state(server: ServerProcess, wor
     wait_for(lambda: {str(s) for s in sequences} <= _ended(server, "acc-stream"), "sequence_end")
 
 
+@pytest.fixture(scope="module")
+def http_client(server: ServerProcess) -> Iterator[Any]:
+    """tritonclient's sync HTTP client, made and dropped on the main thread: it is
+    gevent-based, and closing it from another thread (a collection there) fails."""
+    client = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    yield client
+    client.close()
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_refused_requests_say_why(server: ServerProcess, protocol: str) -> None:
-    client, module = _client(server, protocol)
+def test_refused_requests_say_why(server: ServerProcess, http_client: Any, protocol: str) -> None:
+    if protocol == "http":
+        client, module = http_client, triton_http
+    else:
+        client, module = triton_grpc.InferenceServerClient(server.grpc_address), triton_grpc
     try:
         # A request of a sequence that was never started.
         error = _refused(client, module, sequence_id=31337, sequence_start=False)
@@ -305,23 +317,22 @@ def test_refused_requests_say_why(server: ServerProcess, protocol: str) -> None:
         error = _refused(client, module)
         assert "must specify a non-zero or non-empty correlation ID" in error.message()
     finally:
-        client.close()
+        if client is not http_client:
+            client.close()
 
 
-def test_idle_sequences_expire_and_the_runtime_is_told(server: ServerProcess) -> None:
-    client = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-    try:
-        sequence_id = f"idle-{os.getpid()}"
-        result = client.infer(
-            "acc-idle", _inputs(triton_http, 3), sequence_id=sequence_id, sequence_start=True
-        )
-        assert int(result.as_numpy("total")[0]) == 3
-        wait_for(lambda: sequence_id in _ended(server, "acc-idle"), "the expiry's sequence_end")
-        error = _refused(client, triton_http, model="acc-idle", sequence_id=sequence_id)
-        assert f"sequence {sequence_id} expired" in error.message()
-        assert f"max_sequence_idle_microseconds ({IDLE_MICROSECONDS})" in error.message()
-    finally:
-        client.close()
+def test_idle_sequences_expire_and_the_runtime_is_told(
+    server: ServerProcess, http_client: Any
+) -> None:
+    sequence_id = f"idle-{os.getpid()}"
+    result = http_client.infer(
+        "acc-idle", _inputs(triton_http, 3), sequence_id=sequence_id, sequence_start=True
+    )
+    assert int(result.as_numpy("total")[0]) == 3
+    wait_for(lambda: sequence_id in _ended(server, "acc-idle"), "the expiry's sequence_end")
+    error = _refused(http_client, triton_http, model="acc-idle", sequence_id=sequence_id)
+    assert f"sequence {sequence_id} expired" in error.message()
+    assert f"max_sequence_idle_microseconds ({IDLE_MICROSECONDS})" in error.message()
 
 
 def test_a_worker_that_dies_fails_its_open_sequences(server: ServerProcess, workers: int) -> None:
@@ -343,12 +354,6 @@ def test_a_worker_that_dies_fails_its_open_sequences(server: ServerProcess, work
         client.infer("acc", _inputs(triton_grpc, 1), sequence_id=77, sequence_end=True)
     finally:
         client.close()
-
-
-def _client(server: ServerProcess, protocol: str) -> tuple[Any, Any]:
-    if protocol == "http":
-        return triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}"), triton_http
-    return triton_grpc.InferenceServerClient(server.grpc_address), triton_grpc
 
 
 def _refused(client: Any, module: Any, model: str = "acc", **sequence: Any) -> Any:
