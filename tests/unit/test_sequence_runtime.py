@@ -60,6 +60,17 @@ def test_the_settings_block_defaults_as_triton(tmp_path: Path) -> None:
 def test_unknown_keys_in_the_block_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="sequence_batching"):
         settings(tmp_path, Stateful, sequence_batching={"max_idle": 5})
+    with pytest.raises(ConfigurationError, match="control_input"):  # not supported
+        settings(tmp_path, Stateful, sequence_batching={"control_input": []})
+
+
+def test_tritons_strategy_blocks_are_accepted(tmp_path: Path) -> None:
+    block = {"direct": {"max_queue_delay_microseconds": 100}}
+    loaded = settings(tmp_path, Stateful, sequence_batching=block).sequence_batching
+    assert loaded.model_dump(exclude_none=True) == {
+        "max_sequence_idle_microseconds": 1_000_000,
+        "direct": {"max_queue_delay_microseconds": 100},
+    }
 
 
 async def test_the_pool_calls_sequence_end_and_logs_what_it_raises(

@@ -42,6 +42,13 @@ class SequenceBatchingSettings(BaseModel):
     An expired sequence is forgotten (its next request is refused with 400) and its
     runtime's ``sequence_end(sequence_id)`` is called so it can drop its state."""
 
+    direct: dict[str, Any] | None = None
+    """Triton's Direct strategy block: accepted (a Triton config carries it), not used:
+    inferd runs each request of a sequence alone, in the sequence's worker."""
+
+    oldest: dict[str, Any] | None = None
+    """Triton's Oldest strategy block: accepted, not used (as ``direct``)."""
+
     @property
     def idle_timeout(self) -> float:
         """``max_sequence_idle_microseconds`` in seconds, with 0 read as the default."""
