@@ -256,15 +256,16 @@ class ProcessPool:
         return worker.stream(instance_id, request, holds_slot=not interleaved)
 
     def _holding(self, instance_id: int, holder: Holder) -> WorkerProcess:
-        worker = self._workers[holder[0]]
-        if worker.starts != holder[1] or not worker.serves(instance_id):
-            raise WorkerLost(f"worker {worker.index} stopped since the sequence started")
-        return worker
+        """The live worker that is ``holder``; WorkerLost if it stopped since."""
+        index, starts = holder
+        for worker in self._workers:  # by index: a pool's workers need not count from 0
+            if worker.index == index and worker.starts == starts and worker.serves(instance_id):
+                return worker
+        raise WorkerLost(f"worker {index} stopped since the sequence started")
 
     def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
-        worker = self._workers[holder[0]]
-        if worker.starts == holder[1] and worker.serves(instance_id):
-            worker.end_sequence(instance_id, sequence_id)
+        with contextlib.suppress(WorkerLost):  # stopped: its state went with it
+            self._holding(instance_id, holder).end_sequence(instance_id, sequence_id)
 
     def _serving(self, instance_id: int) -> _Instance:
         instance = self._instances.get(instance_id)
