@@ -40,7 +40,7 @@ PREDICT = 4  # PackedRequest; answered with a PackedResponse
 STREAM = 5  # StreamBody; answered with STREAMED replies, then ENDED (or ERROR)
 CREDIT = 6  # int: the stream (by its call id) may send that many more responses
 CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
-SEQUENCE_END = 8  # the sequence id: call the runtime's sequence_end; answered with None
+SEQUENCE_END = 9  # the sequence id: call the runtime's sequence_end; answered with None
 # Reply kinds.
 RESULT = 10  # what the command returned
 ERROR = 11  # a WireError: what the command raised (for a stream: its end)
