@@ -91,6 +91,19 @@ class Model:
         here; it is read once, after ``load``."""
         return overrides(self, "predict_stream")
 
+    def sequence_end(self, sequence_id: int | str) -> None:
+        """A sequence is over: drop what this runtime kept for it (sequence_batching).
+
+        Called in the process that served the sequence, after its request with
+        ``sequence_end`` ran (for ``predict_stream``: its stream finished), or when it
+        expired (no request for ``max_sequence_idle_microseconds``); never while one
+        of its requests runs.
+        Keep per-sequence state in a dict keyed by ``request.parameters["sequence_id"]``
+        (created when ``sequence_start`` is true) and pop it here. A plain ``def``,
+        quick: it runs where the worker reads its commands. Not called when the
+        worker process died (its state died with it) or the model is unloaded.
+        """
+
     async def unload(self) -> None:
         """Release what ``load`` acquired. Called once; the instance is dropped after."""
 

@@ -24,6 +24,7 @@ from .errors import (
 )
 from .response_cache import ResponseCache, VersionCache
 from .scheduler import Scheduler
+from .sequence_scheduler import SequenceScheduler
 from .settings import ModelSettings
 from .stats import ModelStats, ModelStatsTable
 from .types import ModelState, RepositoryEntry
@@ -181,7 +182,9 @@ class Registry:
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
         new.stats = self.stats.of(settings.name, settings.version)
-        new.scheduler = Scheduler(
+        # Sequence batching (Triton's): each sequence's requests stay on one worker.
+        scheduler_class = Scheduler if settings.sequence_batching is None else SequenceScheduler
+        new.scheduler = scheduler_class(
             self._pool,
             instance_id,
             settings,

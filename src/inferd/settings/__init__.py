@@ -10,7 +10,12 @@ this package and the loader are the only code that reads env vars and settings f
 """
 
 from .base import MODEL_SETTINGS_FILE, SERVER_SETTINGS_FILE
-from .model import MetadataTensorSettings, ModelParameters, ModelSettings
+from .model import (
+    MetadataTensorSettings,
+    ModelParameters,
+    ModelSettings,
+    SequenceBatchingSettings,
+)
 from .server import CORSSettings, ServerSettings
 
 __all__ = [
@@ -20,5 +25,6 @@ __all__ = [
     "MetadataTensorSettings",
     "ModelParameters",
     "ModelSettings",
+    "SequenceBatchingSettings",
     "ServerSettings",
 ]

@@ -31,6 +31,31 @@ class MetadataTensorSettings(BaseModel):
         return value
 
 
+class SequenceBatchingSettings(BaseModel):
+    """The ``sequence_batching`` block of ``model-settings.json`` (Triton's sequence
+    batcher): every request of a sequence reaches the same model instance, in order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_sequence_idle_microseconds: int = Field(default=1_000_000, ge=0)
+    """How long a sequence may go without a request (none queued or running) before
+    it expires, in microseconds, as in Triton; 0 means Triton's default, 1000000 (1 s).
+    An expired sequence is forgotten (its next request is refused with 400) and its
+    runtime's ``sequence_end(sequence_id)`` is called so it can drop its state."""
+
+    direct: dict[str, Any] | None = None
+    """Triton's Direct strategy block: accepted (a Triton config carries it), not used:
+    inferd runs each request of a sequence alone, in the sequence's worker."""
+
+    oldest: dict[str, Any] | None = None
+    """Triton's Oldest strategy block: accepted, not used (as ``direct``)."""
+
+    @property
+    def idle_timeout(self) -> float:
+        """``max_sequence_idle_microseconds`` in seconds, with 0 read as the default."""
+        return (self.max_sequence_idle_microseconds or 1_000_000) / 1e6
+
+
 class ModelParameters(EnvFirstSettings):
     """The ``parameters`` block of ``model-settings.json``."""
 
@@ -146,6 +171,13 @@ class ModelSettings(EnvFirstSettings):
 
     parameters: ModelParameters | None = None
     """Per-version parameters: uri, version, content_type, extra."""
+
+    sequence_batching: SequenceBatchingSettings | None = None
+    """Triton's sequence batching: set it (``{}`` for the defaults) to serve stateful
+    models. Each request then carries Triton's ``sequence_id`` (a number or a string),
+    ``sequence_start`` and ``sequence_end`` parameters; every request of a sequence
+    runs in the same worker process, one at a time, in the order it arrived, and the
+    runtime keeps the sequence's state (see ``Model.sequence_end``)."""
 
     workers: int | None = Field(default=None, ge=1)
     """How many of the server's worker processes load this model (default: all of

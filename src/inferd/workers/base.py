@@ -17,6 +17,10 @@ from ..trace_record import BatchRun
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 
 Answer = Coroutine[Any, Any, InferenceResponse]
+# One live holder of an instance, for sequences that must stay where their state is:
+# (worker index, how many times that worker has started). A restarted worker is a
+# new holder: the state its previous process kept is gone. In process: (-1, 1).
+Holder = tuple[int, int]
 
 
 @dataclass(slots=True, frozen=True)
@@ -195,4 +199,28 @@ class Pool(Protocol):
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Call ``handler(instance_id, reason)`` when the pool gives up serving an
         instance on its own (e.g. its load keeps crashing the worker process)."""
+        ...
+
+    # Sequences (sequence_batching): requests that must run where their state is.
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        """The live holders serving the instance now (empty: none)."""
+        ...
+
+    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+        """As :meth:`predict`, on that holder (the caller keeps within its
+        ``threads_per_worker`` slots); never retried elsewhere. WorkerLost if the
+        holder is not serving the instance any more."""
+        ...
+
+    def stream_on(
+        self, instance_id: int, holder: Holder, request: InferenceRequest
+    ) -> ResponseStream:
+        """As :meth:`stream`, on that holder; WorkerLost if it is not serving the
+        instance any more."""
+        ...
+
+    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
+        """Have the runtime on ``holder`` drop the sequence's state (its
+        ``sequence_end``), soon, after what was sent there before; failures are logged."""
         ...

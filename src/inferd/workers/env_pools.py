@@ -23,7 +23,7 @@ from ..settings import ModelSettings, ServerSettings
 from ..stats import ModelStatsTable
 from ..trace_record import BatchRun
 from ..types import InferenceRequest
-from .base import Execution, LoadedInstance, ResponseStream
+from .base import Execution, Holder, LoadedInstance, ResponseStream
 from .environments import (
     WORKER_REQUIREMENTS,
     WorkerEnvironment,
@@ -141,6 +141,20 @@ class EnvironmentPools:
 
     def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
         return self._pool(instance_id).stream(instance_id, request)
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        return self._pool(instance_id).holders(instance_id)
+
+    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+        return self._pool(instance_id).predict_on(instance_id, holder, request)
+
+    def stream_on(
+        self, instance_id: int, holder: Holder, request: InferenceRequest
+    ) -> ResponseStream:
+        return self._pool(instance_id).stream_on(instance_id, holder, request)
+
+    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
+        self._pool(instance_id).end_sequence(instance_id, holder, sequence_id)
 
     def capacity(self, instance_id: int) -> int:
         return self._pool(instance_id).capacity(instance_id)

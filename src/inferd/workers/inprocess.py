@@ -26,10 +26,13 @@ from ..model import WorkerContext
 from ..settings import ModelSettings
 from ..trace_record import BatchRun
 from ..types import InferenceRequest, InferenceResponse
-from .base import Answer, Execution, LoadedInstance
+from .base import Answer, Execution, Holder, LoadedInstance
 from .environments import refuse_in_process_environment
 from .loaded_model import LoadedModel
 from .local_stream import LocalStream
+
+# The one holder of every instance here (sequences).
+IN_PROCESS: Holder = (-1, 1)
 
 
 class InProcessPool:
@@ -73,6 +76,22 @@ class InProcessPool:
     def stream(self, instance_id: int, request: InferenceRequest) -> LocalStream:
         loaded = self._loaded(instance_id)
         return LocalStream(loaded, request, loaded.threads)
+
+    # Sequences: one holder, this process.
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        return [IN_PROCESS] if instance_id in self._models else []
+
+    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+        return self.predict(instance_id, request)
+
+    def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> LocalStream:
+        return self.stream(instance_id, request)
+
+    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
+        loaded = self._models.get(instance_id)
+        if loaded is not None:
+            loaded.end_sequence(sequence_id)
 
     def _loaded(self, instance_id: int) -> LoadedModel:
         loaded = self._models.get(instance_id)

@@ -42,6 +42,7 @@ CREDIT = 6  # int: the stream (by its call id) may send that many more responses
 CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
 # As PREDICT, for a traced request: answered with a TimedResponse.
 PREDICT_TIMED = 8
+SEQUENCE_END = 9  # the sequence id: call the runtime's sequence_end; answered with None
 # Reply kinds.
 RESULT = 10  # what the command returned
 ERROR = 11  # a WireError: what the command raised (for a stream: its end)

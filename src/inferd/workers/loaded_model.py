@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import custom_metrics
 from ..datatypes import datatype_of
-from ..errors import InferdError, ModelError
+from ..errors import ConfigurationError, InferdError, ModelError
 from ..model import Model, WorkerContext, overrides
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, Tensor
@@ -53,7 +53,11 @@ class LoadedModel:
             model = await load_runtime(settings, context)
         finally:
             custom_metrics.reset_model(token)
-        loaded = cls.of(model, labels)
+        try:
+            loaded = cls.of(model, labels)
+        except ConfigurationError:
+            await model.unload()  # refused after its load: release what it holds
+            raise
         if settings.model_warmup:
             try:
                 await warm_up(loaded)
@@ -65,6 +69,11 @@ class LoadedModel:
     @classmethod
     def of(cls, model: Model, labels: custom_metrics.ModelLabels) -> LoadedModel:
         settings = model.settings
+        if inspect.iscoroutinefunction(model.sequence_end):
+            raise ConfigurationError(
+                f"Model {model.name!r}: sequence_end must be a plain def (it only drops the "
+                "sequence's state), not async def"
+            )
         is_async = inspect.iscoroutinefunction(model.predict)
         threads = None
         if settings.threads_per_worker > 1 and not is_async:
@@ -154,6 +163,24 @@ class LoadedModel:
         with InModel(self):
             response = await cast(Awaitable[InferenceResponse], model.predict(request))
             return checked_response(model, response)
+
+    def end_sequence(self, sequence_id: int | str) -> None:
+        """Call the runtime's ``sequence_end``, if it has one; what it raises is logged
+        (the sequence is over all the same)."""
+        model = self.model
+        if not overrides(model, "sequence_end"):
+            return
+        token = custom_metrics.set_model(self.labels)
+        try:
+            model.sequence_end(sequence_id)
+        except Exception:
+            logger.exception(
+                "Model %r: sequence_end(%r) raised; the sequence is over anyway",
+                model.name,
+                sequence_id,
+            )
+        finally:
+            custom_metrics.reset_model(token)
 
     async def release(self) -> None:
         """Stop its threads and unload it; an unload that raises is logged, not raised."""

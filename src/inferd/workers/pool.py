@@ -21,6 +21,9 @@ with WorkerLost too (streams are never retried). An instance whose load crashes
 its worker ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once
 no worker holds it, the registry is told to mark it UNAVAILABLE with the reason.
 
+A request of a sequence (sequence batching) goes to the worker holding the
+sequence (:meth:`ProcessPool.predict_on`) and is never retried elsewhere.
+
 A call of a model with an ``inference_timeout`` that runs past it is answered
 with InferenceTimeout (504) and the worker running it is killed; its death then
 goes as above. Being killed so does not count as dying young: the process did
@@ -40,7 +43,7 @@ from ..settings import ModelSettings, ServerSettings
 from ..stats import ModelStatsTable
 from ..trace_record import BatchRun
 from ..types import InferenceRequest
-from .base import Execution, LoadedInstance, ResponseStream
+from .base import Execution, Holder, LoadedInstance, ResponseStream
 from .process import WorkerProcess
 from .retry import SentCalls
 
@@ -84,6 +87,8 @@ class _Instance:
     load_crashes: dict[int, int] = field(default_factory=dict)
     failed: str = ""  # why no worker serves it any more
     interleaved_streams: bool = False  # its predict_stream is an async generator
+    # Its settings with retries off, for sequence requests that have a timeout (made once).
+    sequence_settings: ModelSettings | None = None
 
     @property
     def name(self) -> str:
@@ -226,6 +231,44 @@ class ProcessPool:
         if worker is None:
             raise self._unavailable_error(instance)
         return worker.stream(instance_id, request, holds_slot=not interleaved)
+
+    # Sequences: each runs on one holder, (worker index, starts), never retried elsewhere.
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        instance = self._instances.get(instance_id)
+        serving = instance.holders if instance is not None else []
+        return [(w.index, w.starts) for w in serving if w.serves(instance_id)]
+
+    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+        instance = self._serving(instance_id)
+        worker = self._holding(instance_id, holder)
+        if not instance.settings.inference_timeout:
+            return Execution.sent(worker.predict(instance_id, request))
+        if instance.sequence_settings is None:
+            once = {"retry_on_worker_failure": False}  # its state lives in the worker that died
+            instance.sequence_settings = instance.settings.model_copy(update=once)
+        return Execution.sent(
+            self._sent.send(instance_id, instance.sequence_settings, request, worker)
+        )
+
+    def stream_on(
+        self, instance_id: int, holder: Holder, request: InferenceRequest
+    ) -> ResponseStream:
+        interleaved = self._serving(instance_id).interleaved_streams
+        worker = self._holding(instance_id, holder)
+        return worker.stream(instance_id, request, holds_slot=not interleaved)
+
+    def _holding(self, instance_id: int, holder: Holder) -> WorkerProcess:
+        """The live worker that is ``holder``; WorkerLost if it stopped since."""
+        index, starts = holder
+        for worker in self._workers:  # by index: a pool's workers need not count from 0
+            if worker.index == index and worker.starts == starts and worker.serves(instance_id):
+                return worker
+        raise WorkerLost(f"worker {index} stopped since the sequence started")
+
+    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
+        with contextlib.suppress(WorkerLost):  # stopped: its state went with it
+            self._holding(instance_id, holder).end_sequence(instance_id, sequence_id)
 
     def _serving(self, instance_id: int) -> _Instance:
         instance = self._instances.get(instance_id)

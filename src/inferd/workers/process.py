@@ -111,6 +111,11 @@ class WorkerProcess:
         return max(self._starts - 1, 0)
 
     @property
+    def starts(self) -> int:
+        """Times it has started: with its index, which process it is (sequences)."""
+        return self._starts
+
+    @property
     def quick_deaths(self) -> int:
         """Times in a row it died young (or failed to start)."""
         return self._quick_deaths
@@ -347,6 +352,11 @@ class WorkerProcess:
             stream.finished.add_done_callback(self._stream_closed)
         return stream
 
+    def end_sequence(self, instance_id: int, sequence_id: int | str) -> None:
+        """Have the runtime drop a sequence's state (its ``sequence_end``), after the
+        commands sent before; a process that died meanwhile took the state with it."""
+        self._call(ipc.SEQUENCE_END, instance_id, sequence_id).add_done_callback(_unheard)
+
     def _stream_closed(self, _: asyncio.Future[None]) -> None:
         self._open_streams -= 1
 
@@ -381,6 +391,11 @@ def _unpack_timed(run: BatchRun, worker: int, timed: ipc.TimedResponse) -> Infer
     packed, started_ns, ended_ns = timed
     run.predicted(worker, started_ns, ended_ns)
     return ipc.unpack_response(packed)
+
+
+def _unheard(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        logger.debug("A sequence_end did not reach its worker: %s", done.exception())
 
 
 def describe_exit(returncode: int) -> str:

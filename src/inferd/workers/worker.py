@@ -18,6 +18,9 @@ Threads, and why:
   threads of their model's own (plain generators), never on the main thread,
   which reads on: a stream's credit and cancel arrive while it runs
   (:mod:`inferd.workers.worker_streams`).
+- A runtime's ``sequence_end`` (sequence batching) runs on the main thread, in
+  the order of the commands: after the requests of the sequence, before anything
+  sent after it.
 
 The main process never sends a model more requests than its
 ``threads_per_worker``, so none of these needs a queue of its own. Replies are
@@ -95,6 +98,8 @@ class Worker:
             self._stream(call_id, instance_id, body)
         elif kind == ipc.CANCEL:
             self._streams.cancel(call_id)
+        elif kind == ipc.SEQUENCE_END:
+            self._end_sequence(call_id, instance_id, body)
         elif kind == ipc.LOAD:
             settings, device = cast(ipc.LoadBody, body)
             self._on_loop(call_id, self._load(instance_id, settings, device))
@@ -171,6 +176,14 @@ class Worker:
             self._reply_error(call_id, error)
             return
         self._streams.start(call_id, loaded, request, credit)
+
+    def _end_sequence(self, call_id: int, instance_id: int, sequence_id: int | str) -> None:
+        """On this thread, so that it runs after the requests read before it and before
+        those read after it (no request of the sequence runs meanwhile)."""
+        loaded = self._models.get(instance_id)
+        if loaded is not None:  # unloaded: its state is gone already
+            loaded.end_sequence(sequence_id)
+        self._reply(call_id, None)
 
     def _not_held(self, instance_id: int) -> ModelError:
         return ModelError(f"Worker {self._index} does not hold model instance {instance_id}")

@@ -337,3 +337,78 @@ class AddSub(Model):
                 Tensor("source", np.array([source], dtype=object)),
             ]
         )
+
+
+# Runtime for the sequence batching tests (tests/e2e/test_sequences.py).
+
+
+class Accumulator(Model):
+    """A running sum per sequence, kept in its process (as a stateful model keeps
+    its state): ``total`` is the sum of the INT64 input ``x`` over the sequence so
+    far, ``pid`` the process that answered. It fails loudly where sequence batching
+    would be wrong: a request of a sequence this process never started, or two of one
+    sequence running at once (predict sleeps ``extra["sleep"]`` seconds to make that
+    visible). ``sequence_end`` drops the sum and appends the id to ``ended.txt``."""
+
+    async def load(self) -> bool:
+        import threading
+
+        self.totals: dict[int | str, int] = {}
+        self.running: set[int | str] = set()
+        self.lock = threading.Lock()
+        return True
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        sequence_id = request.parameters["sequence_id"]
+        with self.lock:
+            if sequence_id in self.running:
+                raise RuntimeError(f"two requests of sequence {sequence_id} ran at once")
+            if request.parameters.get("sequence_start"):
+                self.totals[sequence_id] = 0
+            elif sequence_id not in self.totals:
+                raise RuntimeError(f"sequence {sequence_id} has no state in process {os.getpid()}")
+            self.running.add(sequence_id)
+        try:
+            time.sleep(float(self.settings.extra.get("sleep", 0)))
+            with self.lock:
+                self.totals[sequence_id] += int(request.input("x").data.reshape(-1)[0])
+                total = self.totals[sequence_id]
+        finally:
+            with self.lock:
+                self.running.discard(sequence_id)
+        return InferenceResponse(
+            outputs=[
+                Tensor("total", np.array([total], dtype=np.int64)),
+                Tensor("pid", np.array([os.getpid()], dtype=np.int64)),
+            ]
+        )
+
+    def sequence_end(self, sequence_id: int | str) -> None:
+        with self.lock:
+            self.totals.pop(sequence_id, None)
+        with open(self.settings.folder / "ended.txt", "a") as ended:
+            ended.write(f"{sequence_id}\n")
+
+
+class StreamingAccumulator(Accumulator):
+    """The Accumulator as a stream: one response per element of ``x``, each with the
+    running total so far (a plain generator: each stream holds one of its threads)."""
+
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        sequence_id = request.parameters["sequence_id"]
+        with self.lock:
+            if request.parameters.get("sequence_start"):
+                self.totals[sequence_id] = 0
+            elif sequence_id not in self.totals:
+                raise RuntimeError(f"sequence {sequence_id} has no state in process {os.getpid()}")
+        for value in request.input("x").data.reshape(-1):
+            time.sleep(float(self.settings.extra.get("sleep", 0)))
+            with self.lock:
+                self.totals[sequence_id] += int(value)
+                total = self.totals[sequence_id]
+            yield InferenceResponse(
+                outputs=[
+                    Tensor("total", np.array([total], dtype=np.int64)),
+                    Tensor("pid", np.array([os.getpid()], dtype=np.int64)),
+                ]
+            )
