@@ -70,3 +70,153 @@ def _run(server: InferenceServer) -> None:
         asyncio.run(server.run())
     else:
         uvloop.run(server.run())
+
+
+# ---- inferd infer: batch inference from a file (MLServer's `mlserver infer`) ----
+
+
+@main.command()
+@click.option(
+    "--url",
+    "-u",
+    default="localhost:8080",
+    envvar="MLSERVER_INFER_URL",
+    show_default=True,
+    help="The server's host:port (REST port, or gRPC port with --transport grpc).",
+)
+@click.option(
+    "--model-name",
+    "-m",
+    required=True,
+    envvar="MLSERVER_INFER_MODEL_NAME",
+    help="Name of the model to send inference requests to.",
+)
+@click.option(
+    "--input-data-path",
+    "-i",
+    required=True,
+    envvar="MLSERVER_INFER_INPUT_DATA_PATH",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="File of V2 inference requests, one JSON object per line.",
+)
+@click.option(
+    "--output-data-path",
+    "-o",
+    required=True,
+    envvar="MLSERVER_INFER_OUTPUT_DATA_PATH",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="File the responses are written to, one JSON object per line.",
+)
+@click.option(
+    "--workers",
+    "-w",
+    default=10,
+    show_default=True,
+    envvar="MLSERVER_INFER_WORKERS",
+    type=click.IntRange(min=1),
+    help="Requests in flight at once.",
+)
+@click.option(
+    "--retries",
+    "-r",
+    default=3,
+    show_default=True,
+    envvar="MLSERVER_INFER_RETRIES",
+    type=click.IntRange(min=1),
+    help="Attempts per request when the server is overloaded (503/UNAVAILABLE).",
+)
+@click.option(
+    "--batch-size",
+    "-s",
+    default=1,
+    show_default=True,
+    envvar="MLSERVER_INFER_BATCH_SIZE",
+    type=click.IntRange(min=1),
+    help="Send requests grouped as micro-batches (stacked on the first dimension).",
+)
+@click.option(
+    "--binary-data",
+    "-b",
+    is_flag=True,
+    envvar="MLSERVER_INFER_BINARY_DATA",
+    help="Send REST inputs with the binary tensor extension.",
+)
+@click.option(
+    "--transport",
+    "-t",
+    default="rest",
+    show_default=True,
+    envvar="MLSERVER_INFER_TRANSPORT",
+    type=click.Choice(["rest", "grpc"]),
+)
+@click.option(
+    "--request-headers",
+    "-H",
+    multiple=True,
+    envvar="MLSERVER_INFER_REQUEST_HEADERS",
+    help="Extra header (gRPC: metadata) as 'Name: value'; repeat for more.",
+)
+@click.option(
+    "--timeout",
+    default=60.0,
+    show_default=True,
+    envvar="MLSERVER_INFER_CONNECTION_TIMEOUT",
+    type=float,
+    help="Seconds to wait for one answer.",
+)
+@click.option(
+    "--batch-interval",
+    default=0.0,
+    type=float,
+    envvar="MLSERVER_INFER_BATCH_INTERVAL",
+    help="Minimum seconds between the requests of each worker.",
+)
+@click.option(
+    "--batch-jitter",
+    default=0.0,
+    type=float,
+    envvar="MLSERVER_INFER_BATCH_JITTER",
+    help="Maximum random seconds added to --batch-interval.",
+)
+@click.option("--use-ssl", is_flag=True, envvar="MLSERVER_INFER_USE_SSL", help="Use TLS.")
+@click.option(
+    "--insecure",
+    is_flag=True,
+    envvar="MLSERVER_INFER_INSECURE",
+    help="Do not verify the server's certificate (REST). Use with caution.",
+)
+@click.option(
+    "--preserve-order/--no-preserve-order",
+    default=True,
+    show_default=True,
+    help="Write responses in input order, or as they complete (with batch_index).",
+)
+@click.option("--model-version", default="", help="Model version to send to.")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    envvar="MLSERVER_INFER_VERBOSE",
+    help="Log the settings and each retry.",
+)
+@click.option(
+    "--extra-verbose",
+    "-vv",
+    is_flag=True,
+    envvar="MLSERVER_INFER_EXTRA_VERBOSE",
+    help="Also log every request's answer.",
+)
+def infer(**flags: object) -> None:
+    """Send the V2 requests in a file to a V2 server and write the responses.
+
+    Same flags and file formats as `mlserver infer`; works against inferd and
+    any Open Inference Protocol server. Prints a summary: count, errors, throughput.
+    """
+    from .tools.cli_options import infer_options
+    from .tools.infer import run_infer
+
+    options = infer_options(flags)
+    summary = run_infer(options)
+    click.echo(summary.describe(), err=True)
+    if summary.failed:
+        raise SystemExit(1)
