@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -220,3 +221,191 @@ def infer(**flags: object) -> None:
     click.echo(summary.describe(), err=True)
     if summary.failed:
         raise SystemExit(1)
+
+
+# ---- inferd bench: a load generator for V2 servers (perf_analyzer's ideas) ----
+
+
+@main.command()
+@click.option(
+    "--url",
+    "-u",
+    default="localhost:8080",
+    show_default=True,
+    help="The server's host:port (gRPC port with --transport grpc).",
+)
+@click.option("--model-name", "-m", required=True)
+@click.option(
+    "--transport", "-t", default="rest", show_default=True, type=click.Choice(["rest", "grpc"])
+)
+@click.option("--binary-data", "-b", is_flag=True, help="REST: binary tensor extension.")
+@click.option(
+    "--input-data",
+    "-i",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A V2 request (JSON; the first line of the file). Default: made "
+    "from the model's metadata.",
+)
+@click.option(
+    "--batch-size",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows of a generated request (its -1 first dimension).",
+)
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    help="A generated input's shape as NAME:D1,D2 (repeat for more).",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    "concurrency",
+    default="1",
+    show_default=True,
+    help="Closed-loop steps: 8, 1,4,16 or a sweep start:end:x2 / start:end:+4.",
+)
+@click.option(
+    "--request-rate",
+    "-r",
+    "rates",
+    default="",
+    help="Open-loop steps in requests/s (same forms as --concurrency): "
+    "requests go out on schedule, whatever the answers.",
+)
+@click.option(
+    "--measurement-interval",
+    default=2.0,
+    show_default=True,
+    type=float,
+    help="Seconds per measurement window.",
+)
+@click.option(
+    "--stability-percentage",
+    default=10.0,
+    show_default=True,
+    type=float,
+    help="The last 3 windows' throughput and p99 must agree within this.",
+)
+@click.option(
+    "--max-trials",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=3),
+    help="Most windows per step.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Load processes (default: half the cores).",
+)
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PNG of throughput against p99 latency (needs inferd[bench]).",
+)
+def bench(**flags: Any) -> None:
+    """Measure a V2 server's throughput and latency under load, step by step."""
+    from .tools.bench import run_bench
+    from .tools.benchreport import plot, table, write_csv, write_json
+    from .tools.cli_options import bench_options
+
+    options = bench_options(flags)
+    try:
+        results = run_bench(options, progress=lambda line: click.echo(line, err=True))
+    except (OSError, ValueError) as error:  # no server, an unknown model, a bad request file
+        raise click.ClickException(f"inferd bench: {error}") from None
+    click.echo(table(results))
+    if flags["csv_path"]:
+        write_csv(results, flags["csv_path"])
+    if flags["json_path"]:
+        write_json(results, flags["json_path"])
+    if flags["plot_path"]:
+        plot(
+            results, flags["plot_path"], f"inferd bench: {options.model_name} ({options.transport})"
+        )
+
+
+# ---- inferd tune: find the fastest settings for a model under a p99 bound ----
+
+
+@main.command()
+@click.argument("model_repository", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--model-name", "-m", required=True, help="The model to tune.")
+@click.option("--p99-ms", required=True, type=float, help="Latency bound: p99 in milliseconds.")
+@click.option(
+    "--budget-s",
+    default=300.0,
+    show_default=True,
+    type=float,
+    help="Stop starting candidates once this many seconds would be passed.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    default="1:64:x2",
+    show_default=True,
+    help="Load steps per candidate (stops at the first step past the bound).",
+)
+@click.option("--workers", default="", help="parallel_workers to try (default: 1..cores).")
+@click.option(
+    "--threads", default="2", show_default=True, help="threads_per_worker to try ('' for none)."
+)
+@click.option(
+    "--batch-sizes",
+    default="8,32",
+    show_default=True,
+    help="max_batch_size values to try ('' for none).",
+)
+@click.option(
+    "--batch-times",
+    default="0.001,0.005",
+    show_default=True,
+    help="max_batch_time values (seconds) to try with each batch size.",
+)
+@click.option(
+    "--batch-size",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows in each request of the load.",
+)
+@click.option("--measurement-interval", default=1.0, show_default=True, type=float)
+@click.option(
+    "--processes",
+    "-p",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Load processes.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PNG of every candidate's throughput and p99 (needs inferd[bench]).",
+)
+def tune(model_repository: Path, **flags: Any) -> None:
+    """Try settings for one model of MODEL_REPOSITORY and report the fastest under --p99-ms.
+
+    Measures the defaults, then parallel_workers, threads_per_worker and adaptive
+    batching (max_batch_size, max_batch_time), each phase from the best so far,
+    and prints a table and the settings.json / model-settings.json to use.
+    """
+    from .tools.cli_options import tune_options
+    from .tools.tune import report_text, run_tune
+
+    options = tune_options(model_repository, flags)
+    report = run_tune(options, progress=lambda line: click.echo(line, err=True))
+    click.echo(report_text(report, options.p99_ms))
+    if flags["plot_path"]:
+        from .tools.tuneplot import plot_candidates
+
+        plot_candidates(report, flags["plot_path"])
