@@ -36,5 +36,19 @@ echo "== lowest protobuf/grpcio: generated protobuf code, gRPC tests"
 .venv-lowest/bin/python scripts/gen_proto.py --check
 .venv-lowest/bin/python -m pytest -q -p no:cacheprovider tests/unit/test_protocol.py \
     tests/integration/test_grpc_servicer.py tests/e2e/test_grpc*.py tests/e2e/test_tool_infer.py
+# pip's resolver (dry run, nothing installed): inferd's wheel beside kserve (protobuf 6)
+# and beside a TensorFlow that pins protobuf<5. Both run at once (~1-3 min, network).
+echo "== co-installable: inferd + kserve, inferd + tensorflow-cpu<2.18 (pip --dry-run)"
+wheel_dir=$(mktemp -d)
+.venv/bin/python -m pip wheel --quiet --no-deps . -w "$wheel_dir"
+pids=()
+for stack in kserve 'tensorflow-cpu<2.18'; do
+    .venv/bin/python -m pip install --quiet --dry-run --ignore-installed \
+        "$wheel_dir"/inferd-*.whl "$stack" &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+rm -rf "$wheel_dir"
+
 echo "== pytest"
 .venv/bin/python -m pytest "$@"
