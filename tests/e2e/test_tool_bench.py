@@ -59,7 +59,7 @@ def test_grpc_transport_measures_too(server: ServerProcess) -> None:
     assert result.returncode == 0, result.stderr
     [row] = result.stdout.strip().splitlines()[1:]
     assert row.split()[0] == "c=2" and float(row.split()[1]) > 0
-    assert row.split()[8] == "0"  # errors
+    assert row.split()[9] == "0"  # errors
 
 
 def test_open_loop_keeps_its_rate(server: ServerProcess, tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ class StepResult:
     windows: int
     stable: bool
     first_error: str = ""
+    client_cpu_us: float = 0.0  # the load processes' CPU per request sent
 
     @property
     def label(self) -> str:
@@ -214,7 +215,13 @@ def _summarize(
         windows=count,
         stable=stable,
         first_error=next((part.first_error for part in parts if part.first_error), ""),
+        client_cpu_us=_cpu_per_request(parts),
     )
+
+
+def _cpu_per_request(parts: list[Window]) -> float:
+    sent = sum(part.latencies.size + part.errors for part in parts)
+    return sum(part.cpu_s for part in parts) / sent * 1e6 if sent else 0.0
 
 
 def _progress_line(result: StepResult) -> str:

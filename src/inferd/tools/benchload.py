@@ -44,6 +44,7 @@ class Window:
     unsent: int
     seconds: float
     first_error: str = ""
+    cpu_s: float = 0.0  # this process's CPU time over the window: the generator's own cost
 
 
 def run_window(spec: LoadSpec) -> Window:
@@ -103,7 +104,7 @@ class _Tally:
 async def _window(spec: LoadSpec) -> Window:
     sender, tally = _Sender(spec), _Tally()
     await _warm(sender, spec)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if spec.rate > 0:
         unsent = await _open_loop(sender, tally, spec, started)
     else:
@@ -111,9 +112,10 @@ async def _window(spec: LoadSpec) -> Window:
         await asyncio.gather(
             *(_closed_loop(sender, tally, started + spec.seconds) for _ in range(spec.connections))
         )
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await sender.close()
-    return Window(np.asarray(tally.latencies), tally.errors, unsent, elapsed, tally.first_error)
+    latencies = np.asarray(tally.latencies)
+    return Window(latencies, tally.errors, unsent, elapsed, tally.first_error, cpu)
 
 
 async def _warm(sender: _Sender, spec: LoadSpec) -> None:

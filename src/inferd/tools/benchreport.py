@@ -19,6 +19,7 @@ COLUMNS = (
     ("p99 ms", 8, lambda r: f"{r.p99_ms:.2f}"),
     ("queue us", 9, lambda r: f"{r.server_queue_us:.0f}"),
     ("compute us", 11, lambda r: f"{r.server_compute_us:.0f}"),
+    ("client us", 10, lambda r: f"{r.client_cpu_us:.0f}"),
     ("errors", 7, lambda r: str(r.errors + r.unsent)),
     ("stable", 6, lambda r: "yes" if r.stable else "no"),
 )
