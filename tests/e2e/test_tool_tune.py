@@ -25,7 +25,7 @@ def test_tune_reports_settings_that_beat_the_defaults_or_says_none_did(tmp_path:
     result = subprocess.run(
         [
             *(sys.executable, "-m", "inferd", "tune", str(repository), "-m", "sklearn-iris"),
-            *("--p99-ms", "200", "--budget-s", "40", "-c", "1:4:x2"),
+            *("--p99-ms", "200", "--budget-s", "25", "-c", "1,4"),
             *("--workers", "2", "--threads", "", "--batch-sizes", "8", "--batch-times", "0.002"),
             *("--measurement-interval", "0.3", "--plot", str(tmp_path / "tune.png")),
         ],
