@@ -103,3 +103,18 @@ def test_tune_phases_follow_the_guides_order() -> None:
     assert names == ["parallel_workers", "threads_per_worker", "batching"]
     batching = dict(phases(options))["batching"]
     assert {"max_batch_size": 8, "max_batch_time": 0.001} in batching and len(batching) == 4
+
+
+def test_plot_draws_one_point_per_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from inferd.tools.benchreport import plot
+
+    steps = [
+        StepResult(c, 0.0, 100, 0, 0, 50.0 * c, 1, 2, 3, 4.0 * c, 1.5, 10, 20, 3, True)
+        for c in (1, 2, 4)
+    ]
+    assert plot(steps, tmp_path / "b.png", "t") == 3
+    with Image.open(tmp_path / "b.png") as image:
+        assert image.format == "PNG"

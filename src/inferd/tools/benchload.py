@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .v2client import Endpoint, GrpcConnection, HttpConnection, Reply
+from .leanhttp import LeanHttpConnection
+from .v2client import Endpoint, GrpcConnection, Reply
 
 MAX_OUTSTANDING = 2000  # open loop: requests in flight before new ones count as not sent
 
@@ -62,8 +63,8 @@ class _Sender:
         self.grpc = (
             GrpcConnection(spec.endpoint, spec.timeout_s) if spec.transport == "grpc" else None
         )
-        self.idle: list[HttpConnection] = []
-        self.opened: list[HttpConnection] = []
+        self.idle: list[LeanHttpConnection] = []
+        self.opened: list[LeanHttpConnection] = []
 
     async def send(self) -> Reply:
         if self.grpc is not None:
@@ -74,8 +75,8 @@ class _Sender:
         finally:
             self.idle.append(connection)
 
-    def _open(self) -> HttpConnection:
-        connection = HttpConnection(self.spec.endpoint, self.spec.timeout_s)
+    def _open(self) -> LeanHttpConnection:
+        connection = LeanHttpConnection(self.spec.endpoint, self.spec.timeout_s)
         self.opened.append(connection)
         return connection
 
