@@ -3,8 +3,13 @@
     python scripts/gen_proto.py          # write src/inferd/protocol/inferd_pb2*.py(i)
     python scripts/gen_proto.py --check  # fail if the committed files are stale (CI)
 
-Needs grpcio-tools (the `test` extra). The output depends on the grpcio-tools
-version, so regenerate with the version pinned for CI when --check complains.
+Needs grpcio-tools==1.62.3 exactly (GRPCIO_TOOLS_VERSION), in a virtualenv of its own:
+its protoc writes code that runs on every protobuf runtime from 4.25 on, where newer
+grpcio-tools write code that refuses runtimes older than themselves. It needs
+protobuf<5, so it cannot share the test venv; CI runs --check in its lowest-versions venv:
+
+    python -m venv /tmp/protoc && /tmp/protoc/bin/pip install grpcio-tools==1.62.3
+    /tmp/protoc/bin/python scripts/gen_proto.py
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ PROTO_DIR = ROOT / "proto"
 PROTO_FILE = PROTO_DIR / "inferd.proto"
 OUT_DIR = ROOT / "src" / "inferd" / "protocol"
 GENERATED = ("inferd_pb2.py", "inferd_pb2.pyi", "inferd_pb2_grpc.py")
+# Raise it only together with the lowest protobuf in pyproject.toml (its generated code
+# needs a runtime at least as new as the protoc inside grpcio-tools).
+GRPCIO_TOOLS_VERSION = "1.62.3"
 MAX_DIFF_LINES = 40
 MAX_DIFF_WIDTH = 160
 
@@ -44,7 +52,12 @@ def generate(out_dir: Path) -> None:
     try:
         from grpc_tools import protoc
     except ImportError:
-        sys.exit("gen_proto: grpcio-tools is not installed; run `pip install -e '.[test]'`.")
+        sys.exit(f"gen_proto: grpcio-tools is not installed; {_INSTALL_HINT}")
+    if _grpc_tools_version() != GRPCIO_TOOLS_VERSION:
+        sys.exit(
+            f"gen_proto: grpcio-tools {_grpc_tools_version()} is installed, but the committed "
+            f"code is generated with grpcio-tools {GRPCIO_TOOLS_VERSION}; {_INSTALL_HINT}"
+        )
 
     args = [
         "grpc_tools.protoc",
@@ -58,6 +71,13 @@ def generate(out_dir: Path) -> None:
         sys.exit(f"gen_proto: protoc failed on {PROTO_FILE.relative_to(ROOT)}")
     _patch(out_dir / "inferd_pb2_grpc.py", ABSOLUTE_IMPORT, RELATIVE_IMPORT)
     _patch(out_dir / "inferd_pb2.py", DEFAULT_POOL, PRIVATE_POOL)
+
+
+_INSTALL_HINT = (
+    f"run it from a venv of its own: `python -m venv /tmp/protoc && "
+    f"/tmp/protoc/bin/pip install grpcio-tools=={GRPCIO_TOOLS_VERSION} && "
+    f"/tmp/protoc/bin/python scripts/gen_proto.py`"
+)
 
 
 def _patch(path: Path, old: str, new: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import descriptor_pool, json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from inferd.protocol import pb, pb_grpc
+from inferd.protocol import check_protobuf_runtime, pb, pb_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,6 +22,15 @@ def field_numbers(descriptor: Descriptor) -> dict[str, int]:
 
 def test_generated_code_is_up_to_date() -> None:
     pytest.importorskip("grpc_tools", reason="grpcio-tools is needed to regenerate")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gen_proto import GRPCIO_TOOLS_VERSION, _grpc_tools_version
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    if _grpc_tools_version() != GRPCIO_TOOLS_VERSION:
+        pytest.skip(
+            f"needs grpcio-tools {GRPCIO_TOOLS_VERSION} (CI runs it in its lowest-versions venv)"
+        )
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"],
         capture_output=True,
@@ -208,3 +217,13 @@ def test_triton_repository_messages_round_trip(triton_pb) -> None:
     load.parameters["poll"].bool_param = False
     load.parameters["n"].int64_param = -1
     assert_same_message_both_ways(load, pb.RepositoryModelLoadRequest)
+
+
+def test_protobuf_runtime_check_refuses_older_runtimes() -> None:
+    check_protobuf_runtime("4.25.1")
+    check_protobuf_runtime("7.36.2")
+    check_protobuf_runtime("5.26.0rc2")
+    with pytest.raises(ImportError, match=r"protobuf>=4\.25\.1.*4\.24\.4 is installed"):
+        check_protobuf_runtime("4.24.4")
+    with pytest.raises(ImportError, match="pip install"):
+        check_protobuf_runtime("3.20.3")

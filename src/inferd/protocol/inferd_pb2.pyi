@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -48,7 +47,7 @@ class ServerLiveResponse(_message.Message):
     __slots__ = ("live",)
     LIVE_FIELD_NUMBER: _ClassVar[int]
     live: bool
-    def __init__(self, live: _Optional[bool] = ...) -> None: ...
+    def __init__(self, live: bool = ...) -> None: ...
 
 class ServerReadyRequest(_message.Message):
     __slots__ = ()
@@ -58,7 +57,7 @@ class ServerReadyResponse(_message.Message):
     __slots__ = ("ready",)
     READY_FIELD_NUMBER: _ClassVar[int]
     ready: bool
-    def __init__(self, ready: _Optional[bool] = ...) -> None: ...
+    def __init__(self, ready: bool = ...) -> None: ...
 
 class ModelReadyRequest(_message.Message):
     __slots__ = ("name", "version")
@@ -72,7 +71,7 @@ class ModelReadyResponse(_message.Message):
     __slots__ = ("ready",)
     READY_FIELD_NUMBER: _ClassVar[int]
     ready: bool
-    def __init__(self, ready: _Optional[bool] = ...) -> None: ...
+    def __init__(self, ready: bool = ...) -> None: ...
 
 class ServerMetadataRequest(_message.Message):
     __slots__ = ()
@@ -149,7 +148,7 @@ class InferParameter(_message.Message):
     string_param: str
     double_param: float
     uint64_param: int
-    def __init__(self, bool_param: _Optional[bool] = ..., int64_param: _Optional[int] = ..., string_param: _Optional[str] = ..., double_param: _Optional[float] = ..., uint64_param: _Optional[int] = ...) -> None: ...
+    def __init__(self, bool_param: bool = ..., int64_param: _Optional[int] = ..., string_param: _Optional[str] = ..., double_param: _Optional[float] = ..., uint64_param: _Optional[int] = ...) -> None: ...
 
 class InferTensorContents(_message.Message):
     __slots__ = ("bool_contents", "int_contents", "int64_contents", "uint_contents", "uint64_contents", "fp32_contents", "fp64_contents", "bytes_contents")
@@ -400,7 +399,7 @@ class ModelRepositoryParameter(_message.Message):
     int64_param: int
     string_param: str
     bytes_param: bytes
-    def __init__(self, bool_param: _Optional[bool] = ..., int64_param: _Optional[int] = ..., string_param: _Optional[str] = ..., bytes_param: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, bool_param: bool = ..., int64_param: _Optional[int] = ..., string_param: _Optional[str] = ..., bytes_param: _Optional[bytes] = ...) -> None: ...
 
 class RepositoryIndexRequest(_message.Message):
     __slots__ = ("repository_name", "ready")
@@ -408,7 +407,7 @@ class RepositoryIndexRequest(_message.Message):
     READY_FIELD_NUMBER: _ClassVar[int]
     repository_name: str
     ready: bool
-    def __init__(self, repository_name: _Optional[str] = ..., ready: _Optional[bool] = ...) -> None: ...
+    def __init__(self, repository_name: _Optional[str] = ..., ready: bool = ...) -> None: ...
 
 class RepositoryIndexResponse(_message.Message):
     __slots__ = ("models",)
@@ -611,7 +610,7 @@ class ModelInput(_message.Message):
     data_type: DataType
     dims: _containers.RepeatedScalarFieldContainer[int]
     optional: bool
-    def __init__(self, name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., optional: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., optional: bool = ...) -> None: ...
 
 class ModelOutput(_message.Message):
     __slots__ = ("name", "data_type", "dims")
@@ -639,7 +638,7 @@ class ModelQueuePolicy(_message.Message):
     default_timeout_microseconds: int
     allow_timeout_override: bool
     max_queue_size: int
-    def __init__(self, timeout_action: _Optional[_Union[ModelQueuePolicy.TimeoutAction, str]] = ..., default_timeout_microseconds: _Optional[int] = ..., allow_timeout_override: _Optional[bool] = ..., max_queue_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, timeout_action: _Optional[_Union[ModelQueuePolicy.TimeoutAction, str]] = ..., default_timeout_microseconds: _Optional[int] = ..., allow_timeout_override: bool = ..., max_queue_size: _Optional[int] = ...) -> None: ...
 
 class ModelDynamicBatching(_message.Message):
     __slots__ = ("preferred_batch_size", "max_queue_delay_microseconds", "preserve_ordering", "priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy")
@@ -664,7 +663,7 @@ class ModelDynamicBatching(_message.Message):
     default_priority_level: int
     default_queue_policy: ModelQueuePolicy
     priority_queue_policy: _containers.MessageMap[int, ModelQueuePolicy]
-    def __init__(self, preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: _Optional[bool] = ..., priority_levels: _Optional[int] = ..., default_priority_level: _Optional[int] = ..., default_queue_policy: _Optional[_Union[ModelQueuePolicy, _Mapping]] = ..., priority_queue_policy: _Optional[_Mapping[int, ModelQueuePolicy]] = ...) -> None: ...
+    def __init__(self, preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: bool = ..., priority_levels: _Optional[int] = ..., default_priority_level: _Optional[int] = ..., default_queue_policy: _Optional[_Union[ModelQueuePolicy, _Mapping]] = ..., priority_queue_policy: _Optional[_Mapping[int, ModelQueuePolicy]] = ...) -> None: ...
 
 class ModelSequenceBatching(_message.Message):
     __slots__ = ("direct", "oldest", "max_sequence_idle_microseconds", "control_input", "iterative_sequence")
@@ -715,7 +714,7 @@ class ModelSequenceBatching(_message.Message):
         preferred_batch_size: _containers.RepeatedScalarFieldContainer[int]
         max_queue_delay_microseconds: int
         preserve_ordering: bool
-        def __init__(self, max_candidate_sequences: _Optional[int] = ..., preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: _Optional[bool] = ...) -> None: ...
+        def __init__(self, max_candidate_sequences: _Optional[int] = ..., preferred_batch_size: _Optional[_Iterable[int]] = ..., max_queue_delay_microseconds: _Optional[int] = ..., preserve_ordering: bool = ...) -> None: ...
     DIRECT_FIELD_NUMBER: _ClassVar[int]
     OLDEST_FIELD_NUMBER: _ClassVar[int]
     MAX_SEQUENCE_IDLE_MICROSECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -726,7 +725,7 @@ class ModelSequenceBatching(_message.Message):
     max_sequence_idle_microseconds: int
     control_input: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.ControlInput]
     iterative_sequence: bool
-    def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ..., iterative_sequence: _Optional[bool] = ...) -> None: ...
+    def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ..., iterative_sequence: bool = ...) -> None: ...
 
 class ModelParameter(_message.Message):
     __slots__ = ("string_value",)
@@ -748,7 +747,7 @@ class ModelWarmup(_message.Message):
         zero_data: bool
         random_data: bool
         input_data_file: str
-        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: _Optional[bool] = ..., random_data: _Optional[bool] = ..., input_data_file: _Optional[str] = ...) -> None: ...
+        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: bool = ..., random_data: bool = ..., input_data_file: _Optional[str] = ...) -> None: ...
     class InputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -823,7 +822,7 @@ class LogSettingsRequest(_message.Message):
         bool_param: bool
         uint32_param: int
         string_param: str
-        def __init__(self, bool_param: _Optional[bool] = ..., uint32_param: _Optional[int] = ..., string_param: _Optional[str] = ...) -> None: ...
+        def __init__(self, bool_param: bool = ..., uint32_param: _Optional[int] = ..., string_param: _Optional[str] = ...) -> None: ...
     class SettingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -845,7 +844,7 @@ class LogSettingsResponse(_message.Message):
         bool_param: bool
         uint32_param: int
         string_param: str
-        def __init__(self, bool_param: _Optional[bool] = ..., uint32_param: _Optional[int] = ..., string_param: _Optional[str] = ...) -> None: ...
+        def __init__(self, bool_param: bool = ..., uint32_param: _Optional[int] = ..., string_param: _Optional[str] = ...) -> None: ...
     class SettingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]

@@ -68,7 +68,10 @@ def add_inference_service(servicer: Any, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
     )
-    server.add_registered_method_handlers(SERVICE.full_name, handlers)
+    # Registered methods skip the generic lookup per call; grpcio before 1.63 has only
+    # the generic handlers above, which serve the same methods.
+    if hasattr(server, "add_registered_method_handlers"):
+        server.add_registered_method_handlers(SERVICE.full_name, handlers)
 
 
 def request_parsers() -> dict[str, Callable[[bytes], Any]]:
