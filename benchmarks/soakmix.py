@@ -110,7 +110,7 @@ def build_kinds() -> list[Kind]:
         _echo_kind("echo-16k-floats", 2, _floats(16384), echo_params),
         _echo_kind("echo-strings", 5, np.array([b"hello", b"soak"], dtype=object), echo_params),
         _error_kind("echo-fails", 5, ECHO, {"fail": True}, 500, "INTERNAL", ECHO_FAILURE),
-        _error_kind("unknown-model", 3, "nope", {}, 404, "NOT_FOUND", "'nope' not found"),
+        _error_kind("unknown-model", 3, "nope", {}, 404, "NOT_FOUND", "'nope' is not found"),
         _leave_kind("client-leaves", 5),
         _stream_kind("stream", 10),
     ]

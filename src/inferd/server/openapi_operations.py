@@ -301,7 +301,8 @@ def _repository_load(operation_id: str, example: Schema) -> Schema:
         description="New versions load before old ones unload; a failed reload keeps "
         "the old instance serving. 400: its model-settings.json is invalid, or the "
         "config override is (it may set only serving settings).",
-        requestBody={"content": {JSON_CONTENT_TYPE: {"schema": body}}},
+        # The example (what Swagger UI sends): a plain reload, no override.
+        requestBody={"content": {JSON_CONTENT_TYPE: {"schema": body, "example": {}}}},
     )
 
 
@@ -331,7 +332,9 @@ def _log_settings(operation_id: str, example: Schema) -> Schema:
 
 
 def _update_log_settings(operation_id: str, example: Schema) -> Schema:
-    body = {"required": True, "content": {JSON_CONTENT_TYPE: {"schema": _LOG_SETTINGS}}}
+    # What Swagger UI sends: a change that leaves the server as it runs by default.
+    media = {"schema": _LOG_SETTINGS, "example": {"log_info": True, "log_verbose_level": 0}}
+    body = {"required": True, "content": {JSON_CONTENT_TYPE: media}}
     answers = {"200": _answer("The log settings now", _LOG_SETTINGS)} | _errors(400)
     why = "log_verbose_level > 0: DEBUG, else the lowest of log_info, log_warning, log_error"
     return _op(

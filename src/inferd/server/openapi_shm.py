@@ -21,7 +21,7 @@ _REGIONS = {"type": "array", "items": _ref("SystemSharedMemoryRegion")}
 
 def _status(operation_id: str, example: Schema) -> Schema:
     ok = {"200": _answer("The registered regions (the one named)", _REGIONS)}
-    return _op(operation_id, "shared memory", "System shared memory status", ok | _ERRORS)
+    return _op(operation_id, "shared-memory", "System shared memory status", ok | _ERRORS)
 
 
 def _register(operation_id: str, example: Schema) -> Schema:
@@ -32,7 +32,7 @@ def _register(operation_id: str, example: Schema) -> Schema:
     ok = {"200": _answer("Registered", _ref("Empty"))}
     return _op(
         operation_id,
-        "shared memory",
+        "shared-memory",
         "Register a system shared memory region",
         ok | _ERRORS,
         requestBody=body,
@@ -41,11 +41,11 @@ def _register(operation_id: str, example: Schema) -> Schema:
 
 def _unregister(operation_id: str, example: Schema) -> Schema:
     ok = {"200": _answer("Unregistered (every region, when none is named)", _ref("Empty"))}
-    return _op(operation_id, "shared memory", "Unregister system shared memory", ok | _ERRORS)
+    return _op(operation_id, "shared-memory", "Unregister system shared memory", ok | _ERRORS)
 
 
 def _cuda(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "shared memory", "CUDA shared memory (not supported)", _CUDA_ERROR)
+    return _op(operation_id, "shared-memory", "CUDA shared memory (not supported)", _CUDA_ERROR)
 
 
 SHARED_MEMORY_OPERATIONS = {

@@ -16,7 +16,7 @@ import functools
 
 from ..context import RequestContext
 from ..dataplane import DataPlane
-from ..shm import SharedMemoryRegistry, write_outputs
+from ..shm import write_outputs
 from ..types import InferenceRequest, InferenceResponse
 from .bodies import BodyReader
 from .codec_generate import decode_generate_request, encode_generate_response
@@ -43,10 +43,12 @@ _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
 
 class StreamedV2Bodies:
     """V2 requests (binary tensor data accepted), each response as V2 JSON; tensors
-    in shared memory (``regions``, None: off) as /infer takes and answers them."""
+    in the dataplane's shared memory regions (None: off) as /infer takes and answers them."""
 
-    def __init__(self, regions: SharedMemoryRegistry | None = None) -> None:
-        self.regions = regions
+    def __init__(self, dataplane: DataPlane) -> None:
+        # Read per request, as /infer does: the app's routes are built before (and
+        # without) a running dataplane, e.g. to list them for the docs.
+        self.dataplane = dataplane
 
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
@@ -55,15 +57,16 @@ class StreamedV2Bodies:
         request = decode_infer_request(
             body,
             header_length.decode("latin-1") if header_length is not None else None,
-            self.regions,
+            self.dataplane.shared_memory,
         )
         _answer_in_json(request)
         return request
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
         shared = None
-        if self.regions is not None and request.outputs:
-            shared = write_outputs(self.regions, request.outputs, response.outputs)
+        regions = self.dataplane.shared_memory
+        if regions is not None and request.outputs:
+            shared = write_outputs(regions, request.outputs, response.outputs)
         content, _ = encode_infer_response(response, request, shared)  # JSON: _answer_in_json
         return content
 
@@ -105,9 +108,7 @@ def stream_endpoints(dataplane: DataPlane, body_reader: BodyReader) -> dict[str,
     """The endpoints of the streaming and generate routes, by handler name (routes.py)."""
     flat = FlatBodies(dataplane)
     return {
-        "infer_stream": EventStreamEndpoint(
-            dataplane, body_reader, StreamedV2Bodies(dataplane.shared_memory)
-        ),
+        "infer_stream": EventStreamEndpoint(dataplane, body_reader, StreamedV2Bodies(dataplane)),
         "generate": GenerateEndpoint(dataplane, body_reader, flat),
         "generate_stream": EventStreamEndpoint(dataplane, body_reader, flat),
     }
