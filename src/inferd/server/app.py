@@ -25,7 +25,7 @@ from ..types import ModelState
 from ..workers.base import Pool
 from ..workers.inprocess import InProcessPool
 from .fastpath import RestApp
-from .grpc import GrpcServer
+from .grpc_server import GrpcServer
 from .listener import EagerAcceptServer
 from .rest import build_rest_app
 from .shutdown import Shutdown, servers_stop_after
