@@ -201,6 +201,11 @@ class Pool(Protocol):
         instance on its own (e.g. its load keeps crashing the worker process)."""
         ...
 
+    def set_log_level(self, level: int) -> None:
+        """Give the processes running runtimes this root logger level, now and when
+        they (re)start (Triton's logging extension changed the server's)."""
+        ...
+
     # Sequences (sequence_batching): requests that must run where their state is.
 
     def holders(self, instance_id: int) -> list[Holder]:

@@ -109,6 +109,9 @@ class InProcessPool:
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Runtimes in the main process never fail on their own: nothing to report."""
 
+    def set_log_level(self, level: int) -> None:
+        """Runtimes log through the main process's loggers, already at that level."""
+
 
 def refuse_unstoppable(settings: ModelSettings) -> None:
     """ConfigurationError if the model asks for what needs a worker process."""

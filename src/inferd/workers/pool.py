@@ -335,6 +335,10 @@ class ProcessPool:
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         self._failure_handler = handler
 
+    def set_log_level(self, level: int) -> None:
+        for worker in self._workers:  # each keeps it for its restarts
+            worker.set_log_level(level)
+
     def _update_capacity(self, instance_id: int) -> None:
         instance = self._instances.get(instance_id)
         if instance is None:
