@@ -212,9 +212,15 @@ class Pool(Protocol):
         """The live holders serving the instance now (empty: none)."""
         ...
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
-        """As :meth:`predict`, on that holder (the caller keeps within its
-        ``threads_per_worker`` slots); never retried elsewhere. WorkerLost if the
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
+        """As :meth:`predict` (``run`` too), on that holder (the caller keeps within
+        its ``threads_per_worker`` slots); never retried elsewhere. WorkerLost if the
         holder is not serving the instance any more."""
         ...
 

@@ -148,8 +148,14 @@ class EnvironmentPools:
     def holders(self, instance_id: int) -> list[Holder]:
         return self._pool(instance_id).holders(instance_id)
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
-        return self._pool(instance_id).predict_on(instance_id, holder, request)
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
+        return self._pool(instance_id).predict_on(instance_id, holder, request, run)
 
     def stream_on(
         self, instance_id: int, holder: Holder, request: InferenceRequest

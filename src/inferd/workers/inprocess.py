@@ -82,8 +82,14 @@ class InProcessPool:
     def holders(self, instance_id: int) -> list[Holder]:
         return [IN_PROCESS] if instance_id in self._models else []
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
-        return self.predict(instance_id, request)
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
+        return self.predict(instance_id, request, run)
 
     def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> LocalStream:
         return self.stream(instance_id, request)
