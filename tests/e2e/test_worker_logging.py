@@ -3,7 +3,8 @@
 A runtime logs a DEBUG line in every predict. At the server's default level
 (INFO) the line is not written; once a client turns verbose logging on, the
 worker that runs the request writes it, and a worker killed and restarted
-starts at the new level; turned off again, the lines stop.
+starts at the new level; turned off again, the lines stop. The workers of
+per-model environments follow too, those of an environment started later included.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
@@ -22,6 +24,7 @@ from tests.support.procstat import children
 from tests.support.serverproc import ServerProcess, start_server
 
 from .conftest import add_custom_model, wait_for
+from .test_environments import make_environment
 
 _request_ids = itertools.count()
 
@@ -41,12 +44,12 @@ def client(server: ServerProcess) -> Iterator[triton_http.InferenceServerClient]
         yield opened
 
 
-def infer(client: triton_http.InferenceServerClient) -> tuple[str, int]:
+def infer(client: triton_http.InferenceServerClient, model: str = "chatty") -> tuple[str, int]:
     """Run one request; its id and the pid of the worker that ran it."""
     request_id = f"logged-{next(_request_ids)}"
     tensor = triton_http.InferInput("x", [1], "INT64")
     tensor.set_data_from_numpy(np.zeros(1, np.int64))
-    result = client.infer("chatty", [tensor], request_id=request_id)
+    result = client.infer(model, [tensor], request_id=request_id)
     return request_id, int(result.as_numpy("pid")[0])
 
 
@@ -80,3 +83,29 @@ def test_the_log_level_reaches_every_worker_and_their_restarts(
     assert client.update_log_settings({"log_verbose_level": 0})["log_verbose_level"] == 0
     request_id, pid = infer(client)
     assert not debug_line(server, request_id, pid)
+
+
+def test_workers_of_model_environments_follow_the_level(
+    tmp_path: Path, start: Callable[..., ServerProcess]
+) -> None:
+    repository = tmp_path / "models"
+    for name in ("early", "late"):
+        environment = make_environment(tmp_path / f"env-{name}", "1.0")
+        add_custom_model(
+            repository, name, "LogsAtDebug", parameters={"environment_path": str(environment)}
+        )
+    settings = {"parallel_workers": 1, "load_models_at_startup": False}
+    server = start(repository, settings=settings)
+
+    def load(name: str) -> None:
+        loaded = httpx.post(f"{server.url}/v2/repository/models/{name}/load", timeout=60)
+        assert loaded.status_code == 200, loaded.text
+
+    load("early")  # its environment's workers start at the default level
+    with triton_http.InferenceServerClient(server.url.removeprefix("http://")) as client:
+        client.update_log_settings({"log_verbose_level": 1})
+        load("late")  # its environment's workers start after the change
+        for name in ("early", "late"):
+            request_id, pid = infer(client, name)
+            assert debug_line(server, request_id, pid), name
+    assert server.log().count("Starting worker processes in environment") == 2
