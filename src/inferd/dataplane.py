@@ -112,9 +112,12 @@ class DataPlane:
     # Logging (Triton's logging extension)
 
     def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The server's log settings in Triton's fields, after applying ``changes``."""
+        """The server's log settings in Triton's fields, after applying ``changes``
+        (in the server process and, through the pool, in every worker process)."""
         if changes:
-            return logsettings.update_log_settings(changes)
+            updated = logsettings.update_log_settings(changes)
+            self.registry.pool.set_log_level(logging.getLogger().level)
+            return updated
         return logsettings.log_settings()
 
     # Inference

@@ -82,6 +82,11 @@ class Registry:
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
 
+    @property
+    def pool(self) -> Pool:
+        """Where the instances run (the logging extension reaches its processes)."""
+        return self._pool
+
     def names(self) -> list[str]:
         return list(self._models)
 

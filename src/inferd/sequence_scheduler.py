@@ -37,6 +37,7 @@ from .scheduler import Scheduler
 from .sequences import Clock, Sequence, SequenceTable, sequence_control
 from .settings import ModelSettings
 from .stats import ModelStats, rows_of
+from .trace_record import RequestTrace, shared_run
 from .types import InferenceRequest, InferenceResponse
 from .workers.base import Execution, Holder, Pool, ResponseStream
 
@@ -58,6 +59,7 @@ class _Turn:
     ends: bool
     streams: bool  # a predict_stream call
     waiter: asyncio.Future[Started]
+    trace: RequestTrace | None = None  # a traced predict's: its times are noted
 
 
 @dataclass(slots=True)
@@ -108,16 +110,21 @@ class SequenceScheduler(Scheduler):
         """Run ``request`` on its sequence's holder, after the sequence's earlier ones."""
         sequence, load, ends = self._admit(request)
         queued = time.perf_counter_ns()
+        trace = context.trace
         if self._may_start(sequence, load):
-            execution = self._start_turn(sequence, load, request, streams=False)
+            execution = self._start_turn(sequence, load, request, streams=False, trace=trace)
         else:
-            execution = await self._wait_turn(sequence, load, request, ends, streams=False)
+            execution = await self._wait_turn(
+                sequence, load, request, ends, streams=False, trace=trace
+            )
         assert isinstance(execution, Execution)
         dispatched = time.perf_counter_ns()
         response = await self._run(sequence, execution)
         if self._stats is not None:
             self._stats.waited(dispatched - queued)
             self._stats.computed(time.perf_counter_ns() - dispatched)
+        if trace is not None:  # its spans, as Scheduler.submit notes them
+            trace.ran(queued, dispatched, time.perf_counter_ns())
         return response
 
     async def stream(
@@ -192,18 +199,28 @@ class SequenceScheduler(Scheduler):
         return holder
 
     def _start_turn(
-        self, sequence: Sequence, load: _HolderLoad, request: InferenceRequest, streams: bool
+        self,
+        sequence: Sequence,
+        load: _HolderLoad,
+        request: InferenceRequest,
+        streams: bool,
+        trace: RequestTrace | None = None,
     ) -> Started:
         """Start the request on the sequence's holder, in a slot of it. A stream that
-        cannot start raises (its slot freed); a predict's execution fails instead."""
+        cannot start raises (its slot freed); a predict's execution fails instead.
+        With ``trace``, the pool notes where and when predict ran (a batch of one)."""
         self._table.started(sequence)
         load.running += 1
         self._in_flight += 1
+        rows = rows_of(request.inputs)
         if self._stats is not None:
-            self._stats.executed(rows_of(request.inputs), 1)
+            self._stats.executed(rows, 1)
         if streams:
             return self._start_sequence_stream(sequence, request)
         try:
+            if trace is not None:
+                run = shared_run((trace,), rows, 1)
+                return self._pool.predict_on(self.instance_id, sequence.holder, request, run)
             return self._pool.predict_on(self.instance_id, sequence.holder, request)
         except Exception as error:  # could not start: the caller gets why
             return Execution.failed(error)
@@ -230,9 +247,10 @@ class SequenceScheduler(Scheduler):
         request: InferenceRequest,
         ends: bool,
         streams: bool,
+        trace: RequestTrace | None = None,
     ) -> Started:
         waiter: asyncio.Future[Started] = asyncio.get_running_loop().create_future()
-        turn = _Turn(sequence, request, ends, streams, waiter)
+        turn = _Turn(sequence, request, ends, streams, waiter, trace)
         load.waiting.append(turn)
         self._waiting += 1
         self._hand_out(load)  # a free slot its sequence may take, past others' blocked turns
@@ -286,7 +304,9 @@ class SequenceScheduler(Scheduler):
             load.waiting.remove(turn)
             self._waiting -= 1
             try:
-                started = self._start_turn(turn.sequence, load, turn.request, turn.streams)
+                started = self._start_turn(
+                    turn.sequence, load, turn.request, turn.streams, turn.trace
+                )
             except Exception as error:  # a stream that could not start; its slot is free
                 turn.waiter.set_exception(error)
             else:

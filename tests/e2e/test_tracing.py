@@ -50,6 +50,7 @@ def traced_server(
     repository = tmp_path_factory.mktemp(f"tracing-{request.param}")
     add_custom_model(repository, "echo", "Echo")
     add_custom_model(repository, "fails", "FailsToPredict")
+    add_custom_model(repository, "acc", "Accumulator", sequence_batching={})
     settings = {"parallel_workers": request.param, "tracing_server": receiver.endpoint}
     # Spans go out every 50 ms (the SDK's default is 5 s), under a service name of our own.
     env = {"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_SERVICE_NAME": "inferd-under-test"}
@@ -143,6 +144,24 @@ def test_a_grpc_request_shows_in_the_callers_trace(
         "inferd.model.name": "echo",
     }
     check_children(spans, server, 4, traced_server.workers)
+
+
+def test_a_sequence_request_shows_its_model_work_too(
+    traced_server: TracedServer, receiver: OtlpReceiver
+) -> None:
+    # Sequence requests go their own way (sequence_scheduler.py), past the batcher.
+    with httpx.Client(base_url=traced_server.process.url) as client:
+        for start, rows in ((True, 1), (False, 2)):
+            trace_id, caller_span, traceparent = new_traceparent()
+            body = {**rest_body(rows), "parameters": {"sequence_id": 7, "sequence_start": start}}
+            response = client.post(
+                "/v2/models/acc/infer", json=body, headers={"traceparent": traceparent}
+            )
+            assert response.status_code == 200, response.text
+            spans = trace_spans(receiver, trace_id, {REST_INFER, *CHILDREN})
+            server = spans[REST_INFER]
+            assert server.parent_span_id == caller_span
+            check_children(spans, server, rows, traced_server.workers)
 
 
 def test_failures_are_traced_with_their_status(

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferd.context import RequestContext
 from inferd.errors import InvalidRequest, Overloaded, WorkerLost
 from inferd.sequence_scheduler import SequenceScheduler
 from inferd.settings import ModelSettings
+from inferd.trace_record import BatchRun, RequestTrace
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.base import Execution, Holder, StreamBase
 
@@ -43,10 +45,18 @@ class HolderPool:
     def holders(self, instance_id: int) -> list[Holder]:
         return list(self.alive)
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
         if holder not in self.alive:
             raise WorkerLost("that worker stopped")
         tag = str(request.parameters["tag"])
+        if run is not None:  # a traced request's: say where predict ran, as pools do
+            run.predicted(holder[0], 1, 2)
         gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.running[tag] = (holder, gate)
         self.ran.append((holder, tag))
@@ -111,7 +121,11 @@ def make(pool: HolderPool, idle_us: int = 60_000_000, **settings: Any) -> Sequen
 
 
 def call(
-    scheduler: SequenceScheduler, tag: str, sequence_id: Any, **flags: bool
+    scheduler: SequenceScheduler,
+    tag: str,
+    sequence_id: Any,
+    trace: RequestTrace | None = None,
+    **flags: bool,
 ) -> asyncio.Task[Any]:
     parameters = {
         "tag": tag,
@@ -119,7 +133,7 @@ def call(
         **{f"sequence_{k}": v for k, v in flags.items()},
     }
     request = InferenceRequest([Tensor("x", np.array([1]))], parameters=parameters)
-    return asyncio.create_task(scheduler.submit(request))
+    return asyncio.create_task(scheduler.submit(request, RequestContext(trace=trace)))
 
 
 async def settle() -> None:
@@ -330,3 +344,22 @@ async def test_close_waits_for_what_was_admitted() -> None:
     await done(pool, "1a")
     await asyncio.gather(running, closing)
     assert scheduler.open_sequences == 0
+
+
+async def test_traced_requests_note_their_wait_and_their_run_on_the_holder() -> None:
+    pool = HolderPool()
+    scheduler = make(pool)
+    started, waited = RequestTrace(span=None), RequestTrace(span=None)
+    first = call(scheduler, "a", 5, trace=started, start=True)
+    await settle()
+    second = call(scheduler, "b", 5, trace=waited)  # waits for its sequence's first
+    await settle()
+    assert pool.ran == [(A, "a")] and waited.batch is None
+    await done_call(pool, first, "a")
+    await done_call(pool, second, "b")
+    for trace in (started, waited):
+        batch = trace.batch
+        assert batch is not None and (batch.rows, batch.requests, batch.worker) == (1, 1, 0)
+        assert 0 < trace.queued_ns <= trace.dispatched_ns <= trace.ended_ns
+    assert started.batch is not waited.batch
+    assert waited.dispatched_ns > waited.queued_ns  # it waited for "a"

@@ -9,6 +9,7 @@ and no back-off delay is slept: the pool's ``sleep`` only records it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -83,6 +84,7 @@ class FakeWorker(WorkerProcess):
         self.load_gate: asyncio.Event | None = None  # loads wait for it when set
         self.lived = 0.0  # what uptime says: young unless a test makes it old
         self.spawns = 0
+        self.log_levels: list[tuple[str, int | None]] = []  # ("init" or "set", level)
 
     @property
     def uptime(self) -> float:
@@ -101,7 +103,11 @@ class FakeWorker(WorkerProcess):
 
     def received(self, kind: int, instance_id: int, body: Any, future: asyncio.Future[Any]) -> None:
         self.commands.append((kind, instance_id))
-        if kind == ipc.INIT:
+        if kind == ipc.LOG_LEVEL:
+            self.log_levels.append(("set", body))
+            future.set_result(None)
+        elif kind == ipc.INIT:
+            self.log_levels.append(("init", body[3]))
             if self.failed_starts_to_come:
                 self.failed_starts_to_come -= 1
                 asyncio.get_running_loop().call_soon(self.die)
@@ -250,6 +256,20 @@ async def test_a_dead_worker_fails_its_requests_and_comes_back_with_its_instance
     w0.answer()
     assert (await served.result()).outputs[0].name == "y"
     assert w1.restarts == 0
+
+
+async def test_a_log_level_set_reaches_each_worker_now_and_when_it_restarts(
+    pools: Pools,
+) -> None:
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    pool.set_log_level(logging.DEBUG)
+    assert w0.log_levels == w1.log_levels == [("init", None), ("set", logging.DEBUG)]
+    w0.die()
+    pool.set_log_level(logging.WARNING)  # while it is down: its next start carries it
+    await eventually(restarted(w0, 1))
+    assert w0.log_levels[2:] == [("init", logging.WARNING)]
+    assert w1.log_levels[2:] == [("set", logging.WARNING)]
 
 
 async def test_restarts_back_off_while_a_worker_dies_young_and_not_after_a_long_life(

@@ -1,8 +1,9 @@
 """Triton's logging extension: read and change the server's log level at run time.
 
 ``GET/POST /v2/logging`` and gRPC ``LogSettings`` speak Triton's fields. They map
-onto the level of the server process's root logger (request logs, model loads,
-errors; worker processes keep theirs):
+onto the level of the root logger (request logs, model loads, errors, runtimes'
+own logs) of the server process and of its worker processes (the data plane
+hands the level to the pool, which keeps it for workers that start later):
 
 - ``log_verbose_level`` > 0: DEBUG (request logs included);
 - else ``log_info``: INFO; else ``log_warning``: WARNING; else ``log_error``: ERROR;

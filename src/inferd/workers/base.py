@@ -201,15 +201,26 @@ class Pool(Protocol):
         instance on its own (e.g. its load keeps crashing the worker process)."""
         ...
 
+    def set_log_level(self, level: int) -> None:
+        """Give the processes running runtimes this root logger level, now and when
+        they (re)start (Triton's logging extension changed the server's)."""
+        ...
+
     # Sequences (sequence_batching): requests that must run where their state is.
 
     def holders(self, instance_id: int) -> list[Holder]:
         """The live holders serving the instance now (empty: none)."""
         ...
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
-        """As :meth:`predict`, on that holder (the caller keeps within its
-        ``threads_per_worker`` slots); never retried elsewhere. WorkerLost if the
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
+        """As :meth:`predict` (``run`` too), on that holder (the caller keeps within
+        its ``threads_per_worker`` slots); never retried elsewhere. WorkerLost if the
         holder is not serving the instance any more."""
         ...
 

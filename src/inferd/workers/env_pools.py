@@ -51,6 +51,7 @@ class EnvironmentPools:
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
         self._failure_handler: Callable[[int, str], None] | None = None
+        self._log_level: int | None = None  # set at run time: for pools started later too
 
     @property
     def workers(self) -> list[WorkerProcess]:
@@ -113,6 +114,8 @@ class EnvironmentPools:
         pool = ProcessPool(self._settings, make_worker, stats=self._stats)
         if self._failure_handler is not None:
             pool.on_instance_failed(self._failure_handler)
+        if self._log_level is not None:
+            pool.set_log_level(self._log_level)
         return pool
 
     async def unload(self, instance_id: int) -> None:
@@ -145,8 +148,14 @@ class EnvironmentPools:
     def holders(self, instance_id: int) -> list[Holder]:
         return self._pool(instance_id).holders(instance_id)
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
-        return self._pool(instance_id).predict_on(instance_id, holder, request)
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
+        return self._pool(instance_id).predict_on(instance_id, holder, request, run)
 
     def stream_on(
         self, instance_id: int, holder: Holder, request: InferenceRequest
@@ -161,6 +170,11 @@ class EnvironmentPools:
 
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         self._pool(instance_id).watch(instance_id, on_capacity_change)
+
+    def set_log_level(self, level: int) -> None:
+        self._log_level = level
+        for pool in [self.default, *self._pools.values()]:
+            pool.set_log_level(level)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         self._failure_handler = handler

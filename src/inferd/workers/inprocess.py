@@ -82,8 +82,14 @@ class InProcessPool:
     def holders(self, instance_id: int) -> list[Holder]:
         return [IN_PROCESS] if instance_id in self._models else []
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
-        return self.predict(instance_id, request)
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
+        return self.predict(instance_id, request, run)
 
     def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> LocalStream:
         return self.stream(instance_id, request)
@@ -108,6 +114,9 @@ class InProcessPool:
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Runtimes in the main process never fail on their own: nothing to report."""
+
+    def set_log_level(self, level: int) -> None:
+        """Runtimes log through the main process's loggers, already at that level."""
 
 
 def refuse_unstoppable(settings: ModelSettings) -> None:

@@ -43,6 +43,9 @@ CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it 
 # As PREDICT, for a traced request: answered with a TimedResponse.
 PREDICT_TIMED = 8
 SEQUENCE_END = 9  # the sequence id: call the runtime's sequence_end; answered with None
+# int: the root logger's level from now on (Triton's logging extension changed the
+# server's); answered with None. 15: 10-14 are reply kinds.
+LOG_LEVEL = 15
 # Reply kinds.
 RESULT = 10  # what the command returned
 ERROR = 11  # a WireError: what the command raised (for a stream: its end)
@@ -60,8 +63,9 @@ Command = tuple[int, int, int, Any]
 """(kind, call_id, instance_id, body): main -> worker."""
 Reply = tuple[int, int, Any]
 """(kind, call_id, body): worker -> main."""
-InitBody = tuple[int, list[str], ServerSettings]
-"""(worker index, the main process's sys.path, the server's settings)."""
+InitBody = tuple[int, list[str], ServerSettings, int | None]
+"""(worker index, the main process's sys.path, the server's settings, the root logger's
+level set at run time, if it was: it overrides what the settings give)."""
 LoadBody = tuple[ModelSettings, str | None]
 """(the model's settings, the device it gets)."""
 Message = TypeVar("Message", Command, Reply)

@@ -239,16 +239,22 @@ class ProcessPool:
         serving = instance.holders if instance is not None else []
         return [(w.index, w.starts) for w in serving if w.serves(instance_id)]
 
-    def predict_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Execution:
+    def predict_on(
+        self,
+        instance_id: int,
+        holder: Holder,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+    ) -> Execution:
         instance = self._serving(instance_id)
         worker = self._holding(instance_id, holder)
         if not instance.settings.inference_timeout:
-            return Execution.sent(worker.predict(instance_id, request))
+            return Execution.sent(worker.predict(instance_id, request, run=run))
         if instance.sequence_settings is None:
             once = {"retry_on_worker_failure": False}  # its state lives in the worker that died
             instance.sequence_settings = instance.settings.model_copy(update=once)
         return Execution.sent(
-            self._sent.send(instance_id, instance.sequence_settings, request, worker)
+            self._sent.send(instance_id, instance.sequence_settings, request, worker, run)
         )
 
     def stream_on(
@@ -334,6 +340,10 @@ class ProcessPool:
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         self._failure_handler = handler
+
+    def set_log_level(self, level: int) -> None:
+        for worker in self._workers:  # each keeps it for its restarts
+            worker.set_log_level(level)
 
     def _update_capacity(self, instance_id: int) -> None:
         instance = self._instances.get(instance_id)

@@ -86,6 +86,9 @@ class WorkerProcess:
         self._busy_since = 0.0
         # One load at a time per worker, so peak memory stays one model's worth.
         self._load_lock = asyncio.Lock()
+        # The root logger's level set at run time (None: as the settings say); a
+        # (re)started process gets it at INIT.
+        self._log_level: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -146,7 +149,7 @@ class WorkerProcess:
         self._channel = channel = await self._spawn()
         # A worker in a model's environment keeps that environment's import path.
         import_path = list(sys.path) if self.environment is None else []
-        init: ipc.InitBody = (self.index, import_path, self._settings)
+        init: ipc.InitBody = (self.index, import_path, self._settings, self._log_level)
         try:
             await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
         except (WorkerLost, TimeoutError):
@@ -355,7 +358,17 @@ class WorkerProcess:
     def end_sequence(self, instance_id: int, sequence_id: int | str) -> None:
         """Have the runtime drop a sequence's state (its ``sequence_end``), after the
         commands sent before; a process that died meanwhile took the state with it."""
-        self._call(ipc.SEQUENCE_END, instance_id, sequence_id).add_done_callback(_unheard)
+        unheard = functools.partial(_unheard, "sequence_end")
+        self._call(ipc.SEQUENCE_END, instance_id, sequence_id).add_done_callback(unheard)
+
+    def set_log_level(self, level: int) -> None:
+        """Set the process's root logger level now, and at each later start."""
+        self._log_level = level
+        if self._channel is None:  # not started yet: INIT carries it
+            return
+        with contextlib.suppress(WorkerLost):  # dead: its restart's INIT carries it
+            unheard = functools.partial(_unheard, "log level change")
+            self._channel.start_call(ipc.LOG_LEVEL, 0, level).add_done_callback(unheard)
 
     def _stream_closed(self, _: asyncio.Future[None]) -> None:
         self._open_streams -= 1
@@ -393,9 +406,9 @@ def _unpack_timed(run: BatchRun, worker: int, timed: ipc.TimedResponse) -> Infer
     return ipc.unpack_response(packed)
 
 
-def _unheard(done: asyncio.Future[None]) -> None:
+def _unheard(what: str, done: asyncio.Future[None]) -> None:
     if not done.cancelled() and done.exception() is not None:
-        logger.debug("A sequence_end did not reach its worker: %s", done.exception())
+        logger.debug("A %s did not reach its worker: %s", what, done.exception())
 
 
 def describe_exit(returncode: int) -> str:

@@ -20,7 +20,7 @@ Threads, and why:
   (:mod:`inferd.workers.worker_streams`).
 - A runtime's ``sequence_end`` (sequence batching) runs on the main thread, in
   the order of the commands: after the requests of the sequence, before anything
-  sent after it.
+  sent after it. So does a change of the log level (Triton's logging extension).
 
 The main process never sends a model more requests than its
 ``threads_per_worker``, so none of these needs a queue of its own. Replies are
@@ -100,6 +100,9 @@ class Worker:
             self._streams.cancel(call_id)
         elif kind == ipc.SEQUENCE_END:
             self._end_sequence(call_id, instance_id, body)
+        elif kind == ipc.LOG_LEVEL:
+            logging.getLogger().setLevel(body)
+            self._reply(call_id, None)
         elif kind == ipc.LOAD:
             settings, device = cast(ipc.LoadBody, body)
             self._on_loop(call_id, self._load(instance_id, settings, device))
@@ -111,7 +114,12 @@ class Worker:
             self._reply_error(call_id, ModelError(f"Worker received unknown command {kind}"))
 
     def _init(
-        self, call_id: int, index: int, sys_path: list[str], settings: ServerSettings
+        self,
+        call_id: int,
+        index: int,
+        sys_path: list[str],
+        settings: ServerSettings,
+        log_level: int | None,
     ) -> None:
         # The main process's import path, so runtimes import the same modules there and
         # here; none for a worker in a model's own environment, which keeps its own.
@@ -119,6 +127,8 @@ class Worker:
             sys.path[:] = sys_path
         self._index = index
         configure_logging(settings)
+        if log_level is not None:  # changed at run time (the logging extension)
+            logging.getLogger().setLevel(log_level)
         if settings.metrics_enabled:
             # Custom metrics travel to the main process in front of the next reply.
             custom_metrics.start_buffering()

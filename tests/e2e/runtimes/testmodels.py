@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,15 @@ class Echo(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         outputs = [Tensor(t.name, t.data, dict(t.parameters)) for t in request.inputs]
         return InferenceResponse(outputs=outputs, parameters=dict(request.parameters))
+
+
+class LogsAtDebug(Model):
+    """Logs one DEBUG line per request (its id and this process's pid); answers with
+    the pid that ran it (tests/e2e/test_worker_logging.py)."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        logging.getLogger(__name__).debug("debug line of %s from pid %d", request.id, os.getpid())
+        return InferenceResponse(outputs=[Tensor("pid", np.array([os.getpid()], dtype=np.int64))])
 
 
 class SlowEcho(Model):
