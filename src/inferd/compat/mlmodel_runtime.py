@@ -69,15 +69,10 @@ class MLModelRuntime(Model):
 
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
         call = handler_call(request)
-        try:
+        with KEEP_STATUS:
             if call is not None:  # a request to one of its @custom_handler routes
                 return await call_handler(self._routes[call.handler][2], call)
             response = await self.mlmodel.predict(self._convert.request(request))
-        except Exception as error:
-            status_error = _with_status(error)
-            if status_error is None:
-                raise
-            raise status_error from error
         return response_from_mlserver(response, request.id)
 
     def predicts_inline(self, request: InferenceRequest) -> bool:
@@ -87,28 +82,19 @@ class MLModelRuntime(Model):
 
     def predict_inline(self, request: InferenceRequest) -> InferenceResponse:
         """:meth:`predict` run to its end on the calling thread, without an event loop
-        (a worker's command thread: no hand-over to its loop thread and back)."""
-        try:
+        (a worker's command thread: no hand-over to its loop thread and back); only
+        for a request that :meth:`predicts_inline`."""
+        with KEEP_STATUS:
             response = run_to_end(self._inline_predict(self._convert.request(request)))
-        except Exception as error:
-            status_error = _with_status(error)
-            if status_error is None:
-                raise
-            raise status_error from error
         return response_from_mlserver(response, request.id)
 
     async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         async def payloads() -> AsyncIterator[Any]:
             yield self._convert.request(request)
 
-        try:
+        with KEEP_STATUS:
             async for response in self.mlmodel.predict_stream(payloads()):
                 yield response_from_mlserver(response, request.id)
-        except Exception as error:
-            status_error = _with_status(error)
-            if status_error is None:
-                raise
-            raise status_error from error
 
     @property
     def wants_headers(self) -> bool:
@@ -130,6 +116,24 @@ class MLModelRuntime(Model):
 
     def metadata(self) -> ModelMetadata:
         return self._metadata if self._metadata is not None else super().metadata()
+
+
+class _KeepStatus:
+    """Around a call into the MLModel: an ``MLServerError(msg, status_code)`` it raises
+    becomes an error that keeps its status; anything else passes as it is (it
+    reaches the client as a 500)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        if isinstance(error, Exception):
+            status_error = _with_status(error)
+            if status_error is not None:
+                raise status_error from error
+
+
+KEEP_STATUS = _KeepStatus()
 
 
 def _with_status(error: Exception) -> StatusError | None:
