@@ -11,13 +11,19 @@ body encoded. No socket and no second process: the differences are what the
 MLModel adapter costs per request (CPU of all threads); the model call alone is
 the floor both share.
 
-    python -m benchmarks.mlmodel_path [--calls 2000] [--rounds 3]
+``--worker`` then sends the same requests through ``DataPlane.infer`` to a real
+worker process (``parallel_workers: 1``), one at a time, and reports the CPU the
+main process and the worker each spend per request (the worker's from
+``/proc``, Linux only, in 10 ms ticks: use a few thousand calls).
+
+    python -m benchmarks.mlmodel_path [--calls 2000] [--rounds 3] [--worker]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import pickle
 import sys
 import tempfile
@@ -32,13 +38,18 @@ import numpy as np
 import orjson
 
 from inferd.context import RequestContext
+from inferd.dataplane import DataPlane
 from inferd.model import WorkerContext
+from inferd.registry import Registry
 from inferd.repository import ModelRepository
 from inferd.runtime_headers import pass_headers, take_response_headers
 from inferd.server.codec_rest import decode_infer_request, encode_infer_response
+from inferd.settings import ServerSettings
+from inferd.stats import ModelStatsTable
 from inferd.types import InferenceResponse
 from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel
+from inferd.workers.pool import ProcessPool
 
 from .repository import MODEL_FILE, ROW, train_iris_model, v2_request, write_json
 from .scenarios.mlmodel import IRIS_RUNTIME
@@ -57,8 +68,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="requests per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--worker", action="store_true", help="also through a worker process")
     args = parser.parse_args()
     measure(args.calls, args.rounds)
+    if args.worker:
+        asyncio.run(measure_worker(args.calls, args.rounds))
 
 
 def measure(calls: int, rounds: int) -> None:
@@ -89,6 +103,54 @@ def measure(calls: int, rounds: int) -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+
+
+async def measure_worker(calls: int, rounds: int) -> None:
+    """Print, per round, the CPU microseconds the main process and the worker spend
+    per request, each runtime served by one worker process."""
+    with tempfile.TemporaryDirectory(prefix="inferd-mlmodel-worker-") as folder:
+        repo = Path(folder)
+        _write_models(repo, train_iris_model())
+        settings = ServerSettings(parallel_workers=1)
+        pool = ProcessPool(settings)
+        await pool.start()
+        registry = Registry(pool, ModelStatsTable(observe=True))
+        try:
+            dataplane = DataPlane(settings, registry, ModelRepository(repo))
+            names = {"native runtime": "iris", "MLModel runtime": "iris-mlmodel"}
+            for name in names.values():
+                await registry.load(name, ModelRepository(repo).find(name))
+            worker = pool.workers[0].pid
+            assert worker is not None
+            body = orjson.dumps(v2_request([ROW]))
+            for round_ in range(rounds):
+                cells = []
+                for label, name in names.items():
+                    main, in_worker = await _through_worker(dataplane, name, body, worker, calls)
+                    cells.append(f"{label} main {main:7.2f} worker {in_worker:7.2f}")
+                print(f"worker round {round_}: CPU us/request: " + "  ".join(cells))
+        finally:
+            await registry.close()
+            await pool.close()
+
+
+async def _through_worker(
+    dataplane: DataPlane, name: str, body: bytes, worker: int, calls: int
+) -> tuple[float, float]:
+    started, worker_started = time.process_time(), _cpu_seconds(worker)
+    for _ in range(calls):
+        request = decode_infer_request(body, None)
+        response = await dataplane.infer(name, None, request, RequestContext(headers=HEADERS))
+        encode_infer_response(response, request)
+    main = time.process_time() - started
+    in_worker = _cpu_seconds(worker) - worker_started
+    return main / calls * 1e6, in_worker / calls * 1e6
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _round(paths: dict[str, Call], calls: int) -> list[str]:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from benchmarks.mlmodel_path import measure
+from benchmarks.mlmodel_path import measure, measure_worker
 
 PATHS = ("model alone", "native runtime", "MLModel runtime")
 
@@ -19,3 +19,15 @@ def test_it_measures_each_path_per_request(capsys: pytest.CaptureFixture[str]) -
         figures = dict(re.findall(r"(model alone|native runtime|MLModel runtime)\s+([\d.]+)", line))
         assert set(figures) == set(PATHS)
         assert all(float(value) > 0 for value in figures.values())
+
+
+@pytest.mark.anyio
+async def test_it_measures_both_processes_through_a_worker(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await measure_worker(calls=5, rounds=1)
+    (line,) = capsys.readouterr().out.splitlines()
+    pattern = r"(native runtime|MLModel runtime) main\s+([\d.]+) worker\s+([\d.]+)"
+    figures = re.findall(pattern, line)
+    assert [label for label, _, _ in figures] == ["native runtime", "MLModel runtime"]
+    assert all(float(main) > 0 and float(worker) >= 0 for _, main, worker in figures)
