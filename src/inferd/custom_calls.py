@@ -40,11 +40,16 @@ def handler_request(call: HandlerCall) -> InferenceRequest:
     return InferenceRequest([Tensor(BODY, body)], parameters=parameters)
 
 
+def is_handler_call(request: InferenceRequest) -> bool:
+    """Whether the request carries a handler call (see :func:`handler_call`)."""
+    return isinstance(request.parameters.get(HANDLER), str)
+
+
 def handler_call(request: InferenceRequest) -> HandlerCall | None:
     """The handler call a request carries; None for an ordinary inference request."""
-    handler = request.parameters.get(HANDLER)
-    if not isinstance(handler, str):
+    if not is_handler_call(request):
         return None
+    handler = request.parameters[HANDLER]
     body = request.inputs[0].data.item() if request.inputs else b""
     return HandlerCall(
         handler,

@@ -13,13 +13,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _set = object.__setattr__
-# class -> (its fields' defaults, whether it keeps extra fields)
-_classes: dict[type, tuple[dict[str, Any], bool]] = {}
+# class -> (its fields' defaults, its field names when it keeps extra fields, else None)
+_classes: dict[type, tuple[dict[str, Any], frozenset[str] | None]] = {}
 
 
-def _describe(cls: type) -> tuple[dict[str, Any], bool]:
+def _describe(cls: type) -> tuple[dict[str, Any], frozenset[str] | None]:
     described = _classes.get(cls)
     if described is None:
+        # Read once: pydantic's model_fields is a computed class property.
         fields: dict[str, Any] = getattr(cls, "model_fields")  # noqa: B009 - a class attribute
         defaults = {
             name: field.get_default(call_default_factory=True)
@@ -27,7 +28,7 @@ def _describe(cls: type) -> tuple[dict[str, Any], bool]:
             if not field.is_required()
         }
         allows_extra = getattr(cls, "model_config", {}).get("extra") == "allow"
-        described = _classes[cls] = (defaults, allows_extra)
+        described = _classes[cls] = (defaults, frozenset(fields) if allows_extra else None)
     return described
 
 
@@ -35,14 +36,14 @@ def construct(cls: type[T], values: dict[str, Any]) -> T:
     """An instance of the pydantic model ``cls`` holding ``values``, unvalidated, with
     what ``model_construct`` would set: unset fields at their defaults, the given
     names as the fields set, unknown names as extras (for models that allow them)."""
-    defaults, allows_extra = _describe(cls)
+    defaults, known = _describe(cls)
     model = cls.__new__(cls)
-    fields = dict(defaults)
-    extra: dict[str, Any] | None = {} if allows_extra else None
-    if extra is None:
+    fields = defaults.copy()
+    extra: dict[str, Any] | None = None
+    if known is None:
         fields.update(values)
     else:
-        known = getattr(cls, "model_fields")  # noqa: B009
+        extra = {}
         for name, value in values.items():
             if name in known:
                 fields[name] = value

@@ -12,13 +12,14 @@ import importlib
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from ..custom_calls import handler_call
+from ..custom_calls import handler_call, is_handler_call
 from ..errors import StatusError
 from ..model import Model, WorkerContext
 from ..settings import ModelSettings
 from ..types import InferenceRequest, InferenceResponse, ModelMetadata
 from .convert import Conversion, metadata_from_mlserver, response_from_mlserver
 from .handler_calls import call_handler
+from .inline import never_suspends, run_to_end
 
 # The modules an MLModel may come from: ours, or a real MLServer's.
 _MLMODEL_MODULES = ("inferd.compat.mlserver.model", "mlserver.model")
@@ -54,39 +55,46 @@ class MLModelRuntime(Model):
         self._metadata: ModelMetadata | None = None
         # handler name -> (HTTP method, path, bound method): its @custom_handler routes
         self._routes: dict[str, tuple[str, str, Any]] = {}
+        # The MLModel's predict when it can run without an event loop (set at load).
+        self._inline_predict: Any = None
 
     async def load(self) -> bool:
         ready = await self.mlmodel.load()
         self.mlmodel.ready = ready  # as MLServer sets it
         self._metadata = metadata_from_mlserver(await self.mlmodel.metadata())
         self._routes = _custom_handlers(self.mlmodel)
+        predict = self.mlmodel.predict
+        self._inline_predict = predict if never_suspends(predict) else None
         return bool(ready) if ready is not None else True
 
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
         call = handler_call(request)
-        try:
+        with KEEP_STATUS:
             if call is not None:  # a request to one of its @custom_handler routes
                 return await call_handler(self._routes[call.handler][2], call)
             response = await self.mlmodel.predict(self._convert.request(request))
-        except Exception as error:
-            status_error = _with_status(error)
-            if status_error is None:
-                raise
-            raise status_error from error
+        return response_from_mlserver(response, request.id)
+
+    def predicts_inline(self, request: InferenceRequest) -> bool:
+        """Whether :meth:`predict_inline` can answer ``request``: the MLModel's predict
+        never awaits (see :mod:`inline`) and it is not a custom handler's call."""
+        return self._inline_predict is not None and not is_handler_call(request)
+
+    def predict_inline(self, request: InferenceRequest) -> InferenceResponse:
+        """:meth:`predict` run to its end on the calling thread, without an event loop
+        (a worker's command thread: no hand-over to its loop thread and back); only
+        for a request that :meth:`predicts_inline`."""
+        with KEEP_STATUS:
+            response = run_to_end(self._inline_predict(self._convert.request(request)))
         return response_from_mlserver(response, request.id)
 
     async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         async def payloads() -> AsyncIterator[Any]:
             yield self._convert.request(request)
 
-        try:
+        with KEEP_STATUS:
             async for response in self.mlmodel.predict_stream(payloads()):
                 yield response_from_mlserver(response, request.id)
-        except Exception as error:
-            status_error = _with_status(error)
-            if status_error is None:
-                raise
-            raise status_error from error
 
     @property
     def wants_headers(self) -> bool:
@@ -108,6 +116,24 @@ class MLModelRuntime(Model):
 
     def metadata(self) -> ModelMetadata:
         return self._metadata if self._metadata is not None else super().metadata()
+
+
+class _KeepStatus:
+    """Around a call into the MLModel: an ``MLServerError(msg, status_code)`` it raises
+    becomes an error that keeps its status; anything else passes as it is (it
+    reaches the client as a 500)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        if isinstance(error, Exception):
+            status_error = _with_status(error)
+            if status_error is not None:
+                raise status_error from error
+
+
+KEEP_STATUS = _KeepStatus()
 
 
 def _with_status(error: Exception) -> StatusError | None:

@@ -13,7 +13,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -30,6 +30,16 @@ from .warmup import warm_up
 logger = logging.getLogger(__name__)
 
 
+class InlinePredict(Protocol):
+    """A runtime whose ``async def predict`` can, for some requests, run to its end on
+    the calling thread without an event loop (MLServer ``MLModel`` runtimes whose
+    predict never awaits: inferd.compat.inline)."""
+
+    def predicts_inline(self, request: InferenceRequest) -> bool: ...
+
+    def predict_inline(self, request: InferenceRequest) -> InferenceResponse: ...
+
+
 @dataclass(slots=True)
 class LoadedModel:
     """A loaded runtime, how it is called, and the labels of the metrics it logs."""
@@ -42,6 +52,8 @@ class LoadedModel:
     # Runs a plain predict_stream in a worker process when ``threads`` is None (made on
     # first use: threads of its own, so the worker's command thread reads on).
     stream_thread: concurrent.futures.ThreadPoolExecutor | None = None
+    # The runtime, when its async predict may run inline (see runs_inline).
+    inline: InlinePredict | None = None
 
     @classmethod
     async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
@@ -80,7 +92,8 @@ class LoadedModel:
             threads = concurrent.futures.ThreadPoolExecutor(
                 settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}"
             )
-        return cls(model, is_async, threads, labels)
+        inline = cast(InlinePredict, model) if hasattr(model, "predict_inline") else None
+        return cls(model, is_async, threads, labels, inline=inline)
 
     @property
     def capacity(self) -> int:
@@ -150,11 +163,20 @@ class LoadedModel:
         with InModel(self):
             return checked_response(self.model, await anext(responses), "predict_stream")
 
+    def runs_inline(self, request: InferenceRequest) -> bool:
+        """Whether this async model's ``predict`` can answer ``request`` with
+        :meth:`call_sync`, on the calling thread (a worker: no hop to its loop)."""
+        inline = self.inline
+        return inline is not None and inline.predicts_inline(request)
+
     def call_sync(self, request: InferenceRequest) -> InferenceResponse:
-        """Run a plain ``predict`` in the calling thread; its checked response, or an
-        InferdError that says what went wrong."""
+        """Run a plain ``predict`` (or an async one that :meth:`runs_inline`) in the
+        calling thread; its checked response, or an InferdError that says what went
+        wrong."""
         model = self.model
         with InModel(self):
+            if self.inline is not None and self.is_async:
+                return checked_response(model, self.inline.predict_inline(request))
             return checked_response(model, model.predict(request))
 
     async def call_async(self, request: InferenceRequest) -> InferenceResponse:

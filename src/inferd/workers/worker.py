@@ -13,7 +13,10 @@ Threads, and why:
 - Everything async (``load``, ``unload``, ``async def predict``) runs on one
   event loop in a background thread, so a runtime's loop-bound resources made in
   ``load`` work in ``predict``, and loading one model does not stop the others
-  from answering.
+  from answering. The exception: an MLServer runtime's ``async def predict``
+  that never awaits and uses no loop API runs on the main thread like a
+  synchronous one (``LoadedModel.runs_inline``, inferd.compat.inline): the hop
+  to the loop thread and back would cost more than the rest of the adapter.
 - Streams (``predict_stream``) run on that loop (async generators) or in
   threads of their model's own (plain generators), never on the main thread,
   which reads on: a stream's credit and cancel arrive while it runs
@@ -149,7 +152,7 @@ class Worker:
         loaded = self._models.get(instance_id)
         if loaded is None:
             self._reply_error(call_id, self._not_held(instance_id))
-        elif loaded.is_async:
+        elif loaded.is_async and not loaded.runs_inline(request):
             self._on_loop(call_id, self._predict_async(loaded, request, timed))
         elif loaded.threads is not None:
             loaded.threads.submit(self._predict_sync, call_id, loaded, request, timed)
