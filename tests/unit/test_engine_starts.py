@@ -13,15 +13,8 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
-from inferd.runtimes.detect import (
-    LIGHTGBM,
-    MLFLOW,
-    ONNX,
-    SKLEARN,
-    XGBOOST,
-    choose_runtime,
-    runtime_for_files,
-)
+from inferd.runtimes.detect import choose_runtime, runtime_for_files
+from inferd.runtimes.names import LIGHTGBM, MLFLOW, ONNX, SKLEARN, XGBOOST
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.settings.cpu_quota import available_cpus, cgroup_cpu_limit
