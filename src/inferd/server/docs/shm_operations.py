@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
-from inferd.server.docs.operations import Schema, _answer, _op, _ref
+from inferd.server.docs.parts import Schema, answer, op, ref
 from inferd.server.rest.codec import JSON_CONTENT_TYPE
 
 _ERRORS = {
-    "400": _answer(
+    "400": answer(
         "The request is malformed, or the key or region cannot be used (the message says why)",
-        _ref("Error"),
+        ref("Error"),
     ),
-    "403": _answer(
+    "403": answer(
         "Shared memory is turned off on this server (shared_memory_enabled: false)",
-        _ref("Error"),
+        ref("Error"),
     ),
 }
-_CUDA_ERROR = {"400": _answer("CUDA shared memory is not supported", _ref("Error"))}
-_REGIONS = {"type": "array", "items": _ref("SystemSharedMemoryRegion")}
+_CUDA_ERROR = {"400": answer("CUDA shared memory is not supported", ref("Error"))}
+_REGIONS = {"type": "array", "items": ref("SystemSharedMemoryRegion")}
 
 
 def _status(operation_id: str, example: Schema) -> Schema:
-    ok = {"200": _answer("The registered regions (the one named)", _REGIONS)}
-    return _op(operation_id, "shared-memory", "System shared memory status", ok | _ERRORS)
+    ok = {"200": answer("The registered regions (the one named)", _REGIONS)}
+    return op(operation_id, "shared-memory", "System shared memory status", ok | _ERRORS)
 
 
 def _register(operation_id: str, example: Schema) -> Schema:
     body = {
         "required": True,
-        "content": {JSON_CONTENT_TYPE: {"schema": _ref("SystemSharedMemoryRegister")}},
+        "content": {JSON_CONTENT_TYPE: {"schema": ref("SystemSharedMemoryRegister")}},
     }
-    ok = {"200": _answer("Registered", _ref("Empty"))}
-    return _op(
+    ok = {"200": answer("Registered", ref("Empty"))}
+    return op(
         operation_id,
         "shared-memory",
         "Register a system shared memory region",
@@ -40,12 +40,12 @@ def _register(operation_id: str, example: Schema) -> Schema:
 
 
 def _unregister(operation_id: str, example: Schema) -> Schema:
-    ok = {"200": _answer("Unregistered (every region, when none is named)", _ref("Empty"))}
-    return _op(operation_id, "shared-memory", "Unregister system shared memory", ok | _ERRORS)
+    ok = {"200": answer("Unregistered (every region, when none is named)", ref("Empty"))}
+    return op(operation_id, "shared-memory", "Unregister system shared memory", ok | _ERRORS)
 
 
 def _cuda(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "shared-memory", "CUDA shared memory (not supported)", _CUDA_ERROR)
+    return op(operation_id, "shared-memory", "CUDA shared memory (not supported)", _CUDA_ERROR)
 
 
 SHARED_MEMORY_OPERATIONS = {
