@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List  # noqa: UP035 - MLServer's TypeHints are typing.List
+from typing import Any, ClassVar, List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
 from inferd.compat.mlserver.codecs.base import (
     InputCodec,
@@ -10,7 +10,7 @@ from inferd.compat.mlserver.codecs.base import (
     register_request_codec,
 )
 from inferd.compat.mlserver.codecs.lists import ListElement, as_list, is_list_of
-from inferd.compat.mlserver.codecs.utils import InputOrOutput, SingleInputRequestCodec
+from inferd.compat.mlserver.codecs.utils import SingleInputRequestCodec
 from inferd.compat.mlserver.types import Parameters, RequestInput, ResponseOutput
 
 _ENCODING = "utf-8"
@@ -28,10 +28,6 @@ def decode_str(encoded: ListElement | None, str_codec: str = _ENCODING) -> str |
     if isinstance(encoded, str):
         return encoded
     return ""
-
-
-def _decode(item: InputOrOutput) -> list[Any]:
-    return [decode_str(element) for element in as_list(item.data.root)]
 
 
 def text_output(name: str, data: list[Any], content_type: str) -> ResponseOutput:
@@ -52,37 +48,60 @@ def as_input(output: ResponseOutput) -> RequestInput:
     )
 
 
+class TextListCodec(InputCodec):
+    """A list of ``Element`` values, one BYTES element each (text-like codecs share it);
+    a subclass says how one element goes on the wire and comes back."""
+
+    Element: ClassVar[Any] = str
+
+    @classmethod
+    def encode_element(cls, element: Any, use_bytes: bool) -> bytes | str:
+        raise NotImplementedError
+
+    @classmethod
+    def decode_element(cls, element: ListElement) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def can_encode(cls, payload: Any) -> bool:
+        return is_list_of(payload, cls.Element)
+
+    @classmethod
+    def encode_output(
+        cls, name: str, payload: list[Any], use_bytes: bool = True, **kwargs: Any
+    ) -> ResponseOutput:
+        packed = [cls.encode_element(item, use_bytes) for item in payload]
+        return text_output(name, packed, cls.ContentType)
+
+    @classmethod
+    def decode_output(cls, response_output: ResponseOutput) -> list[Any]:
+        return [cls.decode_element(item) for item in as_list(response_output.data.root)]
+
+    @classmethod
+    def encode_input(
+        cls, name: str, payload: list[Any], use_bytes: bool = True, **kwargs: Any
+    ) -> RequestInput:
+        return as_input(cls.encode_output(name, payload, use_bytes=use_bytes))
+
+    @classmethod
+    def decode_input(cls, request_input: RequestInput) -> list[Any]:
+        return [cls.decode_element(item) for item in as_list(request_input.data.root)]
+
+
 @register_input_codec
-class StringCodec(InputCodec):
+class StringCodec(TextListCodec):
     """A list of Python strings as a BYTES tensor."""
 
     ContentType = "str"
     TypeHint = List[str]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
 
     @classmethod
-    def can_encode(cls, payload: Any) -> bool:
-        return is_list_of(payload, str)
+    def encode_element(cls, element: str, use_bytes: bool) -> bytes | str:
+        return encode_str(element) if use_bytes else element
 
     @classmethod
-    def encode_output(
-        cls, name: str, payload: list[str], use_bytes: bool = True, **kwargs: Any
-    ) -> ResponseOutput:
-        packed = [encode_str(item) for item in payload] if use_bytes else list(payload)
-        return text_output(name, packed, cls.ContentType)
-
-    @classmethod
-    def decode_output(cls, response_output: ResponseOutput) -> list[Any]:
-        return _decode(response_output)
-
-    @classmethod
-    def decode_input(cls, request_input: RequestInput) -> list[Any]:
-        return _decode(request_input)
-
-    @classmethod
-    def encode_input(
-        cls, name: str, payload: list[str], use_bytes: bool = True, **kwargs: Any
-    ) -> RequestInput:
-        return as_input(cls.encode_output(name, payload, use_bytes))
+    def decode_element(cls, element: ListElement) -> str | None:
+        return decode_str(element)
 
 
 @register_request_codec
