@@ -167,11 +167,15 @@ def _model_statistics(operation_id: str, example: Schema) -> Schema:
     return op(operation_id, "statistics", "A model's statistics", answers)
 
 
+# Each builder is named after its operation.
 INFERENCE_OPERATIONS = {
-    "model_infer": _model_infer,
-    "model_infer_stream": _model_infer_stream,
-    "model_generate": _model_generate,
-    "model_generate_stream": _model_generate_stream,
-    "statistics": _statistics,
-    "model_statistics": _model_statistics,
+    builder.__name__.lstrip("_"): builder
+    for builder in (
+        _model_infer,
+        _model_infer_stream,
+        _model_generate,
+        _model_generate_stream,
+        _statistics,
+        _model_statistics,
+    )
 }

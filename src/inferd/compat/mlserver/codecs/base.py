@@ -17,8 +17,21 @@ from inferd.compat.mlserver.types import (
 logger = logging.getLogger("mlserver")
 
 
-class InputCodec:
-    """Converts one input (output) tensor to and from a Python value."""
+def _to_implement(*names: str) -> list[Any]:
+    """Class methods a codec must implement: each raises NotImplementedError, as MLServer's."""
+    return [classmethod(_unimplemented(name)) for name in names]
+
+
+def _unimplemented(name: str) -> Any:
+    def method(cls: type, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{cls.__name__}.{name}")
+
+    return method
+
+
+class _Codec:
+    """What both kinds of codec have: the content type they are found by, the type hint
+    they decode to, and whether they can encode a payload."""
 
     ContentType: ClassVar[str] = ""
     TypeHint: ClassVar[Any] = type(None)
@@ -27,21 +40,16 @@ class InputCodec:
     def can_encode(cls, payload: Any) -> bool:
         return False
 
-    @classmethod
-    def encode_output(cls, name: str, payload: Any, **kwargs: Any) -> ResponseOutput:
-        raise NotImplementedError()
 
-    @classmethod
-    def decode_output(cls, response_output: ResponseOutput) -> Any:
-        raise NotImplementedError()
+class InputCodec(_Codec):
+    """Converts one input (output) tensor to and from a Python value."""
 
-    @classmethod
-    def encode_input(cls, name: str, payload: Any, **kwargs: Any) -> RequestInput:
-        raise NotImplementedError()
-
-    @classmethod
-    def decode_input(cls, request_input: RequestInput) -> Any:
-        raise NotImplementedError()
+    # What a codec implements, as MLServer's: encode_output(name, payload, **kwargs),
+    # decode_output(response_output), encode_input(name, payload, **kwargs), decode_input(
+    # request_input).
+    encode_output, decode_output, encode_input, decode_input = _to_implement(
+        "encode_output", "decode_output", "encode_input", "decode_input"
+    )
 
     @classmethod
     def encode(cls, name: str, payload: Any) -> ResponseOutput:  # deprecated in MLServer
@@ -52,33 +60,15 @@ class InputCodec:
         return cls.decode_input(request_input)
 
 
-class RequestCodec:
+class RequestCodec(_Codec):
     """Converts a whole request (response) to and from a Python value."""
 
-    ContentType: ClassVar[str] = ""
-    TypeHint: ClassVar[Any] = type(None)
-
-    @classmethod
-    def can_encode(cls, payload: Any) -> bool:
-        return False
-
-    @classmethod
-    def encode_response(
-        cls, model_name: str, payload: Any, model_version: str | None = None, **kwargs: Any
-    ) -> InferenceResponse:
-        raise NotImplementedError()
-
-    @classmethod
-    def decode_response(cls, response: InferenceResponse) -> Any:
-        raise NotImplementedError()
-
-    @classmethod
-    def encode_request(cls, payload: Any, **kwargs: Any) -> InferenceRequest:
-        raise NotImplementedError()
-
-    @classmethod
-    def decode_request(cls, request: InferenceRequest) -> Any:
-        raise NotImplementedError()
+    # What a codec implements, as MLServer's: encode_response(model_name, payload,
+    # model_version=None, **kwargs), decode_response(response), encode_request(payload,
+    # **kwargs), decode_request(request).
+    encode_response, decode_response, encode_request, decode_request = _to_implement(
+        "encode_response", "decode_response", "encode_request", "decode_request"
+    )
 
     @classmethod
     def encode(

@@ -31,17 +31,8 @@ def _decode_base64(elem: ListElement) -> bytes:
 
 
 @register_input_codec
-class Base64Codec(TextListCodec):
+class Base64Codec(TextListCodec, element=bytes, encode=_encode_base64, decode=_decode_base64):
     """A list of bytes, base64-encoded on the wire."""
 
     ContentType = "base64"
     TypeHint = List[bytes]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
-    Element = bytes
-
-    @classmethod
-    def encode_element(cls, element: ListElement, use_bytes: bool) -> bytes | str:
-        return _encode_base64(element, use_bytes)
-
-    @classmethod
-    def decode_element(cls, element: ListElement) -> bytes:
-        return _decode_base64(element)

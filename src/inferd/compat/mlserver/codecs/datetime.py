@@ -27,17 +27,10 @@ def _decode_datetime(elem: ListElement) -> datetime:
 
 
 @register_input_codec
-class DatetimeCodec(TextListCodec):
+class DatetimeCodec(
+    TextListCodec, element=datetime, encode=_encode_datetime, decode=_decode_datetime
+):
     """A list of datetimes (or ISO strings) as BYTES ISO 8601 text."""
 
     ContentType = "datetime"
     TypeHint = List[_Datetime]  # noqa: UP006
-    Element = datetime
-
-    @classmethod
-    def encode_element(cls, element: _Datetime, use_bytes: bool) -> bytes | str:
-        return _encode_datetime(element, use_bytes)
-
-    @classmethod
-    def decode_element(cls, element: ListElement) -> datetime:
-        return _decode_datetime(element)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
 from inferd.compat.mlserver.codecs.base import (
@@ -49,17 +50,34 @@ def as_input(output: ResponseOutput) -> RequestInput:
 
 
 class TextListCodec(InputCodec):
-    """A list of ``Element`` values, one BYTES element each (text-like codecs share it);
-    a subclass says how one element goes on the wire and comes back."""
+    """A list of ``element`` values, one BYTES element each (the text-like codecs);
+    a subclass names how one element goes on the wire and comes back:
+    ``class Codec(TextListCodec, element=bytes, encode=..., decode=...)``."""
 
     Element: ClassVar[Any] = str
 
-    @classmethod
-    def encode_element(cls, element: Any, use_bytes: bool) -> bytes | str:
+    def __init_subclass__(
+        cls,
+        element: Any = None,
+        encode: Callable[[Any, bool], bytes | str] | None = None,
+        decode: Callable[[ListElement], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        # What is not named is inherited (a user's subclass of StringCodec).
+        if element is not None:
+            cls.Element = element
+        if encode is not None:
+            cls.encode_element = staticmethod(encode)  # type: ignore[method-assign,assignment]
+        if decode is not None:
+            cls.decode_element = staticmethod(decode)  # type: ignore[method-assign,assignment]
+
+    @staticmethod
+    def encode_element(element: Any, use_bytes: bool) -> bytes | str:
         raise NotImplementedError
 
-    @classmethod
-    def decode_element(cls, element: ListElement) -> Any:
+    @staticmethod
+    def decode_element(element: ListElement) -> Any:
         raise NotImplementedError
 
     @classmethod
@@ -88,20 +106,16 @@ class TextListCodec(InputCodec):
         return [cls.decode_element(item) for item in as_list(request_input.data.root)]
 
 
+def _encode_text(element: str, use_bytes: bool) -> bytes | str:
+    return encode_str(element) if use_bytes else element
+
+
 @register_input_codec
-class StringCodec(TextListCodec):
+class StringCodec(TextListCodec, element=str, encode=_encode_text, decode=decode_str):
     """A list of Python strings as a BYTES tensor."""
 
     ContentType = "str"
     TypeHint = List[str]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
-
-    @classmethod
-    def encode_element(cls, element: str, use_bytes: bool) -> bytes | str:
-        return encode_str(element) if use_bytes else element
-
-    @classmethod
-    def decode_element(cls, element: ListElement) -> str | None:
-        return decode_str(element)
 
 
 @register_request_codec
