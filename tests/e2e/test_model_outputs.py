@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import tritonclient.http
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 ODD = "/v2/models/odd/infer"
 

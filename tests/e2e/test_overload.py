@@ -19,9 +19,8 @@ import numpy as np
 from benchmarks.openload import Answer, run_drive
 from benchmarks.servers import group_rss_bytes
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model
 
 SERVICE_S = 0.01
 SERVER_BOUND = 8

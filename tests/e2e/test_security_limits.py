@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 MAX_HEADER = 4096
 MAX_REQUEST = 64 * 1024

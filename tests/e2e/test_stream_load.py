@@ -27,9 +27,8 @@ import numpy as np
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, server_environment, start_server
-
-from .conftest import add_custom_model
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMS = 200  # half over SSE, half over gRPC

@@ -18,9 +18,9 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import add_custom_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 INPUTS = [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
 
@@ -264,16 +264,11 @@ class Records(Model):
 
 
 def add_recording_model(repository: Path, name: str, record: Path, **settings: Any) -> None:
-    folder = repository / name
-    folder.mkdir(parents=True)
-    (folder / "records.py").write_text(WARMUP_RUNTIME)
-    body = {
-        "name": name,
-        "implementation": "records.Records",
-        "parameters": {"extra": {"record": str(record)}},
-        **settings,
-    }
-    (folder / "model-settings.json").write_text(json.dumps(body))
+    parameters = {"extra": {"record": str(record)}}
+    files = {"records.py": WARMUP_RUNTIME}
+    write_model_folder(
+        repository, name, "records.Records", files=files, parameters=parameters, **settings
+    )
 
 
 WARMUP = {

@@ -13,9 +13,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 # Requests whose full answers must not depend on where inference runs.
 CASES: list[tuple[str, dict[str, Any]]] = [
