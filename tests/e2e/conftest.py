@@ -50,9 +50,8 @@ def main_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(main_repository: Path) -> Iterator[ServerProcess]:
     """One shared server (parallel_workers 0) on the main repository."""
-    process = start_server(main_repository)
-    yield process
-    process.stop()
+    with start_server(main_repository) as process:
+        yield process
 
 
 @pytest.fixture
@@ -106,9 +105,8 @@ def framework_models(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="session")
 def framework_server(framework_models: Any) -> Iterator[ServerProcess]:
-    process = start_server(framework_models.repository)
-    yield process
-    process.stop()
+    with start_server(framework_models.repository) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")
@@ -147,6 +145,7 @@ def streaming_repository(tmp_path_factory: pytest.TempPathFactory, streaming_wor
 
 @pytest.fixture(scope="module")
 def streaming_server(streaming_repository: Path, streaming_workers: int) -> Iterator[ServerProcess]:
-    process = start_server(streaming_repository, settings={"parallel_workers": streaming_workers})
-    yield process
-    process.stop()
+    with start_server(
+        streaming_repository, settings={"parallel_workers": streaming_workers}
+    ) as process:
+        yield process

@@ -41,9 +41,8 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[ServerProcess]:
     repository = write_models(tmp_path_factory.mktemp("batching"))
-    process = start_server(repository, {"parallel_workers": request.param})
-    yield process
-    process.stop()
+    with start_server(repository, {"parallel_workers": request.param}) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -75,9 +75,8 @@ def mlserver_server(mlserver_repository: Path) -> Iterator[ServerProcess]:
         "metrics_dir": str(mlserver_repository / ".metrics"),
         "environments_dir": str(mlserver_repository / ".envs"),
     }
-    server = start_server(mlserver_repository, settings=settings)
-    yield server
-    server.stop()
+    with start_server(mlserver_repository, settings=settings) as server:
+        yield server
 
 
 def test_mlservers_sklearn_example_is_served_unchanged(

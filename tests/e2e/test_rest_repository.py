@@ -30,9 +30,8 @@ INPUT = {"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}
 def repo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("mutable-repository")
     add_custom_model(repository, "echo", "Echo")
-    process = start_server(repository)
-    yield process
-    process.stop()
+    with start_server(repository) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

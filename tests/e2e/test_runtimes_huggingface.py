@@ -54,9 +54,8 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def hf_server(model_folder: Path, fake_hub: socket.socket) -> Iterator[ServerProcess]:
     port = fake_hub.getsockname()[1]
     env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_OFFLINE": "0"}
-    process = start_server(model_folder.parent, env=env)
-    yield process
-    process.stop()
+    with start_server(model_folder.parent, env=env) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -30,11 +30,10 @@ def server_without_xgboost(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         repository, "churn", "mlserver_xgboost.XGBoostModel", files={"model.json": "{}"}
     )
     # Not ready as a whole (one model failed): wait for liveness, then for the loads.
-    process = start_server(
+    with start_server(
         repository, env={"PYTHONPATH": str(root / "hidden")}, wait="/v2/health/live"
-    )
-    yield process
-    process.stop()
+    ) as process:
+        yield process
 
 
 def index(client: httpx.Client) -> dict[str, dict[str, str]]:

@@ -40,9 +40,8 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         "max_connections": MAX_CONNECTIONS,
         "grpc_max_concurrent_streams": MAX_STREAMS,
     }
-    process = start_server(repository, settings)
-    yield process
-    process.stop()
+    with start_server(repository, settings) as process:
+        yield process
 
 
 def live(channel: grpc.Channel, **kwargs: object) -> bool:

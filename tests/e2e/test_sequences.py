@@ -78,9 +78,8 @@ def write_models(repository: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[ServerProcess]:
     repository = write_models(tmp_path_factory.mktemp(f"sequences-{workers}"))
-    process = start_server(repository, settings={"parallel_workers": workers})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": workers}) as process:
+        yield process
 
 
 def _inputs(module: Any, value: int) -> list[Any]:

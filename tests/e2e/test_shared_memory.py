@@ -54,9 +54,8 @@ def shm_server(
         "shared_memory_key_prefix": PREFIX,
         "parallel_workers": request.param,
     }
-    process = start_server(repository, settings)
-    yield process
-    process.stop()
+    with start_server(repository, settings) as process:
+        yield process
 
 
 @pytest.fixture(params=["http", "grpc"])

@@ -46,9 +46,8 @@ Answers = list[tuple[int, int]]
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("stream-load")
     add_custom_model(repository, "count", "CountStream")
-    process = start_server(repository, settings={"parallel_workers": 2})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
 
 
 def rss_kib(pid: int) -> int:

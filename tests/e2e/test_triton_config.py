@@ -35,9 +35,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     add_custom_model(repository, "tunable", "Echo", inputs=INPUTS)
     add_custom_model(repository, "double/v1", "AsyncDouble", parameters={"version": "1"})
     add_custom_model(repository, "double/v2", "AsyncDouble", parameters={"version": "2"})
-    process = start_server(repository)
-    yield process
-    process.stop()
+    with start_server(repository) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

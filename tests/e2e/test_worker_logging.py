@@ -34,9 +34,8 @@ _request_ids = itertools.count()
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository: Path = tmp_path_factory.mktemp("worker-logging")
     add_custom_model(repository, "chatty", "LogsAtDebug")
-    process = start_server(repository, settings={"parallel_workers": 2})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from inferd.tools.leanhttp import LeanHttpConnection
-from inferd.tools.v2client import Endpoint, http_post
+from inferd.tools.v2client import Endpoint, Reply, http_post
 from tests.support.serverproc import free_port
 
 pytestmark = pytest.mark.anyio
@@ -54,28 +54,35 @@ async def served() -> AsyncIterator[tuple[Server, Endpoint]]:
     listening.close()
 
 
+async def exchanges(endpoint: Endpoint, *paths: str) -> list[Reply]:
+    """The answers to a POST of ``{}`` to each path, in turn on one LeanHttpConnection."""
+    connection = LeanHttpConnection(endpoint, timeout_s=5)
+    replies = [await connection.exchange(http_post(endpoint, path, b"{}")) for path in paths]
+    await connection.close()
+    return replies
+
+
 async def test_answers_come_back_whole_on_one_kept_alive_connection(
     served: tuple[Server, Endpoint],
 ) -> None:
     server, endpoint = served
-    connection = LeanHttpConnection(endpoint, timeout_s=5)
-    json = await connection.exchange(http_post(endpoint, "/json", b"{}"))
-    chunked = await connection.exchange(http_post(endpoint, "/chunked", b"{}"))
+    json, chunked = await exchanges(endpoint, "/json", "/chunked")
     assert (json.status, json.body, chunked.status, chunked.body) == (200, b"{}", 200, b"abc")
     assert server.connections == 1
-    await connection.close()
 
 
 async def test_after_connection_close_the_next_exchange_reconnects(
     served: tuple[Server, Endpoint],
 ) -> None:
     server, endpoint = served
-    connection = LeanHttpConnection(endpoint, timeout_s=5)
-    refused = await connection.exchange(http_post(endpoint, "/close", b"{}"))
-    assert (refused.status, refused.retry_after, refused.close) == (503, 2.0, True)
-    assert (await connection.exchange(http_post(endpoint, "/json", b"{}"))).ok
+    refused, answered = await exchanges(endpoint, "/close", "/json")
+    assert (refused.status, refused.retry_after, refused.close, answered.ok) == (
+        503,
+        2.0,
+        True,
+        True,
+    )
     assert server.connections == 2
-    await connection.close()
 
 
 async def test_no_server_is_an_answer_of_status_0_that_says_why() -> None:
