@@ -36,7 +36,7 @@ from ..context import RequestContext
 from ..dataplane import DataPlane
 from ..errors import InferdError, InvalidRequest, PayloadTooLarge
 from ..protocol import pb, pb_grpc
-from ..shm import CUDA_NOT_SUPPORTED, SharedMemoryRegistry, write_outputs
+from ..shm import SharedMemoryRegistry, write_outputs
 from ..stats import GrpcMethodStats, GrpcStats
 from ..types import InferenceRequest, InferenceResponse
 from . import shm_api
@@ -313,27 +313,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        shm_api.grpc_register(self.dataplane, request)
-        return pb.SystemSharedMemoryRegisterResponse()
+        return shm_api.grpc_register(self.dataplane, request)
 
     @_handles_errors
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        shm_api.registry_of(self.dataplane).unregister(request.name)
-        return pb.SystemSharedMemoryUnregisterResponse()
+        return shm_api.grpc_unregister(self.dataplane, request.name)
 
     @_handles_errors
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        return shm_api.grpc_cuda_status(self.dataplane, request.name)
 
     @_handles_errors
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        return shm_api.grpc_cuda_register(self.dataplane, request)
 
     @_handles_errors
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        return shm_api.grpc_cuda_unregister(self.dataplane, request.name)
 
     # Triton's model configuration and logging extensions
 

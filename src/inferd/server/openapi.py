@@ -25,7 +25,12 @@ from .openapi_operations import REF, Schema, path_parameters
 from .openapi_operations import operation as _v2_operation
 from .openapi_shm import SHARED_MEMORY_OPERATIONS
 from .routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
-from .shm_api import SystemSharedMemoryRegionBody, SystemSharedMemoryRegisterBody
+from .shm_api import (
+    CudaSharedMemoryRegionBody,
+    CudaSharedMemoryRegisterBody,
+    SystemSharedMemoryRegionBody,
+    SystemSharedMemoryRegisterBody,
+)
 
 OPENAPI_VERSION = "3.1.0"
 
@@ -53,6 +58,8 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     GenerateResponseBody,
     SystemSharedMemoryRegisterBody,
     SystemSharedMemoryRegionBody,
+    CudaSharedMemoryRegisterBody,
+    CudaSharedMemoryRegionBody,
 )
 # What the decoder's own checks add to the Structs' types (datatypes.py, encoding.check_shape).
 _DATATYPE = {"enum": list(DATATYPES)}
@@ -67,12 +74,12 @@ _REFINEMENTS: dict[tuple[str, str], Schema] = {
         "description": "binary_data_size: bytes of this input after the JSON header "
         "(binary tensor extension); content_type: how the model decodes it (np, str, ...); "
         "shared_memory_region, shared_memory_offset, shared_memory_byte_size: where it is "
-        "in a registered system shared memory region (then no data)",
+        "in a registered system or CUDA shared memory region (then no data)",
     },
     ("RequestOutput", "parameters"): {
         "description": "binary_data: true sends this output as raw bytes after the JSON "
         "header; shared_memory_region, shared_memory_offset, shared_memory_byte_size: "
-        "write it into a registered system shared memory region instead",
+        "write it into a registered system or CUDA shared memory region instead",
     },
     ("InferenceRequest", "outputs"): {
         "description": "Outputs to return (default: all the model returns)",
