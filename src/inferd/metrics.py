@@ -40,7 +40,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from . import custom_metrics
+from . import custom_metrics, gpu_metrics
 from .custom_metrics import Definition, Record
 from .stats import GrpcStats, HttpStats, ModelStatsTable
 from .stats import Histogram as StatsHistogram
@@ -366,6 +366,7 @@ def build_registry(sources: Sources, rest_prefix: str) -> CollectorRegistry:
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
+    gpu_metrics.register(registry)  # where a GPU can be read: absent, not zero, elsewhere
     custom_metrics.set_sink(CustomMetrics(registry).apply)
     return registry
 
