@@ -12,9 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd import gpu_metrics
-from inferd.metrics import Sources, build_registry
-from inferd.stats import ModelStatsTable
+from inferd.observability import gpu_metrics
+from inferd.observability.metrics import Sources, build_registry
+from inferd.observability.stats import ModelStatsTable
 
 UUIDS = ("GPU-11111111-aaaa", "GPU-22222222-bbbb", "GPU-33333333-cccc")
 

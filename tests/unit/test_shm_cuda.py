@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd import shm, shm_cuda, shm_system
 from inferd.errors import InvalidRequest
-from inferd.shm_cuda import CudaFailure
+from inferd.triton import shm, shm_cuda, shm_system
+from inferd.triton.shm_cuda import CudaFailure
 from inferd.types import RequestedOutput, Tensor
 from inferd.workers import ipc
 
