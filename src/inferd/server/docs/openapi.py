@@ -22,13 +22,13 @@ from inferd.server.docs.operations import operation as _v2_operation
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
 from inferd.server.rest import codec as bodies
 from inferd.server.rest.codec_generate import GenerateRequestBody, GenerateResponseBody
-from inferd.server.rest.shm_api import (
+from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
+from inferd.server.shm_api import (
     CudaSharedMemoryRegionBody,
     CudaSharedMemoryRegisterBody,
     SystemSharedMemoryRegionBody,
     SystemSharedMemoryRegisterBody,
 )
-from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
 from inferd.tensors.datatypes import DATATYPES
 from inferd.types import MetadataTensor, ModelMetadata, ServerMetadata
 
