@@ -87,11 +87,8 @@ def decode_infer_request(
     parsed = _decode(_request_decoder, json_part, "inference request", hint)
     if parsed.parameters:
         check_parameters(parsed.parameters, "The request's parameters")
-    for output in parsed.outputs or ():
-        if output.parameters:
-            check_parameters(output.parameters, f"Output {output.name!r}: parameters")
+    outputs = _requested_outputs(parsed.outputs) if parsed.outputs else []
     inputs = _decode_inputs(parsed.inputs, binary_part, regions)
-    outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
     request = InferenceRequest(
         inputs=inputs, id=parsed.id, parameters=parsed.parameters or {}, outputs=outputs
     )
@@ -99,6 +96,19 @@ def decode_infer_request(
     if outputs:
         check_outputs(regions, outputs)
     return request
+
+
+def _requested_outputs(outputs: list[_OutputBody]) -> list[RequestedOutput]:
+    requested = []
+    seen: set[str] = set()
+    for output in outputs:
+        if output.name in seen:  # one answer per name: repeats would only multiply work
+            raise InvalidRequest(f"Output {output.name!r} appears more than once")
+        seen.add(output.name)
+        if output.parameters:
+            check_parameters(output.parameters, f"Output {output.name!r}: parameters")
+        requested.append(RequestedOutput(output.name, output.parameters or {}))
+    return requested
 
 
 MAX_PARAMETER_DEPTH = 32
