@@ -85,6 +85,24 @@ def test_infer_micro_batches_and_reports_a_failing_line(
     assert "10 requests: 9 succeeded, 1 failed" in result.stderr
 
 
+def test_a_line_whose_data_does_not_fit_its_shape_is_a_preprocessing_error(
+    server: ServerProcess, iris_features: np.ndarray, tmp_path: Path
+) -> None:
+    write_requests(tmp_path / "in.jsonl", iris_features[:3])
+    bad = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [[1, 2], [3, 4]]}]}
+    with (tmp_path / "in.jsonl").open("a") as lines:
+        lines.write(json.dumps(bad) + "\n")
+    result = run_infer(  # -b: the tool reads each line's tensors to send them binary
+        *("-u", f"127.0.0.1:{server.http_port}", "-m", "iris", "-b"),
+        *("-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")),
+    )
+    assert result.returncode == 1
+    answers = read_answers(tmp_path / "out.jsonl")
+    assert answers[3]["error"]["status"] == "preprocessing error"
+    assert "does not match its nested data, which nests as [2, 2]" in answers[3]["error"]["msg"]
+    assert "4 requests: 3 succeeded, 1 failed" in result.stderr
+
+
 @pytest.mark.parametrize("transport", ["rest", "grpc"])
 def test_infer_reads_the_model_version_and_order_from_the_environment(
     server: ServerProcess, tmp_path: Path, transport: str
