@@ -24,10 +24,10 @@ from typing import Any
 
 import orjson
 
-from inferd.server import codec_rest
+from inferd.server.rest import codec as codec_rest
 
 ROOT = Path(__file__).resolve().parent.parent
-BEFORE = "ef46ed8"  # main before nested data was checked against the shape
+BEFORE = "4b3dc71"  # main before nested data was checked against the shape
 ROW = [5.1, 3.5, 1.4, 0.2]
 
 
@@ -44,8 +44,8 @@ BODIES = {
 
 def load_before(revision: str) -> ModuleType:
     """codec_rest of ``revision``, decoding JSON data with that revision's encoding.py."""
-    encoding = _module_at(revision, "src/inferd/encoding.py", "inferd._encoding_before")
-    codec = _module_at(revision, "src/inferd/server/codec_rest.py", "inferd.server._codec_before")
+    encoding = _module_at(revision, "src/inferd/tensors/encoding.py", "inferd._encoding_before")
+    codec = _module_at(revision, "src/inferd/server/rest/codec.py", "inferd._codec_before")
     codec.array_from_json = encoding.array_from_json  # type: ignore[attr-defined]
     return codec
 
@@ -57,7 +57,7 @@ def _module_at(revision: str, path: str, name: str) -> ModuleType:
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = name.rpartition(".")[0]  # its relative imports: this tree's modules
+    module.__package__ = name.rpartition(".")[0]  # what it imports: this tree's modules
     sys.modules[name] = module
     exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)
     return module

@@ -28,10 +28,17 @@ from typing import IO, Any
 import click
 import orjson
 
-from ..errors import InvalidRequest
-from . import wire
-from .grpc_tls import GrpcSecurity
-from .v2client import Endpoint, GrpcConnection, HttpConnection, Reply, http_post, infer_path
+from inferd.errors import InvalidRequest
+from inferd.tools import wire
+from inferd.tools.grpc_tls import GrpcSecurity
+from inferd.tools.v2client import (
+    Endpoint,
+    GrpcConnection,
+    HttpConnection,
+    Reply,
+    http_post,
+    infer_path,
+)
 
 logger = logging.getLogger("inferd.infer")
 BACKOFF_BASE_S = 0.1

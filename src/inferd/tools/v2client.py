@@ -18,7 +18,7 @@ from urllib.parse import quote, urlsplit
 
 import grpc
 
-from .grpc_tls import GrpcSecurity, grpc_security
+from inferd.tools.grpc_tls import GrpcSecurity, grpc_security
 
 # gRPC codes that mean "try again later", as HTTP's 503 does for REST.
 RETRYABLE_GRPC = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
