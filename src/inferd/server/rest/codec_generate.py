@@ -32,7 +32,8 @@ import orjson
 from msgspec import UNSET, UnsetType
 
 from inferd.errors import InvalidRequest
-from inferd.server.rest.codec import Parameters, check_parameters
+from inferd.server.rest.codec import check_parameters
+from inferd.server.rest.responses import Parameters
 from inferd.tensors.encoding import array_from_json, array_to_json
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, Tensor
 
