@@ -34,7 +34,8 @@ INFER_HELP = {
     "batch_interval_s": "Minimum seconds between the requests of each worker.",
     "batch_jitter_s": "Maximum random seconds added to --batch-interval.",
     "use_ssl": "Use TLS.",
-    "insecure": "Do not verify the server's certificate (REST). Use with caution.",
+    "insecure": "Do not verify the server's certificate (gRPC: trust the one it shows). "
+    "Use with caution.",
     "ordered": "Write responses in input order, or as they complete (with batch_index).",
     "model_version": "Model version to send to.",
     "verbose": "Log the settings and each retry.",
@@ -76,6 +77,11 @@ def _name(declarations: Sequence[str]) -> str:
     for declaration in declarations:
         if declaration.isidentifier():
             return declaration
+    return _flag_name(declarations)
+
+
+def _flag_name(declarations: Sequence[str]) -> str:
+    """The first long flag as a name: ``--preserve-order/--no-...`` -> preserve_order."""
     flag = next(item for item in declarations if item.startswith("--"))
     return flag.split("/")[0][2:].replace("-", "_")
 
@@ -87,8 +93,7 @@ def _option(helps: Mapping[str, str], *declarations: str, **attributes: Any) -> 
 def _mlserver(*declarations: str, variable: str = "", **attributes: Any) -> Any:
     """An option of `mlserver infer`, also read from its MLSERVER_INFER_* variable
     (named after the flag unless ``variable`` says otherwise)."""
-    flag = next(item for item in declarations if item.startswith("--"))
-    envvar = "MLSERVER_INFER_" + (variable or flag[2:].replace("-", "_").upper())
+    envvar = "MLSERVER_INFER_" + (variable or _flag_name(declarations).upper())
     return _option(INFER_HELP, *declarations, envvar=envvar, **attributes)
 
 
@@ -130,14 +135,8 @@ def _tune(*declarations: str, **attributes: Any) -> Any:
     _mlserver("--batch-jitter", "batch_jitter_s", default=0.0, type=float),
     _mlserver("--use-ssl", is_flag=True),
     _mlserver("--insecure", is_flag=True),
-    _option(
-        INFER_HELP,
-        "--preserve-order/--no-preserve-order",
-        "ordered",
-        default=True,
-        show_default=True,
-    ),
-    _option(INFER_HELP, "--model-version", default=""),
+    _mlserver("--preserve-order/--no-preserve-order", "ordered", default=True, show_default=True),
+    _mlserver("--model-version", default=""),
     _mlserver("--verbose", "-v", is_flag=True),
     _mlserver("--extra-verbose", "-vv", is_flag=True),
 )

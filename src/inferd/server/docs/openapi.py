@@ -1,10 +1,11 @@
 """The OpenAPI 3.1 document of the V2 REST API (served by server/docs/pages.py).
 
 The schemas are generated (``msgspec.json.schema_components``) from the Structs
-the server decodes requests with and the Structs that describe its answers
-(server/rest/codec.py), so the document follows the code instead of drifting
-from it; only prose and the checks the decoder makes after msgspec
-(_REFINEMENTS) are added here, and a field they name that went away fails loudly.
+the server decodes requests with (server/rest/codec.py) and the Structs that
+describe its answers (server/rest/responses.py), so the document follows the code
+instead of drifting from it; only prose and the checks the decoder makes after
+msgspec (_REFINEMENTS) are added here, and a field they name that went away fails
+loudly.
 The paths are routes.API_ROUTES, each documented by server/docs/operations.py.
 """
 
@@ -22,9 +23,15 @@ from inferd.server.docs.operations import path_parameters
 from inferd.server.docs.parts import REF, Schema
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
 from inferd.server.rest import codec as bodies
+from inferd.server.rest import responses
 from inferd.server.rest.codec_generate import GenerateRequestBody, GenerateResponseBody
-from inferd.server.rest.shm_api import SystemSharedMemoryRegionBody, SystemSharedMemoryRegisterBody
 from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
+from inferd.server.shm_api import (
+    CudaSharedMemoryRegionBody,
+    CudaSharedMemoryRegisterBody,
+    SystemSharedMemoryRegionBody,
+    SystemSharedMemoryRegisterBody,
+)
 from inferd.tensors.datatypes import DATATYPES
 from inferd.types import MetadataTensor, ModelMetadata, ServerMetadata
 
@@ -40,20 +47,22 @@ _PUBLIC_NAMES = {
 _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     bodies._RequestBody,
     bodies._RepositoryIndexBody,
-    bodies.InferenceResponseBody,
-    bodies.ModelMetadataBody,
-    bodies.ServerMetadataBody,
-    bodies.LiveBody,
-    bodies.ReadyBody,
-    bodies.ModelReadyBody,
-    bodies.RepositoryIndexEntryBody,
-    bodies.EmptyBody,
-    bodies.ErrorBody,
-    bodies.ModelStatisticsResponseBody,
+    responses.InferenceResponseBody,
+    responses.ModelMetadataBody,
+    responses.ServerMetadataBody,
+    responses.LiveBody,
+    responses.ReadyBody,
+    responses.ModelReadyBody,
+    responses.RepositoryIndexEntryBody,
+    responses.EmptyBody,
+    responses.ErrorBody,
+    responses.ModelStatisticsResponseBody,
     GenerateRequestBody,
     GenerateResponseBody,
     SystemSharedMemoryRegisterBody,
     SystemSharedMemoryRegionBody,
+    CudaSharedMemoryRegisterBody,
+    CudaSharedMemoryRegionBody,
 )
 # What the decoder's own checks add to the Structs' types
 # (tensors/datatypes.py, encoding.check_shape).
@@ -69,12 +78,12 @@ _REFINEMENTS: dict[tuple[str, str], Schema] = {
         "description": "binary_data_size: bytes of this input after the JSON header "
         "(binary tensor extension); content_type: how the model decodes it (np, str, ...); "
         "shared_memory_region, shared_memory_offset, shared_memory_byte_size: where it is "
-        "in a registered system shared memory region (then no data)",
+        "in a registered system or CUDA shared memory region (then no data)",
     },
     ("RequestOutput", "parameters"): {
         "description": "binary_data: true sends this output as raw bytes after the JSON "
         "header; shared_memory_region, shared_memory_offset, shared_memory_byte_size: "
-        "write it into a registered system shared memory region instead",
+        "write it into a registered system or CUDA shared memory region instead",
     },
     ("InferenceRequest", "outputs"): {
         "description": "Outputs to return (default: all the model returns)",
