@@ -6,7 +6,8 @@ the opposite: clients keep coming. :func:`drive` sends request ``i`` at time
 ``i / rate`` on an idle keep-alive connection, or on a new one (up to
 ``max_outstanding`` requests in flight; past that the request is counted as
 not sent), and records every answer: status, latency, Retry-After and body.
-Plain asyncio sockets with uvloop keep the client's cost per request low.
+The tools' HTTP/1.1 client (inferd.tools.leanhttp) on uvloop keeps the client's cost
+per request low.
 """
 
 from __future__ import annotations
