@@ -77,9 +77,16 @@ class DataPlane:
         return instance is not None and instance.streams
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether the version is READY and the server takes requests for it."""
-        ready = self.registry.find(name, version).state is ModelState.READY
-        return ready and not self.drain.closed
+        """Whether the version is READY and the server takes requests for it. A model
+        of the repository that is not loaded is not ready (as Triton answers after an
+        unload); a name the repository does not hold either is ModelNotFound."""
+        try:
+            found = self.registry.find(name, version)
+        except ModelNotFound:
+            if self.repository.holds(name, version):
+                return False
+            raise
+        return found.state is ModelState.READY and not self.drain.closed
 
     # Metadata
 
