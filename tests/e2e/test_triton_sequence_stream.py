@@ -25,7 +25,7 @@ import tritonclient.grpc.aio as triton_grpc_aio
 
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model
+from .conftest import add_custom_model, wait_for
 
 MODEL = "simple_sequence"
 # The example's values: each sequence starts with its own first value, then these
@@ -46,6 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         sequence_batching={"max_sequence_idle_microseconds": 5_000_000},
         parameters={"extra": {"sleep": 0.005}},
     )
+    add_custom_model(repository, "stateless", "Accumulator")  # no sequence_batching
     process = start_server(repository, settings={"parallel_workers": 2})
     yield process
     process.stop()
@@ -182,3 +183,22 @@ def _split(sequences: Sequences) -> tuple[Order, Order, Order]:
     order = _round_robin(sequences)
     count = len(sequences)
     return order[: 2 * count], order[2 * count : -count], order[-count:]
+
+
+def test_a_model_without_sequence_batching_that_gets_sequences_says_so_once(
+    server: ServerProcess,
+) -> None:
+    """Nothing routes its sequences: the log says so (once), naming the fix."""
+    client = triton_grpc.InferenceServerClient(server.grpc_address)
+    try:
+        totals = []
+        for request in _requests(triton_grpc, {7: [1], 8: [2]}, [(7, 0), (8, 0)]):
+            request["model_name"] = "stateless"
+            totals.append(_answer(client.infer(**request))[1])
+        assert totals == [1, 2]
+    finally:
+        client.close()
+    warning = "Model 'stateless' got a request with a sequence_id but has no sequence_batching"
+    wait_for(lambda: warning in server.log(), "the warning")
+    assert server.log().count(warning) == 1
+    assert 'Give its model-settings.json "sequence_batching": {}' in server.log()
