@@ -2,7 +2,8 @@
 
 REST and gRPC read a load's parameters the same way (:func:`load_config`): the
 ``config`` parameter is the JSON override (inferd.triton.override); ``file:*``
-parameters, which would write files into the model's folder, are refused.
+parameters, which would write files into the model's folder, are refused (one
+whose path could name no file as Triton words it: ``Invalid file path``).
 """
 
 from __future__ import annotations
