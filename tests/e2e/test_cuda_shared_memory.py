@@ -50,9 +50,8 @@ def server(
     repository: Path = tmp_path_factory.mktemp("cudashm")
     add_custom_model(repository, "simple", "AddSub")
     settings = {"shared_memory_enabled": True, "parallel_workers": request.param}
-    process = start_server(repository, settings)
-    yield process
-    process.stop()
+    with start_server(repository, settings) as process:
+        yield process
 
 
 @pytest.fixture(params=["http", "grpc"])
