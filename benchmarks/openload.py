@@ -21,9 +21,6 @@ from urllib.parse import urlsplit
 import numpy as np
 import uvloop
 
-from inferd.tools.leanhttp import LeanHttpConnection
-from inferd.tools.v2client import Endpoint, http_post
-
 from .loadgen import LoadResult, Target
 from .servers import group_rss_bytes
 
@@ -60,6 +57,10 @@ async def drive(
     timeout_s: float = 30.0,
 ) -> Drive:
     """Send ``body_of(i)`` at ``i / rate`` seconds for ``seconds``; wait for the answers."""
+    # Imported here: ``python -m benchmarks`` picks inferd's source tree before importing it.
+    from inferd.tools.leanhttp import LeanHttpConnection
+    from inferd.tools.v2client import Endpoint, http_post
+
     parts = urlsplit(url)
     endpoint = Endpoint(parts.hostname or "127.0.0.1", parts.port or 80)
     idle: list[LeanHttpConnection] = []
