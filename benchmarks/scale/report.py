@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..results import median_or_none
 from .cpu import CpuWindow
 from .load import Outcome
 from .options import Layout
@@ -36,6 +37,7 @@ class WindowRecord:
     errors: int  # non-2xx, socket errors and wrong answers, all servers
     cores_busy: float
     main_share: float  # the busiest main process, a share of one core
+    cpu_us_per_request: float | None  # all the servers' CPU: steadier than req/s when shared
     machine_cores_busy: float | None
     window_s: float
     per_server: list[dict[str, Any]] = field(default_factory=list)
@@ -53,6 +55,7 @@ def window_record(
     cpu: CpuWindow,
 ) -> WindowRecord:
     results = [outcome.result for outcome in outcomes]
+    requests = sum(r.requests for r in results)
     per_server = [
         outcome.result.to_dict() | {"wrong": outcome.wrong, "cpu_s": group, "main_cpu_s": main}
         for outcome, group, main in zip(outcomes, cpu.group_s, cpu.main_s, strict=True)
@@ -64,13 +67,14 @@ def window_record(
         replicas=layout.replicas,
         model=model,
         protocol=protocol,
-        requests=sum(r.requests for r in results),
+        requests=requests,
         requests_per_s=sum(r.requests_per_s for r in results),
         p50_ms=float(statistics.median(r.p50_ms for r in results)),
         p99_ms=max(r.p99_ms for r in results),
         errors=sum(outcome.errors for outcome in outcomes),
         cores_busy=cpu.cores_busy,
         main_share=cpu.busiest_main_share,
+        cpu_us_per_request=sum(cpu.group_s) / requests * 1e6 if requests else None,
         machine_cores_busy=cpu.machine_cores_busy,
         window_s=cpu.seconds,
         per_server=per_server,
@@ -88,6 +92,7 @@ class Row:
     p99_ms: float
     cores_busy: float
     main_share: float
+    cpu_us_per_request: float | None
     errors: int
 
 
@@ -112,6 +117,7 @@ def _row(runs: Sequence[WindowRecord]) -> Row:
         p99_ms=median("p99_ms"),
         cores_busy=median("cores_busy"),
         main_share=median("main_share"),
+        cpu_us_per_request=median_or_none(run.cpu_us_per_request for run in runs),
         errors=sum(run.errors for run in runs),
     )
 
@@ -125,17 +131,19 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
     top = ceiling(rows)
     lines = [
         "| servers x parallel_workers | req/s | of the ceiling | p99 ms | cores busy "
-        "| main process, share of one core | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| main process, share of one core | CPU us/req | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         share = f"{row.requests_per_s / top:.2f}" if top else "-"
         rate = f"{row.requests_per_s:,.0f}"
+        cpu = "-" if row.cpu_us_per_request is None else f"{row.cpu_us_per_request:,.0f}"
         if row.requests_per_s == top:
             rate = f"**{rate}**"
         lines.append(
             f"| {row.layout}{' (replicas)' if row.replicas else ''} | {rate} | {share} "
-            f"| {row.p99_ms:.1f} | {row.cores_busy:.1f} | {row.main_share:.0%} | {row.errors} |"
+            f"| {row.p99_ms:.1f} | {row.cores_busy:.1f} | {row.main_share:.0%} "
+            f"| {cpu} | {row.errors} |"
         )
     return lines
 
@@ -155,8 +163,9 @@ def markdown(
 LEGEND = (
     "req/s: all the layout's servers together; of the ceiling: over the best replicas "
     "layout (bold); p99: the worst server's; cores busy: CPU of every server process "
-    "over the window; main process: the busiest server's main process; errors: non-2xx, "
-    "socket errors and answers that were not the checked answer."
+    "over the window; main process: the busiest server's main process; CPU us/req: the "
+    "servers' CPU per answer (the steadier figure when other work shares the cores); "
+    "errors: non-2xx, socket errors and answers that were not the checked answer."
 )
 
 

@@ -259,9 +259,10 @@ def test_the_table_gives_each_layout_its_share_of_the_ceiling() -> None:
     assert key == ("light", "rest") and ceiling(rows) == pytest.approx(27012.0)
     table = markdown_table(rows)
     assert table[0].startswith("| servers x parallel_workers | req/s | of the ceiling | p99 ms")
-    assert table[2] == "| 1 x default | 4,127 | 0.15 | 14.0 | 1.0 | 80% | 0 |"
-    assert table[3] == "| 4 x 0 (replicas) | 10,960 | 0.41 | 7.0 | 4.0 | 140% | 0 |"
-    assert table[4] == "| 12 x 0 (replicas) | **27,012** | 1.00 | 3.0 | 12.0 | 300% | 0 |"
+    # CPU us/req: each server 5 CPU s over its 5 s of requests (requests = 5 x rate)
+    assert table[2] == "| 1 x default | 4,127 | 0.15 | 14.0 | 1.0 | 80% | 242 | 0 |"
+    assert table[3] == "| 4 x 0 (replicas) | 10,960 | 0.41 | 7.0 | 4.0 | 140% | 365 | 0 |"
+    assert table[4] == "| 12 x 0 (replicas) | **27,012** | 1.00 | 3.0 | 12.0 | 300% | 444 | 0 |"
 
 
 def test_rounds_are_summarized_by_their_medians_and_errors_add_up() -> None:
