@@ -39,16 +39,21 @@ FAILURE_CHARS = 3000
 def run(options: ScaleOptions) -> int:
     """The whole benchmark; 0 ok, 1 a layout did not complete, 2 errors under load."""
     print(describe(options), flush=True)
-    load_average = os.getloadavg()
+    started = setup(options)
     models = build_models(options.models, options.heavy_trees)
     for model in models:
         print(f"  {model.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="inferd-scale-") as tmp:
         records, failures = run_rounds(options, models, options.work_dir or Path(tmp))
     lines = markdown(summarize(records), {m.name: m.describe() for m in models}, options.rounds)
-    lines += ["", options.cores.describe() + ".", machine_line(records, cpus(), load_average)]
+    lines += [
+        "",
+        options.cores.describe() + ".",
+        machine_line(records, cpus(), started["load_average"]),
+    ]
     print("\n".join(lines))
-    write_results(options, models, records, failures, lines)
+    started["elapsed_s"] = round(time.monotonic() - started["monotonic"], 1)
+    write_results(options, started, models, records, failures, lines)
     return exit_status(records, failures)
 
 
@@ -125,13 +130,14 @@ def measure(
 
 def write_results(
     options: ScaleOptions,
+    started: dict[str, Any],
     models: Sequence[ScaleModel],
     records: Sequence[WindowRecord],
     failures: Sequence[str],
     tables: Sequence[str],
 ) -> None:
     result: dict[str, Any] = {
-        "setup": setup(options),
+        "setup": started,
         "models": {m.name: {"title": m.title, "predict_ms": m.predict_ms} for m in models},
         "windows": [record.to_dict() for record in records],
         "failures": list(failures),
@@ -139,14 +145,16 @@ def write_results(
     }
     options.json_out.parent.mkdir(parents=True, exist_ok=True)
     options.json_out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"\nresults: {options.json_out}")
+    print(f"\nresults: {options.json_out} ({started['elapsed_s']} s)")
 
 
 def setup(options: ScaleOptions) -> dict[str, Any]:
+    """The run's settings and the machine as it starts."""
     cores = options.cores
     return {
         "argv": sys.argv[1:],
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "monotonic": time.monotonic(),
         "cpus": cpus(),
         "server_cores": format_cpus(cores.server),
         "load_cores": format_cpus(cores.load),
