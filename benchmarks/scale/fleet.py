@@ -57,6 +57,15 @@ class Fleet:
         check = check_rest if protocol == "rest" else check_grpc
         return [check(server, model) for server in self.servers]
 
+    def check_running(self) -> None:
+        """RuntimeError when a server has exited: its window's figures would be wrong."""
+        for server in self.servers:
+            if server.process.poll() is not None:
+                raise RuntimeError(
+                    f"{server.describe()} exited with {server.process.returncode} under "
+                    f"load:\n{server.log()[-2000:]}"
+                )
+
     def stop(self) -> None:
         stop_all(self.servers)
 

@@ -144,10 +144,7 @@ def plan_cores(server: str | None, load: str | None, available: Sequence[int]) -
 
 def parse_workers(token: str) -> int | None:
     """A --workers value: a parallel_workers count, or ``default`` (left unset)."""
-    if token == DEFAULT:
-        return None
-    count = _count(token, "--workers", minimum=0)
-    return count
+    return None if token == DEFAULT else _count(token, "--workers", minimum=0)
 
 
 def parse_replicas(token: str) -> tuple[int, int]:

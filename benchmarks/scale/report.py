@@ -151,7 +151,9 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
 def markdown(
     summary: dict[tuple[str, str], list[Row]], titles: dict[str, str], rounds: int
 ) -> list[str]:
-    """Every table, each under its model and protocol."""
+    """Every table, each under its model and protocol (nothing if no window ran)."""
+    if not summary:
+        return ["", "No window was measured."]
     lines: list[str] = []
     for (model, protocol), rows in summary.items():
         lines += ["", f"{titles.get(model, model)}, {protocol.upper()}:", ""]

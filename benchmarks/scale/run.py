@@ -75,14 +75,20 @@ def run_rounds(
     failures: list[str] = []
     for round_index in range(options.rounds):
         for layout in alternate(options.layouts, round_index):
-            folder = work / f"round-{round_index}" / layout.label.replace(" ", "")
+            name = f"{options.layouts.index(layout)}-{folder_name(layout.label)}"
+            folder = work / f"round-{round_index}" / name
             try:
-                records += run_layout(options, models, layout, round_index, folder)
+                run_layout(options, models, layout, round_index, folder, records)
             except LAYOUT_FAILURES as error:
                 message = f"{layout.label} round {round_index}: {str(error)[-FAILURE_CHARS:]}"
                 print(f"  FAILED {message}", file=sys.stderr, flush=True)
                 failures.append(message)
     return records, failures
+
+
+def folder_name(label: str) -> str:
+    """A layout's label as a folder name (settings may hold quotes and slashes)."""
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in label.replace(" ", ""))
 
 
 def run_layout(
@@ -91,18 +97,19 @@ def run_layout(
     layout: Layout,
     round_index: int,
     folder: Path,
-) -> list[WindowRecord]:
+    records: list[WindowRecord],
+) -> None:
+    """Start the layout's servers, measure each model and protocol, stop them; each
+    window's record is appended as it ends (a later failure keeps the earlier ones)."""
     programs = Programs(options.inferd_python, options.inferd_src)
     server_cores = options.cores.pin(options.cores.server)
     fleet = start_fleet(layout, models, programs, server_cores, folder, options.ready_timeout)
     print(f"\n{layout.label}: {layout.servers} server(s) ready in {fleet.startup_s:.1f} s",
           flush=True)  # fmt: skip
     try:
-        return [
-            measure(options, fleet, model, protocol, round_index)
-            for model in models
-            for protocol in options.protocols
-        ]
+        for model in models:
+            for protocol in options.protocols:
+                records.append(measure(options, fleet, model, protocol, round_index))
     finally:
         fleet.stop()
 
@@ -122,6 +129,7 @@ def measure(
     before = snapshot(fleet.groups)
     outcomes = drive(endpoints, protocol, share, options.duration, load_cores)
     after = snapshot(fleet.groups)
+    fleet.check_running()
     cpu = window(before, after, fleet.groups)
     record = window_record(round_index, fleet.layout, model.name, protocol, outcomes, cpu)
     print(run_line(record), flush=True)

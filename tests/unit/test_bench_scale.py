@@ -275,3 +275,18 @@ def test_rounds_are_summarized_by_their_medians_and_errors_add_up() -> None:
     assert (row.rounds, row.requests_per_s, row.p99_ms, row.errors) == (4, 2000.0, 20.0, 5)
     assert ceiling(rows) is None
     assert markdown_table(rows)[2].split(" | ")[2] == "-"  # no replicas: no share
+
+
+def test_layout_folders_are_plain_names() -> None:
+    from benchmarks.scale.run import folder_name
+
+    assert folder_name('1 x default host="0.0.0.0" x=[1, 2]') == "1xdefaulthost=_0.0.0.0_x=_1_2_"
+    assert folder_name("12 x 0") == "12x0"
+
+
+def test_the_report_names_each_table_and_says_when_nothing_ran() -> None:
+    from benchmarks.scale.report import markdown
+
+    lines = markdown(summarize([record(ONE, [500.0], [9.0])]), {"light": "light: iris"}, 2)
+    assert lines[1] == "light: iris, REST:" and lines[-1].endswith("Medians over 2 rounds.")
+    assert markdown({}, {}, 1) == ["", "No window was measured."]
