@@ -13,6 +13,7 @@ from typing import Any
 from .context import NO_CONTEXT, RequestContext
 from .drain import STOPPED, Drain
 from .errors import ConfigurationError, InferdError, InvalidRequest, ModelNotFound, ShuttingDown
+from .extensions import served_extensions
 from .registry import ModelVersion, Registry
 from .repository import ModelRepository, RepositoryScan
 from .runtime_headers import pass_headers, take_response_headers
@@ -36,9 +37,6 @@ logger = logging.getLogger(__name__)
 # One debug line per inference request; a logger of its own so that logging_settings
 # can turn request logs on or off without touching the rest.
 request_logger = logging.getLogger("inferd.requests")
-
-# Protocol extensions every inferd server implements.
-EXTENSIONS = ["model_repository", "binary_tensor_data", "statistics"]
 
 # The index's reason for a model that is on disk but not loaded.
 NOT_LOADED = "Not loaded (found in the model repository)"
@@ -84,13 +82,10 @@ class DataPlane:
     # Metadata
 
     def server_metadata(self) -> ServerMetadata:
-        extensions = EXTENSIONS + [e for e in self.settings.extensions if e not in EXTENSIONS]
-        if self.shared_memory is not None and "system_shared_memory" not in extensions:
-            extensions.append("system_shared_memory")
         return ServerMetadata(
             name=self.settings.server_name,
             version=self.settings.server_version,
-            extensions=extensions,
+            extensions=served_extensions(self.settings),
         )
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:

@@ -1,0 +1,37 @@
+"""The extensions server metadata lists: exactly those served with the settings."""
+
+from __future__ import annotations
+
+from inferd.extensions import served_extensions
+from inferd.settings import ServerSettings
+
+ALWAYS = [
+    "sequence",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+    "generate",
+]
+
+
+def test_the_defaults_list_the_repository_but_no_shared_memory() -> None:
+    served = served_extensions(ServerSettings())
+    assert served == ["sequence", "model_repository", *ALWAYS[1:]]
+    assert "cuda_shared_memory" not in served and "classification" not in served
+
+
+def test_shared_memory_on_and_the_repository_api_off() -> None:
+    settings = ServerSettings(shared_memory_enabled=True, model_repository_api=False)
+    served = served_extensions(settings)
+    assert "model_repository" not in served
+    assert served == [*ALWAYS[:3], "system_shared_memory", *ALWAYS[3:]]
+
+
+def test_the_settings_extensions_come_last_each_once() -> None:
+    settings = ServerSettings(extensions=["my_ext", "statistics", "my_ext", "other"])
+    served = served_extensions(settings)
+    assert served[-2:] == ["my_ext", "other"]
+    assert served.count("statistics") == 1 and served.count("my_ext") == 1
