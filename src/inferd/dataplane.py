@@ -148,15 +148,17 @@ class DataPlane:
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
-        if instance.wants_headers:
-            pass_headers(request, context)
         started = time.perf_counter_ns()
         cache, cache_key = found.cache, None
-        if cache is not None:
+        if cache is not None:  # before the headers join the parameters: not in the key
             cache_key, cached = cache.lookup(request)
             if cached is not None:
                 _record_end(stats, request, started)
+                if instance.wants_headers:
+                    take_response_headers(cached, context)
                 return cached
+        if instance.wants_headers:
+            pass_headers(request, context)
         try:
             response = _finish(await scheduler.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too
