@@ -21,6 +21,7 @@ from ..datatypes import DATATYPES
 from ..types import MetadataTensor, ModelMetadata, ServerMetadata
 from . import codec_rest as bodies
 from .codec_generate import GenerateRequestBody, GenerateResponseBody
+from .openapi_docs_operations import DOCS_OPERATIONS
 from .openapi_operations import REF, Schema, path_parameters
 from .openapi_operations import operation as _v2_operation
 from .openapi_shm import SHARED_MEMORY_OPERATIONS
@@ -94,9 +95,9 @@ _GENERIC_EXAMPLE = {
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
     """The OpenAPI operation of ``route``."""
-    shared_memory = SHARED_MEMORY_OPERATIONS.get(route.operation)
-    if shared_memory is not None:
-        return shared_memory(route.operation_id, example)
+    builder = SHARED_MEMORY_OPERATIONS.get(route.operation) or DOCS_OPERATIONS.get(route.operation)
+    if builder is not None:
+        return builder(route.operation_id, example)
     return _v2_operation(route, example)
 
 

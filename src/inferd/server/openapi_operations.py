@@ -61,7 +61,6 @@ EVENT_STREAM_MEDIA_TYPE = "text/event-stream"
 _STRING = {"type": "string"}
 _BINARY = {"type": "string", "format": "binary"}
 _LENGTH = {"type": "integer", "minimum": 0}
-_DOCS_SUMMARY = "A model's docs"
 
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
@@ -347,40 +346,6 @@ def _update_log_settings(operation_id: str, example: Schema) -> Schema:
     )
 
 
-# ---- docs ----
-
-
-def _page() -> Schema:
-    return {"200": _answer("Swagger UI", _STRING, "text/html")}
-
-
-def _spec() -> Schema:
-    return {"200": _answer("An OpenAPI 3.1 document", {"type": "object"})}
-
-
-def _docs_page(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", "This API in Swagger UI", _page())
-
-
-def _docs_spec(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", "This document", _spec())
-
-
-def _docs_asset(operation_id: str, example: Schema) -> Schema:
-    files = {media_type.split(";")[0]: {"schema": _STRING} for media_type in ASSET_TYPES.values()}
-    asset = {"description": "The file", "content": files}
-    answers = {"200": asset, "404": _answer("No such file", _ref("Error"))}
-    return _op(operation_id, "docs", "Swagger UI's files", answers)
-
-
-def _model_docs_page(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", _DOCS_SUMMARY, _page() | _errors(404, 503))
-
-
-def _model_docs_spec(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", _DOCS_SUMMARY, _spec() | _errors(404, 503))
-
-
 _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "server_live": _server_health("live", "Live"),
     "server_ready": _server_health("ready", "Ready"),
@@ -399,9 +364,4 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "model_config": _model_config,
     "log_settings": _log_settings,
     "update_log_settings": _update_log_settings,
-    "docs_page": _docs_page,
-    "docs_spec": _docs_spec,
-    "docs_asset": _docs_asset,
-    "model_docs_page": _model_docs_page,
-    "model_docs_spec": _model_docs_spec,
 }
