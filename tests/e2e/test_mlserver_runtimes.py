@@ -165,6 +165,19 @@ def test_predict_stream_over_server_sent_events(rest: httpx.Client) -> None:
     assert [event["outputs"][0]["data"] for event in events] == [["one"], ["two"], ["three"]]
 
 
+def test_generate_stream_takes_mlservers_v2_body(rest: httpx.Client) -> None:
+    # MLServer 1.7 serves generate_stream as infer_stream: a V2 request, V2 events.
+    text = {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["one two"]}
+    body = {"id": "g-1", "inputs": [text]}
+    with rest.stream("POST", "/v2/models/stream-model/generate_stream", json=body) as r:
+        assert r.status_code == 200, r.read()
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    assert [(e["model_name"], e["id"]) for e in events] == [("stream-model", "g-1")] * 2
+    assert [e["outputs"][0]["data"] for e in events] == [["one"], ["two"]]
+
+
 def test_predict_stream_over_grpc(server: ServerProcess) -> None:
     answers: queue.Queue[Any] = queue.Queue()
     with triton_grpc.InferenceServerClient(server.grpc_address) as client:
