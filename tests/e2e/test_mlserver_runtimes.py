@@ -212,6 +212,8 @@ def test_request_headers_reach_the_model_and_its_headers_come_back(
     )
     assert response.status_code == 200 and response.headers["x-echo-tag"] == "blue"
     assert "headers" not in response.json()["parameters"]
+    flat = rest.post("/v2/models/handler-model/generate", json={"x": 1}, headers={"X-Tag": "red"})
+    assert flat.status_code == 200 and flat.headers["x-echo-tag"] == "red"
     x = triton_grpc.InferInput("x", [1], "INT32")
     x.set_data_from_numpy(np.array([1], dtype=np.int32))
     result = grpc_client.infer("handler-model", [x], headers={"x-tag": "green"})
