@@ -72,7 +72,7 @@ def test_dataplane_document_is_valid_openapi(client: httpx.Client) -> None:
     validate(document)
     assert document["openapi"].startswith("3.1")
     schemas = document["components"]["schemas"]
-    # Generated from the request Structs the server decodes with (server/codec_rest.py).
+    # Generated from the request Structs the server decodes with (server/rest/codec.py).
     assert schemas["InferenceRequest"]["required"] == ["inputs"]
     assert schemas["RequestInput"]["required"] == ["name", "shape", "datatype"]
     assert "FP32" in schemas["RequestInput"]["properties"]["datatype"]["enum"]
@@ -82,7 +82,7 @@ def test_every_rest_route_is_documented(client: httpx.Client) -> None:
     """The document's operations are exactly the server's routes (read from the app)."""
     code = (
         "import json\n"
-        "from inferd.server.rest import build_rest_app\n"
+        "from inferd.server.rest.api import build_rest_app\n"
         "from inferd.settings import ServerSettings\n"
         "app = build_rest_app(None, ServerSettings()).app\n"
         "print(json.dumps([[m, r.path] for r in app.routes for m in sorted(r.methods - {'HEAD'})]))"
@@ -229,7 +229,7 @@ def test_docs_errors(client: httpx.Client, path: str, status: int, message: str)
 def test_swagger_files_are_read_without_importing_web_frameworks() -> None:
     code = (
         "import sys\n"
-        "from inferd.server.docs import SwaggerAssets\n"
+        "from inferd.server.docs.pages import SwaggerAssets\n"
         "assert SwaggerAssets().read('swagger-ui-bundle.js')\n"
         "print(sorted(m for m in ('swagger_ui', 'jinja2', 'yaml', 'flask', 'tornado', 'sanic',"
         " 'falcon', 'aiohttp', 'quart', 'bottle', 'chalice') if m in sys.modules))"

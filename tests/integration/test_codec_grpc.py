@@ -10,7 +10,7 @@ import pytest
 
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb
-from inferd.server.codec_grpc import (
+from inferd.server.grpc.codec import (
     decode_infer_request,
     decode_parameters,
     encode_infer_response,

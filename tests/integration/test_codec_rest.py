@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from inferd.errors import InvalidRequest
-from inferd.server.codec_rest import (
+from inferd.server.rest.codec import (
     MAX_PARAMETER_DEPTH,
     decode_index_request,
     decode_infer_request,

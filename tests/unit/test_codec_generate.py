@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from inferd.errors import InvalidRequest
-from inferd.server.codec_generate import (
+from inferd.server.rest.codec_generate import (
     decode_generate_request,
     encode_generate_response,
     fit_shape,

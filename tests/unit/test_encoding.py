@@ -6,15 +6,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from inferd.datatypes import datatype_of, numpy_dtype
-from inferd.encoding import (
+from inferd.errors import InvalidRequest
+from inferd.tensors.datatypes import datatype_of, numpy_dtype
+from inferd.tensors.encoding import (
     array_from_bytes,
     array_from_json,
     array_to_bytes,
     array_to_json,
     to_output_array,
 )
-from inferd.errors import InvalidRequest
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.extensions import served_extensions
+from inferd.serving.extensions import served_extensions
 from inferd.settings import ServerSettings
 
 ALWAYS = [

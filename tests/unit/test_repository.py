@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from inferd.errors import ConfigurationError, ModelNotFound
-from inferd.repository import ModelRepository
+from inferd.serving.repository import ModelRepository
 
 
 def add_model(root: Path, folder: str, **settings: Any) -> Path:

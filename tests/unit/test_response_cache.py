@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from inferd.custom_calls import HandlerCall, handler_request
+from inferd.observability.stats import ModelStats
 from inferd.protocol import pb
-from inferd.response_cache import ResponseCache, request_digest
-from inferd.server.codec_grpc import decode_infer_request as decode_grpc
-from inferd.server.codec_rest import decode_infer_request as decode_rest
-from inferd.stats import ModelStats
+from inferd.server.grpc.codec import decode_infer_request as decode_grpc
+from inferd.server.rest.codec import decode_infer_request as decode_rest
+from inferd.serving.custom_calls import HandlerCall, handler_request
+from inferd.serving.response_cache import ResponseCache, request_digest
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 FEATURES = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]

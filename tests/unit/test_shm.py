@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from inferd import shm
 from inferd.errors import InvalidRequest
+from inferd.triton import shm
 from inferd.types import RequestedOutput, Tensor
 from inferd.workers import ipc
 
@@ -204,7 +204,7 @@ def test_settings_turn_it_on_and_check_the_prefix(monkeypatch: pytest.MonkeyPatc
 
 
 def test_its_routes_and_methods_are_the_shared_memory_api_group() -> None:
-    from inferd.server.grpc_access import METHOD_GROUPS
+    from inferd.server.grpc.access import METHOD_GROUPS
     from inferd.server.routes import API_ROUTES
 
     service = "/inference.GRPCInferenceService/"
@@ -219,7 +219,7 @@ def test_its_routes_and_methods_are_the_shared_memory_api_group() -> None:
 
 def test_grpc_inputs_in_shared_memory_take_no_raw_contents(make_object: Maker) -> None:
     from inferd.protocol import pb
-    from inferd.server.codec_grpc import decode_infer_request
+    from inferd.server.grpc.codec import decode_infer_request
 
     key = make_object("grpc")
     write(key, 0, np.arange(4, dtype=np.int32).tobytes())

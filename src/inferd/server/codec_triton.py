@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 from google.protobuf import json_format
 
-from ..errors import InvalidRequest
-from ..protocol import pb
+from inferd.errors import InvalidRequest
+from inferd.protocol import pb
 
 FILE_PARAMETER = "file:"
 

@@ -15,8 +15,8 @@ import logging
 import grpc
 from starlette.requests import ClientDisconnect
 
-from ..errors import ErrorCode, InferdError
-from .codec_rest import JSON_CONTENT_TYPE, error_body
+from inferd.errors import ErrorCode, InferdError
+from inferd.server.rest.codec import JSON_CONTENT_TYPE, error_body
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,15 @@ from typing import IO, Any
 import click
 import orjson
 
-from . import wire
-from .v2client import Endpoint, GrpcConnection, HttpConnection, Reply, http_post, infer_path
+from inferd.tools import wire
+from inferd.tools.v2client import (
+    Endpoint,
+    GrpcConnection,
+    HttpConnection,
+    Reply,
+    http_post,
+    infer_path,
+)
 
 logger = logging.getLogger("inferd.infer")
 BACKOFF_BASE_S = 0.1

@@ -27,10 +27,11 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .. import errors, shm
-from ..errors import ConfigurationError, InferdError, ModelError
-from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferd import errors
+from inferd.errors import ConfigurationError, InferdError, ModelError
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.triton import shm
+from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 # Command kinds, and the body each carries.
 INIT = 1  # InitBody; the worker answers with its pid

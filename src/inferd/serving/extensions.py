@@ -1,0 +1,50 @@
+"""The protocol extensions a server lists in its metadata (``GET /v2``, gRPC
+``ServerMetadata``): exactly those it serves with its settings, under Triton's names.
+
+Clients read the list to decide what to call (tritonclient's examples, perf
+tools, proxies); listing an extension the server refuses sends them into errors.
+Triton's own list is the reference for the names and their order. Left out
+because inferd does not implement them: ``classification`` (refused with a 400),
+``model_repository(unload_dependents)`` (no ensembles), ``trace`` (no trace
+settings API: tracing is OpenTelemetry's, configured at start) and
+``cuda_shared_memory`` (its calls answer that it is not supported).
+"""
+
+from __future__ import annotations
+
+from inferd.settings import ServerSettings
+
+SEQUENCE = "sequence"
+MODEL_REPOSITORY = "model_repository"
+SCHEDULE_POLICY = "schedule_policy"  # the priority and timeout request parameters
+MODEL_CONFIGURATION = "model_configuration"
+SYSTEM_SHARED_MEMORY = "system_shared_memory"
+BINARY_TENSOR_DATA = "binary_tensor_data"
+PARAMETERS = "parameters"
+STATISTICS = "statistics"
+LOGGING = "logging"
+GENERATE = "generate"
+
+
+def served_extensions(settings: ServerSettings) -> list[str]:
+    """The extensions this server serves with ``settings``, in Triton's order, then
+    those the settings' ``extensions`` add (each once)."""
+    optional = {
+        MODEL_REPOSITORY: settings.model_repository_api,
+        SYSTEM_SHARED_MEMORY: settings.shared_memory_enabled,
+    }
+    order = (
+        SEQUENCE,
+        MODEL_REPOSITORY,
+        SCHEDULE_POLICY,
+        MODEL_CONFIGURATION,
+        SYSTEM_SHARED_MEMORY,
+        BINARY_TENSOR_DATA,
+        PARAMETERS,
+        STATISTICS,
+        LOGGING,
+        GENERATE,
+    )
+    served = [name for name in order if optional.get(name, True)]
+    served += [name for name in dict.fromkeys(settings.extensions) if name not in served]
+    return served
