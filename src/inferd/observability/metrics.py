@@ -42,6 +42,7 @@ from prometheus_client.utils import floatToGoString
 
 from inferd import custom_metrics
 from inferd.custom_metrics import Definition, Record
+from inferd.observability import gpu_metrics
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.observability.stats import Histogram as StatsHistogram
 from inferd.types import ModelState
@@ -363,9 +364,9 @@ def build_registry(sources: Sources, rest_prefix: str) -> CollectorRegistry:
     """The registry the endpoint serves; custom metrics are routed into it."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(ServerCollector(sources, rest_prefix))
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
+    for standard in (ProcessCollector, PlatformCollector, GCCollector):
+        standard(registry=registry)
+    gpu_metrics.register(registry)  # where a GPU can be read: absent, not zero, elsewhere
     custom_metrics.set_sink(CustomMetrics(registry).apply)
     return registry
 

@@ -146,7 +146,7 @@ API_ROUTES: tuple[ApiRoute, ...] = (
     *_model_docs_routes(MODEL_PREFIX, ""),
     *_model_docs_routes(VERSION_PREFIX, VERSION_SUFFIX),
     *_shared_memory_routes("system", "shm_status", "shm_register", "shm_unregister"),
-    *_shared_memory_routes("cuda", "cuda_shm", "cuda_shm", "cuda_shm"),
+    *_shared_memory_routes("cuda", "cuda_shm_status", "cuda_shm_register", "cuda_shm_unregister"),
 )
 
 # The routes the fast path answers itself (RestApp), in front of Starlette.

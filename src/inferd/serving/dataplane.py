@@ -61,7 +61,7 @@ class DataPlane:
         self.model_stats: ModelStatsTable = registry.stats
         # Inference calls in flight; closed (new ones refused) once the server drains.
         self.drain = Drain()
-        # System shared memory regions clients registered (None: the extension is off).
+        # Shared memory regions (system and CUDA) clients registered (None: the extension is off).
         self.shared_memory: SharedMemoryRegistry | None = None
         if settings.shared_memory_enabled:
             self.shared_memory = SharedMemoryRegistry(settings.shared_memory_key_prefix)

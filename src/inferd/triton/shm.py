@@ -1,168 +1,110 @@
-"""System shared memory (Triton's extension): regions of POSIX shared memory objects.
+"""Triton's shared memory extension: regions of system or CUDA shared memory, by name.
 
-A client on the same host creates a POSIX shared memory object (``shm_open``,
-``/dev/shm/<key>``), registers a region of it (key, offset, byte size) under a
-name, then passes inputs and receives outputs by reference: the parameters
-``shared_memory_region``, ``shared_memory_offset`` and ``shared_memory_byte_size``
-on an input or a requested output replace the tensor's data on the wire.
+A client on the same host registers a region under a name, then passes inputs and
+receives outputs by reference: the parameters ``shared_memory_region``,
+``shared_memory_offset`` and ``shared_memory_byte_size`` on an input or a requested
+output replace the tensor's data on the wire.
 
-The object is mapped once, at register; an input is a read-only numpy view of the
-mapping (no copy), an output is written into it after inference. Every use checks
-its bounds against the region, and the object's current size against the mapping
-(a client that shrinks the object must get an error, not crash the server with
-SIGBUS). A request that still holds a view keeps the mapping alive when its
-region is unregistered: unregistering closes what nothing uses, and the views
-unmap the rest when they go.
-
-Worker processes read inputs straight from the client's object too
-(:func:`shared_slice` / :func:`slice_buffer`): the main process sends where the
-data is, not the data.
+Two kinds of region share one registry and one namespace, as in Triton: system
+regions (a POSIX shared memory object, :mod:`inferd.triton.shm_system`) and CUDA regions
+(GPU memory a client shares by IPC handle, :mod:`inferd.triton.shm_cuda`). Both live in
+the main process, which checks every use against the region's bounds and writes
+every output. A request names a region without saying its kind; status and
+unregister act on one kind, as the extension's two APIs do.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
-import os
-import stat
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Protocol
 
 import numpy as np
 
-from inferd.errors import InvalidRequest
+from inferd.errors import ErrorCode, InferdError, InvalidRequest
 from inferd.tensors.datatypes import element_count, numpy_dtype
 from inferd.tensors.encoding import array_from_bytes, array_to_bytes, check_shape
+from inferd.triton.shm_cuda import CudaBackend, CudaMemory, cuda_backend
+from inferd.triton.shm_system import Mapping, object_name, remember
 
-SHM_DIR = "/dev/shm"
 REGION = "shared_memory_region"
 OFFSET = "shared_memory_offset"
 BYTE_SIZE = "shared_memory_byte_size"
 PARAMETERS = (REGION, OFFSET, BYTE_SIZE)
+SYSTEM = "system"
+CUDA = "cuda"
+_KIND_NAMES = {SYSTEM: "system shared memory", CUDA: "CUDA shared memory"}
 
 TURNED_OFF = (
-    "System shared memory is turned off on this server: set shared_memory_enabled: true "
-    "(INFERD_SHARED_MEMORY_ENABLED=true) to use it"
-)
-CUDA_NOT_SUPPORTED = (
-    "CUDA shared memory is not supported on this server; use system shared memory "
-    "(register_system_shared_memory) or send the tensors in the request"
+    "Shared memory (system and CUDA) is turned off on this server: set "
+    "shared_memory_enabled: true (INFERD_SHARED_MEMORY_ENABLED=true) to use it"
 )
 
 
-def object_name(key: str) -> str:
-    """The object's file name under /dev/shm, from a key as shm_open takes it
-    ("/name" or "name"); InvalidRequest for a key that could name another file."""
-    name = key[1:] if key.startswith("/") else key
-    if not name or "/" in name or name in (".", "..") or "\0" in name:
-        raise InvalidRequest(
-            f"Shared memory key {key!r} is not a POSIX shared memory name: use '/name', "
-            "a name without other slashes, as shm_open takes it"
-        )
-    return name
+class RegionNotFound(InferdError):
+    """A status call named no region of its kind (Triton answers NOT_FOUND too)."""
+
+    code = ErrorCode.NOT_FOUND
 
 
-class Mapping:
-    """One shared memory object, mapped (read and write) up to the end a region needs."""
+class RegionMemory(Protocol):
+    """The memory behind a region: a system object's mapping or a CUDA allocation."""
 
-    def __init__(self, key: str, length: int) -> None:
-        self.key = key
-        path = os.path.join(SHM_DIR, object_name(key))
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as error:
-            raise InvalidRequest(
-                f"Cannot open shared memory key {key!r}: {os.strerror(error.errno or 0)}; "
-                "create it (shm_open) before registering it"
-            ) from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise InvalidRequest(f"Shared memory key {key!r} is not a shared memory object")
-            if info.st_size < length or length == 0:
-                raise InvalidRequest(
-                    f"Shared memory key {key!r} holds {info.st_size} bytes; the region needs "
-                    f"{length} (offset + byte_size), and at least 1"
-                )
-            self.memory = mmap.mmap(fd, length)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
-        self.length = length
-        self.identity = (info.st_dev, info.st_ino)
-        self.closed = False
+    def check(self, what: str) -> None:
+        """InvalidRequest if the memory cannot be used any more."""
+        ...
 
-    def check_size(self, what: str) -> None:
-        """InvalidRequest if the mapping is closed or the object has shrunk below it
-        (reading past an object's end is SIGBUS, not an exception)."""
-        if self.closed or os.fstat(self.fd).st_size < self.length:
-            raise InvalidRequest(
-                f"{what}: shared memory key {self.key!r} was unregistered, or made smaller "
-                "than the region registered on it; register it again"
-            )
+    def read(self, start: int, size: int) -> np.ndarray:
+        """``size`` bytes from ``start`` as a read-only uint8 array."""
+        ...
 
-    def close(self) -> None:
-        """Give the mapping back; views still in use keep it mapped until they go."""
-        if self.closed:
-            return
-        self.closed = True
-        os.close(self.fd)
-        with contextlib.suppress(BufferError):  # exported to a view in use
-            self.memory.close()
+    def write(self, start: int, raw: np.ndarray) -> None: ...
 
-
-# The mappings of registered regions in this process, by the id of their mmap: the
-# arrays that are views of one can go to a worker as a SharedSlice. Process-wide because
-# ids are: an entry leaves when its region is unregistered, before its mmap can go.
-_REGISTERED: dict[int, Mapping] = {}
+    def close(self) -> None: ...
 
 
 @dataclass(slots=True)
 class Region:
-    """A registered region: ``byte_size`` bytes from ``offset`` of the object ``key``."""
+    """A registered region: ``byte_size`` bytes from ``offset`` of its memory."""
 
     name: str
-    key: str
+    kind: str
     offset: int
     byte_size: int
-    mapping: Mapping
+    memory: RegionMemory
+    details: dict[str, Any]  # what its status shows besides the name and byte size
 
     def span(self, offset: int, size: int, what: str) -> int:
-        """Where ``size`` bytes at ``offset`` of the region start in the mapping;
+        """Where ``size`` bytes at ``offset`` of the region start in its memory;
         InvalidRequest naming the region if they do not lie inside it."""
         if offset < 0 or size < 0 or offset + size > self.byte_size:
             raise InvalidRequest(
                 f"{what}: {size} bytes at offset {offset} do not fit in shared memory region "
                 f"{self.name!r} of {self.byte_size} bytes"
             )
-        self.mapping.check_size(what)
+        self.memory.check(what)
         return self.offset + offset
 
     def status(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "key": self.key,
-            "offset": self.offset,
-            "byte_size": self.byte_size,
-        }
+        return {"name": self.name, **self.details, "byte_size": self.byte_size}
 
 
 class SharedMemoryRegistry:
-    """The regions clients registered, by name; one per server (REST and gRPC share it)."""
+    """The regions clients registered, by name; one per server (REST and gRPC share it).
 
-    def __init__(self, key_prefix: str | None = None) -> None:
+    ``cuda`` gives the CUDA runtime, asked for at the first CUDA register."""
+
+    def __init__(
+        self, key_prefix: str | None = None, cuda: Callable[[], CudaBackend] = cuda_backend
+    ) -> None:
         self.key_prefix = object_name(key_prefix) if key_prefix else None
+        self._cuda = cuda
         self._regions: dict[str, Region] = {}
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        if not name:
-            raise InvalidRequest("A shared memory region needs a name")
-        if name in self._regions:
-            raise InvalidRequest(
-                f"Shared memory region {name!r} is registered already; unregister it first"
-            )
+        """Register ``byte_size`` bytes from ``offset`` of the system shared memory
+        object ``key`` (as shm_open names it, "/name")."""
+        self._check_new(name)
         if self.key_prefix is not None and not object_name(key).startswith(self.key_prefix):
             raise InvalidRequest(
                 f"Shared memory key {key!r} is refused: this server only maps keys that "
@@ -173,29 +115,57 @@ class SharedMemoryRegistry:
                 f"Shared memory region {name!r}: offset must be >= 0 and byte_size > 0"
             )
         mapping = Mapping(key, offset + byte_size)
-        self._regions[name] = Region(name, key, offset, byte_size, mapping)
-        _REGISTERED[id(mapping.memory)] = mapping
+        details = {"key": key, "offset": offset}
+        self._regions[name] = Region(name, SYSTEM, offset, byte_size, mapping, details)
+        remember(mapping)
 
-    def unregister(self, name: str | None = None) -> None:
-        """Unregister one region, or every region when ``name`` is empty. A name not
-        registered is no error (as in Triton: a client's clean-up may run twice)."""
+    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes of the GPU allocation a CUDA IPC handle names."""
+        self._check_new(name)
+        if byte_size <= 0:
+            raise InvalidRequest(f"CUDA shared memory region {name!r}: byte_size must be > 0")
+        memory = CudaMemory(self._cuda(), name, raw_handle, device_id, byte_size)
+        details = {"device_id": device_id}
+        self._regions[name] = Region(name, CUDA, 0, byte_size, memory, details)
+
+    def _check_new(self, name: str) -> None:
+        if not name:
+            raise InvalidRequest("A shared memory region needs a name")
+        if name in self._regions:
+            kind = _KIND_NAMES[self._regions[name].kind]
+            raise InvalidRequest(
+                f"Shared memory region {name!r} is registered already (as {kind}); "
+                "unregister it first"
+            )
+
+    def unregister(self, name: str | None = None, kind: str = SYSTEM) -> None:
+        """Unregister one region of ``kind``, or every one when ``name`` is empty. A
+        name not registered as that kind is no error (as in Triton: a client's
+        clean-up may run twice, and clears both kinds whatever it registered)."""
         for each in [name] if name else list(self._regions):
-            if each in self._regions:
-                self._drop(each)
-
-    def _drop(self, name: str) -> None:
-        region = self._regions.pop(name)
-        _REGISTERED.pop(id(region.mapping.memory), None)
-        region.mapping.close()
+            region = self._regions.get(each)
+            if region is not None and region.kind == kind:
+                del self._regions[each]
+                region.memory.close()
 
     def close(self) -> None:
-        """Unregister every region (the server stops)."""
-        self.unregister(None)
+        """Unregister every region of both kinds (the server stops)."""
+        for kind in _KIND_NAMES:
+            self.unregister(None, kind)
 
-    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+    def status(self, name: str | None = None, kind: str = SYSTEM) -> list[dict[str, Any]]:
+        """The regions of ``kind``, or the one named; RegionNotFound if it is not one."""
         if not name:
-            return [region.status() for region in self._regions.values()]
-        return [self.region(name, "Status").status()]
+            return [region.status() for region in self._regions.values() if region.kind == kind]
+        region = self._regions.get(name)
+        if region is None:
+            raise RegionNotFound(f"Status: no {_KIND_NAMES[kind]} region {name!r} is registered")
+        if region.kind != kind:
+            raise RegionNotFound(
+                f"Status: region {name!r} is registered as {_KIND_NAMES[region.kind]}, "
+                f"not {_KIND_NAMES[kind]}"
+            )
+        return [region.status()]
 
     def region(self, name: Any, what: str) -> Region:
         if not isinstance(name, str) or name not in self._regions:
@@ -225,8 +195,9 @@ def read_input(
     shape: Any,
     parameters: dict[str, Any],
 ) -> np.ndarray:
-    """The input ``name`` from its region: a read-only view for fixed-size datatypes,
-    decoded elements for BYTES (Triton's 4-byte length prefixed format)."""
+    """The input ``name`` from its region, for fixed-size datatypes read-only: a view
+    of a system region's memory, a host copy of a CUDA region's; decoded elements for
+    BYTES (Triton's 4-byte length prefixed format)."""
     what = f"Input {name!r}"
     if regions is None:
         raise InvalidRequest(f"{what} names a shared memory region. {TURNED_OFF}")
@@ -240,9 +211,7 @@ def read_input(
                 f"{what}: shape {list(shape)} of {datatype} needs {expected} bytes, "
                 f"{BYTE_SIZE} is {size} (region {region_name!r})"
             )
-    view = np.frombuffer(region.mapping.memory, np.uint8, size, start)
-    view.flags.writeable = False  # as the binary extension's inputs: the client's memory
-    return array_from_bytes(name, datatype, shape, view)
+    return array_from_bytes(name, datatype, shape, region.memory.read(start, size))
 
 
 def check_outputs(regions: SharedMemoryRegistry | None, outputs: Any) -> bool:
@@ -290,92 +259,11 @@ def _write(region: Region, offset: int, size: int, data: np.ndarray, what: str) 
             f"memory region {region.name!r} ({BYTE_SIZE}); give it at least {raw.nbytes}"
         )
     start = region.span(offset, raw.nbytes, what)
-    np.frombuffer(region.mapping.memory, np.uint8, raw.nbytes, start)[:] = raw
+    region.memory.write(start, raw)
     answer: dict[str, Any] = {REGION: region.name, BYTE_SIZE: raw.nbytes}
     if offset:
         answer[OFFSET] = offset
     return answer
-
-
-# ---- worker processes read the client's object themselves -------------------------------
-
-
-class SharedSlice(NamedTuple):
-    """Where an input's bytes are: what the main process sends a worker instead of them."""
-
-    key: str
-    identity: tuple[int, int]  # (st_dev, st_ino): the object the main process checked
-    start: int
-    nbytes: int
-    length: int  # the mapping's length
-
-
-def underlying(array: np.ndarray) -> Any:
-    """The object that owns ``array``'s memory (through views and memoryviews)."""
-    base: Any = array.base
-    while isinstance(base, np.ndarray | memoryview):
-        base = base.base if isinstance(base, np.ndarray) else base.obj
-    return base
-
-
-def shared_slice(array: np.ndarray) -> SharedSlice | None:
-    """Where ``array`` lies in a registered region's mapping, if it is a view of one."""
-    if not _REGISTERED:  # the usual case: no region registered, nothing to look for
-        return None
-    base = underlying(array)
-    if type(base) is not mmap.mmap or not array.flags.c_contiguous:
-        return None
-    mapping = _REGISTERED.get(id(base))
-    if mapping is None or mapping.closed:
-        return None
-    origin = np.frombuffer(base, np.uint8, 1).__array_interface__["data"][0]
-    start = array.__array_interface__["data"][0] - origin
-    return SharedSlice(mapping.key, mapping.identity, start, array.nbytes, mapping.length)
-
-
-class WorkerMappings:
-    """A worker's own mappings of the objects it was sent slices of (a few, reused)."""
-
-    LIMIT = 16
-
-    def __init__(self) -> None:
-        self._mappings: OrderedDict[tuple[str, tuple[int, int]], Mapping] = OrderedDict()
-
-    def buffer(self, where: SharedSlice) -> np.ndarray:
-        """The slice's bytes, read-only, straight from the object."""
-        key = (where.key, where.identity)
-        mapping = self._mappings.get(key)
-        if mapping is None or mapping.length < where.length:
-            mapping = self._open(where)
-        self._mappings.move_to_end(key)
-        mapping.check_size(f"Shared memory key {where.key!r}")
-        view = np.frombuffer(mapping.memory, np.uint8, where.nbytes, where.start)
-        view.flags.writeable = False
-        return view
-
-    def _open(self, where: SharedSlice) -> Mapping:
-        mapping = Mapping(where.key, where.length)
-        if mapping.identity != where.identity:  # replaced since the main process checked
-            mapping.close()
-            raise InvalidRequest(
-                f"Shared memory key {where.key!r} was replaced by another object while the "
-                "request was on its way; register the region again"
-            )
-        old = self._mappings.pop((where.key, where.identity), None)
-        if old is not None:
-            old.close()
-        self._mappings[(where.key, where.identity)] = mapping
-        while len(self._mappings) > self.LIMIT:
-            self._mappings.popitem(last=False)[1].close()
-        return mapping
-
-
-_worker_mappings = WorkerMappings()
-
-
-def read_slice(where: SharedSlice) -> np.ndarray:
-    """In a worker process: the bytes ``where`` names, mapped here (read-only view)."""
-    return _worker_mappings.buffer(where)
 
 
 def without_location(parameters: dict[str, Any]) -> dict[str, Any]:

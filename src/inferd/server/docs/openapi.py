@@ -23,7 +23,12 @@ from inferd.server.docs.operations import operation as _v2_operation
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
 from inferd.server.rest import codec as bodies
 from inferd.server.rest.codec_generate import GenerateRequestBody, GenerateResponseBody
-from inferd.server.rest.shm_api import SystemSharedMemoryRegionBody, SystemSharedMemoryRegisterBody
+from inferd.server.rest.shm_api import (
+    CudaSharedMemoryRegionBody,
+    CudaSharedMemoryRegisterBody,
+    SystemSharedMemoryRegionBody,
+    SystemSharedMemoryRegisterBody,
+)
 from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
 from inferd.tensors.datatypes import DATATYPES
 from inferd.types import MetadataTensor, ModelMetadata, ServerMetadata
@@ -54,6 +59,8 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     GenerateResponseBody,
     SystemSharedMemoryRegisterBody,
     SystemSharedMemoryRegionBody,
+    CudaSharedMemoryRegisterBody,
+    CudaSharedMemoryRegionBody,
 )
 # What the decoder's own checks add to the Structs' types
 # (tensors/datatypes.py, encoding.check_shape).
@@ -69,12 +76,12 @@ _REFINEMENTS: dict[tuple[str, str], Schema] = {
         "description": "binary_data_size: bytes of this input after the JSON header "
         "(binary tensor extension); content_type: how the model decodes it (np, str, ...); "
         "shared_memory_region, shared_memory_offset, shared_memory_byte_size: where it is "
-        "in a registered system shared memory region (then no data)",
+        "in a registered system or CUDA shared memory region (then no data)",
     },
     ("RequestOutput", "parameters"): {
         "description": "binary_data: true sends this output as raw bytes after the JSON "
         "header; shared_memory_region, shared_memory_offset, shared_memory_byte_size: "
-        "write it into a registered system shared memory region instead",
+        "write it into a registered system or CUDA shared memory region instead",
     },
     ("InferenceRequest", "outputs"): {
         "description": "Outputs to return (default: all the model returns)",

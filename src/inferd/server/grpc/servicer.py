@@ -56,7 +56,7 @@ from inferd.server.grpc.registration import SERVICE, MalformedMessage
 from inferd.server.grpc.stream import StreamRequest, answer_stream
 from inferd.server.rest import shm_api
 from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import CUDA_NOT_SUPPORTED, SharedMemoryRegistry, write_outputs
+from inferd.triton.shm import SharedMemoryRegistry, write_outputs
 from inferd.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -313,27 +313,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        shm_api.grpc_register(self.dataplane, request)
-        return pb.SystemSharedMemoryRegisterResponse()
+        return shm_api.grpc_register(self.dataplane, request)
 
     @_handles_errors
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        shm_api.registry_of(self.dataplane).unregister(request.name)
-        return pb.SystemSharedMemoryUnregisterResponse()
+        return shm_api.grpc_unregister(self.dataplane, request.name)
 
     @_handles_errors
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        return shm_api.grpc_cuda_status(self.dataplane, request.name)
 
     @_handles_errors
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        return shm_api.grpc_cuda_register(self.dataplane, request)
 
     @_handles_errors
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        return shm_api.grpc_cuda_unregister(self.dataplane, request.name)
 
     # Triton's model configuration and logging extensions
 
