@@ -1,5 +1,7 @@
 """Server metadata lists exactly the extensions the server serves with its settings,
-over REST (``GET /v2``) and gRPC (``ServerMetadata``), and each one listed answers."""
+over REST (``GET /v2``) and gRPC (``ServerMetadata``), and each one listed answers.
+``cuda_shared_memory`` is expected where shared memory is on and this machine's CUDA
+runtime sees a GPU (the server runs here, so it sees the same)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import httpx
 import pytest
 import tritonclient.grpc as triton_grpc
 
+from inferd.triton.shm import SharedMemoryRegistry
 from tests.support.serverproc import ServerProcess
 
 ALWAYS = (
@@ -48,13 +51,15 @@ def test_metadata_lists_what_the_settings_serve(
     settings: dict[str, Any],
     optional: set[str],
 ) -> None:
+    if settings.get("shared_memory_enabled") and SharedMemoryRegistry().serves_cuda():
+        optional = optional | {"cuda_shared_memory"}
     server = start(tmp_path, settings=settings)
     rest = httpx.get(f"{server.url}/v2", timeout=10).json()["extensions"]
     with triton_grpc.InferenceServerClient(server.grpc_address) as client:
         grpc = list(client.get_server_metadata().extensions)
     assert rest == grpc
     assert set(rest) == set(ALWAYS) | optional and len(rest) == len(set(rest))
-    assert "cuda_shared_memory" not in rest and "classification" not in rest
+    assert "classification" not in rest
     for extension, (method, path) in PROBES.items():
         status = httpx.request(method, f"{server.url}{path}", timeout=10).status_code
         assert (status == 200) == (extension in rest), (extension, status)

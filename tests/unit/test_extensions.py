@@ -18,7 +18,7 @@ ALWAYS = [
 
 
 def test_the_defaults_list_the_repository_but_no_shared_memory() -> None:
-    served = served_extensions(ServerSettings())
+    served = served_extensions(ServerSettings(), cuda_shared_memory=True)
     assert served == ["sequence", "model_repository", *ALWAYS[1:]]
     assert "cuda_shared_memory" not in served and "classification" not in served
 
@@ -28,6 +28,14 @@ def test_shared_memory_on_and_the_repository_api_off() -> None:
     served = served_extensions(settings)
     assert "model_repository" not in served
     assert served == [*ALWAYS[:3], "system_shared_memory", *ALWAYS[3:]]
+
+
+def test_cuda_shared_memory_only_with_shared_memory_on_and_a_gpu() -> None:
+    on = ServerSettings(shared_memory_enabled=True)
+    with_gpu = served_extensions(on, cuda_shared_memory=True)
+    shared = ["system_shared_memory", "cuda_shared_memory"]
+    assert with_gpu == [ALWAYS[0], "model_repository", *ALWAYS[1:3], *shared, *ALWAYS[3:]]
+    assert "cuda_shared_memory" not in served_extensions(on, cuda_shared_memory=False)
 
 
 def test_the_settings_extensions_come_last_each_once() -> None:

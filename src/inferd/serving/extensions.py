@@ -5,9 +5,10 @@ Clients read the list to decide what to call (tritonclient's examples, perf
 tools, proxies); listing an extension the server refuses sends them into errors.
 Triton's own list is the reference for the names and their order. Left out
 because inferd does not implement them: ``classification`` (refused with a 400),
-``model_repository(unload_dependents)`` (no ensembles), ``trace`` (no trace
-settings API: tracing is OpenTelemetry's, configured at start) and
-``cuda_shared_memory`` (its calls answer that it is not supported).
+``model_repository(unload_dependents)`` (no ensembles) and ``trace`` (no trace
+settings API: tracing is OpenTelemetry's, configured at start).
+``cuda_shared_memory`` is listed only where CUDA regions can be registered: shared
+memory on, and a CUDA runtime that sees a GPU (elsewhere registering is refused).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ MODEL_REPOSITORY = "model_repository"
 SCHEDULE_POLICY = "schedule_policy"  # the priority and timeout request parameters
 MODEL_CONFIGURATION = "model_configuration"
 SYSTEM_SHARED_MEMORY = "system_shared_memory"
+CUDA_SHARED_MEMORY = "cuda_shared_memory"
 BINARY_TENSOR_DATA = "binary_tensor_data"
 PARAMETERS = "parameters"
 STATISTICS = "statistics"
@@ -26,12 +28,14 @@ LOGGING = "logging"
 GENERATE = "generate"
 
 
-def served_extensions(settings: ServerSettings) -> list[str]:
+def served_extensions(settings: ServerSettings, cuda_shared_memory: bool = False) -> list[str]:
     """The extensions this server serves with ``settings``, in Triton's order, then
-    those the settings' ``extensions`` add (each once)."""
+    those the settings' ``extensions`` add (each once). ``cuda_shared_memory``: whether
+    CUDA regions can be registered (shared memory on and a GPU to open them on)."""
     optional = {
         MODEL_REPOSITORY: settings.model_repository_api,
         SYSTEM_SHARED_MEMORY: settings.shared_memory_enabled,
+        CUDA_SHARED_MEMORY: settings.shared_memory_enabled and cuda_shared_memory,
     }
     order = (
         SEQUENCE,
@@ -39,6 +43,7 @@ def served_extensions(settings: ServerSettings) -> list[str]:
         SCHEDULE_POLICY,
         MODEL_CONFIGURATION,
         SYSTEM_SHARED_MEMORY,
+        CUDA_SHARED_MEMORY,
         BINARY_TENSOR_DATA,
         PARAMETERS,
         STATISTICS,
