@@ -38,7 +38,8 @@ import orjson
 from msgspec import UNSET, UnsetType
 
 from inferd.errors import InvalidRequest
-from inferd.server.rest.codec import Parameters, check_parameters
+from inferd.server.rest.codec import check_parameters
+from inferd.server.rest.responses import Parameters
 from inferd.tensors.encoding import array_from_json, array_to_json
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, Tensor
 
@@ -181,7 +182,8 @@ def _declared_input(spec: MetadataTensor, value: Any) -> Tensor:
         )
     data = value if isinstance(value, list) else [value]
     shape = fit_shape(spec.name, _json_shape(data), spec.shape)
-    array = array_from_json(spec.name, spec.datatype, shape, data)
+    # fit_shape may lay nested values out in the declared shape: their nesting is not the shape.
+    array = array_from_json(spec.name, spec.datatype, shape, data, match_nesting=False)
     content_type = spec.parameters.get("content_type")
     parameters = {"content_type": content_type} if content_type is not None else {}
     return Tensor(spec.name, array, parameters)
