@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from inferd.custom_calls import HandlerCall, handler_request
 from inferd.observability.stats import ModelStats
 from inferd.protocol import pb
 from inferd.server.grpc.codec import decode_infer_request as decode_grpc
 from inferd.server.rest.codec import decode_infer_request as decode_rest
-from inferd.serving.custom_calls import HandlerCall, handler_request
 from inferd.serving.response_cache import ResponseCache, request_digest
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from inferd.custom_calls import is_handler_call
 from inferd.observability.stats import ModelStats
-from inferd.serving.custom_calls import is_handler_call
 from inferd.tensors.datatypes import datatype_of
 from inferd.tensors.encoding import array_to_bytes
 from inferd.types import InferenceRequest, InferenceResponse, Parameters, Tensor
