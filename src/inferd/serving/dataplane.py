@@ -81,9 +81,14 @@ class DataPlane:
         return instance is not None and instance.streams
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether the version is READY and the server takes requests for it."""
-        ready = self.registry.find(name, version).state is ModelState.READY
-        return ready and not self.drain.closed
+        """Whether it is READY and taking requests (False for a repository model not loaded)."""
+        try:
+            found = self.registry.find(name, version)
+        except ModelNotFound:
+            if self.repository.holds(name, version):
+                return False
+            raise  # a name the repository does not hold either
+        return found.state is ModelState.READY and not self.drain.closed
 
     # Metadata
 
