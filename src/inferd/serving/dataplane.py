@@ -96,11 +96,8 @@ class DataPlane:
         return ServerMetadata(
             name=self.settings.server_name,
             version=self.settings.server_version,
-            extensions=served_extensions(self.settings, cuda_shared_memory=self._serves_cuda()),
+            extensions=served_extensions(self.settings, self.shared_memory),
         )
-
-    def _serves_cuda(self) -> bool:
-        return self.shared_memory is not None and self.shared_memory.serves_cuda()
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         """The runtime's metadata; its ``versions``, unless the model-settings declare

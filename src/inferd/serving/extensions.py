@@ -13,6 +13,8 @@ memory on, and a CUDA runtime that sees a GPU (elsewhere registering is refused)
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from inferd.settings import ServerSettings
 
 SEQUENCE = "sequence"
@@ -28,14 +30,20 @@ LOGGING = "logging"
 GENERATE = "generate"
 
 
-def served_extensions(settings: ServerSettings, cuda_shared_memory: bool = False) -> list[str]:
+class SharedRegions(Protocol):
+    """The server's shared memory regions (inferd.triton.shm.SharedMemoryRegistry)."""
+
+    def serves_cuda(self) -> bool: ...
+
+
+def served_extensions(settings: ServerSettings, shared: SharedRegions | None) -> list[str]:
     """The extensions this server serves with ``settings``, in Triton's order, then
-    those the settings' ``extensions`` add (each once). ``cuda_shared_memory``: whether
-    CUDA regions can be registered (shared memory on and a GPU to open them on)."""
+    those the settings' ``extensions`` add (each once). ``shared``: its shared memory
+    regions (None: the extension is off), asked whether CUDA ones can be registered."""
     optional = {
         MODEL_REPOSITORY: settings.model_repository_api,
-        SYSTEM_SHARED_MEMORY: settings.shared_memory_enabled,
-        CUDA_SHARED_MEMORY: settings.shared_memory_enabled and cuda_shared_memory,
+        SYSTEM_SHARED_MEMORY: shared is not None,
+        CUDA_SHARED_MEMORY: shared is not None and shared.serves_cuda(),
     }
     order = (
         SEQUENCE,
