@@ -199,15 +199,21 @@ def _run(server: InferenceServer) -> None:
     "--insecure",
     is_flag=True,
     envvar="MLSERVER_INFER_INSECURE",
-    help="Do not verify the server's certificate (REST). Use with caution.",
+    help="Do not verify the server's certificate (gRPC: trust the one it shows). Use with caution.",
 )
 @click.option(
     "--preserve-order/--no-preserve-order",
     default=True,
     show_default=True,
+    envvar="MLSERVER_INFER_PRESERVE_ORDER",
     help="Write responses in input order, or as they complete (with batch_index).",
 )
-@click.option("--model-version", default="", help="Model version to send to.")
+@click.option(
+    "--model-version",
+    default="",
+    envvar="MLSERVER_INFER_MODEL_VERSION",
+    help="Model version to send to.",
+)
 @click.option(
     "--verbose",
     "-v",

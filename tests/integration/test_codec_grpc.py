@@ -99,6 +99,14 @@ def test_request_fields_and_parameters() -> None:
     assert wants_raw_output(request) is False
 
 
+def test_an_output_requested_twice_is_refused() -> None:
+    message = typed("FP32", [1], "fp32_contents", [1.0])
+    for name in ("o", "p", "o"):
+        message.outputs.add(name=name)
+    with pytest.raises(InvalidRequest, match=r"^Output 'o' appears more than once$"):
+        decode_infer_request(message)
+
+
 def test_raw_output_must_be_a_bool() -> None:
     with pytest.raises(InvalidRequest, match="must be a bool"):
         wants_raw_output(InferenceRequest(inputs=[], parameters={"raw_output": "no"}))

@@ -10,13 +10,13 @@ import pytest
 from pydantic import BaseModel
 
 from inferd.compat.handler_calls import call_handler
-from inferd.errors import InvalidRequest
-from inferd.serving.custom_calls import (
+from inferd.custom_calls import (
     HandlerCall,
     handler_call,
     handler_request,
     read_handler_response,
 )
+from inferd.errors import InvalidRequest
 
 fastapi = pytest.importorskip("fastapi")
 

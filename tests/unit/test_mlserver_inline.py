@@ -13,8 +13,8 @@ from inferd.compat.inline import never_suspends, run_to_end
 from inferd.compat.mlmodel_runtime import runtime_class_for
 from inferd.compat.mlserver import MLModel, types
 from inferd.compat.mlserver.codecs import NumpyCodec
+from inferd.custom_calls import HANDLER
 from inferd.custom_metrics import model_labels
-from inferd.serving.custom_calls import HANDLER
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers.loaded_model import LoadedModel

@@ -8,7 +8,7 @@ import msgspec
 
 from inferd.observability.stats import ModelStats
 from inferd.server.docs.openapi import components
-from inferd.server.rest.codec import ModelStatisticsResponseBody
+from inferd.server.rest.responses import ModelStatisticsResponseBody
 
 
 def test_statistics_answers_fit_their_documented_schema() -> None:

@@ -19,8 +19,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from inferd.custom_calls import JSON, HandlerCall, handler_response
 from inferd.errors import InvalidRequest
-from inferd.serving.custom_calls import JSON, HandlerCall, handler_response
 from inferd.types import InferenceResponse
 
 _BODY_TYPES = (dict, list)

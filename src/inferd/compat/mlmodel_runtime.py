@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 from inferd.compat.convert import Conversion, metadata_from_mlserver, response_from_mlserver
 from inferd.compat.handler_calls import call_handler
 from inferd.compat.inline import never_suspends, run_to_end
+from inferd.custom_calls import handler_call, is_handler_call
 from inferd.errors import StatusError
 from inferd.model import Model, WorkerContext
-from inferd.serving.custom_calls import handler_call, is_handler_call
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata
 

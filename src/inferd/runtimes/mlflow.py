@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.custom_calls import handler_call
 from inferd.errors import InvalidRequest, ModelNotReady
 from inferd.model import Model
 from inferd.runtimes import mlflow_scoring
@@ -44,7 +45,6 @@ from inferd.runtimes.common import (
     short_error,
     with_derived_metadata,
 )
-from inferd.serving.custom_calls import handler_call
 from inferd.tensors import codecs
 from inferd.tensors.datatypes import datatype_of
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor

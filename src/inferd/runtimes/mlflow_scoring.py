@@ -1,7 +1,7 @@
 """MLflow's scoring-server routes on an MLflow model, as MLServer's MLflow runtime
 serves them: ``POST /invocations`` (JSON ``dataframe_split`` / ``dataframe_records``
 / ``instances`` / ``inputs`` with optional ``params``, or CSV), ``GET /ping``,
-``GET /health`` and ``GET /version``. They are custom routes (serving/custom_calls.py):
+``GET /health`` and ``GET /version``. They are custom routes (custom_calls.py):
 the REST server sends them to the model's instance, in a worker too.
 """
 
@@ -11,8 +11,8 @@ import io
 import json
 from typing import Any
 
+from inferd.custom_calls import HandlerCall, handler_response
 from inferd.errors import InvalidRequest
-from inferd.serving.custom_calls import HandlerCall, handler_response
 from inferd.types import InferenceResponse
 
 ROUTES = (

@@ -49,12 +49,20 @@ def check_shape(name: str, shape: Sequence[Any]) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def array_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -> np.ndarray:
-    """Decode a tensor's JSON ``data`` (nested or flat) into an array of ``shape``."""
+def array_from_json(
+    name: str, datatype: str, shape: Sequence[int], data: Any, *, match_nesting: bool = True
+) -> np.ndarray:
+    """Decode a tensor's JSON ``data`` into an array of ``shape``.
+
+    Flat data needs only the shape's element count. Nested data must nest exactly as
+    ``shape`` at every level, unless ``match_nesting`` is off (for callers that lay
+    nested values out in a shape of their own choosing): a ``[1, 4]`` input sent as
+    ``[[1, 2], [3, 4]]`` is a client's mistake, not four values.
+    """
     dtype = numpy_dtype(datatype)
     dims = check_shape(name, shape)
     if datatype == "BYTES":
-        return _bytes_from_json(name, dims, data)
+        return _bytes_from_json(name, dims, data, match_nesting)
     try:
         array = np.asarray(data)
     except ValueError:
@@ -62,6 +70,9 @@ def array_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -
             f"Input {name!r}: data is a ragged nested list or nests more than numpy's "
             "64 dimensions; send it flat or as a rectangular list"
         ) from None
+    # numpy read the nesting already: comparing two tuples is all the check costs.
+    if array.ndim > 1 and match_nesting and array.shape != dims:
+        raise _nesting_error(name, dims, array.shape)
     _check_size(name, dims, array.size)
     if array.dtype.kind == "f" and dtype.kind in _INTEGER_KINDS:
         # numpy turns a mix of int64 and uint64 values (0 and 2**64 - 1) into
@@ -77,6 +88,14 @@ def array_from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -
     if not np.isfinite(narrowed).all():
         raise InvalidRequest(f"Input {name!r}: values out of range for {datatype}")
     return narrowed.reshape(dims)
+
+
+def _nesting_error(name: str, shape: tuple[int, ...], nested: tuple[int, ...] | None) -> Exception:
+    holds = "is ragged" if nested is None else f"nests as {list(nested)}"
+    return InvalidRequest(
+        f"Input {name!r}: shape {list(shape)} does not match its nested data, which {holds}; "
+        "nest the data exactly as the shape, or send it flat"
+    )
 
 
 def _check_size(name: str, shape: tuple[int, ...], size: int) -> None:
@@ -130,8 +149,10 @@ def _check_big_numbers(name: str, datatype: str, dtype: np.dtype, array: np.ndar
     raise InvalidRequest(f"Input {name!r}: {datatype} data must be {expected}")
 
 
-def _bytes_from_json(name: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
-    flat = _flatten_strings(name, data)
+def _bytes_from_json(
+    name: str, shape: tuple[int, ...], data: Any, match_nesting: bool
+) -> np.ndarray:
+    flat = _strings(name, shape, data, match_nesting)
     _check_size(name, shape, len(flat))
     array = np.empty(len(flat), dtype=object)
     for index, item in enumerate(flat):
@@ -144,17 +165,40 @@ def _bytes_from_json(name: str, shape: tuple[int, ...], data: Any) -> np.ndarray
     return array.reshape(shape)
 
 
-def _flatten_strings(name: str, data: Any) -> list[Any]:
+def _strings(name: str, shape: tuple[int, ...], data: Any, match_nesting: bool) -> list[Any]:
+    """BYTES data's elements, flat; nested data is checked against ``shape``."""
     if isinstance(data, (str, bytes)):
         return [data]
     if not isinstance(data, list):
         raise InvalidRequest(f"Input {name!r}: BYTES data must be a list of strings")
     if not any(isinstance(item, list) for item in data):
         return data
-    flat: list[Any] = []
-    for item in data:
-        flat.extend(_flatten_strings(name, item))
-    return flat
+    nested, leaves = _nesting(data)
+    if match_nesting and nested != shape:
+        raise _nesting_error(name, shape, nested)
+    return leaves
+
+
+def _nesting(data: list[Any]) -> tuple[tuple[int, ...] | None, list[Any]]:
+    """The shape nested lists make (None when ragged) and their leaves in order.
+
+    Level by level, not recursion: the depth is the client's to choose."""
+    dims = [len(data)]
+    ragged = False
+    level = data
+    while any(isinstance(item, list) for item in level):
+        lists = [item for item in level if isinstance(item, list)]
+        if len(lists) == len(level) and len({len(item) for item in lists}) == 1:
+            dims.append(len(lists[0]))
+            level = [leaf for item in lists for leaf in item]
+        else:  # a list beside a string, or lists of unequal lengths
+            ragged = True
+            level = [leaf for item in level for leaf in _as_list(item)]
+    return (None if ragged else tuple(dims)), level
+
+
+def _as_list(item: Any) -> list[Any]:
+    return item if isinstance(item, list) else [item]
 
 
 def array_from_bytes(name: str, datatype: str, shape: Sequence[int], buffer: Any) -> np.ndarray:

@@ -1,10 +1,11 @@
 """The OpenAPI 3.1 document of the V2 REST API (served by server/docs/pages.py).
 
 The schemas are generated (``msgspec.json.schema_components``) from the Structs
-the server decodes requests with and the Structs that describe its answers
-(server/rest/codec.py), so the document follows the code instead of drifting
-from it; only prose and the checks the decoder makes after msgspec
-(_REFINEMENTS) are added here, and a field they name that went away fails loudly.
+the server decodes requests with (server/rest/codec.py) and the Structs that
+describe its answers (server/rest/responses.py), so the document follows the code
+instead of drifting from it; only prose and the checks the decoder makes after
+msgspec (_REFINEMENTS) are added here, and a field they name that went away fails
+loudly.
 The paths are routes.API_ROUTES, each documented by server/docs/operations.py.
 """
 
@@ -17,18 +18,20 @@ from urllib.parse import quote
 
 import msgspec
 
+from inferd.server.docs.docs_operations import DOCS_OPERATIONS
 from inferd.server.docs.operations import REF, Schema, path_parameters
 from inferd.server.docs.operations import operation as _v2_operation
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
 from inferd.server.rest import codec as bodies
+from inferd.server.rest import responses
 from inferd.server.rest.codec_generate import GenerateRequestBody, GenerateResponseBody
-from inferd.server.rest.shm_api import (
+from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
+from inferd.server.shm_api import (
     CudaSharedMemoryRegionBody,
     CudaSharedMemoryRegisterBody,
     SystemSharedMemoryRegionBody,
     SystemSharedMemoryRegisterBody,
 )
-from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
 from inferd.tensors.datatypes import DATATYPES
 from inferd.types import MetadataTensor, ModelMetadata, ServerMetadata
 
@@ -44,16 +47,16 @@ _PUBLIC_NAMES = {
 _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     bodies._RequestBody,
     bodies._RepositoryIndexBody,
-    bodies.InferenceResponseBody,
-    bodies.ModelMetadataBody,
-    bodies.ServerMetadataBody,
-    bodies.LiveBody,
-    bodies.ReadyBody,
-    bodies.ModelReadyBody,
-    bodies.RepositoryIndexEntryBody,
-    bodies.EmptyBody,
-    bodies.ErrorBody,
-    bodies.ModelStatisticsResponseBody,
+    responses.InferenceResponseBody,
+    responses.ModelMetadataBody,
+    responses.ServerMetadataBody,
+    responses.LiveBody,
+    responses.ReadyBody,
+    responses.ModelReadyBody,
+    responses.RepositoryIndexEntryBody,
+    responses.EmptyBody,
+    responses.ErrorBody,
+    responses.ModelStatisticsResponseBody,
     GenerateRequestBody,
     GenerateResponseBody,
     SystemSharedMemoryRegisterBody,
@@ -102,9 +105,9 @@ _GENERIC_EXAMPLE = {
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
     """The OpenAPI operation of ``route``."""
-    shared_memory = SHARED_MEMORY_OPERATIONS.get(route.operation)
-    if shared_memory is not None:
-        return shared_memory(route.operation_id, example)
+    builder = SHARED_MEMORY_OPERATIONS.get(route.operation) or DOCS_OPERATIONS.get(route.operation)
+    if builder is not None:
+        return builder(route.operation_id, example)
     return _v2_operation(route, example)
 
 

@@ -1,4 +1,4 @@
-"""The OpenAPI operations of the shared memory extension's routes (server/rest/shm_api.py)."""
+"""The OpenAPI operations of the shared memory extension's routes (server/shm_api.py)."""
 
 from __future__ import annotations
 

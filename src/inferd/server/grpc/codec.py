@@ -190,9 +190,14 @@ def _array_from_shared_memory(
 
 
 def _requested_outputs(outputs: Iterable[Any]) -> list[RequestedOutput]:
-    return [
-        RequestedOutput(output.name, decode_parameters(output.parameters)) for output in outputs
-    ]
+    requested = []
+    seen: set[str] = set()
+    for output in outputs:
+        if output.name in seen:  # one answer per name: repeats would only multiply work
+            raise InvalidRequest(f"Output {output.name!r} appears more than once")
+        seen.add(output.name)
+        requested.append(RequestedOutput(output.name, decode_parameters(output.parameters)))
+    return requested
 
 
 def _array_from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:

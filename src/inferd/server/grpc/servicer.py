@@ -36,6 +36,7 @@ from inferd.context import RequestContext
 from inferd.errors import InferdError, InvalidRequest, PayloadTooLarge
 from inferd.observability.stats import GrpcMethodStats, GrpcStats
 from inferd.protocol import pb, pb_grpc
+from inferd.server import shm_api
 from inferd.server.codec_triton import (
     decode_grpc_log_settings,
     encode_grpc_log_settings,
@@ -54,7 +55,6 @@ from inferd.server.grpc.codec import (
 from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.registration import SERVICE, MalformedMessage
 from inferd.server.grpc.stream import StreamRequest, answer_stream
-from inferd.server.rest import shm_api
 from inferd.serving.dataplane import DataPlane
 from inferd.triton.shm import SharedMemoryRegistry, write_outputs
 from inferd.types import InferenceRequest, InferenceResponse
@@ -301,7 +301,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self.dataplane.unload(_model_name(request.model_name))
         return pb.RepositoryModelUnloadResponse()
 
-    # Shared memory extension (server/rest/shm_api.py)
+    # Shared memory extension (server/shm_api.py)
 
     @_handles_errors
     async def SystemSharedMemoryStatus(

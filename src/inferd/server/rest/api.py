@@ -27,9 +27,9 @@ from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, decode_index_request, error_body
 from inferd.server.rest.custom_routes import CustomRoutes
 from inferd.server.rest.fastpath import InferEndpoint, RestApp
-from inferd.server.rest.shm_api import SharedMemoryEndpoints
 from inferd.server.rest.streaming import stream_endpoints
 from inferd.server.routes import API_ROUTES, INFERENCE
+from inferd.server.shm_api import SharedMemoryEndpoints
 from inferd.serving.dataplane import DataPlane
 from inferd.settings import ServerSettings
 
@@ -160,7 +160,7 @@ def _routes(
     # ASGI apps, which answer their own errors.
     asgi_endpoints: dict[str, Any] = {
         "infer": infer,
-        **stream_endpoints(endpoints.dataplane, endpoints.body_reader),
+        **stream_endpoints(endpoints.dataplane, endpoints.body_reader, infer),
     }
     shared_memory = SharedMemoryEndpoints(endpoints.dataplane, endpoints.read_body)
     routes = []

@@ -7,12 +7,11 @@ raw bytes after a JSON header.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
 import orjson
-from msgspec import UNSET, UnsetType
 
 from inferd.errors import InvalidRequest
 from inferd.tensors.encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
@@ -23,7 +22,7 @@ from inferd.triton.shm import (
     read_input,
     without_location,
 )
-from inferd.types import InferenceRequest, InferenceResponse, ModelState, RequestedOutput, Tensor
+from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_CONTENT_TYPE = "application/octet-stream"
@@ -93,11 +92,8 @@ def decode_infer_request(
     parsed = _decode(_request_decoder, json_part, "inference request", hint)
     if parsed.parameters:
         check_parameters(parsed.parameters, "The request's parameters")
-    for output in parsed.outputs or ():
-        if output.parameters:
-            check_parameters(output.parameters, f"Output {output.name!r}: parameters")
+    outputs = _requested_outputs(parsed.outputs) if parsed.outputs else []
     inputs = _decode_inputs(parsed.inputs, binary_part, regions)
-    outputs = [RequestedOutput(o.name, o.parameters or {}) for o in parsed.outputs or ()]
     request = InferenceRequest(
         inputs=inputs, id=parsed.id, parameters=parsed.parameters or {}, outputs=outputs
     )
@@ -105,6 +101,19 @@ def decode_infer_request(
     if outputs:
         check_outputs(regions, outputs)
     return request
+
+
+def _requested_outputs(outputs: list[_OutputBody]) -> list[RequestedOutput]:
+    requested = []
+    seen: set[str] = set()
+    for output in outputs:
+        if output.name in seen:  # one answer per name: repeats would only multiply work
+            raise InvalidRequest(f"Output {output.name!r} appears more than once")
+        seen.add(output.name)
+        if output.parameters:
+            check_parameters(output.parameters, f"Output {output.name!r}: parameters")
+        requested.append(RequestedOutput(output.name, output.parameters or {}))
+    return requested
 
 
 MAX_PARAMETER_DEPTH = 32
@@ -281,135 +290,3 @@ def _flag(parameters: dict[str, Any], key: str, where: str) -> bool | None:
 
 def error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
-
-
-# ---- Response bodies ----
-#
-# The server writes its answers with orjson (numpy straight to JSON, no Struct
-# per request); these Structs describe those answers for the OpenAPI document
-# (server/docs/pages.py), and the e2e schemathesis test checks every answer against them.
-
-Dimension = Annotated[int, msgspec.Meta(ge=0)]
-Parameters = Annotated[dict[str, Any], msgspec.Meta(description="Free-form parameters")]
-
-
-class ErrorBody(msgspec.Struct):
-    """Every error answer: what was wrong and, where it helps, what to do."""
-
-    error: str
-
-
-class LiveBody(msgspec.Struct):
-    live: bool
-
-
-class ReadyBody(msgspec.Struct):
-    ready: bool
-
-
-class ModelReadyBody(msgspec.Struct):
-    name: str
-    ready: bool
-
-
-class ServerMetadataBody(msgspec.Struct):
-    name: str
-    version: str
-    extensions: list[str]
-
-
-class MetadataTensorBody(msgspec.Struct):
-    """An input or output a model declares; -1 in ``shape`` is a dimension of any size."""
-
-    name: str
-    datatype: str
-    shape: list[Annotated[int, msgspec.Meta(ge=-1)]]
-    parameters: Parameters | UnsetType = UNSET
-
-
-class ModelMetadataBody(msgspec.Struct):
-    name: str
-    versions: list[str]
-    platform: str
-    inputs: list[MetadataTensorBody]
-    outputs: list[MetadataTensorBody]
-    parameters: Parameters | UnsetType = UNSET
-
-
-class ResponseOutputBody(msgspec.Struct):
-    """One output tensor: flat ``data`` in row-major order, or ``binary_data_size`` bytes
-    after the JSON header when the binary tensor extension was asked for."""
-
-    name: str
-    datatype: str
-    shape: list[Dimension]
-    # null stands for a float that JSON cannot hold (NaN, infinity).
-    data: list[bool | int | float | str | None] | UnsetType = UNSET
-    parameters: Parameters | UnsetType = UNSET
-
-
-class InferenceResponseBody(msgspec.Struct):
-    model_name: str
-    outputs: list[ResponseOutputBody]
-    model_version: str | UnsetType = UNSET
-    id: str | UnsetType = UNSET
-    parameters: Parameters | UnsetType = UNSET
-
-
-class RepositoryIndexEntryBody(msgspec.Struct):
-    """A model version the server knows: loaded, loading, failed, or only on disk.
-
-    ``version`` is "" for an unversioned model; ``reason`` says why it is not READY.
-    """
-
-    name: str
-    version: str
-    state: ModelState
-    reason: str
-
-
-class StatisticDurationBody(msgspec.Struct):
-    count: int
-    ns: int
-
-
-class InferStatisticsBody(msgspec.Struct):
-    """Cumulative counts and nanoseconds, as Triton's statistics extension defines them."""
-
-    success: StatisticDurationBody
-    fail: StatisticDurationBody
-    queue: StatisticDurationBody
-    compute_input: StatisticDurationBody
-    compute_infer: StatisticDurationBody
-    compute_output: StatisticDurationBody
-    cache_hit: StatisticDurationBody
-    cache_miss: StatisticDurationBody
-
-
-class InferBatchStatisticsBody(msgspec.Struct):
-    batch_size: int
-    compute_input: StatisticDurationBody
-    compute_infer: StatisticDurationBody
-    compute_output: StatisticDurationBody
-
-
-class ModelStatisticsBody(msgspec.Struct):
-    """One model version's statistics (``version`` "" when unversioned);
-    ``last_inference`` is in milliseconds since the epoch (0: never)."""
-
-    name: str
-    version: str
-    last_inference: int
-    inference_count: int
-    execution_count: int
-    inference_stats: InferStatisticsBody
-    batch_stats: list[InferBatchStatisticsBody]
-    memory_usage: list[dict[str, Any]]
-
-
-class ModelStatisticsResponseBody(msgspec.Struct):
-    model_stats: list[ModelStatisticsBody]
-
-
-class EmptyBody(msgspec.Struct, forbid_unknown_fields=True):
-    """The empty object ``{}``."""

@@ -2,7 +2,7 @@
 
 A loaded runtime lists its routes (``LoadedInstance.custom_routes``); a request
 that no route of the V2 API matches is looked up among those of the ready
-models, and sent to the model's instance as a handler call (serving/custom_calls.py):
+models, and sent to the model's instance as a handler call (custom_calls.py):
 it runs where the model lives, in a worker process too, after the model's queue
 like any request. Unmatched requests get the usual 404.
 """
@@ -10,6 +10,7 @@ like any request. Unmatched requests get the usual 404.
 from __future__ import annotations
 
 from inferd.context import RequestContext
+from inferd.custom_calls import HandlerCall, handler_request, read_handler_response
 from inferd.server.access import ApiGuard
 from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.fastpath import (
@@ -22,7 +23,6 @@ from inferd.server.rest.fastpath import (
     send_error,
     send_whole,
 )
-from inferd.serving.custom_calls import HandlerCall, handler_request, read_handler_response
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.runtime_headers import header_dict
 from inferd.types import ModelState
