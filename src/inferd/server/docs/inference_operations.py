@@ -31,7 +31,9 @@ _GENERATE_DESCRIPTION = (
     "those inputs (their declared datatype and shape), other keys and the entries of "
     "`parameters` become request parameters; a model that declares no inputs gets every "
     "key as an input typed from its JSON value. The answer is flat too: model_name, "
-    "model_version, id, and one key per output (one element as a value, more as a list)."
+    "model_version, id, and one key per output (one element as a value, more as a list). "
+    "A V2 inference request (its `inputs` a list of objects; MLServer's clients send "
+    "these) is answered as {route} answers it."
 )
 _GENERATE_EXAMPLE = {"text_input": "Hello", "parameters": {"max_tokens": 16}}
 EVENT_STREAM_MEDIA_TYPE = "text/event-stream"
@@ -95,27 +97,33 @@ def _sse_event(what: str) -> Schema:
     }
 
 
-def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
-    header = {
+def _binary_inputs_header() -> Schema:
+    return {
         "name": _HEADER_LENGTH,
         "in": "header",
         "description": "With binary inputs: the length of the JSON header",
         "schema": LENGTH,
     }
+
+
+def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
     return op(
         operation_id,
         "inference",
         "Streaming inference",
         {"200": _events("InferenceResponse")} | _inference_errors(),
         description=_INFER_STREAM_DESCRIPTION,
-        parameters=[header],
+        parameters=[_binary_inputs_header()],
         requestBody=_v2_request(example),
     )
 
 
 def _generate_request(example: Schema) -> Schema:
-    content = {"schema": ref("GenerateRequest"), "example": _flat_example(example)}
-    return {"required": True, "content": {JSON_CONTENT_TYPE: content}}
+    """A flat body, or a V2 request (JSON or binary) as /infer takes it."""
+    flat_or_v2 = {"anyOf": [ref("GenerateRequest"), ref("InferenceRequest")]}
+    content = {"schema": flat_or_v2, "example": _flat_example(example)}
+    binary = {"schema": _BINARY}
+    return {"required": True, "content": {JSON_CONTENT_TYPE: content, BINARY_CONTENT_TYPE: binary}}
 
 
 def _flat_example(example: Schema) -> Schema:
@@ -131,13 +139,16 @@ def _flat_example(example: Schema) -> Schema:
 
 
 def _model_generate(operation_id: str, example: Schema) -> Schema:
-    ok = answer("The outputs, flat", ref("GenerateResponse"))
+    flat_or_v2 = {"anyOf": [ref("GenerateResponse"), ref("InferenceResponse")]}
+    ok = answer("The outputs, flat (or V2, for a V2 request)", flat_or_v2)
+    ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
     return op(
         operation_id,
         "inference",
         "Generate (Triton's generate extension)",
         {"200": ok} | _inference_errors(),
-        description=_GENERATE_DESCRIPTION,
+        description=_GENERATE_DESCRIPTION.format(route="/infer"),
+        parameters=[_binary_inputs_header()],
         requestBody=_generate_request(example),
     )
 
@@ -148,7 +159,9 @@ def _model_generate_stream(operation_id: str, example: Schema) -> Schema:
         "inference",
         "Streaming generate (Triton's generate extension)",
         {"200": _events("GenerateResponse")} | _inference_errors(),
-        description=_GENERATE_DESCRIPTION + " Each response is one server-sent event.",
+        description=_GENERATE_DESCRIPTION.format(route="/infer_stream (InferenceResponse events)")
+        + " Each response is one server-sent event.",
+        parameters=[_binary_inputs_header()],
         requestBody=_generate_request(example),
     )
 

@@ -2,8 +2,9 @@
 
 One builder per operation of routes.API_ROUTES (a route and its per-version
 twin share one): the inference and statistics routes' in inference_operations.py,
-the shared memory extension's in shm_operations.py, the others here, all from the
-pieces of parts.py; server/docs/openapi.py puts them together into documents.
+the shared memory extension's in shm_operations.py, the docs routes' in
+docs_operations.py, the others here, all from the pieces of parts.py;
+server/docs/openapi.py puts them together into documents.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ _PATH_PARAMETERS = {
     "file": "One of Swagger UI's files",
     "region": "The name the shared memory region is (to be) registered under",
 }
-_DOCS_SUMMARY = "A model's docs"
 
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
@@ -158,40 +158,6 @@ def _update_log_settings(operation_id: str, example: Schema) -> Schema:
     )
 
 
-# ---- docs ----
-
-
-def _page() -> Schema:
-    return {"200": answer("Swagger UI", STRING, "text/html")}
-
-
-def _spec() -> Schema:
-    return {"200": answer("An OpenAPI 3.1 document", {"type": "object"})}
-
-
-def _docs_page(operation_id: str, example: Schema) -> Schema:
-    return op(operation_id, "docs", "This API in Swagger UI", _page())
-
-
-def _docs_spec(operation_id: str, example: Schema) -> Schema:
-    return op(operation_id, "docs", "This document", _spec())
-
-
-def _docs_asset(operation_id: str, example: Schema) -> Schema:
-    files = {media_type.split(";")[0]: {"schema": STRING} for media_type in ASSET_TYPES.values()}
-    asset = {"description": "The file", "content": files}
-    answers = {"200": asset, "404": answer("No such file", ref("Error"))}
-    return op(operation_id, "docs", "Swagger UI's files", answers)
-
-
-def _model_docs_page(operation_id: str, example: Schema) -> Schema:
-    return op(operation_id, "docs", _DOCS_SUMMARY, _page() | errors(404, 503))
-
-
-def _model_docs_spec(operation_id: str, example: Schema) -> Schema:
-    return op(operation_id, "docs", _DOCS_SUMMARY, _spec() | errors(404, 503))
-
-
 _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = INFERENCE_OPERATIONS | {
     "server_live": _server_health("live", "Live"),
     "server_ready": _server_health("ready", "Ready"),
@@ -204,9 +170,4 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = INFERENCE_OPERATIONS | {
     "model_config": _model_config,
     "log_settings": _log_settings,
     "update_log_settings": _update_log_settings,
-    "docs_page": _docs_page,
-    "docs_spec": _docs_spec,
-    "docs_asset": _docs_asset,
-    "model_docs_page": _model_docs_page,
-    "model_docs_spec": _model_docs_spec,
 }
