@@ -61,14 +61,29 @@ def _model_infer(operation_id: str, example: Schema) -> Schema:
     length = "With binary outputs: the length of the JSON header"
     ok["headers"] = {_HEADER_LENGTH: {"description": length, "schema": LENGTH}}
     header = {"name": _HEADER_LENGTH, "in": "header", "description": length, "schema": LENGTH}
+    return _inference(
+        operation_id, "Inference", ok, _INFER_DESCRIPTION, _v2_request(example), header
+    )
+
+
+def _inference(
+    operation_id: str,
+    summary: str,
+    ok: Schema,
+    description: str,
+    body: Schema,
+    header: Schema | None = None,
+) -> Schema:
+    """An inference route: its answer, or the errors an inference answers with; the
+    header that gives binary inputs' length (``header``: /infer's own wording)."""
     return op(
         operation_id,
         "inference",
-        "Inference",
+        summary,
         {"200": ok} | _inference_errors(),
-        description=_INFER_DESCRIPTION,
-        parameters=[header],
-        requestBody=_v2_request(example),
+        description=description,
+        parameters=[header or _binary_inputs_header()],
+        requestBody=body,
     )
 
 
@@ -107,15 +122,8 @@ def _binary_inputs_header() -> Schema:
 
 
 def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
-    return op(
-        operation_id,
-        "inference",
-        "Streaming inference",
-        {"200": _events("InferenceResponse")} | _inference_errors(),
-        description=_INFER_STREAM_DESCRIPTION,
-        parameters=[_binary_inputs_header()],
-        requestBody=_v2_request(example),
-    )
+    events, body = _events("InferenceResponse"), _v2_request(example)
+    return _inference(operation_id, "Streaming inference", events, _INFER_STREAM_DESCRIPTION, body)
 
 
 def _generate_request(example: Schema) -> Schema:
@@ -142,28 +150,18 @@ def _model_generate(operation_id: str, example: Schema) -> Schema:
     flat_or_v2 = {"anyOf": [ref("GenerateResponse"), ref("InferenceResponse")]}
     ok = answer("The outputs, flat (or V2, for a V2 request)", flat_or_v2)
     ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
-    return op(
-        operation_id,
-        "inference",
-        "Generate (Triton's generate extension)",
-        {"200": ok} | _inference_errors(),
-        description=_GENERATE_DESCRIPTION.format(route="/infer"),
-        parameters=[_binary_inputs_header()],
-        requestBody=_generate_request(example),
-    )
+    description = _GENERATE_DESCRIPTION.format(route="/infer")
+    summary = "Generate (Triton's generate extension)"
+    return _inference(operation_id, summary, ok, description, _generate_request(example))
 
 
 def _model_generate_stream(operation_id: str, example: Schema) -> Schema:
-    return op(
-        operation_id,
-        "inference",
-        "Streaming generate (Triton's generate extension)",
-        {"200": _events("GenerateResponse")} | _inference_errors(),
-        description=_GENERATE_DESCRIPTION.format(route="/infer_stream (InferenceResponse events)")
-        + " Each response is one server-sent event.",
-        parameters=[_binary_inputs_header()],
-        requestBody=_generate_request(example),
-    )
+    route = "/infer_stream (InferenceResponse events)"
+    each = " Each response is one server-sent event."
+    description = _GENERATE_DESCRIPTION.format(route=route) + each
+    summary = "Streaming generate (Triton's generate extension)"
+    events, body = _events("GenerateResponse"), _generate_request(example)
+    return _inference(operation_id, summary, events, description, body)
 
 
 def _statistics_answer() -> Schema:
