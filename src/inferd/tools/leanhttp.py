@@ -17,10 +17,11 @@ from typing import cast
 from inferd.tools.v2client import Endpoint, Reply
 
 _HEAD_END = b"\r\n\r\n"
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding:\s*chunked", re.IGNORECASE)
-_RETRY_AFTER = re.compile(rb"\r\nretry-after:\s*([^\r]*)", re.IGNORECASE)
-_CLOSE = re.compile(rb"\r\nconnection:\s*close", re.IGNORECASE)
+# The headers the client reads, found in one scan of the head (lower-cased names).
+_FIELDS = re.compile(
+    rb"\r\n(content-length|transfer-encoding|retry-after|connection):[ \t]*([^\r]*)",
+    re.IGNORECASE,
+)
 NO_LENGTH = "the answer has neither a Content-Length nor a chunked body"
 
 
@@ -30,26 +31,27 @@ def parse_answer(buffer: bytearray) -> tuple[Reply, int] | None:
     end = buffer.find(_HEAD_END)
     if end < 0:
         return None
-    head = bytes(buffer[: end + 2])  # keeps the last header's CRLF for the patterns
+    head = bytes(buffer[: end + 2])  # keeps the last header's CRLF for the pattern
+    fields = {name.lower(): value for name, value in _FIELDS.findall(head)}
     start = end + 4
     status = int(head[9:12])
-    if _CHUNKED.search(head):
+    if (length := fields.get(b"content-length")) is not None:  # the common case first
+        used = start + int(length)
+        if len(buffer) < used:
+            return None
+        reply = Reply(status, bytes(buffer[start:used]))
+    elif fields.get(b"transfer-encoding", b"").lower() == b"chunked":
         parsed = _dechunk(buffer, start)
         if parsed is None:
             return None
         body, used = parsed
         reply = Reply(status, body)
-    elif (length := _CONTENT_LENGTH.search(head)) is not None:
-        used = start + int(length.group(1))
-        if len(buffer) < used:
-            return None
-        reply = Reply(status, bytes(buffer[start:used]))
     else:
         used = start
         reply = Reply(status, b"", error="" if _bodiless(status) else NO_LENGTH)
-    retry = _RETRY_AFTER.search(head)
-    reply.retry_after = seconds(retry.group(1).decode("latin-1")) if retry else None
-    reply.close = _CLOSE.search(head) is not None
+    if (retry := fields.get(b"retry-after")) is not None:
+        reply.retry_after = seconds(retry.decode("latin-1"))
+    reply.close = fields.get(b"connection", b"").lower() == b"close"
     return reply, used
 
 
