@@ -224,3 +224,20 @@ async def until_async(
         if loop.time() > deadline:
             raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+async def test_a_removed_folder_unloads_even_while_another_settings_file_is_unreadable(
+    polled: InferenceServer, repository: Path
+) -> None:
+    """The unreadable file names no model, but its folder served ``text``: it is not
+    taken for the removed model."""
+    add_text_model(repository, "other", "other one")
+    await apply_changes(polled)
+    (repository / "text" / "model-settings.json").write_text("{")
+    shutil.rmtree(repository / "other")
+    await apply_changes(polled)
+    async with rest_client(polled) as client:
+        assert (await infer(client, "other")).status_code == 404
+        assert await answer(client, "text") == "one"
+        entry = await index_entry(client, "text")
+    assert "cannot be read as JSON" in entry["reason"]

@@ -47,7 +47,8 @@ class RepositoryScan:
     models: list[ModelSettings] = field(default_factory=list)
     broken: list[BrokenModel] = field(default_factory=list)
     # Each folder holding a settings file (as walked, under the root) -> the name of
-    # its model (its best guess when broken): which model a changed folder is.
+    # its model, when its file gives one (a broken file may not): which model a
+    # changed folder is.
     names: dict[Path, str] = field(default_factory=dict)
 
 
@@ -108,7 +109,8 @@ class ModelRepository:
                 name = _name_in(path)
                 guess = name or path.parent.name
                 scan.broken.append(BrokenModel(guess, str(error), name_known=name is not None))
-                scan.names[path.parent] = guess
+                if name is not None:
+                    scan.names[path.parent] = name
         if not files:
             from_env = model_settings_from_env()
             if from_env is not None:

@@ -99,6 +99,7 @@ class RepositoryPoller:
         if not changes.settled:
             return
         names_now = await asyncio.to_thread(self._names_now, set(snapshot))
+        present = set(names_now.values())
         plan = names_to_act_on(changes, self._names, names_now, busy=self._busy)
         for name, folders in plan.items():
             prints = {folder: changes.settled[folder] for folder in folders}
@@ -107,7 +108,8 @@ class RepositoryPoller:
                 continue
             _log_change(name, folders, changes)
             self._busy[name] = asyncio.create_task(
-                self._apply(name, prints, names_now), name=f"repository change of {name}"
+                self._apply(name, name in present, prints, names_now),
+                name=f"repository change of {name}",
             )
 
     async def _poll_forever(self) -> None:
@@ -119,18 +121,31 @@ class RepositoryPoller:
                 logger.exception("Polling the model repository %s failed", self._repository.root)
 
     async def _apply(
-        self, name: str, prints: dict[str, FolderPrint | None], names: dict[str, str]
+        self,
+        name: str,
+        present: bool,
+        prints: dict[str, FolderPrint | None],
+        names: dict[str, str],
     ) -> None:
         try:
-            await self._reconcile(name)
+            if present:
+                await self._reload(name)
+            else:
+                await self._remove(name)
         except Exception:
             logger.exception("Applying the repository's change to model %r failed", name)
         finally:
             self._settle(prints, names)
             self._busy.pop(name, None)
 
-    async def _reconcile(self, name: str) -> None:
-        """Serve what the repository holds for ``name`` now: its versions, or nothing."""
+    async def _remove(self, name: str) -> None:
+        """No folder holds ``name`` any more: stop serving it."""
+        if name in self._registry.names():
+            await self._registry.remove(name)
+            logger.info("Model %r is no longer in the repository: unloaded", name)
+
+    async def _reload(self, name: str) -> None:
+        """Serve the versions the repository holds for ``name`` now."""
         try:
             found = await asyncio.to_thread(self._repository.find, name)
         except (ConfigurationError, ModelNotFound) as error:
@@ -139,10 +154,7 @@ class RepositoryPoller:
             keeps = "; the loaded instance keeps serving" if _serves(self._registry, name) else ""
             logger.error("Model %r changed on disk but cannot be loaded: %s%s", name, reason, keeps)
             return
-        if not found:
-            if name in self._registry.names():
-                await self._registry.remove(name)
-                logger.info("Model %r is no longer in the repository: unloaded", name)
+        if not found:  # its folders went since this poll looked: the next poll removes it
             return
         try:
             await self._registry.load(name, found)
@@ -161,14 +173,19 @@ class RepositoryPoller:
 
     def _names_now(self, folders: set[str]) -> dict[str, str]:
         """The model name each folder's settings file gives now (reads those small
-        files: done only when something changed)."""
+        files: done only when something changed). A file too broken to name its model
+        still belongs to the model its folder served."""
         root = self._repository.root
         try:
             scan = self._repository.scan()
         except ConfigurationError:  # the root went away meanwhile: the next poll says so
             return {}
         named = {os.path.relpath(folder, root): name for folder, name in scan.names.items()}
-        return {folder: name for folder, name in named.items() if folder in folders}
+        return {
+            folder: name
+            for folder in folders
+            if (name := named.get(folder) or self._names.get(folder)) is not None
+        }
 
     def _say_root_missing(self) -> None:
         if not self._root_missing:
