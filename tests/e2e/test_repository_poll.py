@@ -83,7 +83,9 @@ class Clients:
                 sent = time.monotonic()
                 response = client.post(f"/v2/models/{model}/infer", json=BODY)
                 text = response.json()["outputs"][0]["data"][0] if response.is_success else ""
-                self.answers.append(Answer(model, sent, time.monotonic(), response.status_code, text))
+                self.answers.append(
+                    Answer(model, sent, time.monotonic(), response.status_code, text)
+                )
 
     def first(self, accept: Callable[[Answer], bool]) -> Answer | None:
         return next((answer for answer in list(self.answers) if accept(answer)), None)
@@ -150,7 +152,8 @@ def test_the_repository_reloads_itself_under_load(
     latencies = sorted(answer.received - answer.sent for answer in answers)
     print(
         f"\n{len(answers)} answers; switch {switched.received - replaced:.2f}s, added ready "
-        f"{became_ready - added:.2f}s, broken noticed {noticed - broken:.2f}s, removed {gone.received - removed:.2f}s; latency p50 "
+        f"{became_ready - added:.2f}s, broken noticed {noticed - broken:.2f}s, removed "
+        f"{gone.received - removed:.2f}s; latency p50 "
         f"{latencies[len(latencies) // 2] * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
     )
     assert switched.received - replaced < SWITCH_BOUND

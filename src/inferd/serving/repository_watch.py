@@ -65,11 +65,12 @@ def fingerprint_repository(root: Path) -> Snapshot | None:
         # A symlinked folder is not walked into (os.walk's default, as the repository
         # reads it); its target's own stat still shows a switched link.
         linked = [name for name in subfolders if os.path.islink(os.path.join(folder, name))]
+        # The folder's path inside its model folder, worked out once (relpath is slow).
+        prefix = "" if relative == owner else os.path.relpath(relative, owner) + os.sep
         for name in [name for name in names if not name.startswith(".")] + linked:
             signature = stat_signature(os.path.join(folder, name))
             if signature is not None:  # gone since it was listed: the next poll sees it
-                inside = os.path.relpath(os.path.join(relative, name), owner)
-                entries.append((inside, *signature))
+                entries.append((prefix + name, *signature))
     return {owner: tuple(sorted(entries)) for owner, entries in files.items()}
 
 
