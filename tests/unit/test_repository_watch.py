@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import pytest
+
+from inferd.errors import ConfigurationError
 from inferd.serving.repository_watch import (
     Changes,
     ChangeTracker,
     fingerprint_repository,
     names_to_act_on,
 )
+from inferd.settings.loader import load_server_settings
 
 
 def model_folder(root: Path, folder: str, artifact: bytes = b"weights") -> Path:
@@ -214,3 +219,24 @@ def test_a_busy_name_waits_and_so_do_names_sharing_a_folder_with_it() -> None:
 
 def test_a_folder_that_came_and_went_between_polls_has_no_name() -> None:
     assert names_to_act_on(Changes(settled={"flash": None}), {}, {}) == {"": {"flash"}}
+
+
+# ---- the setting ----
+
+
+def test_polling_is_off_by_default_and_set_by_file_or_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_server_settings(tmp_path).repository_poll_secs == 0
+    (tmp_path / "settings.json").write_text(json.dumps({"repository_poll_secs": 2}))
+    assert load_server_settings(tmp_path).repository_poll_secs == 2
+    monkeypatch.setenv("MLSERVER_REPOSITORY_POLL_SECS", "0.5")
+    assert load_server_settings(tmp_path).repository_poll_secs == 0.5
+    monkeypatch.setenv("INFERD_REPOSITORY_POLL_SECS", "0.25")
+    assert load_server_settings(tmp_path).repository_poll_secs == 0.25
+
+
+def test_a_negative_poll_interval_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(json.dumps({"repository_poll_secs": -1}))
+    with pytest.raises(ConfigurationError, match="repository_poll_secs"):
+        load_server_settings(tmp_path)

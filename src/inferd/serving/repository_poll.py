@@ -61,7 +61,7 @@ class RepositoryPoller:
         start-up load: a change made while that load runs is seen by the first polls)."""
         snapshot = fingerprint_repository(self._repository.root) or {}
         self._tracker = ChangeTracker(snapshot)
-        self._names = self._names_now(set(snapshot))
+        self._names = self._names_now(set(snapshot)) or {}
 
     def start(self) -> None:
         """Poll every ``interval`` seconds from now on, on the running event loop."""
@@ -99,6 +99,8 @@ class RepositoryPoller:
         if not changes.settled:
             return
         names_now = await asyncio.to_thread(self._names_now, set(snapshot))
+        if names_now is None:  # the root went away since the walk: the next poll says so
+            return
         present = set(names_now.values())
         plan = names_to_act_on(changes, self._names, names_now, busy=self._busy)
         for name, folders in plan.items():
@@ -106,7 +108,10 @@ class RepositoryPoller:
             if not name:  # came and went between two polls: nothing was served from it
                 self._settle(prints, names_now)
                 continue
-            _log_change(name, folders, changes)
+            action = "loading" if name in present else "unloading"
+            logger.info(
+                "Model repository: %s: %s model %r", _described(folders, changes), action, name
+            )
             self._busy[name] = asyncio.create_task(
                 self._apply(name, name in present, prints, names_now),
                 name=f"repository change of {name}",
@@ -160,7 +165,7 @@ class RepositoryPoller:
             await self._registry.load(name, found)
         except InferdError:
             return  # the registry logged why and kept the old instance serving
-        logger.info("Model %r reloaded from the repository", name)
+        logger.info("Model %r loaded from the repository", name)
 
     def _settle(self, prints: dict[str, FolderPrint | None], names: dict[str, str]) -> None:
         self._tracker.settle(prints)
@@ -171,15 +176,15 @@ class RepositoryPoller:
             else:
                 self._names[folder] = name
 
-    def _names_now(self, folders: set[str]) -> dict[str, str]:
+    def _names_now(self, folders: set[str]) -> dict[str, str] | None:
         """The model name each folder's settings file gives now (reads those small
-        files: done only when something changed). A file too broken to name its model
-        still belongs to the model its folder served."""
+        files: done only when something changed); None if the root went away. A file
+        too broken to name its model still belongs to the model its folder served."""
         root = self._repository.root
         try:
             scan = self._repository.scan()
-        except ConfigurationError:  # the root went away meanwhile: the next poll says so
-            return {}
+        except ConfigurationError:
+            return None
         named = {os.path.relpath(folder, root): name for folder, name in scan.names.items()}
         return {
             folder: name
@@ -202,9 +207,9 @@ def _serves(registry: Registry, name: str) -> bool:
     return any(v.name == name and v.state is ModelState.READY for v in registry.versions())
 
 
-def _log_change(name: str, folders: set[str], changes: Changes) -> None:
+def _described(folders: set[str], changes: Changes) -> str:
+    """The folders of one model that changed, as the log says it."""
     removed = sorted(folders & changes.removed)
     present = sorted(folders - changes.removed)
-    parts = [f"changed {present}" if present else "", f"removed {removed}" if removed else ""]
-    described = " and ".join(part for part in parts if part)
-    logger.info("Model repository: %s (model %r): applying", described, name)
+    parts = [f"{present} changed" if present else "", f"{removed} removed" if removed else ""]
+    return " and ".join(part for part in parts if part)
