@@ -38,14 +38,14 @@ import numpy as np
 import orjson
 
 from inferd.context import RequestContext
-from inferd.dataplane import DataPlane
 from inferd.model import WorkerContext
-from inferd.registry import Registry
-from inferd.repository import ModelRepository
-from inferd.runtime_headers import pass_headers, take_response_headers
-from inferd.server.codec_rest import decode_infer_request, encode_infer_response
+from inferd.observability.stats import ModelStatsTable
+from inferd.server.rest.codec import decode_infer_request, encode_infer_response
+from inferd.serving.dataplane import DataPlane
+from inferd.serving.registry import Registry
+from inferd.serving.repository import ModelRepository
+from inferd.serving.runtime_headers import pass_headers, take_response_headers
 from inferd.settings import ServerSettings
-from inferd.stats import ModelStatsTable
 from inferd.types import InferenceResponse
 from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel

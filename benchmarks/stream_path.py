@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from inferd.dataplane import DataPlane
+from inferd.observability.stats import ModelStatsTable
 from inferd.protocol import pb
-from inferd.registry import Registry
-from inferd.repository import ModelRepository
-from inferd.server.grpc import InferenceServicer
-from inferd.server.grpc_health import ShutdownSignal
+from inferd.server.grpc.health import ShutdownSignal
+from inferd.server.grpc.servicer import InferenceServicer
+from inferd.serving.dataplane import DataPlane
+from inferd.serving.registry import Registry
+from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.stats import ModelStatsTable
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers.inprocess import InProcessPool
 

@@ -16,13 +16,18 @@ is the latest. A package neither can audit is listed as not audited.
 Known vulnerabilities accepted for now are listed in
 scripts/audit-exceptions.txt, one ID a line with a comment saying why.
 
-    python3 scripts/audit_dependencies.py [--python .venv/bin/python]
+Where PyPI's vulnerability data cannot be reached, nothing is audited: the last line
+says so and the exit status is 2, unless ``--offline-ok`` (or INFERD_AUDIT_OFFLINE_OK=1)
+asks for a warning instead (exit 0). Known vulnerabilities exit 1.
+
+    python3 scripts/audit_dependencies.py [--python .venv/bin/python] [--offline-ok]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,19 +40,40 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCEPTIONS = ROOT / "scripts" / "audit-exceptions.txt"
-PROJECT_JSON = "https://pypi.org/pypi/{name}/json"
+# PyPI's JSON API: the vulnerability data pip-audit reads (it asks pypi.org itself).
+PYPI = "https://pypi.org/pypi"
+OFFLINE_VARIABLE = "INFERD_AUDIT_OFFLINE_OK"
+UNREACHABLE = 2  # the exit status when nothing could be audited (1: vulnerabilities)
 # A local version label (torch's "+cpu") names a build of the release it follows.
 _LOCAL_LABEL = re.compile(r"\+[A-Za-z0-9.]+$")
 
 
-def main() -> int:
+class SourceUnreachable(Exception):
+    """PyPI's vulnerability data could not be read: the audit cannot say anything."""
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
     parser.add_argument("--audit-venv", default=str(ROOT / ".audit-venv"))
-    args = parser.parse_args()
+    parser.add_argument(
+        "--offline-ok",
+        action="store_true",
+        default=os.environ.get(OFFLINE_VARIABLE, "").lower() in ("1", "true", "yes"),
+        help=f"only warn when PyPI cannot be reached (also {OFFLINE_VARIABLE}=1)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        return audit(Path(args.python), Path(args.audit_venv))
+    except SourceUnreachable as error:
+        return unreachable(str(error), args.offline_ok)
+
+
+def audit(python: Path, audit_venv: Path) -> int:
     accepted = read_exceptions(EXCEPTIONS)
-    pinned = frozen(args.python)
-    report = run_pip_audit(pip_audit(Path(args.audit_venv)), pinned, accepted)
+    check_source()  # before anything else: pip-audit's own install needs the network too
+    pinned = frozen(str(python))
+    report = run_pip_audit(pip_audit(audit_venv), pinned, accepted)
     versions = {_canonical(line.split("==")[0]): line.split("==")[1] for line in pinned}
     found, skipped = [], []
     for dependency in report["dependencies"]:
@@ -66,6 +92,34 @@ def main() -> int:
             else:
                 found += [(dependency, v) for v in latest if not _excepted(v, accepted)]
     return summarize(len(pinned), found, not_audited)
+
+
+def check_source() -> None:
+    """SourceUnreachable unless PyPI's JSON API answers (pip's own project page)."""
+    try:
+        with urllib.request.urlopen(f"{PYPI}/pip/json", timeout=30) as answer:
+            if "info" not in json.load(answer):
+                raise SourceUnreachable(f"{PYPI} answered something that is not PyPI's JSON")
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise SourceUnreachable(f"{PYPI}: {_reason(error)}") from None
+
+
+def unreachable(reason: str, offline_ok: bool) -> int:
+    """Say, on the last line, that nothing was audited; fail unless asked to warn."""
+    if offline_ok:
+        print(f"WARNING: not audited, PyPI's vulnerability data could not be reached ({reason})")
+        return 0
+    print(
+        f"NOT AUDITED: PyPI's vulnerability data could not be reached ({reason}); "
+        f"run where it can be, or pass --offline-ok ({OFFLINE_VARIABLE}=1) to only warn"
+    )
+    return UNREACHABLE
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        return str(error.reason)
+    return str(error)
 
 
 def read_exceptions(path: Path) -> set[str]:
@@ -117,6 +171,7 @@ def run_pip_audit(program: Path, pinned: list[str], accepted: set[str]) -> dict[
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode not in (0, 1) or not output.exists():  # 1: vulnerabilities found
+            check_source()  # lost on the way: say that, not pip-audit's traceback
             sys.exit(f"pip-audit failed ({done.returncode}):\n{done.stderr}")
         report: dict[str, Any] = json.loads(output.read_text())
         return report
@@ -124,12 +179,17 @@ def run_pip_audit(program: Path, pinned: list[str], accepted: set[str]) -> dict[
 
 def latest_release_vulns(name: str, version: str) -> list[dict[str, Any]] | None:
     """The vulnerabilities PyPI's project page lists, if ``version`` is its latest
-    release (the release that list is about); None when that cannot be told."""
+    release (the release that list is about); None when that cannot be told (no such
+    page). SourceUnreachable when PyPI does not answer."""
     try:
-        with urllib.request.urlopen(PROJECT_JSON.format(name=name), timeout=30) as answer:
+        with urllib.request.urlopen(f"{PYPI}/{name}/json", timeout=30) as answer:
             project = json.load(answer)
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # not on PyPI (a local build): PyPI knows nothing of it
+            return None
+        raise SourceUnreachable(f"{PYPI}/{name}/json: {error}") from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise SourceUnreachable(f"{PYPI}/{name}/json: {_reason(error)}") from None
     if project.get("info", {}).get("version") != version:
         return None
     return [vuln for vuln in project.get("vulnerabilities", []) if not vuln.get("withdrawn")]
@@ -162,7 +222,11 @@ def summarize(
     print(f"audited {audited} of {total} packages: {len(found)} known vulnerabilities")
     if found:
         print(f"upgrade them, or accept each in {EXCEPTIONS.relative_to(ROOT)} with a reason")
-    return 1 if found else 0
+        return 1
+    if total and not audited:
+        print("NOT AUDITED: PyPI had vulnerability data for none of the packages")
+        return UNREACHABLE
+    return 0
 
 
 if __name__ == "__main__":

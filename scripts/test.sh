@@ -9,12 +9,8 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
 
-# The Swagger UI test renders the docs in headless Chromium (Debian's package).
-if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing chromium for the browser test"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-        || echo "chromium could not be installed: the browser test will be skipped"
-fi
+# Debian's chromium (the Swagger UI test) and wrk (the benchmark test), where root can install them.
+scripts/install_test_tools.sh
 
 # Side environments, made at the same time (mostly downloads) while the checks below run;
 # each one's pip output goes to .ci-logs/<name>.log.

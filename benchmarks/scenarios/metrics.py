@@ -78,9 +78,9 @@ and times the recording calls alone (what one request costs the hot path)."""
 
 async def asgi_cost_us(repository: Path, metrics_on: bool, requests: int) -> float:
     """Microseconds per inference request through the REST app, called directly."""
-    from inferd.metrics import Sources, build_registry
+    from inferd.observability.metrics import Sources, build_registry
     from inferd.server.app import InferenceServer
-    from inferd.server.rest import build_rest_app
+    from inferd.server.rest.api import build_rest_app
     from inferd.settings import ServerSettings
 
     endpoint = "/metrics" if metrics_on else ""
@@ -128,7 +128,7 @@ def asgi_comparison(rounds: int, requests: int) -> dict[str, list[float]]:
 
 def recording_cost_ns(iterations: int = 200_000) -> dict[str, float]:
     """Nanoseconds per request of the recording calls the hot path makes."""
-    from inferd.stats import HttpStats, ModelStats
+    from inferd.observability.stats import HttpStats, ModelStats
 
     stats = ModelStats("iris", None)
     route = HttpStats().route("POST", "/v2/models/{name}/infer")

@@ -113,7 +113,7 @@ def check_same_answers(url: str) -> None:
 
 def load_runtime(repository: Path, name: str) -> Any:
     from inferd.runtimes.sklearn import SKLearnModel
-    from inferd.settings_loader import model_settings_from_dict
+    from inferd.settings.loader import model_settings_from_dict
 
     source = repository / name / "model-settings.json"
     model = SKLearnModel(model_settings_from_dict(json.loads(source.read_text()), source))

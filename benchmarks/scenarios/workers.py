@@ -136,7 +136,7 @@ def calibrate_busy(target_ms: float) -> tuple[int, float]:
 
 async def time_pool(pool: Any, calls: int, samples: int = 5) -> dict[str, float]:
     """p50 and mean of one request through ``pool``, median over ``samples``."""
-    from inferd.settings_loader import model_settings_from_dict
+    from inferd.settings.loader import model_settings_from_dict
     from inferd.types import InferenceRequest, Tensor
 
     with tempfile.TemporaryDirectory() as folder:

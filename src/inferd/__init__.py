@@ -1,6 +1,6 @@
 """inferd: a fast inference server for the Open Inference Protocol (KServe V2)."""
 
-from .errors import (
+from inferd.errors import (
     DeadlineExceeded,
     InferdError,
     InvalidRequest,
@@ -9,9 +9,9 @@ from .errors import (
     ModelNotReady,
     Overloaded,
 )
-from .model import Model, WorkerContext
-from .settings import ModelParameters, ModelSettings, ServerSettings
-from .types import (
+from inferd.model import Model, WorkerContext
+from inferd.settings import ModelParameters, ModelSettings, ServerSettings
+from inferd.types import (
     InferenceRequest,
     InferenceResponse,
     MetadataTensor,
@@ -19,7 +19,7 @@ from .types import (
     RequestedOutput,
     Tensor,
 )
-from .version import __version__
+from inferd.version import __version__
 
 __all__ = [
     "DeadlineExceeded",

@@ -1,3 +1,3 @@
-from .cli import main
+from inferd.cli import main
 
 main()

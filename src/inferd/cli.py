@@ -9,15 +9,15 @@ from typing import Any
 
 import click
 
-from .errors import ConfigurationError
-from .logs import configure_logging
-from .repository import ModelRepository
-from .server.app import InferenceServer
-from .settings import ServerSettings
-from .settings_loader import default_models_dir, load_server_settings
-from .version import __version__
-from .workers.environments import refuse_in_process_environment
-from .workers.inprocess import refuse_unstoppable
+from inferd.errors import ConfigurationError
+from inferd.observability.logs import configure_logging
+from inferd.server.app import InferenceServer
+from inferd.serving.repository import ModelRepository
+from inferd.settings import ServerSettings
+from inferd.settings.loader import default_models_dir, load_server_settings
+from inferd.version import __version__
+from inferd.workers.environments import refuse_in_process_environment
+from inferd.workers.inprocess import refuse_unstoppable
 
 logger = logging.getLogger(__name__)
 
@@ -199,15 +199,21 @@ def _run(server: InferenceServer) -> None:
     "--insecure",
     is_flag=True,
     envvar="MLSERVER_INFER_INSECURE",
-    help="Do not verify the server's certificate (REST). Use with caution.",
+    help="Do not verify the server's certificate (gRPC: trust the one it shows). Use with caution.",
 )
 @click.option(
     "--preserve-order/--no-preserve-order",
     default=True,
     show_default=True,
+    envvar="MLSERVER_INFER_PRESERVE_ORDER",
     help="Write responses in input order, or as they complete (with batch_index).",
 )
-@click.option("--model-version", default="", help="Model version to send to.")
+@click.option(
+    "--model-version",
+    default="",
+    envvar="MLSERVER_INFER_MODEL_VERSION",
+    help="Model version to send to.",
+)
 @click.option(
     "--verbose",
     "-v",
@@ -228,8 +234,8 @@ def infer(**flags: object) -> None:
     Same flags and file formats as `mlserver infer`; works against inferd and
     any Open Inference Protocol server. Prints a summary: count, errors, throughput.
     """
-    from .tools.cli_options import infer_options
-    from .tools.infer import run_infer
+    from inferd.tools.cli_options import infer_options
+    from inferd.tools.infer import run_infer
 
     options = infer_options(flags)
     summary = run_infer(options)
@@ -328,9 +334,9 @@ def infer(**flags: object) -> None:
 )
 def bench(**flags: Any) -> None:
     """Measure a V2 server's throughput and latency under load, step by step."""
-    from .tools.bench import run_bench
-    from .tools.benchreport import plot, table, write_csv, write_json
-    from .tools.cli_options import bench_options
+    from inferd.tools.bench import run_bench
+    from inferd.tools.benchreport import plot, table, write_csv, write_json
+    from inferd.tools.cli_options import bench_options
 
     options = bench_options(flags)
     try:
@@ -414,13 +420,13 @@ def tune(model_repository: Path, **flags: Any) -> None:
     batching (max_batch_size, max_batch_time), each phase from the best so far,
     and prints a table and the settings.json / model-settings.json to use.
     """
-    from .tools.cli_options import tune_options
-    from .tools.tune import report_text, run_tune
+    from inferd.tools.cli_options import tune_options
+    from inferd.tools.tune import report_text, run_tune
 
     options = tune_options(model_repository, flags)
     report = run_tune(options, progress=lambda line: click.echo(line, err=True))
     click.echo(report_text(report, options.p99_ms))
     if flags["plot_path"]:
-        from .tools.tuneplot import plot_candidates
+        from inferd.tools.tuneplot import plot_candidates
 
         plot_candidates(report, flags["plot_path"])

@@ -1,7 +1,7 @@
 """What travels with one request besides its tensors.
 
 The server that receives a request makes one :class:`RequestContext` for it and
-hands it to :meth:`DataPlane.infer <inferd.dataplane.DataPlane.infer>`; the layers
+hands it to :meth:`DataPlane.infer <inferd.serving.dataplane.DataPlane.infer>`; the layers
 below read what they need from it instead of taking one more argument each.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .trace_record import RequestTrace
+    from inferd.observability.trace_record import RequestTrace
 
 # Resolves once the client has gone away (an HTTP disconnect).
 Disconnected = Callable[[], Awaitable[object]]
@@ -24,11 +24,11 @@ class RequestContext:
     # then takes its request out unrun. A gRPC call needs none: cancelling the call
     # cancels the task that awaits the request, which does the same.
     disconnected: Disconnected | None = None
-    # A traced request's record (tracing.py): its scheduler and pool note their times
+    # A traced request's record (observability/tracing.py): its scheduler and pool note their times
     # there. None when tracing is off or the request was not sampled: nothing is noted.
     trace: RequestTrace | None = None
     # The request's headers as the edge holds them (REST: the ASGI headers, gRPC: the
-    # call's context), read only for a runtime that asks for them (runtime_headers.py).
+    # call's context), read only for a runtime that asks for them (serving/runtime_headers.py).
     headers: Any = None
     # Headers the runtime set on its answer, for the edge to send (REST) or trail (gRPC).
     response_headers: dict[str, str] | None = None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .types import InferenceRequest, InferenceResponse, Tensor
+from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
 HANDLER = "inferd_custom_handler"
 QUERY = "inferd_query"

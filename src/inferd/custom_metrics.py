@@ -5,7 +5,6 @@
 version (``model_name``, ``model_version``)::
 
     from inferd import custom_metrics
-
     class MyModel(Model):
         async def load(self) -> bool:
             custom_metrics.register("tokens_generated", "Tokens generated", kind="counter")

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import codecs
-from .settings import ModelSettings
-from .types import (
+from inferd.settings import ModelSettings
+from inferd.tensors import codecs
+from inferd.types import (
     InferenceRequest,
     InferenceResponse,
     MetadataTensor,

@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .server.app import InferenceServer
-from .server.grpc import InferenceServicer
-from .server.grpc_health import ShutdownSignal
-from .server.grpc_registration import add_inference_service_passing_bytes, request_parsers
-from .settings_loader import load_server_settings
+from inferd.server.app import InferenceServer
+from inferd.server.grpc.health import ShutdownSignal
+from inferd.server.grpc.registration import add_inference_service_passing_bytes, request_parsers
+from inferd.server.grpc.servicer import InferenceServicer
+from inferd.settings.loader import load_server_settings
 
 try:
     from ray import serve

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .datatypes import datatype_of
+from inferd.tensors.datatypes import datatype_of
 
 Parameters = dict[str, Any]
 

@@ -22,9 +22,9 @@ METRICS_RUNTIME = textwrap.dedent(
 
     import numpy as np
 
-    from inferd import InferenceRequest, InferenceResponse, Model, Tensor, custom_metrics
+    from inferd import InferenceRequest, InferenceResponse, Model, Tensor
 
-
+    from inferd import custom_metrics
     class LogsMetrics(Model):
         """Logs rows_seen (counter), last_rows (gauge), input_total (histogram) and
         an unregistered name; sleeps for the request parameter ``sleep`` seconds."""

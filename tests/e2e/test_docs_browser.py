@@ -237,12 +237,10 @@ def test_every_operation_renders_and_runs_from_swagger_ui(
 
 
 def expected_status(path: str) -> str:
-    """200, but for the shared memory extension: off on this server (403, with how to
-    turn it on), and CUDA shared memory, never supported (400)."""
-    if path.startswith("/v2/systemsharedmemory"):
+    """200, but for the shared memory extension (system and CUDA): off on this server
+    (403, with how to turn it on)."""
+    if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
         return "403"
-    if path.startswith("/v2/cudasharedmemory"):
-        return "400"
     return "200"
 
 

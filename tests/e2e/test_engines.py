@@ -349,8 +349,8 @@ def test_cpu_count_workers_follow_the_environment(
 ) -> None:
     """The runtime sets MLSERVER_PARALLEL_WORKERS=cpu_count; the settings read it
     through the cgroup quota (tests/unit/test_engine_starts.py fakes the files)."""
-    from inferd.cpu_quota import available_cpus
-    from inferd.settings_loader import load_server_settings
+    from inferd.settings.cpu_quota import available_cpus
+    from inferd.settings.loader import load_server_settings
 
     env = render_env(inferd_runtime(), "m")
     monkeypatch.setenv("MLSERVER_PARALLEL_WORKERS", env["MLSERVER_PARALLEL_WORKERS"])

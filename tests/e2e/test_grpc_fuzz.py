@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferd.datatypes import DATATYPES
 from inferd.protocol import pb
+from inferd.tensors.datatypes import DATATYPES
 from tests.support.serverproc import ServerProcess
 
 SERVICE = "/inference.GRPCInferenceService/"

@@ -110,6 +110,6 @@ def test_model_load_and_unload_are_logged_at_info(
 ) -> None:
     server = start(repository)
     assert httpx.post(f"{server.url}/v2/repository/models/echo/unload").status_code == 200
-    assert text_lines(server, "INFO [inferd.registry] Loaded model 'echo' in ")
-    assert text_lines(server, "INFO [inferd.registry] Unloaded model 'echo'")
+    assert text_lines(server, "INFO [inferd.serving.registry] Loaded model 'echo' in ")
+    assert text_lines(server, "INFO [inferd.serving.registry] Unloaded model 'echo'")
     assert not text_lines(server, f"[{REQUEST_LOGGER}]")

@@ -1,9 +1,11 @@
-"""Triton's system shared memory extension, driven by tritonclient's public API only.
+"""Triton's shared memory extension, driven by tritonclient's public API only.
 
 A client registers POSIX shared memory regions (tritonclient.utils.shared_memory),
 passes inputs and receives outputs by reference, over HTTP and gRPC, INT32 and
 BYTES; bad offsets and small output regions are 400s naming the region; the
 extension is off by default, and a key prefix keeps clients to their own keys.
+CUDA shared memory's clean-up and status calls work with nothing registered, as
+Triton's examples need; registering CUDA memory needs a GPU (unit tests fake one).
 """
 
 from __future__ import annotations
@@ -200,13 +202,56 @@ def test_keys_outside_the_prefix_are_refused(client: Any, regions: dict[str, Any
     assert names(client.get_system_shared_memory_status()) == set()
 
 
-def test_cuda_shared_memory_is_not_supported(client: Any) -> None:
-    with pytest.raises(InferenceServerException, match="CUDA shared memory is not supported"):
-        client.get_cuda_shared_memory_status()
-    with pytest.raises(InferenceServerException, match="CUDA shared memory is not supported"):
-        client.register_cuda_shared_memory("gpu", base64.b64encode(b"handle"), 0, 64)
-    with pytest.raises(InferenceServerException, match="CUDA shared memory is not supported"):
-        client.unregister_cuda_shared_memory()
+def test_cuda_clean_up_calls_succeed_with_nothing_registered(client: Any) -> None:
+    """What Triton's examples call first: clearing both kinds, whatever was registered."""
+    client.unregister_cuda_shared_memory()
+    client.unregister_cuda_shared_memory("never-registered")
+    assert names(client.get_cuda_shared_memory_status()) == set()
+    with pytest.raises(InferenceServerException, match="no CUDA shared memory region") as raised:
+        client.get_cuda_shared_memory_status("never-registered")
+    assert raised.value.status() in ("404", "StatusCode.NOT_FOUND")
+    # Registering a handle no process made: 400, without a GPU as "not supported on
+    # this server" saying what is missing, with one as a handle that cannot be opened.
+    handle = base64.b64encode(b"\1" * 64)
+    with pytest.raises(InferenceServerException, match="CUDA") as raised:
+        client.register_cuda_shared_memory("gpu", handle, 0, 64)
+    assert raised.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert names(client.get_cuda_shared_memory_status()) == set()
+
+
+def test_tritons_shm_example_sequence(client: Any, regions: dict[str, Any]) -> None:
+    """simple_{http,grpc}_shm_client.py's calls, in its order: clear both kinds, register
+    an output and an input region, infer, read the outputs, check status, clear."""
+    lib = module_of(client)
+    client.unregister_system_shared_memory()
+    client.unregister_cuda_shared_memory()
+    outputs, output_key = create(regions, "output_data", 2 * ROW_BYTES)
+    client.register_system_shared_memory("output_data", output_key, 2 * ROW_BYTES)
+    first = np.arange(ROW, dtype=np.int32).reshape(1, ROW)
+    second = np.ones((1, ROW), dtype=np.int32)
+    inputs, input_key = create(regions, "input_data", 2 * ROW_BYTES)
+    shm.set_shared_memory_region(inputs, [first])
+    shm.set_shared_memory_region(inputs, [second], offset=ROW_BYTES)
+    client.register_system_shared_memory("input_data", input_key, 2 * ROW_BYTES)
+    infer_inputs = [lib.InferInput("INPUT0", [1, ROW], "INT32"),
+                    lib.InferInput("INPUT1", [1, ROW], "INT32")]  # fmt: skip
+    infer_inputs[0].set_shared_memory("input_data", ROW_BYTES)
+    infer_inputs[1].set_shared_memory("input_data", ROW_BYTES, offset=ROW_BYTES)
+    requested = [lib.InferRequestedOutput("OUTPUT0"), lib.InferRequestedOutput("OUTPUT1")]
+    requested[0].set_shared_memory("output_data", ROW_BYTES)
+    requested[1].set_shared_memory("output_data", ROW_BYTES, offset=ROW_BYTES)
+    result = client.infer("simple", infer_inputs, outputs=requested)
+    for index, expected in enumerate((first + second, first - second)):
+        output = result.get_output(f"OUTPUT{index}")
+        assert output is not None
+        shape = output["shape"] if isinstance(output, dict) else list(output.shape)
+        values = shm.get_contents_as_numpy(outputs, np.int32, shape, offset=index * ROW_BYTES)
+        np.testing.assert_array_equal(values, expected)
+    assert names(client.get_system_shared_memory_status()) == {"input_data", "output_data"}
+    assert names(client.get_cuda_shared_memory_status()) == set()
+    client.unregister_system_shared_memory()
+    client.unregister_cuda_shared_memory()
+    assert names(client.get_system_shared_memory_status()) == set()
 
 
 def test_shared_memory_is_off_by_default(server: ServerProcess, regions: dict[str, Any]) -> None:
@@ -220,6 +265,9 @@ def test_shared_memory_is_off_by_default(server: ServerProcess, regions: dict[st
             assert raised.value.status() in ("403", "StatusCode.PERMISSION_DENIED")
             with pytest.raises(InferenceServerException, match="shared_memory_enabled"):
                 client.get_system_shared_memory_status()
+            with pytest.raises(InferenceServerException, match="shared_memory_enabled") as raised:
+                client.unregister_cuda_shared_memory()  # one switch for both kinds
+            assert raised.value.status() in ("403", "StatusCode.PERMISSION_DENIED")
             infer_input = module_of(client).InferInput("x", [1, ROW], "INT32")
             infer_input.set_shared_memory("off", ROW_BYTES)
             with pytest.raises(InferenceServerException, match="turned off"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,13 +18,15 @@ import pytest
 from tests.support.serverproc import ServerProcess
 
 
-def run_infer(*args: str) -> subprocess.CompletedProcess[str]:
+def run_infer(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``inferd infer`` with ``args``; ``env``: variables added to this process's."""
     return subprocess.run(
         [sys.executable, "-m", "inferd", "infer", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -80,6 +83,46 @@ def test_infer_micro_batches_and_reports_a_failing_line(
     assert len(good) == 9
     assert all(a["outputs"][0]["shape"][0] == 1 for a in good)  # split back: one row each
     assert "10 requests: 9 succeeded, 1 failed" in result.stderr
+
+
+def test_a_line_whose_data_does_not_fit_its_shape_is_a_preprocessing_error(
+    server: ServerProcess, iris_features: np.ndarray, tmp_path: Path
+) -> None:
+    write_requests(tmp_path / "in.jsonl", iris_features[:3])
+    bad = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [[1, 2], [3, 4]]}]}
+    with (tmp_path / "in.jsonl").open("a") as lines:
+        lines.write(json.dumps(bad) + "\n")
+    result = run_infer(  # -b: the tool reads each line's tensors to send them binary
+        *("-u", f"127.0.0.1:{server.http_port}", "-m", "iris", "-b"),
+        *("-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")),
+    )
+    assert result.returncode == 1
+    answers = read_answers(tmp_path / "out.jsonl")
+    assert answers[3]["error"]["status"] == "preprocessing error"
+    assert "does not match its nested data, which nests as [2, 2]" in answers[3]["error"]["msg"]
+    assert "4 requests: 3 succeeded, 1 failed" in result.stderr
+
+
+@pytest.mark.parametrize("transport", ["rest", "grpc"])
+def test_infer_reads_the_model_version_and_order_from_the_environment(
+    server: ServerProcess, tmp_path: Path, transport: str
+) -> None:
+    lines = [
+        json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [i]}]})
+        for i in range(6)
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    port = server.http_port if transport == "rest" else server.grpc_port
+    result = run_infer(
+        *("-u", f"127.0.0.1:{port}", "-m", "double", "-t", transport),
+        *("-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")),
+        env={"MLSERVER_INFER_MODEL_VERSION": "1", "MLSERVER_INFER_PRESERVE_ORDER": "false"},
+    )
+    assert result.returncode == 0, result.stderr
+    answers = read_answers(tmp_path / "out.jsonl")
+    assert {a["model_version"] for a in answers} == {"1"}  # not the latest, 2
+    doubled = {a["parameters"]["batch_index"]: a["outputs"][0]["data"] for a in answers}
+    assert doubled == {i: [2.0 * i] for i in range(6)}
 
 
 def test_infer_reports_server_errors_without_retrying(

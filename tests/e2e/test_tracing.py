@@ -149,7 +149,7 @@ def test_a_grpc_request_shows_in_the_callers_trace(
 def test_a_sequence_request_shows_its_model_work_too(
     traced_server: TracedServer, receiver: OtlpReceiver
 ) -> None:
-    # Sequence requests go their own way (sequence_scheduler.py), past the batcher.
+    # Sequence requests go their own way (dispatch/sequence_scheduler.py), past the batcher.
     with httpx.Client(base_url=traced_server.process.url) as client:
         for start, rows in ((True, 1), (False, 2)):
             trace_id, caller_span, traceparent = new_traceparent()

@@ -10,7 +10,7 @@ import pytest
 
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb
-from inferd.server.codec_grpc import (
+from inferd.server.grpc.codec import (
     decode_infer_request,
     decode_parameters,
     encode_infer_response,
@@ -97,6 +97,14 @@ def test_request_fields_and_parameters() -> None:
     assert (request.id, request.parameters) == ("r", {"raw_output": False})
     assert [(o.name, o.parameters) for o in request.outputs] == [("o", {"k": 3})]
     assert wants_raw_output(request) is False
+
+
+def test_an_output_requested_twice_is_refused() -> None:
+    message = typed("FP32", [1], "fp32_contents", [1.0])
+    for name in ("o", "p", "o"):
+        message.outputs.add(name=name)
+    with pytest.raises(InvalidRequest, match=r"^Output 'o' appears more than once$"):
+        decode_infer_request(message)
 
 
 def test_raw_output_must_be_a_bool() -> None:

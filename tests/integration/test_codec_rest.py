@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from inferd.errors import InvalidRequest
-from inferd.server.codec_rest import (
+from inferd.server.rest.codec import (
     MAX_PARAMETER_DEPTH,
     decode_index_request,
     decode_infer_request,
@@ -162,6 +162,8 @@ def test_binary_answers_per_output_and_by_default() -> None:
         ({"parameters": {"binary_data_output": "yes"}}, "'binary_data_output' must be true"),
         ({"outputs": [{"name": "o", "parameters": {"binary_data": 1}}]}, "'binary_data'"),
         ({"outputs": [{"name": "o", "parameters": {"classification": 1}}]}, "classification"),
+        ({"outputs": [{"name": "o"}, {"name": "p"}, {"name": "o"}]}, "'o' appears more than once"),
+        ({"outputs": [{"name": "o"}, {"name": "o", "parameters": {}}]}, "'o' appears more than"),
     ],
 )
 def test_output_choices_are_checked_before_the_model_runs(

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.dataplane import NOT_LOADED
 from inferd.errors import InvalidRequest, ModelNotFound
 from inferd.server.app import InferenceServer
+from inferd.serving.dataplane import NOT_LOADED
 from inferd.types import InferenceRequest, ModelState, RequestedOutput, Tensor
 
 from .conftest import RUNTIMES, StartServer, add_model
@@ -73,7 +73,10 @@ async def test_index_lists_loaded_models_and_those_only_on_disk(
     assert state is ModelState.UNAVAILABLE and "model-settings.json" in reason
     ready = {entry.name for entry in inferd.dataplane.index(ready=True)}
     assert "echo" in ready and "later" not in ready
-    assert {entry.name for entry in inferd.dataplane.index(ready=False)} == {"later", "broken"}
+    assert {entry.name for entry in inferd.dataplane.index(ready=False)} == {
+        "later",
+        "broken",
+    }
 
 
 async def test_load_and_unload_follow_the_disk(inferd: InferenceServer, repository: Path) -> None:

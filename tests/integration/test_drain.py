@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.drain import REFUSED, STOPPED
 from inferd.errors import ShuttingDown
 from inferd.server.app import InferenceServer
+from inferd.serving.drain import REFUSED, STOPPED
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
 from .conftest import RUNTIMES, StartServer, add_model, until

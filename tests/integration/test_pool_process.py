@@ -14,7 +14,7 @@ import pytest
 
 from inferd.errors import WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.pool import ProcessPool
 

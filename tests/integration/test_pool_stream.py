@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import ModelError, WorkerLost
-from inferd.scheduler import Scheduler
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.base import ResponseStream
 from inferd.workers.pool import ProcessPool

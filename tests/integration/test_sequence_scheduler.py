@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from inferd.context import RequestContext
+from inferd.dispatch.sequence_scheduler import SequenceScheduler
 from inferd.errors import InvalidRequest, Overloaded, WorkerLost
-from inferd.sequence_scheduler import SequenceScheduler
+from inferd.observability.trace_record import BatchRun, RequestTrace
 from inferd.settings import ModelSettings
-from inferd.trace_record import BatchRun, RequestTrace
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.base import Execution, Holder, StreamBase
 

@@ -49,12 +49,10 @@ class Authority:
         self.certfile = folder / f"{_slug(name)}.pem"
         self.certfile.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
 
-    def server(self, name: str = "server") -> KeyPair:
-        """A certificate for ``localhost`` and 127.0.0.1."""
-        names: list[x509.GeneralName] = [
-            x509.DNSName(SERVER_NAMES[0]),
-            x509.IPAddress(ipaddress.ip_address(SERVER_NAMES[1])),
-        ]
+    def server(self, name: str = "server", hosts: tuple[str, ...] = SERVER_NAMES) -> KeyPair:
+        """A certificate for ``hosts`` (host names and IP addresses; by default
+        ``localhost`` and 127.0.0.1)."""
+        names = [_general_name(host) for host in hosts]
         return self._issue(name, ExtendedKeyUsageOID.SERVER_AUTH, names)
 
     def client(self, name: str = "client") -> KeyPair:
@@ -86,6 +84,13 @@ class Authority:
 def serial_of(pem: bytes) -> int:
     """The serial number of a PEM certificate (tells two certificates apart)."""
     return x509.load_pem_x509_certificate(pem).serial_number
+
+
+def _general_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
 
 
 def _builder(

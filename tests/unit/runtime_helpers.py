@@ -10,7 +10,7 @@ import numpy as np
 
 from inferd.model import Model
 from inferd.settings import ModelSettings
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 RuntimeT = TypeVar("RuntimeT", bound=Model)

@@ -12,12 +12,12 @@ from inferd.errors import ConfigurationError, PermissionDenied
 from inferd.server import filewatch
 from inferd.server.access import AcceptedKeys, ClosedApi, GuardedRoute, KeyGuard, api_guards
 from inferd.server.filewatch import WatchedFiles
-from inferd.server.grpc_access import METHOD_GROUPS, RestrictedMethods, access_interceptors
-from inferd.server.grpc_registration import SERVICE
+from inferd.server.grpc.access import METHOD_GROUPS, RestrictedMethods, access_interceptors
+from inferd.server.grpc.registration import SERVICE
 from inferd.server.routes import API_ROUTES
 from inferd.settings import ServerSettings
+from inferd.settings.loader import load_server_settings
 from inferd.settings.security import API_GROUPS, RestrictedApiSettings
-from inferd.settings_loader import load_server_settings
 
 
 def restriction(**fields: object) -> RestrictedApiSettings:
@@ -219,11 +219,11 @@ def test_every_route_and_method_has_a_known_group() -> None:
 
 def guarded_routes(tmp_path: Path, settings: ServerSettings) -> tuple[set[str], bool]:
     """The paths whose Starlette route has a guard, and whether the fast path has one."""
-    from inferd.dataplane import DataPlane
-    from inferd.registry import Registry
-    from inferd.repository import ModelRepository
-    from inferd.server.rest import build_rest_app
-    from inferd.stats import ModelStatsTable
+    from inferd.observability.stats import ModelStatsTable
+    from inferd.server.rest.api import build_rest_app
+    from inferd.serving.dataplane import DataPlane
+    from inferd.serving.registry import Registry
+    from inferd.serving.repository import ModelRepository
     from inferd.workers.inprocess import InProcessPool
 
     registry = Registry(InProcessPool(), ModelStatsTable(observe=False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd.batching import batch_key, batch_rows, merge, split
+from inferd.dispatch.batching import batch_key, batch_rows, merge, split
 from inferd.errors import ModelError
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 

@@ -20,7 +20,7 @@ from benchmarks.scenarios.streaming import grpc_request, json_request
 from benchmarks.streamload import StreamLoad, combine
 from benchmarks.streamwire import grpc_reader
 from inferd.protocol import pb
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers.inprocess import InProcessPool
 

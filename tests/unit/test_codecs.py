@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferd import codecs
 from inferd.errors import InvalidRequest
+from inferd.tensors import codecs
 from inferd.types import InferenceRequest, Tensor
 
 

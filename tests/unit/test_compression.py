@@ -1,4 +1,4 @@
-"""gzip for REST answers (server/compression.py): which answers, and which clients."""
+"""gzip for REST answers (server/rest/compression.py): which answers, and which clients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from inferd.server.compression import (
+from inferd.server.rest.compression import (
     GZIP_MINIMUM_SIZE,
     GZIP_THREAD_MINIMUM_SIZE,
     GzipSend,

@@ -1,4 +1,4 @@
-"""Wire conversions: BF16 (numpy has none, ml_dtypes provides it) and BYTES limits."""
+"""Wire conversions: BF16 (numpy has none, ml_dtypes provides it), BYTES limits, JSON nesting."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from inferd.datatypes import datatype_of, numpy_dtype
-from inferd.encoding import (
+from inferd.errors import InvalidRequest
+from inferd.tensors.datatypes import datatype_of, numpy_dtype
+from inferd.tensors.encoding import (
     array_from_bytes,
     array_from_json,
     array_to_bytes,
     array_to_json,
     to_output_array,
 )
-from inferd.errors import InvalidRequest
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -68,3 +68,72 @@ def test_a_bytes_shape_larger_than_its_data_is_refused_before_allocating() -> No
     with pytest.raises(InvalidRequest, match="has 2000000000 BYTES elements, more than 8 bytes"):
         array_from_bytes("x", "BYTES", [2_000_000_000], b"\0" * 8)
     assert array_from_bytes("x", "BYTES", [2], b"\0" * 8).tolist() == [b"", b""]
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "INT64", "BYTES"])
+@pytest.mark.parametrize(
+    ("shape", "data", "holds"),
+    [
+        ([1, 4], [[1, 2], [3, 4]], "nests as [2, 2]"),
+        ([4], [[1, 2, 3, 4]], "nests as [1, 4]"),
+        ([2, 2], [[[1, 2], [3, 4]]], "nests as [1, 2, 2]"),
+        ([2, 1], [[1, 2]], "nests as [1, 2]"),
+    ],
+)
+def test_nested_data_must_nest_as_its_shape(
+    datatype: str, shape: list[int], data: list[object], holds: str
+) -> None:
+    if datatype == "BYTES":
+        data = _as_text(data)
+    expected = rf"Input 'x': shape \[{', '.join(map(str, shape))}\] does not match its nested"
+    with pytest.raises(InvalidRequest, match=expected) as raised:
+        array_from_json("x", datatype, shape, data)
+    assert f"which {holds}; nest the data exactly as the shape, or send it flat" in str(
+        raised.value
+    )
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "INT64", "BYTES"])
+@pytest.mark.parametrize(
+    ("shape", "data"),
+    [
+        ([1, 4], [[1, 2, 3, 4]]),
+        ([2, 2], [[1, 2], [3, 4]]),
+        ([1, 4], [1, 2, 3, 4]),  # flat data: only the element count must match
+        ([2, 2], [1, 2, 3, 4]),
+        ([1, 0], [[]]),
+    ],
+)
+def test_data_nested_as_its_shape_or_flat_is_accepted(
+    datatype: str, shape: list[int], data: list[object]
+) -> None:
+    if datatype == "BYTES":
+        data = _as_text(data)
+    array = array_from_json("x", datatype, shape, data)
+    assert array.shape == tuple(shape)
+    sent = np.array(data, dtype=object).reshape(-1).tolist()
+    expected = [item.encode() for item in sent] if datatype == "BYTES" else sent
+    assert array.reshape(-1).tolist() == expected
+
+
+def test_nested_bytes_keep_their_order() -> None:
+    array = array_from_json("x", "BYTES", [2, 2], [["a", "b"], ["c", "d"]])
+    assert array.tolist() == [[b"a", b"b"], [b"c", b"d"]]
+
+
+def test_ragged_bytes_are_refused_as_ragged() -> None:
+    with pytest.raises(InvalidRequest, match="which is ragged"):
+        array_from_json("x", "BYTES", [2, 2], [["a", "b"], ["c"], "d"])
+    with pytest.raises(InvalidRequest, match="which is ragged"):
+        array_from_json("x", "BYTES", [2, 2], [["a", "b", "c"], ["d"]])
+
+
+def test_a_caller_may_lay_nested_data_out_in_a_shape_of_its_own() -> None:
+    numbers = array_from_json("x", "INT64", [4], [[1, 2], [3, 4]], match_nesting=False)
+    assert numbers.tolist() == [1, 2, 3, 4]
+    text = array_from_json("x", "BYTES", [1, 3], [["a"], ["b", "c"]], match_nesting=False)
+    assert text.tolist() == [[b"a", b"b", b"c"]]
+
+
+def _as_text(data: list[object]) -> list[object]:
+    return [_as_text(item) if isinstance(item, list) else str(item) for item in data]

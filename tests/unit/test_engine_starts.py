@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.cpu_quota import available_cpus, cgroup_cpu_limit
 from inferd.errors import ConfigurationError
-from inferd.repository import ModelRepository
 from inferd.runtimes.detect import (
     LIGHTGBM,
     MLFLOW,
@@ -24,8 +22,10 @@ from inferd.runtimes.detect import (
     choose_runtime,
     runtime_for_files,
 )
+from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.settings_loader import default_models_dir, model_settings_from_env
+from inferd.settings.cpu_quota import available_cpus, cgroup_cpu_limit
+from inferd.settings.loader import default_models_dir, model_settings_from_env
 
 # ---- the cgroup CPU quota ----
 

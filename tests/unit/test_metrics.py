@@ -1,4 +1,4 @@
-"""Recording (stats.py), custom metrics, their Prometheus export, and JSON logs."""
+"""Recording (observability/stats.py), custom metrics, their Prometheus export, and JSON logs."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferd import custom_metrics
 from inferd.custom_metrics import Definition
-from inferd.logs import JSONFormatter, _SkipScrapes
-from inferd.metrics import Sources, build_registry, metrics_app
-from inferd.stats import GrpcStats, Histogram, HttpStats, ModelStats, ModelStatsTable
+from inferd.observability.logs import JSONFormatter, _SkipScrapes
+from inferd.observability.metrics import Sources, build_registry, metrics_app
+from inferd.observability.stats import GrpcStats, Histogram, HttpStats, ModelStats, ModelStatsTable
 from inferd.types import ModelState
 
 

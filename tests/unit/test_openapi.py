@@ -6,9 +6,9 @@ import time
 
 import msgspec
 
-from inferd.server.codec_rest import ModelStatisticsResponseBody
-from inferd.server.openapi import components
-from inferd.stats import ModelStats
+from inferd.observability.stats import ModelStats
+from inferd.server.docs.openapi import components
+from inferd.server.rest.responses import ModelStatisticsResponseBody
 
 
 def test_statistics_answers_fit_their_documented_schema() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd.batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
+from inferd.dispatch.batch_policy import AdaptiveBatching, BatchPolicy, NoBatching
+from inferd.dispatch.queueing import Pending, QueuePolicy, RequestQueue, queue_bound
 from inferd.errors import InvalidRequest, Overloaded
-from inferd.queueing import Pending, QueuePolicy, RequestQueue, queue_bound
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, Tensor
 

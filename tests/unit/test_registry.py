@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from inferd.errors import ModelError, ModelNotFound, ModelNotReady
-from inferd.registry import Registry
+from inferd.observability.stats import ModelStatsTable
+from inferd.serving.registry import Registry
 from inferd.settings import ModelSettings
-from inferd.settings_loader import model_settings_from_dict
-from inferd.stats import ModelStatsTable
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
 from inferd.workers.base import Execution, LoadedInstance
 

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.dataplane import DataPlane
 from inferd.errors import InvalidRequest, ModelNotReady
-from inferd.registry import Registry
-from inferd.repository import ModelRepository
+from inferd.observability.stats import ModelStatsTable
 from inferd.runtimes.huggingface import HuggingFaceModel
+from inferd.serving.dataplane import DataPlane
+from inferd.serving.registry import Registry
+from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.stats import ModelStatsTable
 from inferd.types import InferenceResponse, Tensor
 from inferd.workers.inprocess import InProcessPool
 from tests.frameworks import TINY_VOCABULARY, require_module, save_tiny_text_classifier

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import WorkerLost
-from inferd.scheduler import Scheduler
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers.base import Execution

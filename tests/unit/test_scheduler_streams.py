@@ -8,10 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import ModelError, Overloaded
-from inferd.scheduler import Scheduler
+from inferd.observability.stats import ModelStats
 from inferd.settings import ModelSettings
-from inferd.stats import ModelStats
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.base import Execution, StreamBase
 

@@ -1,4 +1,5 @@
-"""What the scheduler records for traced requests (trace_record.py), on a pool the test drives."""
+"""What the scheduler records for traced requests (observability/trace_record.py),
+on a pool the test drives."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 import pytest
 
 from inferd.context import RequestContext
-from inferd.trace_record import BatchRun, RequestTrace
+from inferd.observability.trace_record import BatchRun, RequestTrace
 from inferd.types import InferenceRequest
 from inferd.workers.base import Execution
 

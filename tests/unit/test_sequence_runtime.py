@@ -11,7 +11,7 @@ import pytest
 
 from inferd.errors import ConfigurationError
 from inferd.model import Model
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.workers.inprocess import IN_PROCESS, InProcessPool
 
 pytestmark = pytest.mark.anyio

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from inferd.dispatch.sequences import SequenceControl, SequenceTable, sequence_control
 from inferd.errors import InvalidRequest
-from inferd.sequences import SequenceControl, SequenceTable, sequence_control
 
 WORKER_A = (0, 1)
 WORKER_B = (1, 1)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from inferd.settings import ServerSettings
-from inferd.settings.server import DEFAULT_MAX_QUEUE_SIZE
-from inferd.settings_loader import (
+from inferd.settings.loader import (
     load_server_settings,
 )
+from inferd.settings.server import DEFAULT_MAX_QUEUE_SIZE
 
 from .settings_helpers import config_error, write_server_settings
 
@@ -213,7 +213,7 @@ def test_settings_inferd_ignores_are_accepted_with_a_warning(
         tmp_path,
         {"metrics_dir": "/metrics"},
     )
-    with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
+    with caplog.at_level(logging.WARNING, logger="inferd.settings.loader"):
         settings = load_server_settings(tmp_path)
     assert settings.ignored_settings() == ["metrics_dir"]
     warned = caplog.text
@@ -228,7 +228,7 @@ def test_tracing_server_is_acted_on_not_warned_about(
         monkeypatch.delenv(name, raising=False)
     assert not ServerSettings().tracing_enabled
     write_server_settings(tmp_path, {"tracing_server": "collector:4317"})
-    with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
+    with caplog.at_level(logging.WARNING, logger="inferd.settings.loader"):
         settings = load_server_settings(tmp_path)
     assert settings.tracing_enabled and settings.ignored_settings() == []
     assert "tracing_server" not in caplog.text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.settings_loader import (
+from inferd.settings.loader import (
     load_model_settings,
     model_settings_from_dict,
     model_settings_from_env,
@@ -161,7 +161,7 @@ def test_ignored_model_settings_warn_once_per_file(
     path = write_model(
         tmp_path / "m", {"warm_workers": True, "parameters": {"inference_pool_gid": "g"}}
     )
-    with caplog.at_level(logging.WARNING, logger="inferd.settings_loader"):
+    with caplog.at_level(logging.WARNING, logger="inferd.settings.loader"):
         settings = load_model_settings(path)
         load_model_settings(path)
     assert settings.ignored_settings() == ["warm_workers", "parameters.inference_pool_gid"]

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from inferd import shm
 from inferd.errors import InvalidRequest
+from inferd.triton import shm, shm_system
 from inferd.types import RequestedOutput, Tensor
 from inferd.workers import ipc
 
@@ -43,10 +43,10 @@ def write(key: str, offset: int, data: bytes) -> None:
 
 
 def test_keys_name_objects_under_dev_shm_only() -> None:
-    assert shm.object_name("/abc") == shm.object_name("abc") == "abc"
+    assert shm_system.object_name("/abc") == shm_system.object_name("abc") == "abc"
     for key in ("", "/", "/a/b", "/..", "../etc/passwd", "/x\0y"):
         with pytest.raises(InvalidRequest, match="not a POSIX shared memory name"):
-            shm.object_name(key)
+            shm_system.object_name(key)
 
 
 def test_register_checks_the_object_and_the_prefix(make_object: Maker) -> None:
@@ -65,7 +65,7 @@ def test_register_checks_the_object_and_the_prefix(make_object: Maker) -> None:
     regions.unregister("r")
     regions.unregister("r")  # again: nothing to do, as in Triton
     assert regions.status() == []
-    with pytest.raises(InvalidRequest, match="no shared memory region 'r'"):
+    with pytest.raises(shm.RegionNotFound, match="no system shared memory region 'r'"):
         regions.status("r")
 
 
@@ -167,14 +167,14 @@ def test_a_worker_gets_where_the_input_is_not_its_bytes(make_object: Maker) -> N
     parameters = {shm.REGION: "r", shm.BYTE_SIZE: 1024}
     array = shm.read_input(regions, "x", "FP32", [16, 16], parameters)
     packed = ipc.pack_tensors([Tensor("x", array)])
-    assert isinstance(packed[0][3], shm.SharedSlice)
+    assert isinstance(packed[0][3], shm_system.SharedSlice)
     pieces = ipc.encode(packed)
     assert len(pieces) == 1 and len(pieces[0]) < 512  # no out-of-band buffer: no data
     (received,) = ipc.unpack_tensors(packed)
     np.testing.assert_array_equal(received.data, array)
     assert not received.data.flags.writeable
     regions.unregister("r")  # a view of a region no longer registered travels as bytes
-    assert not isinstance(ipc.pack_tensors([Tensor("x", array)])[0][3], shm.SharedSlice)
+    assert not isinstance(ipc.pack_tensors([Tensor("x", array)])[0][3], shm_system.SharedSlice)
 
 
 def test_a_worker_refuses_an_object_replaced_on_the_way(make_object: Maker) -> None:
@@ -182,12 +182,12 @@ def test_a_worker_refuses_an_object_replaced_on_the_way(make_object: Maker) -> N
     regions = shm.SharedMemoryRegistry()
     regions.register("r", key, 0, 64)
     array = shm.read_input(regions, "x", "UINT8", [64], {shm.REGION: "r", shm.BYTE_SIZE: 64})
-    where = shm.shared_slice(array)
+    where = shm_system.shared_slice(array)
     assert where is not None
     os.unlink(f"/dev/shm{key}")
     make_object("replaced", 64)
     with pytest.raises(InvalidRequest, match="replaced by another object"):
-        shm.WorkerMappings().buffer(where)
+        shm_system.WorkerMappings().buffer(where)
     regions.close()
 
 
@@ -204,7 +204,7 @@ def test_settings_turn_it_on_and_check_the_prefix(monkeypatch: pytest.MonkeyPatc
 
 
 def test_its_routes_and_methods_are_the_shared_memory_api_group() -> None:
-    from inferd.server.grpc_access import METHOD_GROUPS
+    from inferd.server.grpc.access import METHOD_GROUPS
     from inferd.server.routes import API_ROUTES
 
     service = "/inference.GRPCInferenceService/"
@@ -219,7 +219,7 @@ def test_its_routes_and_methods_are_the_shared_memory_api_group() -> None:
 
 def test_grpc_inputs_in_shared_memory_take_no_raw_contents(make_object: Maker) -> None:
     from inferd.protocol import pb
-    from inferd.server.codec_grpc import decode_infer_request
+    from inferd.server.grpc.codec import decode_infer_request
 
     key = make_object("grpc")
     write(key, 0, np.arange(4, dtype=np.int32).tobytes())

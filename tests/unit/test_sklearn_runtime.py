@@ -22,7 +22,7 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from inferd.errors import InvalidRequest
 from inferd.runtimes.sklearn import SKLearnModel
 from inferd.settings import ModelSettings
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, RequestedOutput, Tensor
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import click
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from inferd.cli import infer
 from inferd.protocol import pb
 from inferd.tools import wire
 from inferd.tools.bench import StepResult, parse_steps
 from inferd.tools.benchreport import table
 from inferd.tools.benchrequest import generated_request
+from inferd.tools.grpc_tls import _concrete, _holds
+from inferd.tools.infer import InferOptions, InferSummary
 from inferd.tools.tune import TuneOptions, phases
 from inferd.tools.v2client import Endpoint, header_pairs, parse_head
 
@@ -33,6 +40,44 @@ def test_endpoint_parsing() -> None:
     assert secure.port == 443 and secure.tls is not None
     with pytest.raises(ValueError):
         Endpoint.parse(":80")
+
+
+def test_insecure_grpc_asks_for_a_name_the_certificate_holds() -> None:
+    names = ["localhost", "127.0.0.1", "::1"]
+    assert _holds(names, "LOCALHOST") and _holds(names, "127.0.0.1")
+    assert _holds(names, "0:0::1")  # the same address, written otherwise
+    assert not _holds(names, "127.0.0.2") and not _holds(names, "inferd.example")
+    assert not _holds(["*.example"], "a.example")  # overridden with a name that matches
+    assert _concrete("*.example") == "insecure.example"
+    assert _concrete("inferd.example") == "inferd.example"
+
+
+def test_every_infer_flag_reads_an_mlserver_infer_variable() -> None:
+    options = [param for param in infer.params if isinstance(param, click.Option)]
+    assert len(options) > 15
+    missing = [option.name for option in options if not option.envvar]
+    assert missing == []
+    assert all(str(option.envvar).startswith("MLSERVER_INFER_") for option in options)
+
+
+def test_preserve_order_and_model_version_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[InferOptions] = []
+
+    def run_infer(options: InferOptions) -> InferSummary:
+        seen.append(options)
+        return InferSummary()
+
+    monkeypatch.setattr("inferd.tools.infer.run_infer", run_infer)
+    (tmp_path / "in.jsonl").write_text("")
+    arguments = ["-m", "m", "-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")]
+    environment = {"MLSERVER_INFER_PRESERVE_ORDER": "false", "MLSERVER_INFER_MODEL_VERSION": "7"}
+    result = CliRunner().invoke(infer, arguments, env=environment)
+    assert result.exit_code == 0, result.output
+    assert (seen[0].ordered, seen[0].model_version) == (False, "7")
+    result = CliRunner().invoke(infer, arguments, env={})
+    assert (seen[1].ordered, seen[1].model_version) == (True, "")
 
 
 def test_headers_and_response_heads() -> None:

@@ -16,7 +16,7 @@ import pytest
 from inferd import custom_metrics
 from inferd.errors import ConfigurationError, InvalidRequest, ModelError
 from inferd.model import Model
-from inferd.settings_loader import model_settings_from_dict
+from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.inprocess import InProcessPool
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from inferd.errors import ConfigurationError, ModelError, ModelNotReady, WorkerLost
+from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.stats import ModelStatsTable
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance

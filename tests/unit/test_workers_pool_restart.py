@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import Overloaded
-from inferd.scheduler import Scheduler
 from inferd.settings import ServerSettings
 from inferd.workers import ipc
 from inferd.workers.pool import ProcessPool

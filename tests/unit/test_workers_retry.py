@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from inferd.errors import InferenceTimeout, ModelError, ModelNotReady, WorkerLost
-from inferd.stats import ModelStatsTable
+from inferd.observability.stats import ModelStatsTable
 from inferd.workers.pool import RestartPolicy
 from inferd.workers.retry import SentCall, failure_to_answer
 

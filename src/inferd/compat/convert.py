@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import types as core
-from ..datatypes import element_count, numpy_dtype
-from ..errors import ModelError
-from .construct import construct
+from inferd import types as core
+from inferd.compat.construct import construct
+from inferd.errors import ModelError
+from inferd.tensors.datatypes import element_count, numpy_dtype
 
 HEADERS = "headers"
 

@@ -19,9 +19,9 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from ..custom_calls import JSON, HandlerCall, handler_response
-from ..errors import InvalidRequest
-from ..types import InferenceResponse
+from inferd.custom_calls import JSON, HandlerCall, handler_response
+from inferd.errors import InvalidRequest
+from inferd.types import InferenceResponse
 
 _BODY_TYPES = (dict, list)
 

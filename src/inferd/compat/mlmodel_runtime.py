@@ -12,14 +12,14 @@ import importlib
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from ..custom_calls import handler_call, is_handler_call
-from ..errors import StatusError
-from ..model import Model, WorkerContext
-from ..settings import ModelSettings
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
-from .convert import Conversion, metadata_from_mlserver, response_from_mlserver
-from .handler_calls import call_handler
-from .inline import never_suspends, run_to_end
+from inferd.compat.convert import Conversion, metadata_from_mlserver, response_from_mlserver
+from inferd.compat.handler_calls import call_handler
+from inferd.compat.inline import never_suspends, run_to_end
+from inferd.custom_calls import handler_call, is_handler_call
+from inferd.errors import StatusError
+from inferd.model import Model, WorkerContext
+from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata
 
 # The modules an MLModel may come from: ours, or a real MLServer's.
 _MLMODEL_MODULES = ("inferd.compat.mlserver.model", "mlserver.model")

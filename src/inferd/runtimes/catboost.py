@@ -20,11 +20,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from ..datatypes import datatype_of
-from ..errors import InvalidRequest, ModelNotReady
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
-from .common import (
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.model import Model
+from inferd.runtimes.common import (
     features_input,
     find_model_file,
     import_framework,
@@ -34,6 +32,8 @@ from .common import (
     tabular_features,
     with_derived_metadata,
 )
+from inferd.tensors.datatypes import datatype_of
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
 
 WELL_KNOWN_FILENAMES = ("model.cbm", "model.bin")
 SUFFIXES = (".cbm", ".bin")

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import codecs
-from ..errors import InvalidRequest
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
+from inferd.errors import InvalidRequest
+from inferd.model import Model
+from inferd.tensors import codecs
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
 DERIVED_INPUT_NAME = "input-0"
 """Name reported for a model's one feature input when the artifact names none."""

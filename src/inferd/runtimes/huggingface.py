@@ -57,11 +57,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .. import codecs
-from ..errors import InvalidRequest, ModelNotReady
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
-from .common import import_framework, response, short_error, with_derived_metadata
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.model import Model
+from inferd.runtimes.common import import_framework, response, short_error, with_derived_metadata
+from inferd.tensors import codecs
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..errors import InvalidRequest, ModelNotReady
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
-from .common import (
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.model import Model
+from inferd.runtimes.common import (
     features_input,
     find_model_file,
     import_framework,
@@ -31,6 +30,7 @@ from .common import (
     tabular_features,
     with_derived_metadata,
 )
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
 
 WELL_KNOWN_FILENAMES = ("model.bst", "model.txt")
 SUFFIXES = (".bst", ".txt")

@@ -34,14 +34,20 @@ from typing import Any
 
 import numpy as np
 
-from .. import codecs
-from ..custom_calls import handler_call
-from ..datatypes import datatype_of
-from ..errors import InvalidRequest, ModelNotReady
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
-from . import mlflow_scoring
-from .common import cast_input, import_framework, response, short_error, with_derived_metadata
+from inferd.custom_calls import handler_call
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.model import Model
+from inferd.runtimes import mlflow_scoring
+from inferd.runtimes.common import (
+    cast_input,
+    import_framework,
+    response,
+    short_error,
+    with_derived_metadata,
+)
+from inferd.tensors import codecs
+from inferd.tensors.datatypes import datatype_of
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
 MLMODEL_FILE = "MLmodel"
 TENSOR_DICT = "dict"

@@ -11,9 +11,9 @@ import io
 import json
 from typing import Any
 
-from ..custom_calls import HandlerCall, handler_response
-from ..errors import InvalidRequest
-from ..types import InferenceResponse
+from inferd.custom_calls import HandlerCall, handler_response
+from inferd.errors import InvalidRequest
+from inferd.types import InferenceResponse
 
 ROUTES = (
     ("POST", "/invocations", "invocations"),

@@ -32,13 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import codecs
-from ..datatypes import NUMPY_BY_DATATYPE
-from ..encoding import to_output_array
-from ..errors import InvalidRequest, ModelNotReady
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
-from .common import (
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.model import Model
+from inferd.runtimes.common import (
     cast_input,
     find_model_file,
     import_framework,
@@ -47,6 +43,10 @@ from .common import (
     short_error,
     with_derived_metadata,
 )
+from inferd.tensors import codecs
+from inferd.tensors.datatypes import NUMPY_BY_DATATYPE
+from inferd.tensors.encoding import to_output_array
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import codecs
-from ..datatypes import datatype_of
-from ..errors import InvalidRequest, ModelNotReady
-from ..model import Model
-from ..types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
-from .sklearn_onnx import ACCELERATE_KEY, ONNX, OnnxAccelerator, accelerate
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.model import Model
+from inferd.runtimes.sklearn_onnx import ACCELERATE_KEY, ONNX, OnnxAccelerator, accelerate
+from inferd.tensors import codecs
+from inferd.tensors.datatypes import datatype_of
+from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
 WELL_KNOWN_FILENAMES = ("model.joblib", "model.pickle", "model.pkl")
 """Artifact names looked for when ``uri`` is a folder, in MLServer's order."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import NUMERIC_KINDS, import_framework, short_error
+from inferd.runtimes.common import NUMERIC_KINDS, import_framework, short_error
 
 logger = logging.getLogger(__name__)
 

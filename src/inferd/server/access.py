@@ -1,6 +1,6 @@
 """Who may call which API group: ``restricted_apis`` and ``model_repository_api``.
 
-Each REST route (routes.API_ROUTES) and gRPC method (grpc_access.py) belongs to
+Each REST route (routes.API_ROUTES) and gRPC method (server/grpc/access.py) belongs to
 one API group. :func:`api_guards` gives a guard for each group that is closed or
 restricted, and none for an open group: routes of open groups are built without
 any check, so an unrestricted server pays nothing per request.
@@ -21,12 +21,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import ConfigurationError, PermissionDenied
-from ..settings import ServerSettings
-from ..settings.security import RestrictedApiSettings
-from .errors import http_error
-from .filewatch import WatchedFiles
-from .routes import MODEL_REPOSITORY
+from inferd.errors import ConfigurationError, PermissionDenied
+from inferd.server.errors import http_error
+from inferd.server.filewatch import WatchedFiles
+from inferd.server.routes import MODEL_REPOSITORY
+from inferd.settings import ServerSettings
+from inferd.settings.security import RestrictedApiSettings
 
 logger = logging.getLogger(__name__)
 

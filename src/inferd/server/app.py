@@ -13,26 +13,26 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from ..dataplane import DataPlane
-from ..errors import ConfigurationError
-from ..metrics import Sources, build_registry, metrics_app
-from ..registry import Registry
-from ..repository import ModelRepository
-from ..response_cache import ResponseCache
-from ..settings import ServerSettings
-from ..stats import GrpcStats, HttpStats, ModelStatsTable
-from ..types import ModelState
-from ..workers.base import Pool
-from ..workers.inprocess import InProcessPool
-from .fastpath import RestApp
-from .grpc_server import GrpcServer
-from .listener import EagerAcceptServer
-from .rest import build_rest_app
-from .shutdown import Shutdown, servers_stop_after
-from .transport import metrics_options, rest_options
+from inferd.errors import ConfigurationError
+from inferd.observability.metrics import Sources, build_registry, metrics_app
+from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
+from inferd.server.grpc.server import GrpcServer
+from inferd.server.listener import EagerAcceptServer
+from inferd.server.rest.api import build_rest_app
+from inferd.server.rest.fastpath import RestApp
+from inferd.server.shutdown import Shutdown, servers_stop_after
+from inferd.server.transport import metrics_options, rest_options
+from inferd.serving.dataplane import DataPlane
+from inferd.serving.registry import Registry
+from inferd.serving.repository import ModelRepository
+from inferd.serving.response_cache import ResponseCache
+from inferd.settings import ServerSettings
+from inferd.types import ModelState
+from inferd.workers.base import Pool
+from inferd.workers.inprocess import InProcessPool
 
 if TYPE_CHECKING:
-    from ..tracing import Tracing
+    from inferd.observability.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def start_tracing(settings: ServerSettings) -> Tracing | None:
     if not settings.tracing_enabled:
         return None
     try:
-        from ..tracing import Tracing
+        from inferd.observability.tracing import Tracing
     except ImportError as error:
         raise ConfigurationError(
             f"Tracing is on (tracing_server, or OTEL_EXPORTER_OTLP_ENDPOINT), but the "
@@ -68,7 +68,7 @@ def build_pool(settings: ServerSettings, stats: ModelStatsTable | None = None) -
     ``stats``: where the process pool counts inference timeouts."""
     if settings.parallel_workers == 0:
         return InProcessPool()
-    from ..workers.env_pools import EnvironmentPools
+    from inferd.workers.env_pools import EnvironmentPools
 
     return EnvironmentPools(settings, stats=stats)
 
@@ -182,7 +182,7 @@ class InferenceServer:
         settings = self.settings
         app: Any = self.rest_app()
         if self.tracing is not None:
-            from .traced import TracedApp
+            from inferd.server.traced import TracedApp
 
             app = TracedApp(app, self.tracing)
         return self._uvicorn_config(
@@ -216,7 +216,7 @@ class InferenceServer:
         """One of this process's HTTP servers, on this event loop, logging through ours.
 
         ``access_log`` is the same for both: uvicorn's switch is one logger for all its
-        servers (metrics scrapes are kept out of it by a filter, see logs.py)."""
+        servers (metrics scrapes are kept out of it by a filter, see observability/logs.py)."""
         return uvicorn.Config(
             app,
             host=self.settings.host,

@@ -1,8 +1,8 @@
 """Every route of the V2 REST API, declared once.
 
-Starlette's routing (server/rest.py), the fast inference path in front of it
-(server/fastpath.py), the ``path`` label of the REST metrics (the template of
-the route a request matched) and the OpenAPI document (server/openapi.py) all
+Starlette's routing (server/rest/api.py), the fast inference path in front of it
+(server/rest/fastpath.py), the ``path`` label of the REST metrics (the template of
+the route a request matched) and the OpenAPI document (server/docs/openapi.py) all
 read :data:`API_ROUTES`, so a route cannot be served without being documented
 and counted, or documented without being served. Each route also names its API
 group, which decides who may call it (``restricted_apis``, server/access.py).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 SPEC_FILE = "dataplane.json"
 ASSETS_PATH = "/v2/docs/static"
-# The Swagger UI files served under ASSETS_PATH (server/docs.py), with their media types.
+# The Swagger UI files served under ASSETS_PATH (server/docs/pages.py), with their media types.
 ASSET_TYPES = {
     "swagger-ui.css": "text/css; charset=utf-8",
     "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
@@ -37,8 +37,8 @@ class ApiRoute:
     path: str  # a Starlette path template: the metrics' path label
     operation_id: str  # in the OpenAPI document, unique
     # What answers it: "infer", "infer_stream", "generate" and "generate_stream" are
-    # ASGI endpoints of their own (fastpath.py, streaming.py); any other names a
-    # method of RestEndpoints / DocsEndpoints.
+    # ASGI endpoints of their own (server/rest/fastpath.py, server/rest/streaming.py);
+    # any other names a method of RestEndpoints / DocsEndpoints.
     handler: str
     # Its API group (settings/security.py API_GROUPS), as Triton groups its routes.
     api: str
@@ -146,7 +146,7 @@ API_ROUTES: tuple[ApiRoute, ...] = (
     *_model_docs_routes(MODEL_PREFIX, ""),
     *_model_docs_routes(VERSION_PREFIX, VERSION_SUFFIX),
     *_shared_memory_routes("system", "shm_status", "shm_register", "shm_unregister"),
-    *_shared_memory_routes("cuda", "cuda_shm", "cuda_shm", "cuda_shm"),
+    *_shared_memory_routes("cuda", "cuda_shm_status", "cuda_shm_register", "cuda_shm_unregister"),
 )
 
 # The routes the fast path answers itself (RestApp), in front of Starlette.

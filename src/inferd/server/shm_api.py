@@ -1,14 +1,17 @@
 """The shared memory extension's API over REST and gRPC: status, register, unregister.
 
-System shared memory regions live in the DataPlane's
-:class:`~inferd.shm.SharedMemoryRegistry` (None while ``shared_memory_enabled`` is
-false: every call is then refused with 403 / PERMISSION_DENIED, saying how to turn
-it on). CUDA shared memory is not supported: its calls answer 400 /
-INVALID_ARGUMENT saying so, so a Triton client learns it at once.
+System and CUDA shared memory regions live in the DataPlane's one
+:class:`~inferd.triton.shm.SharedMemoryRegistry` (None while ``shared_memory_enabled`` is
+false: every call of both kinds is then refused with 403 / PERMISSION_DENIED, saying
+how to turn it on). Registering CUDA memory where the server has no GPU answers 400 /
+INVALID_ARGUMENT saying so (shm_cuda.py); its status and unregister calls work
+anywhere, as clients clear both kinds before they start.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 import msgspec
@@ -16,11 +19,11 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..dataplane import DataPlane
-from ..errors import InvalidRequest, PermissionDenied
-from ..protocol import pb
-from ..shm import CUDA_NOT_SUPPORTED, TURNED_OFF, SharedMemoryRegistry
-from .codec_rest import JSON_CONTENT_TYPE, _decode
+from inferd.errors import InvalidRequest, PermissionDenied
+from inferd.protocol import pb
+from inferd.server.rest.codec import JSON_CONTENT_TYPE, _decode
+from inferd.serving.dataplane import DataPlane
+from inferd.triton.shm import CUDA, SYSTEM, TURNED_OFF, SharedMemoryRegistry
 
 SYSTEM_PREFIX = "/v2/systemsharedmemory"
 CUDA_PREFIX = "/v2/cudasharedmemory"
@@ -42,7 +45,29 @@ class SystemSharedMemoryRegionBody(msgspec.Struct):
     byte_size: int
 
 
+class CudaRawHandle(msgspec.Struct):
+    """Binary data in JSON, as Triton writes it: ``{"b64": "<base64>"}``."""
+
+    b64: str
+
+
+class CudaSharedMemoryRegisterBody(msgspec.Struct):
+    """A region to register: ``byte_size`` bytes of the GPU memory that a CUDA IPC
+    handle (cudaIpcMemHandle_t, 64 bytes) names, on device ``device_id``."""
+
+    raw_handle: CudaRawHandle
+    device_id: int
+    byte_size: int
+
+
+class CudaSharedMemoryRegionBody(msgspec.Struct):
+    name: str
+    device_id: int
+    byte_size: int
+
+
 _register_decoder = msgspec.json.Decoder(SystemSharedMemoryRegisterBody)
+_cuda_register_decoder = msgspec.json.Decoder(CudaSharedMemoryRegisterBody)
 
 
 def registry_of(dataplane: DataPlane) -> SharedMemoryRegistry:
@@ -65,7 +90,7 @@ class SharedMemoryEndpoints:
 
     async def shm_status(self, request: Request) -> Response:
         region = request.path_params.get("region")
-        return _json(registry_of(self.dataplane).status(region))
+        return _json(registry_of(self.dataplane).status(region, SYSTEM))
 
     async def shm_register(self, request: Request) -> Response:
         regions = registry_of(self.dataplane)
@@ -75,11 +100,33 @@ class SharedMemoryEndpoints:
         return _json({})
 
     async def shm_unregister(self, request: Request) -> Response:
-        registry_of(self.dataplane).unregister(request.path_params.get("region"))
+        registry_of(self.dataplane).unregister(request.path_params.get("region"), SYSTEM)
         return _json({})
 
-    async def cuda_shm(self, request: Request) -> Response:
-        raise InvalidRequest(CUDA_NOT_SUPPORTED)
+    async def cuda_shm_status(self, request: Request) -> Response:
+        region = request.path_params.get("region")
+        return _json(registry_of(self.dataplane).status(region, CUDA))
+
+    async def cuda_shm_register(self, request: Request) -> Response:
+        regions = registry_of(self.dataplane)
+        body = await self.read_body(request)
+        parsed = _decode(_cuda_register_decoder, body, "CUDA shared memory register request")
+        handle = _base64(parsed.raw_handle.b64)
+        regions.register_cuda(
+            request.path_params["region"], handle, parsed.device_id, parsed.byte_size
+        )
+        return _json({})
+
+    async def cuda_shm_unregister(self, request: Request) -> Response:
+        registry_of(self.dataplane).unregister(request.path_params.get("region"), CUDA)
+        return _json({})
+
+
+def _base64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("raw_handle.b64 is not base64") from None
 
 
 # ---- gRPC ----
@@ -87,12 +134,43 @@ class SharedMemoryEndpoints:
 
 def grpc_status(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryStatusResponse:
     answer = pb.SystemSharedMemoryStatusResponse()
-    for region in registry_of(dataplane).status(name):
+    for region in registry_of(dataplane).status(name, SYSTEM):
         answer.regions[region["name"]].CopyFrom(
             pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
         )
     return answer
 
 
-def grpc_register(dataplane: DataPlane, request: pb.SystemSharedMemoryRegisterRequest) -> None:
+def grpc_register(
+    dataplane: DataPlane, request: pb.SystemSharedMemoryRegisterRequest
+) -> pb.SystemSharedMemoryRegisterResponse:
     registry_of(dataplane).register(request.name, request.key, request.offset, request.byte_size)
+    return pb.SystemSharedMemoryRegisterResponse()
+
+
+def grpc_unregister(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryUnregisterResponse:
+    registry_of(dataplane).unregister(name, SYSTEM)
+    return pb.SystemSharedMemoryUnregisterResponse()
+
+
+def grpc_cuda_status(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryStatusResponse:
+    answer = pb.CudaSharedMemoryStatusResponse()
+    for region in registry_of(dataplane).status(name, CUDA):
+        answer.regions[region["name"]].CopyFrom(
+            pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+        )
+    return answer
+
+
+def grpc_cuda_register(
+    dataplane: DataPlane, request: pb.CudaSharedMemoryRegisterRequest
+) -> pb.CudaSharedMemoryRegisterResponse:
+    registry_of(dataplane).register_cuda(
+        request.name, request.raw_handle, request.device_id, request.byte_size
+    )
+    return pb.CudaSharedMemoryRegisterResponse()
+
+
+def grpc_cuda_unregister(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryUnregisterResponse:
+    registry_of(dataplane).unregister(name, CUDA)
+    return pb.CudaSharedMemoryUnregisterResponse()

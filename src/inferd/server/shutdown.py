@@ -6,7 +6,7 @@ With ``G`` = ``shutdown_grace_seconds``, counted from the signal:
   its listening socket closes a moment later; gRPC refuses new calls, probes'
   ``ServerReady`` and health ``Check`` included, and an open health ``Watch``
   gets NOT_SERVING), and an inference request that still reaches the server
-  gets 503 / UNAVAILABLE (:mod:`inferd.drain`). Every request already admitted
+  gets 503 / UNAVAILABLE (:mod:`inferd.serving.drain`). Every request already admitted
   (queued, running, streaming) goes on and is answered.
 - At ``G`` minus a reserve (:func:`cut_after`): the requests still running are
   stopped (the cut): each fails with ShuttingDown, so a REST request gets a 503,
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ..drain import Drain
+from inferd.serving.drain import Drain
 
 logger = logging.getLogger(__name__)
 

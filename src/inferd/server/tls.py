@@ -24,9 +24,9 @@ from typing import Any
 
 import grpc
 
-from ..errors import ConfigurationError
-from ..settings import ServerSettings
-from .filewatch import WatchedFiles
+from inferd.errors import ConfigurationError
+from inferd.server.filewatch import WatchedFiles
+from inferd.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ Both exist only when tracing is on (the server wraps its REST app and adds the
 interceptor then), so a server without tracing runs neither: its requests pay
 nothing for it. Each opens its request's span as it arrives (a child of the
 caller's, given a ``traceparent``), makes it current while the request is
-answered (where the inference endpoints find it, tracing.py), and closes it with
-the status answered. The spans themselves are :mod:`inferd.tracing`'s.
+answered (where the inference endpoints find it, observability/tracing.py), and closes it with
+the status answered. The spans themselves are :mod:`inferd.observability.tracing`'s.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from starlette.routing import compile_path
 
-from .fastpath import ASGIApp, Message, Receive, Scope, Send, route_path
-from .grpc_registration import SERVICE
-from .routes import INFER_ROUTES
+from inferd.server.grpc.registration import SERVICE
+from inferd.server.rest.fastpath import ASGIApp, Message, Receive, Scope, Send, route_path
+from inferd.server.routes import INFER_ROUTES
 
 if TYPE_CHECKING:
-    from ..tracing import ServerSpan, Tracing
+    from inferd.observability.tracing import ServerSpan, Tracing
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
 _METHOD_PREFIX = f"/{SERVICE.full_name}/"

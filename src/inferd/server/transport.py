@@ -1,7 +1,7 @@
 """What each server's transport takes from the settings: TLS and the limits on clients.
 
 app.py builds the REST and metrics servers (uvicorn) with :func:`rest_options` and
-:func:`metrics_options`; grpc.py builds the gRPC server with :func:`grpc_options`
+:func:`metrics_options`; server/grpc/servicer.py builds the gRPC server with :func:`grpc_options`
 and :func:`grpc_port_credentials`. The defaults of the limits are the settings'
 (settings/server.py); README.md's Security section lists them.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 import grpc
 
-from ..settings import ServerSettings
-from .http_limits import limited_protocol, uvicorn_concurrency_limit
-from .tls import ReloadingContext, TlsFiles, grpc_credentials
+from inferd.server.rest.limits import limited_protocol, uvicorn_concurrency_limit
+from inferd.server.tls import ReloadingContext, TlsFiles, grpc_credentials
+from inferd.settings import ServerSettings
 
 
 def rest_options(settings: ServerSettings) -> dict[str, Any]:

@@ -5,18 +5,18 @@ The names and defaults follow MLServer's ``settings.json`` and
 comes from, in order of precedence: the environment (``INFERD_<NAME>``, then
 MLServer's ``MLSERVER_<NAME>``; ``INFERD_MODEL_<NAME>`` / ``MLSERVER_MODEL_<NAME>``
 for model settings), then the settings file, then the default. Reading the
-files and turning validation errors into messages is in :mod:`inferd.settings_loader`;
+files and turning validation errors into messages is in :mod:`inferd.settings.loader`;
 this package and the loader are the only code that reads env vars and settings files.
 """
 
-from .base import MODEL_SETTINGS_FILE, SERVER_SETTINGS_FILE
-from .model import (
+from inferd.settings.base import MODEL_SETTINGS_FILE, SERVER_SETTINGS_FILE
+from inferd.settings.model import (
     MetadataTensorSettings,
     ModelParameters,
     ModelSettings,
     SequenceBatchingSettings,
 )
-from .server import CORSSettings, ServerSettings
+from inferd.settings.server import CORSSettings, ServerSettings
 
 __all__ = [
     "MODEL_SETTINGS_FILE",

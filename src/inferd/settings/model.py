@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from ..datatypes import DATATYPES
-from .base import EnvFirstSettings
-from .warmup import WarmupSettings
+from inferd.settings.base import EnvFirstSettings
+from inferd.settings.warmup import WarmupSettings
+from inferd.tensors.datatypes import DATATYPES
 
 
 class MetadataTensorSettings(BaseModel):

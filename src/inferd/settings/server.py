@@ -8,10 +8,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from ..cpu_quota import available_cpus
-from ..version import __version__
-from .base import EnvFirstSettings
-from .security import RestrictedApiSettings, check_unique_groups
+from inferd.settings.base import EnvFirstSettings
+from inferd.settings.cpu_quota import available_cpus
+from inferd.settings.security import RestrictedApiSettings, check_unique_groups
+from inferd.version import __version__
 
 # The default bound of every model version's queue: see the README's "Overload".
 DEFAULT_MAX_QUEUE_SIZE = 256

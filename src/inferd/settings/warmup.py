@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..datatypes import DATATYPES
+from inferd.tensors.datatypes import DATATYPES
 
 # Triton's TYPE_* names of the V2 datatypes (TYPE_STRING is BYTES).
 TRITON_DATATYPES: dict[str, str] = {

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .benchload import LoadSpec, Window, run_window
-from .benchrequest import model_stats, request_payload
-from .v2client import Endpoint
+from inferd.tools.benchload import LoadSpec, Window, run_window
+from inferd.tools.benchrequest import model_stats, request_payload
+from inferd.tools.v2client import Endpoint
 
 STABLE_WINDOWS = 3
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .leanhttp import LeanHttpConnection
-from .v2client import Endpoint, GrpcConnection, Reply
+from inferd.tools.leanhttp import LeanHttpConnection
+from inferd.tools.v2client import Endpoint, GrpcConnection, Reply
 
 MAX_OUTSTANDING = 2000  # open loop: requests in flight before new ones count as not sent
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bench import StepResult, as_rows
+from inferd.tools.bench import StepResult, as_rows
 
 COLUMNS = (
     ("step", 9, lambda r: r.label),

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from ..protocol import pb
-from . import wire
-from .v2client import Endpoint, http_post, infer_path
+from inferd.protocol import pb
+from inferd.tools import wire
+from inferd.tools.v2client import Endpoint, http_post, infer_path
 
 if TYPE_CHECKING:
-    from .bench import BenchOptions
+    from inferd.tools.bench import BenchOptions
 
 _RANDOM = np.random.default_rng(0)
 

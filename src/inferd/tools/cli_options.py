@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from .bench import BenchOptions, parse_steps
-from .infer import InferOptions
-from .tune import TuneOptions
-from .v2client import header_pairs
+from inferd.tools.bench import BenchOptions, parse_steps
+from inferd.tools.infer import InferOptions
+from inferd.tools.tune import TuneOptions
+from inferd.tools.v2client import header_pairs
 
 
 def _verbosity(verbose: bool, extra_verbose: bool) -> None:

@@ -28,8 +28,17 @@ from typing import IO, Any
 import click
 import orjson
 
-from . import wire
-from .v2client import Endpoint, GrpcConnection, HttpConnection, Reply, http_post, infer_path
+from inferd.errors import InvalidRequest
+from inferd.tools import wire
+from inferd.tools.grpc_tls import GrpcSecurity
+from inferd.tools.v2client import (
+    Endpoint,
+    GrpcConnection,
+    HttpConnection,
+    Reply,
+    http_post,
+    infer_path,
+)
 
 logger = logging.getLogger("inferd.infer")
 BACKOFF_BASE_S = 0.1
@@ -90,6 +99,7 @@ def run_infer(options: InferOptions) -> InferSummary:
 
 async def _run(options: InferOptions) -> InferSummary:
     endpoint = Endpoint.parse(options.url, options.use_ssl, options.insecure)
+    security = await _grpc_security(endpoint) if options.transport == "grpc" else None
     total = sum(1 for line in _lines(options.input_path))
     summary = InferSummary(requests=total)
     batches: asyncio.Queue[list[Item] | None] = asyncio.Queue(2 * options.workers)
@@ -103,7 +113,7 @@ async def _run(options: InferOptions) -> InferSummary:
         ) as bar,
     ):
         writer = _Writer(out, options.ordered, bar, summary)
-        senders = [_Sender(options, endpoint, summary) for _ in range(options.workers)]
+        senders = [_Sender(options, endpoint, summary, security) for _ in range(options.workers)]
         tasks = [asyncio.create_task(s.work(batches, writer)) for s in senders]
         for batch in _batches(options.input_path, options.batch_size):
             await batches.put(batch)
@@ -114,6 +124,19 @@ async def _run(options: InferOptions) -> InferSummary:
             await sender.close()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+async def _grpc_security(endpoint: Endpoint) -> GrpcSecurity | None:
+    """How the gRPC channels trust the server, settled once for all workers (with
+    --insecure it fetches the server's certificate: a blocking handshake, in a thread)."""
+    if endpoint.tls is None:
+        return None
+    try:
+        return await asyncio.to_thread(endpoint.grpc_security)
+    except OSError as error:  # ssl.SSLError is one too
+        raise click.ClickException(
+            f"could not read the TLS certificate of {endpoint.netloc} (--insecure): {error}"
+        ) from None
 
 
 def _lines(path: Path) -> Iterator[bytes]:
@@ -161,12 +184,18 @@ class _Writer:
 class _Sender:
     """One worker: its own connection, one micro-batch at a time."""
 
-    def __init__(self, options: InferOptions, endpoint: Endpoint, summary: InferSummary) -> None:
+    def __init__(
+        self,
+        options: InferOptions,
+        endpoint: Endpoint,
+        summary: InferSummary,
+        security: GrpcSecurity | None = None,
+    ) -> None:
         self.options, self.summary = options, summary
         self.path = infer_path(options.model_name, options.model_version or None)
         self.endpoint = endpoint
         self.http = HttpConnection(endpoint, options.timeout_s)
-        self.grpc = GrpcConnection(endpoint, options.timeout_s) if self._grpc else None
+        self.grpc = GrpcConnection(endpoint, options.timeout_s, security) if self._grpc else None
 
     @property
     def _grpc(self) -> bool:
@@ -208,7 +237,7 @@ class _Sender:
             request_id = str(request.get("id") or f"inferd-infer-{indices[0]}")
             request = {**request, "id": request_id}
             reply = await self._send_with_retries(request, request_id)
-        except (ValueError, KeyError, TypeError) as error:  # bad tensors in the file
+        except (ValueError, KeyError, TypeError, InvalidRequest) as error:  # bad tensors in a line
             return [(i, _error(i, "preprocessing error", str(error))) for i in indices]
         if not reply.ok:
             message = reply.error or _error_text(reply.body) or f"HTTP {reply.status}"

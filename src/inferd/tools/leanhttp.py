@@ -11,7 +11,7 @@ import asyncio
 import re
 from typing import cast
 
-from .v2client import Endpoint, Reply
+from inferd.tools.v2client import Endpoint, Reply
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
 _RETRY_AFTER = re.compile(rb"\r\nretry-after:\s*(\d+)", re.IGNORECASE)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .bench import BenchOptions, StepResult, load_pool, measure
-from .tuneserver import TunedServer, effective_settings
+from inferd.tools.bench import BenchOptions, StepResult, load_pool, measure
+from inferd.tools.tuneserver import TunedServer, effective_settings
 
 SERVER_KEYS = ("parallel_workers",)
 # A candidate must beat the defaults by this much to be recommended: smaller

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tune import TuneReport
+from inferd.tools.tune import TuneReport
 
 
 def plot_candidates(report: TuneReport, path: Path) -> int:

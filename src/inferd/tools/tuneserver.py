@@ -23,9 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ..repository import ModelRepository
-from ..settings import ModelSettings
-from ..settings_loader import load_server_settings
+from inferd.serving.repository import ModelRepository
+from inferd.settings import ModelSettings
+from inferd.settings.loader import load_server_settings
 
 START_TIMEOUT_S = 120.0
 SERVER_SETTINGS = ("parallel_workers",)

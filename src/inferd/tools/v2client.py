@@ -18,6 +18,8 @@ from urllib.parse import quote, urlsplit
 
 import grpc
 
+from inferd.tools.grpc_tls import GrpcSecurity, grpc_security
+
 # gRPC codes that mean "try again later", as HTTP's 503 does for REST.
 RETRYABLE_GRPC = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 RETRYABLE_HTTP = {502, 503, 504}
@@ -39,6 +41,7 @@ class Endpoint:
     host: str
     port: int
     tls: ssl.SSLContext | None = None
+    verify: bool = True  # with TLS: check the server's certificate (False: --insecure)
 
     @classmethod
     def parse(cls, url: str, use_ssl: bool = False, insecure: bool = False) -> Endpoint:
@@ -47,7 +50,12 @@ class Endpoint:
         default_port = 443 if use_ssl else 80
         if not parts.hostname:
             raise ValueError(f"{url!r} is not a server address (expected host:port)")
-        return cls(parts.hostname, parts.port or default_port, _tls(use_ssl, insecure))
+        port = parts.port or default_port
+        return cls(parts.hostname, port, _tls(use_ssl, insecure), verify=not insecure)
+
+    def grpc_security(self) -> GrpcSecurity:
+        """How a TLS gRPC channel to this endpoint trusts the server (grpc_tls.py)."""
+        return grpc_security(self.host, self.port, self.verify)
 
     @property
     def netloc(self) -> str:
@@ -164,14 +172,22 @@ def _seconds(value: str | None) -> float | None:
 
 
 class GrpcConnection:
-    """A gRPC channel calling ModelInfer with serialized requests (bytes in, bytes out)."""
+    """A gRPC channel calling ModelInfer with serialized requests (bytes in, bytes out).
 
-    def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
+    With TLS, ``security`` says how it trusts the server (default: the endpoint's
+    :meth:`Endpoint.grpc_security`; pass one made once to share it between channels)."""
+
+    def __init__(
+        self, endpoint: Endpoint, timeout_s: float, security: GrpcSecurity | None = None
+    ) -> None:
         target = endpoint.netloc
         if endpoint.tls is None:
             self._channel = grpc.aio.insecure_channel(target)
         else:
-            self._channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials())
+            security = security or endpoint.grpc_security()
+            self._channel = grpc.aio.secure_channel(
+                target, security.credentials, options=security.options
+            )
         self._call = self._channel.unary_unary(INFER_METHOD)
         self.timeout_s = timeout_s
 

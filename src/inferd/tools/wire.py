@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
-from ..protocol import pb
-from ..server.codec_grpc import decode_parameters, encode_parameters
+from inferd.protocol import pb
+from inferd.server.grpc.codec import decode_parameters, encode_parameters
+from inferd.tensors.encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 
 JSON = dict[str, Any]
 BINARY_HEADER = "Inference-Header-Content-Length"

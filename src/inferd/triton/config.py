@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..settings import ModelSettings
-from ..settings.warmup import TRITON_DATATYPES, WarmupSettings
+from inferd.settings import ModelSettings
+from inferd.settings.warmup import TRITON_DATATYPES, WarmupSettings
 
 # The TYPE_* name of each V2 datatype.
 TRITON_DATATYPE_OF: dict[str, str] = {v2: triton for triton, v2 in TRITON_DATATYPES.items()}

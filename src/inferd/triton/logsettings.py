@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import InvalidRequest
+from inferd.errors import InvalidRequest
 
 FLAGS = ("log_info", "log_warning", "log_error")
 SETTINGS = ("log_file", *FLAGS, "log_verbose_level", "log_format")

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from ..datatypes import numpy_dtype
-from ..errors import InvalidRequest
-from ..settings import ModelSettings
-from .config import MICROSECONDS
+from inferd.errors import InvalidRequest
+from inferd.settings import ModelSettings
+from inferd.tensors.datatypes import numpy_dtype
+from inferd.triton.config import MICROSECONDS
 
 # model-settings.json keys that only change how the model is served.
 SERVING_KEYS = frozenset(

@@ -12,9 +12,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
-from ..settings import ModelSettings
-from ..trace_record import BatchRun
-from ..types import InferenceRequest, InferenceResponse, ModelMetadata
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata
 
 Answer = Coroutine[Any, Any, InferenceResponse]
 # One live holder of an instance, for sequences that must stay where their state is:
@@ -95,9 +95,10 @@ class LoadedInstance:
     # predict_stream is an async generator: its streams run interleaved on an event
     # loop and hold no slot. A plain generator's stream holds one (a thread) for its life.
     interleaved_streams: bool = False
-    # The runtime reads request headers / sets response headers (runtime_headers.py).
+    # The runtime reads request headers / sets response headers (serving/runtime_headers.py).
     wants_headers: bool = False
-    # REST routes the runtime serves itself: (method, path, handler name), custom_routes.py.
+    # REST routes the runtime serves itself: (method, path, handler name),
+    # server/rest/custom_routes.py.
     custom_routes: tuple[tuple[str, str, str], ...] = ()
 
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
-from .. import custom_metrics
-from ..errors import ModelError, WorkerLost
-from ..types import InferenceRequest
-from . import ipc
-from .remote_stream import STREAM_WINDOW, RemoteStream
+from inferd import custom_metrics
+from inferd.errors import ModelError, WorkerLost
+from inferd.types import InferenceRequest
+from inferd.workers import ipc
+from inferd.workers.remote_stream import STREAM_WINDOW, RemoteStream
 
 logger = logging.getLogger(__name__)
 

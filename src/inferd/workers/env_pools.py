@@ -18,20 +18,20 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigurationError
-from ..settings import ModelSettings, ServerSettings
-from ..stats import ModelStatsTable
-from ..trace_record import BatchRun
-from ..types import InferenceRequest
-from .base import Execution, Holder, LoadedInstance, ResponseStream
-from .environments import (
+from inferd.errors import ConfigurationError
+from inferd.observability.stats import ModelStatsTable
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.types import InferenceRequest
+from inferd.workers.base import Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.environments import (
     WORKER_REQUIREMENTS,
     WorkerEnvironment,
     WorkerImportPath,
     environment_of,
 )
-from .pool import ProcessPool
-from .process import WorkerProcess
+from inferd.workers.pool import ProcessPool
+from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
 

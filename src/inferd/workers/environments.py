@@ -26,8 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigurationError
-from ..settings import ModelSettings
+from inferd.errors import ConfigurationError
+from inferd.settings import ModelSettings
 
 # What inferd's worker side imports besides the standard library (and inferd).
 WORKER_REQUIREMENTS = "numpy, ml-dtypes, pydantic>=2.5 and pydantic-settings"

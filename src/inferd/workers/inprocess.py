@@ -21,15 +21,15 @@ import contextvars
 import time
 from collections.abc import Callable
 
-from ..errors import ConfigurationError, ModelNotReady
-from ..model import WorkerContext
-from ..settings import ModelSettings
-from ..trace_record import BatchRun
-from ..types import InferenceRequest, InferenceResponse
-from .base import Answer, Execution, Holder, LoadedInstance
-from .environments import refuse_in_process_environment
-from .loaded_model import LoadedModel
-from .local_stream import LocalStream
+from inferd.errors import ConfigurationError, ModelNotReady
+from inferd.model import WorkerContext
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers.base import Answer, Execution, Holder, LoadedInstance
+from inferd.workers.environments import refuse_in_process_environment
+from inferd.workers.loaded_model import LoadedModel
+from inferd.workers.local_stream import LocalStream
 
 # The one holder of every instance here (sequences).
 IN_PROCESS: Holder = (-1, 1)

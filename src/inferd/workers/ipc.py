@@ -27,10 +27,11 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .. import errors, shm
-from ..errors import ConfigurationError, InferdError, ModelError
-from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferd import errors
+from inferd.errors import ConfigurationError, InferdError, ModelError
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.triton import shm_system
+from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 # Command kinds, and the body each carries.
 INIT = 1  # InitBody; the worker answers with its pid
@@ -115,7 +116,7 @@ def encode(message: Any) -> list[Buffer]:
 # buffer): ~4x cheaper than pickling the dataclasses and numpy's own reduce.
 
 PackedTensor = tuple[str, str | None, tuple[int, ...], Any, dict[str, Any]]
-"""(name, dtype name or None, shape, raw buffer, a shm.SharedSlice (where the bytes
+"""(name, dtype name or None, shape, raw buffer, a shm_system.SharedSlice (where the bytes
 lie in a client's shared memory, which the worker maps) or the data itself, parameters)."""
 PackedRequest = tuple[
     list[PackedTensor], str | None, dict[str, Any], list[tuple[str, dict[str, Any]]]
@@ -150,7 +151,7 @@ def _pack_array(data: Any) -> tuple[str | None, tuple[int, ...], Any]:
         # ("<V2"); their registered name finds them again.
         name = dtype.str if np.dtype(dtype.str) == dtype else dtype.name
         _DTYPE_NAMES[dtype] = name
-    if data.base is not None and (where := shm.shared_slice(data)) is not None:
+    if data.base is not None and (where := shm_system.shared_slice(data)) is not None:
         return name, data.shape, where  # a client's shared memory: the worker maps it too
     if dtype.kind == "V":  # numpy cannot export these as a buffer: send their bytes
         return name, data.shape, pickle.PickleBuffer(data.reshape(-1).view(np.uint8))
@@ -163,8 +164,8 @@ def _unpack_array(dtype_name: str | None, shape: tuple[int, ...], data: Any) -> 
     dtype = _DTYPES.get(dtype_name)
     if dtype is None:
         dtype = _DTYPES[dtype_name] = np.dtype(dtype_name)
-    if type(data) is shm.SharedSlice:
-        data = shm.read_slice(data)
+    if type(data) is shm_system.SharedSlice:
+        data = shm_system.read_slice(data)
     return np.frombuffer(data, dtype).reshape(shape)
 
 

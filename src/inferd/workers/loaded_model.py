@@ -17,15 +17,15 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from .. import custom_metrics
-from ..datatypes import datatype_of
-from ..errors import ConfigurationError, InferdError, ModelError
-from ..model import Model, WorkerContext, overrides
-from ..settings import ModelSettings
-from ..types import InferenceRequest, InferenceResponse, Tensor
-from .base import LoadedInstance
-from .runtime_loader import describe, load_runtime
-from .warmup import warm_up
+from inferd import custom_metrics
+from inferd.errors import ConfigurationError, InferdError, ModelError
+from inferd.model import Model, WorkerContext, overrides
+from inferd.settings import ModelSettings
+from inferd.tensors.datatypes import datatype_of
+from inferd.types import InferenceRequest, InferenceResponse, Tensor
+from inferd.workers.base import LoadedInstance
+from inferd.workers.runtime_loader import describe, load_runtime
+from inferd.workers.warmup import warm_up
 
 logger = logging.getLogger(__name__)
 

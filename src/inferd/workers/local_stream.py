@@ -27,9 +27,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from ..types import InferenceRequest, InferenceResponse
-from .base import StreamBase
-from .loaded_model import LoadedModel
+from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers.base import StreamBase
+from inferd.workers.loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
 

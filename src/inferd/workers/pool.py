@@ -38,14 +38,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
-from ..settings import ModelSettings, ServerSettings
-from ..stats import ModelStatsTable
-from ..trace_record import BatchRun
-from ..types import InferenceRequest
-from .base import Execution, Holder, LoadedInstance, ResponseStream
-from .process import WorkerProcess
-from .retry import SentCalls
+from inferd.errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
+from inferd.observability.stats import ModelStatsTable
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.types import InferenceRequest
+from inferd.workers.base import Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.process import WorkerProcess
+from inferd.workers.retry import SentCalls
 
 logger = logging.getLogger(__name__)
 

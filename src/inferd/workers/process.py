@@ -28,15 +28,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import WorkerLost
-from ..settings import ModelSettings, ServerSettings
-from ..trace_record import BatchRun
-from ..types import InferenceRequest, InferenceResponse
-from . import ipc
-from .base import LoadedInstance
-from .channel import Channel
-from .environments import WorkerEnvironment
-from .remote_stream import RemoteStream
+from inferd.errors import WorkerLost
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers import ipc
+from inferd.workers.base import LoadedInstance
+from inferd.workers.channel import Channel
+from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.remote_stream import RemoteStream
 
 logger = logging.getLogger(__name__)
 

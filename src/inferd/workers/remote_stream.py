@@ -32,10 +32,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ModelError
-from ..types import InferenceResponse
-from . import ipc
-from .base import StreamBase
+from inferd.errors import ModelError
+from inferd.types import InferenceResponse
+from inferd.workers import ipc
+from inferd.workers.base import StreamBase
 
 logger = logging.getLogger(__name__)
 

@@ -27,13 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from ..errors import InferdError, InferenceTimeout, WorkerLost
-from ..settings import ModelSettings
-from ..stats import ModelStatsTable
-from ..trace_record import BatchRun
-from ..types import InferenceRequest, InferenceResponse
-from .overrun import InferenceTimer
-from .process import WorkerProcess
+from inferd.errors import InferdError, InferenceTimeout, WorkerLost
+from inferd.observability.stats import ModelStatsTable
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers.overrun import InferenceTimer
+from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
 

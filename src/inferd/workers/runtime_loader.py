@@ -18,11 +18,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
-from ..compat.importer import install_mlserver_alias
-from ..compat.mlmodel_runtime import mlmodel_base, runtime_class_for
-from ..errors import ConfigurationError, ModelError
-from ..model import Model, WorkerContext
-from ..settings import MODEL_SETTINGS_FILE, ModelSettings
+from inferd.compat.importer import install_mlserver_alias
+from inferd.compat.mlmodel_runtime import mlmodel_base, runtime_class_for
+from inferd.errors import ConfigurationError, ModelError
+from inferd.model import Model, WorkerContext
+from inferd.settings import MODEL_SETTINGS_FILE, ModelSettings
 
 logger = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..datatypes import numpy_dtype
-from ..encoding import array_from_json
-from ..errors import InferdError, ModelError
-from ..model import overrides
-from ..settings.warmup import WarmupInputSettings, WarmupSettings
-from ..types import InferenceRequest, Tensor
+from inferd.errors import InferdError, ModelError
+from inferd.model import overrides
+from inferd.settings.warmup import WarmupInputSettings, WarmupSettings
+from inferd.tensors.datatypes import numpy_dtype
+from inferd.tensors.encoding import array_from_json
+from inferd.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
-    from .loaded_model import LoadedModel
+    from inferd.workers.loaded_model import LoadedModel
 
 logger = logging.getLogger(__name__)
 

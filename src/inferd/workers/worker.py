@@ -49,16 +49,16 @@ import time
 from collections.abc import Coroutine
 from typing import Any, cast
 
-from .. import custom_metrics
-from ..errors import ConfigurationError, InferdError, ModelError
-from ..logs import configure_logging
-from ..model import WorkerContext
-from ..settings import ModelSettings, ServerSettings
-from ..types import InferenceRequest
-from . import ipc
-from .base import LoadedInstance
-from .loaded_model import LoadedModel
-from .worker_streams import WorkerStreams
+from inferd import custom_metrics
+from inferd.errors import ConfigurationError, InferdError, ModelError
+from inferd.model import WorkerContext
+from inferd.observability.logs import configure_logging
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.types import InferenceRequest
+from inferd.workers import ipc
+from inferd.workers.base import LoadedInstance
+from inferd.workers.loaded_model import LoadedModel
+from inferd.workers.worker_streams import WorkerStreams
 
 logger = logging.getLogger(__name__)
 

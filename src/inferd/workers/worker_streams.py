@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Protocol
 
-from ..errors import ModelError
-from ..types import InferenceRequest, InferenceResponse
-from . import ipc
-from .loaded_model import LoadedModel
-from .local_stream import LocalStream
+from inferd.errors import ModelError
+from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers import ipc
+from inferd.workers.loaded_model import LoadedModel
+from inferd.workers.local_stream import LocalStream
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ served unchanged. An installed MLServer is never shadowed.
 
 from __future__ import annotations
 
-from .metrics import log, register
-from .model import MLModel
-from .settings import ModelSettings, Settings
+from inferd.compat.mlserver.metrics import log, register
+from inferd.compat.mlserver.model import MLModel
+from inferd.compat.mlserver.settings import ModelSettings, Settings
 
 __version__ = "1.7.1"
 

@@ -4,7 +4,7 @@ inferd's :mod:`~inferd.custom_metrics` on the same Prometheus endpoint, labelled
 
 from __future__ import annotations
 
-from ... import custom_metrics
+from inferd import custom_metrics
 
 
 def register(name: str, description: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .codecs import (
+from inferd.compat.mlserver.codecs import (
     decode_inference_request,
     decode_request_input,
     encode_inference_response,
@@ -18,8 +18,8 @@ from .codecs import (
     get_decoded,
     has_decoded,
 )
-from .codecs.errors import CodecNotFound
-from .types import (
+from inferd.compat.mlserver.codecs.errors import CodecNotFound
+from inferd.compat.mlserver.types import (
     InferenceRequest,
     InferenceResponse,
     MetadataModelResponse,

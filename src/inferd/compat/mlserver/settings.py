@@ -3,7 +3,7 @@ files with the same field names."""
 
 from __future__ import annotations
 
-from ...settings import MetadataTensorSettings, ModelParameters, ModelSettings
-from ...settings import ServerSettings as Settings
+from inferd.settings import MetadataTensorSettings, ModelParameters, ModelSettings
+from inferd.settings import ServerSettings as Settings
 
 __all__ = ["MetadataTensorSettings", "ModelParameters", "ModelSettings", "Settings"]

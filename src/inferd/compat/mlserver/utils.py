@@ -7,8 +7,8 @@ import urllib.parse
 import uuid
 from typing import Any
 
-from .errors import InvalidModelURI
-from .types import InferenceRequest, InferenceResponse, Parameters
+from inferd.compat.mlserver.errors import InvalidModelURI
+from inferd.compat.mlserver.types import InferenceRequest, InferenceResponse, Parameters
 
 
 async def get_model_uri(settings: Any, wellknown_filenames: list[str] | None = None) -> str:

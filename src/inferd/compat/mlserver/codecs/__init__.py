@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import (
+from inferd.compat.mlserver.codecs.base import (
     InputCodec,
     InputCodecLike,
     RequestCodec,
@@ -16,14 +16,14 @@ from .base import (
     register_input_codec,
     register_request_codec,
 )
-from .base64 import Base64Codec
-from .datetime import DatetimeCodec
-from .decorator import decode_args
-from .errors import CodecError, CodecNotFound
-from .numpy import NumpyCodec, NumpyRequestCodec
-from .pandas import PandasCodec
-from .string import StringCodec, StringRequestCodec
-from .utils import (
+from inferd.compat.mlserver.codecs.base64 import Base64Codec
+from inferd.compat.mlserver.codecs.datetime import DatetimeCodec
+from inferd.compat.mlserver.codecs.decorator import decode_args
+from inferd.compat.mlserver.codecs.errors import CodecError, CodecNotFound
+from inferd.compat.mlserver.codecs.numpy import NumpyCodec, NumpyRequestCodec
+from inferd.compat.mlserver.codecs.pandas import PandasCodec
+from inferd.compat.mlserver.codecs.string import StringCodec, StringRequestCodec
+from inferd.compat.mlserver.codecs.utils import (
     SingleInputRequestCodec,
     decode_inference_request,
     decode_request_input,

@@ -7,7 +7,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from ..types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
+from inferd.compat.mlserver.types import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestInput,
+    ResponseOutput,
+)
 
 logger = logging.getLogger("mlserver")
 

@@ -7,10 +7,10 @@ import base64
 import binascii
 from typing import Any, List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
-from ..types import RequestInput, ResponseOutput
-from .base import InputCodec, register_input_codec
-from .lists import ListElement, as_list, is_list_of
-from .string import as_input, text_output
+from inferd.compat.mlserver.codecs.base import InputCodec, register_input_codec
+from inferd.compat.mlserver.codecs.lists import ListElement, as_list, is_list_of
+from inferd.compat.mlserver.codecs.string import as_input, text_output
+from inferd.compat.mlserver.types import RequestInput, ResponseOutput
 
 
 def _ensure_bytes(elem: ListElement) -> bytes:

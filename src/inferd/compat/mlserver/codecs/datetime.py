@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, List, Union  # noqa: UP035
 
-from ..types import RequestInput, ResponseOutput
-from .base import InputCodec, register_input_codec
-from .lists import ListElement, as_list, is_list_of
-from .string import as_input, text_output
+from inferd.compat.mlserver.codecs.base import InputCodec, register_input_codec
+from inferd.compat.mlserver.codecs.lists import ListElement, as_list, is_list_of
+from inferd.compat.mlserver.codecs.string import as_input, text_output
+from inferd.compat.mlserver.types import RequestInput, ResponseOutput
 
 _Datetime = Union[str, datetime]  # noqa: UP007 - as MLServer spells it: hints must compare equal
 

@@ -12,9 +12,14 @@ import functools
 from collections.abc import Callable
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from ..types import InferenceRequest, InferenceResponse, ResponseOutput
-from .base import InputCodec, RequestCodec, find_input_codec, find_request_codec
-from .errors import CodecNotFound, InputsNotFound, OutputNotFound
+from inferd.compat.mlserver.codecs.base import (
+    InputCodec,
+    RequestCodec,
+    find_input_codec,
+    find_request_codec,
+)
+from inferd.compat.mlserver.codecs.errors import CodecNotFound, InputsNotFound, OutputNotFound
+from inferd.compat.mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
 
 
 def _as_list(value: Any) -> list[Any]:

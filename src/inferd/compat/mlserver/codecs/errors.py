@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MLServerError
+from inferd.compat.mlserver.errors import MLServerError
 
 
 class CodecNotFound(MLServerError):

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .lists import as_list
-from .utils import InputOrOutput
+from inferd.compat.mlserver.codecs.lists import as_list
+from inferd.compat.mlserver.codecs.utils import InputOrOutput
 
 
 class JSONEncoderWithArray(json.JSONEncoder):

@@ -11,11 +11,25 @@ from typing import Any
 
 import numpy as np
 
-from ...construct import construct
-from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
-from .base import InputCodec, register_input_codec, register_request_codec
-from .lists import is_list_of
-from .utils import InputOrOutput, SingleInputRequestCodec, inject_batch_dimension
+from inferd.compat.construct import construct
+from inferd.compat.mlserver.codecs.base import (
+    InputCodec,
+    register_input_codec,
+    register_request_codec,
+)
+from inferd.compat.mlserver.codecs.lists import is_list_of
+from inferd.compat.mlserver.codecs.utils import (
+    InputOrOutput,
+    SingleInputRequestCodec,
+    inject_batch_dimension,
+)
+from inferd.compat.mlserver.types import (
+    Datatype,
+    Parameters,
+    RequestInput,
+    ResponseOutput,
+    TensorData,
+)
 
 _NUMPY_BY_DATATYPE = {
     "BOOL": "bool",

@@ -13,12 +13,22 @@ from typing import Any
 
 import numpy as np
 
-from ..types import Datatype, InferenceRequest, InferenceResponse, Parameters, ResponseOutput
-from .base import RequestCodec, register_request_codec
-from .json import decode_json_input_or_output, encode_to_json
-from .numpy import convert_nan, to_datatype, to_dtype
-from .string import StringCodec, as_input, encode_str
-from .utils import InputOrOutput, get_decoded_or_raw, inject_batch_dimension
+from inferd.compat.mlserver.codecs.base import RequestCodec, register_request_codec
+from inferd.compat.mlserver.codecs.json import decode_json_input_or_output, encode_to_json
+from inferd.compat.mlserver.codecs.numpy import convert_nan, to_datatype, to_dtype
+from inferd.compat.mlserver.codecs.string import StringCodec, as_input, encode_str
+from inferd.compat.mlserver.codecs.utils import (
+    InputOrOutput,
+    get_decoded_or_raw,
+    inject_batch_dimension,
+)
+from inferd.compat.mlserver.types import (
+    Datatype,
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    ResponseOutput,
+)
 
 pd: Any
 try:

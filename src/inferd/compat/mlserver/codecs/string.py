@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any, List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
-from ..types import Parameters, RequestInput, ResponseOutput
-from .base import InputCodec, register_input_codec, register_request_codec
-from .lists import ListElement, as_list, is_list_of
-from .utils import InputOrOutput, SingleInputRequestCodec
+from inferd.compat.mlserver.codecs.base import (
+    InputCodec,
+    register_input_codec,
+    register_request_codec,
+)
+from inferd.compat.mlserver.codecs.lists import ListElement, as_list, is_list_of
+from inferd.compat.mlserver.codecs.utils import InputOrOutput, SingleInputRequestCodec
+from inferd.compat.mlserver.types import Parameters, RequestInput, ResponseOutput
 
 _ENCODING = "utf-8"
 

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput
-from .base import (
+from inferd.compat.mlserver.codecs.base import (
     RequestCodec,
     find_input_codec,
     find_input_codec_by_payload,
     find_request_codec,
     find_request_codec_by_payload,
 )
-from .errors import CodecError
+from inferd.compat.mlserver.codecs.errors import CodecError
+from inferd.compat.mlserver.types import (
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    RequestInput,
+    ResponseOutput,
+)
 
 DefaultOutputPrefix = "output-"
 DefaultInputPrefix = "input-"

@@ -1,0 +1,114 @@
+"""Logging set-up from the server settings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+from pathlib import Path
+from typing import Any
+
+from inferd.errors import ConfigurationError
+from inferd.settings import ServerSettings
+
+FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+ACCESS_LOGGER = "uvicorn.access"
+# What every LogRecord carries; anything else was passed as ``extra`` and becomes a
+# field of its own in JSON logs (e.g. model_name and duration_ms in request logs).
+_RECORD_ATTRIBUTES = frozenset(
+    (*vars(logging.LogRecord("", 0, "", 0, "", (), None)), "message", "asctime", "taskName")
+)
+# uvicorn's access log arguments, as fields of JSON logs.
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status_code")
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line (``use_structured_logging``), for log collectors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _RECORD_ATTRIBUTES:
+                entry[key] = value
+        if record.name == ACCESS_LOGGER and isinstance(record.args, tuple):
+            entry.update(zip(_ACCESS_FIELDS, record.args, strict=False))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class _SkipScrapes(logging.Filter):
+    """Keeps Prometheus scrapes of the metrics endpoint out of the access log
+    (uvicorn has one access logger for all its servers)."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__()
+        self.endpoint = "/" + endpoint.strip("/")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (isinstance(args, tuple) and len(args) > 2 and args[2] == self.endpoint)
+
+
+def configure_logging(settings: ServerSettings) -> None:
+    """Log to stderr at INFO (DEBUG with ``debug``), then apply ``logging_settings``.
+
+    Raises ConfigurationError when ``logging_settings`` cannot be used.
+    """
+    level = logging.DEBUG if settings.debug else logging.INFO
+    logging.basicConfig(level=level, format=FORMAT, force=True)
+    if settings.use_structured_logging:
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JSONFormatter())
+    # uvicorn's own loggers would otherwise print in their own format.
+    for name in ("uvicorn", "uvicorn.error", ACCESS_LOGGER):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    access = logging.getLogger(ACCESS_LOGGER)
+    for old in [f for f in access.filters if isinstance(f, _SkipScrapes)]:
+        access.removeFilter(old)
+    if settings.metrics_endpoint:
+        access.addFilter(_SkipScrapes(settings.metrics_endpoint))
+    if settings.logging_settings:
+        config = _logging_dict(settings.logging_settings)
+        try:
+            logging.config.dictConfig(config)
+        except (ValueError, TypeError, AttributeError, ImportError) as error:
+            raise ConfigurationError(
+                f"logging_settings: not a usable logging.config dictionary: {error}"
+            ) from None
+
+
+def _logging_dict(value: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    path = Path(value)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigurationError(f"logging_settings: cannot read {path}: {error}") from None
+    try:
+        loaded = _parse_yaml(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except ValueError as error:
+        raise ConfigurationError(f"logging_settings: cannot parse {path}: {error}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigurationError(f"logging_settings: {path} must hold a mapping (a dictionary)")
+    return loaded
+
+
+def _parse_yaml(text: str) -> Any:
+    try:
+        import yaml  # optional: only needed for YAML logging files
+    except ImportError:
+        raise ConfigurationError(
+            "logging_settings: reading a YAML file needs PyYAML: pip install pyyaml"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(str(error)) from None

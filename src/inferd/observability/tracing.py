@@ -1,0 +1,208 @@
+"""OpenTelemetry tracing: a span per REST and gRPC request, children for its model's work.
+
+The only module that imports OpenTelemetry, and it is imported only when tracing
+is on (``tracing_server``, or the standard ``OTEL_EXPORTER_OTLP_ENDPOINT``:
+:attr:`ServerSettings.tracing_enabled <inferd.settings.ServerSettings.tracing_enabled>`);
+with tracing off the servers hold ``None`` instead of a :class:`Tracing` and pay
+one ``is None`` check per request. The SDK is the ``inferd[tracing]`` extra.
+
+Spans (OpenTelemetry's semantic conventions for HTTP and RPC, plus ``inferd.*``):
+
+- ``POST /v2/models/{name}/infer`` (SERVER): one per REST request, named by its
+  route; ``inference.GRPCInferenceService/ModelInfer`` (SERVER): one per gRPC
+  call. Health probes (``/v2/health/live|ready``, ``ServerLive``, ``ServerReady``)
+  are not traced, as in MLServer. A W3C ``traceparent`` header (or gRPC metadata)
+  makes the span a child of the caller's, so the request shows in the caller's trace.
+- Under an inference request's span, built from the times the scheduler and the
+  pool recorded (observability/trace_record.py) once it has been answered:
+  ``inferd.queue_wait`` (from reaching its model to its batch starting),
+  ``inferd.batch`` (the execution that answered it: ``inferd.batch.size`` rows
+  from ``inferd.batch.requests`` requests) and, under it, ``inferd.predict`` (the
+  runtime's predict, in worker ``inferd.worker`` or in the main process). A batch
+  of several requests shows in each request's trace as a child of its own, with
+  the same times: each trace is whole by itself, the way a reader of one request
+  wants it, where span links would send them to another trace to see it.
+
+Sampling is the SDK's (``OTEL_TRACES_SAMPLER``; default: follow the caller's
+decision, else record all). Spans are exported in batches (BatchSpanProcessor) over
+OTLP/gRPC, and flushed when the server shuts down.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
+from opentelemetry import trace as otel_trace
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from inferd.observability.trace_record import RequestTrace
+from inferd.settings import ServerSettings
+from inferd.types import InferenceResponse
+from inferd.version import __version__
+
+GRPC_SERVICE = "inference.GRPCInferenceService"
+# Not traced: probes would fill the traces (MLServer leaves them out too).
+UNTRACED_PATHS = frozenset(("/v2/health/live", "/v2/health/ready"))
+UNTRACED_GRPC_METHODS = frozenset(("ServerLive", "ServerReady"))
+# gRPC codes that are the server's failure (OpenTelemetry's RPC conventions); the
+# others (a bad request, a missing model) are the caller's.
+_GRPC_SERVER_ERRORS = frozenset(
+    (
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    )
+)
+
+
+@dataclass(slots=True)
+class ServerSpan:
+    """A request's span, current (OpenTelemetry's context) while it is answered."""
+
+    span: Any
+    token: Any  # to make the context current no more (None: it was not made current)
+
+    def close(self) -> None:
+        if self.token is not None:
+            otel_context.detach(self.token)
+        self.span.end()
+
+
+class Tracing:
+    """The server's tracer: opens request spans, adds their children, exports them."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self._provider = provider
+        self._tracer = provider.get_tracer("inferd", __version__)
+
+    @classmethod
+    def start(cls, settings: ServerSettings, exporter: SpanExporter | None = None) -> Tracing:
+        """Export to ``tracing_server`` (else where the OTEL_EXPORTER_OTLP_* variables say)."""
+        service = os.environ.get("OTEL_SERVICE_NAME") or settings.server_name
+        resource = Resource.create(
+            {SERVICE_NAME: service, SERVICE_VERSION: settings.server_version}
+        )
+        provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER
+        if exporter is None:
+            # As MLServer: a bare host:port is a plain connection (https:// is TLS).
+            endpoint = settings.tracing_server
+            exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True if endpoint else None)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        return cls(provider)
+
+    def shutdown(self, timeout: float) -> None:
+        """Export the spans still held, waiting at most ``timeout`` seconds; stop."""
+        self._provider.force_flush(max(int(timeout * 1000), 1))
+        self._provider.shutdown()
+
+    # Request spans
+
+    def http_span(self, scope: MutableMapping[str, Any]) -> ServerSpan | None:
+        """Open the span of one HTTP request (an ASGI scope); None: not traced."""
+        path = scope["path"]
+        if path in UNTRACED_PATHS:
+            return None
+        method = scope["method"]
+        carrier = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
+        }
+        attributes = {
+            "http.request.method": method,
+            "url.path": path,
+            "url.scheme": scope.get("scheme", "http"),
+        }
+        return self._open(method, carrier, attributes)
+
+    def end_http(self, opened: ServerSpan, route: str | None, status: int) -> None:
+        span = opened.span
+        if route is not None:
+            span.update_name(f"{span.name} {route}")
+            span.set_attribute("http.route", route)
+        if status:
+            span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+        else:  # no answer went out: the client left, or the server failed
+            span.set_status(Status(StatusCode.ERROR, "no response was sent"))
+        opened.close()
+
+    def grpc_span(self, method: str, context: Any, current: bool = True) -> ServerSpan | None:
+        """Open the span of one gRPC call (made current unless not ``current``);
+        None: not traced."""
+        if method in UNTRACED_GRPC_METHODS:
+            return None
+        metadata: Iterable[tuple[str, Any]] = context.invocation_metadata() or ()
+        carrier = {key: value for key, value in metadata if isinstance(value, str)}
+        attributes = {"rpc.system": "grpc", "rpc.service": GRPC_SERVICE, "rpc.method": method}
+        return self._open(f"{GRPC_SERVICE}/{method}", carrier, attributes, current)
+
+    def end_grpc(self, opened: ServerSpan, code: grpc.StatusCode) -> None:
+        opened.span.set_attribute("rpc.grpc.status_code", code.value[0])
+        if code in _GRPC_SERVER_ERRORS:
+            opened.span.set_status(Status(StatusCode.ERROR, code.name))
+        opened.close()
+
+    def _open(
+        self, name: str, carrier: dict[str, str], attributes: dict[str, Any], current: bool = True
+    ) -> ServerSpan:
+        parent = propagate.extract(carrier)  # the caller's traceparent, if it sent one
+        span = self._tracer.start_span(
+            name, context=parent, kind=SpanKind.SERVER, attributes=attributes
+        )
+        if not current:
+            return ServerSpan(span, None)
+        token = otel_context.attach(otel_trace.set_span_in_context(span, parent))
+        return ServerSpan(span, token)
+
+    # Inference: the children
+
+    def inference(self, model_name: str, model_version: str | None) -> RequestTrace | None:
+        """What the current request records on its way through its model; None if it
+        is not traced (no span, or one the sampler left out)."""
+        span = otel_trace.get_current_span()
+        if not span.is_recording():
+            return None
+        span.set_attribute("inferd.model.name", model_name)
+        if model_version:
+            span.set_attribute("inferd.model.version", model_version)
+        return RequestTrace(span)
+
+    def answered(self, trace: RequestTrace, response: InferenceResponse) -> None:
+        """Add the request's child spans, from what was recorded on its way."""
+        span = trace.span
+        if response.model_version:
+            span.set_attribute("inferd.model.version", response.model_version)
+        batch = trace.batch
+        if not trace.ended_ns or batch is None:
+            return  # answered without running (not through the scheduler)
+        offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch
+        parent = otel_trace.set_span_in_context(span)
+        queued, dispatched = trace.queued_ns + offset, trace.dispatched_ns + offset
+        self._tracer.start_span("inferd.queue_wait", parent, start_time=queued).end(dispatched)
+        attributes = {"inferd.batch.size": batch.rows, "inferd.batch.requests": batch.requests}
+        run = self._tracer.start_span(
+            "inferd.batch", parent, attributes=attributes, start_time=dispatched
+        )
+        if batch.predict_started_ns:
+            worker = {} if batch.worker is None else {"inferd.worker": batch.worker}
+            self._tracer.start_span(
+                "inferd.predict",
+                otel_trace.set_span_in_context(run),
+                attributes=worker,
+                start_time=batch.predict_started_ns,
+            ).end(batch.predict_ended_ns)
+        run.end(trace.ended_ns + offset)

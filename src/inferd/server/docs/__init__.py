@@ -1,0 +1,1 @@
+"""OpenAPI description and Swagger UI pages of the REST API."""

@@ -1,0 +1,1 @@
+"""The gRPC edge: the V2 servicer, its streams, health, access interceptors, the server."""

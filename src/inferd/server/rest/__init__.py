@@ -1,0 +1,1 @@
+"""The REST edge: V2 over HTTP (the ASGI fast path, Starlette routes, SSE, custom routes)."""

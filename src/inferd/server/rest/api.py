@@ -1,0 +1,242 @@
+"""The V2 REST API (Starlette): health, metadata, statistics, model repository, docs.
+
+Its routes are routes.API_ROUTES. Inference is answered by fastpath.InferEndpoint,
+which RestApp calls before Starlette; Starlette reaches it only for CORS requests.
+Streaming and generate routes are answered by the endpoints of server/rest/streaming.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferd.observability.stats import HttpStats
+from inferd.server.access import ApiGuard, GuardedRoute, api_guards
+from inferd.server.codec_triton import decode_load_request, decode_log_settings
+from inferd.server.docs.pages import DocsEndpoints
+from inferd.server.errors import http_error
+from inferd.server.rest.bodies import BodyReader
+from inferd.server.rest.codec import JSON_CONTENT_TYPE, decode_index_request, error_body
+from inferd.server.rest.custom_routes import CustomRoutes
+from inferd.server.rest.fastpath import InferEndpoint, RestApp
+from inferd.server.rest.streaming import stream_endpoints
+from inferd.server.routes import API_ROUTES, INFERENCE
+from inferd.server.shm_api import SharedMemoryEndpoints
+from inferd.serving.dataplane import DataPlane
+from inferd.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from inferd.observability.tracing import Tracing
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(content: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(content), status, media_type=JSON_CONTENT_TYPE)
+
+
+def _handles_errors(endpoint: Endpoint) -> Endpoint:
+    """Answer what the endpoint raises through http_error; never leak a traceback."""
+
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as error:
+            serving = f"{request.method} {request.url.path}"
+            status, body, headers = http_error(error, serving)
+            response = Response(body, status)
+            response.raw_headers.extend(headers)
+            return response
+
+    return wrapper
+
+
+class RestEndpoints:
+    """The route handlers, bound to one DataPlane."""
+
+    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+        self.dataplane = dataplane
+        self.body_reader = BodyReader(settings.max_request_size)
+
+    async def read_body(self, request: Request) -> bytes:
+        return await self.body_reader.read(request.stream(), request.headers)
+
+    async def live(self, request: Request) -> Response:
+        live = self.dataplane.live()
+        return json_response({"live": live}, 200 if live else 503)
+
+    async def ready(self, request: Request) -> Response:
+        ready = self.dataplane.ready()
+        return json_response({"ready": ready}, 200 if ready else 503)
+
+    async def model_ready(self, request: Request) -> Response:
+        name, version = _model_path(request)
+        ready = self.dataplane.model_ready(name, version)
+        return json_response({"name": name, "ready": ready}, 200 if ready else 503)
+
+    async def server_metadata(self, request: Request) -> Response:
+        return json_response(self.dataplane.server_metadata().to_dict())
+
+    async def model_metadata(self, request: Request) -> Response:
+        name, version = _model_path(request)
+        return json_response(self.dataplane.model_metadata(name, version).to_dict())
+
+    async def model_statistics(self, request: Request) -> Response:
+        """Triton's statistics extension: every model, one model, or one version."""
+        params = request.path_params
+        found = self.dataplane.statistics(params.get("name"), params.get("version"))
+        return json_response({"model_stats": [stats.to_dict() for stats in found]})
+
+    async def repository_index(self, request: Request) -> Response:
+        ready = decode_index_request(await self.read_body(request))
+        return json_response([entry.to_dict() for entry in self.dataplane.index(ready)])
+
+    async def repository_load(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        config = decode_load_request(name, await self.read_body(request))
+        await self.dataplane.load(name, config)
+        return json_response({})
+
+    # Triton's model configuration and logging extensions
+
+    async def model_config(self, request: Request) -> Response:
+        name, version = _model_path(request)
+        return json_response(self.dataplane.model_config(name, version))
+
+    async def log_settings(self, request: Request) -> Response:
+        return json_response(self.dataplane.log_settings())
+
+    async def update_log_settings(self, request: Request) -> Response:
+        changes = decode_log_settings(await self.read_body(request))
+        return json_response(self.dataplane.log_settings(changes))
+
+    async def repository_unload(self, request: Request) -> Response:
+        await self.dataplane.unload(request.path_params["name"])
+        return json_response({})
+
+
+def _model_path(request: Request) -> tuple[str, str | None]:
+    params = request.path_params
+    return params["name"], params.get("version")
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return Response(
+        error_body(f"No route for {request.method} {request.url.path}"),
+        404,
+        media_type=JSON_CONTENT_TYPE,
+    )
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    # Starlette's Allow lists the route's methods from a set: sort them so the
+    # header is the same on every run.
+    allowed = getattr(exc, "headers", None) or {}
+    methods = sorted(method.strip() for method in allowed.get("Allow", "").split(",") if method)
+    return Response(
+        error_body(f"Method {request.method} is not allowed on {request.url.path}"),
+        405,
+        headers={"Allow": ", ".join(methods)} if methods else None,
+        media_type=JSON_CONTENT_TYPE,
+    )
+
+
+def _routes(
+    endpoints: RestEndpoints,
+    docs: DocsEndpoints,
+    infer: InferEndpoint,
+    guards: dict[str, ApiGuard],
+) -> list[Route]:
+    """Starlette's routes: routes.API_ROUTES, each answered by the handler it names,
+    behind its API group's guard if it has one."""
+    # ASGI apps, which answer their own errors.
+    asgi_endpoints: dict[str, Any] = {
+        "infer": infer,
+        **stream_endpoints(endpoints.dataplane, endpoints.body_reader, infer),
+    }
+    shared_memory = SharedMemoryEndpoints(endpoints.dataplane, endpoints.read_body)
+    routes = []
+    for route in API_ROUTES:
+        endpoint = asgi_endpoints.get(route.handler)
+        if endpoint is None:
+            handler = (
+                getattr(endpoints, route.handler, None)
+                or getattr(shared_memory, route.handler, None)
+                or getattr(docs, route.handler)
+            )
+            endpoint = _handles_errors(handler)
+        guard = guards.get(route.api)
+        middleware = None
+        # InferEndpoint checks its own guard: the fast path reaches it without Starlette.
+        if guard is not None and endpoint is not infer:
+            middleware = [Middleware(GuardedRoute, guard=guard)]
+        routes.append(
+            Route(
+                route.path,
+                endpoint,
+                methods=[route.method],
+                name=route.operation_id,
+                middleware=middleware,
+            )
+        )
+    return routes
+
+
+def _cors(settings: ServerSettings) -> list[Middleware]:
+    cors = settings.cors_settings
+    if cors is None:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=cors.allow_origins,
+            allow_origin_regex=cors.allow_origin_regex,
+            allow_credentials=cors.allow_credentials,
+            allow_methods=cors.allow_methods,
+            allow_headers=cors.allow_headers,
+            expose_headers=cors.expose_headers,
+            max_age=cors.max_age,
+        )
+    ]
+
+
+def build_rest_app(
+    dataplane: DataPlane,
+    settings: ServerSettings,
+    http_stats: HttpStats | None = None,
+    guards: dict[str, ApiGuard] | None = None,
+    tracing: Tracing | None = None,
+) -> RestApp:
+    """The REST app; with ``http_stats`` it records every request there (metrics).
+
+    ``guards``: the API groups' guards (default: as the settings say, access.py).
+    ``tracing``: the inference endpoint notes its model work for the request's span
+    (which server/traced.py's TracedApp, around this app, opens)."""
+    if guards is None:
+        guards = api_guards(settings)
+    endpoints = RestEndpoints(dataplane, settings)
+    infer = InferEndpoint(dataplane, endpoints.body_reader, guards.get(INFERENCE), tracing)
+    app = Starlette(
+        routes=_routes(endpoints, DocsEndpoints(dataplane), infer, guards),
+        middleware=_cors(settings),
+        exception_handlers={404: _not_found, 405: _method_not_allowed},
+    )
+    # Paths no V2 route matches may be a runtime's own (MLServer's custom handlers).
+    app.router.default = CustomRoutes(
+        dataplane, endpoints.body_reader, app.router.default, guards.get(INFERENCE)
+    )
+    return RestApp(
+        app,
+        infer,
+        gzip_enabled=settings.gzip_enabled,
+        cors_enabled=settings.cors_settings is not None,
+        http_stats=http_stats,
+    )

@@ -1,0 +1,397 @@
+"""The protocol-neutral entry point shared by the REST and gRPC servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from inferd.context import NO_CONTEXT, RequestContext
+from inferd.errors import (
+    ConfigurationError,
+    InferdError,
+    InvalidRequest,
+    ModelNotFound,
+    ShuttingDown,
+)
+from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.drain import STOPPED, Drain
+from inferd.serving.extensions import served_extensions
+from inferd.serving.registry import ModelVersion, Registry
+from inferd.serving.repository import ModelRepository, RepositoryScan
+from inferd.serving.runtime_headers import pass_headers, take_response_headers
+from inferd.settings import ServerSettings
+from inferd.triton import logsettings
+from inferd.triton.config import model_config
+from inferd.triton.override import apply_override, failed
+from inferd.triton.shm import SharedMemoryRegistry
+from inferd.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    ModelState,
+    RepositoryEntry,
+    ServerMetadata,
+    Tensor,
+)
+
+logger = logging.getLogger(__name__)
+# One debug line per inference request; a logger of its own so that logging_settings
+# can turn request logs on or off without touching the rest.
+request_logger = logging.getLogger("inferd.requests")
+
+# The index's reason for a model that is on disk but not loaded.
+NOT_LOADED = "Not loaded (found in the model repository)"
+
+
+class DataPlane:
+    def __init__(
+        self, settings: ServerSettings, registry: Registry, repository: ModelRepository
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.repository = repository
+        # False until the models that load at start-up have been tried.
+        self.started = False
+        # Statistics extension counters, plus Prometheus histograms when metrics are on.
+        self.model_stats: ModelStatsTable = registry.stats
+        # Inference calls in flight; closed (new ones refused) once the server drains.
+        self.drain = Drain()
+        # Shared memory regions (system and CUDA) clients registered (None: the extension is off).
+        self.shared_memory: SharedMemoryRegistry | None = None
+        if settings.shared_memory_enabled:
+            self.shared_memory = SharedMemoryRegistry(settings.shared_memory_key_prefix)
+
+    # Health
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.started and not self.drain.closed and self.registry.all_ready()
+
+    def model_streams(self, name: str, version: str | None = None) -> bool:
+        """Whether the ready version answers the streaming endpoints with
+        ``predict_stream`` (else with its one predict answer); raises if not ready."""
+        instance = self.registry.get_ready(name, version).instance
+        return instance is not None and instance.streams
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Whether it is READY and taking requests (False for a repository model not loaded)."""
+        try:
+            found = self.registry.find(name, version)
+        except ModelNotFound:
+            if self.repository.holds(name, version):
+                return False
+            raise  # a name the repository does not hold either
+        return found.state is ModelState.READY and not self.drain.closed
+
+    # Metadata
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(
+            name=self.settings.server_name,
+            version=self.settings.server_version,
+            extensions=served_extensions(self.settings, self.shared_memory),
+        )
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        """The runtime's metadata; its ``versions``, unless the model-settings declare
+        some (MLServer's use), list the versions of ``name`` loaded (Triton's use)."""
+        found = self.registry.get_ready(name, version)
+        assert found.instance is not None  # set when the version became READY
+        metadata = found.instance.metadata
+        if metadata.versions:
+            return metadata
+        return dataclasses.replace(metadata, versions=self.registry.ready_versions(name))
+
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """Triton's model configuration of a loaded version (inferd.triton.config)."""
+        found = self.registry.get_ready(name, version)
+        instances = self.registry.instances(found)
+        return model_config(found.settings, instances, self.settings.max_queue_size)
+
+    # Logging (Triton's logging extension)
+
+    def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The server's log settings in Triton's fields, after applying ``changes``
+        (in the server process and, through the pool, in every worker process)."""
+        if changes:
+            updated = logsettings.update_log_settings(changes)
+            self.registry.pool.set_log_level(logging.getLogger().level)
+            return updated
+        return logsettings.log_settings()
+
+    # Inference
+
+    async def infer(
+        self,
+        name: str,
+        version: str | None,
+        request: InferenceRequest,
+        context: RequestContext = NO_CONTEXT,
+    ) -> InferenceResponse:
+        """Run one request; ``context`` is what the server knows of it besides its
+        tensors (see :class:`~inferd.context.RequestContext`).
+
+        Refused with ShuttingDown once the server drains; one still running at the
+        shutdown deadline fails with it (see :mod:`inferd.serving.drain`)."""
+        task = self.drain.admit()
+        try:
+            return await self._infer(name, version, request, context)
+        except asyncio.CancelledError:
+            stopped = self.drain.stopped(task)
+            if stopped is None:
+                raise
+            raise stopped from None
+        finally:
+            self.drain.leave(task)
+
+    async def _infer(
+        self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
+    ) -> InferenceResponse:
+        found = self.registry.get_ready(name, version)
+        scheduler, stats, instance = found.scheduler, found.stats, found.instance
+        assert scheduler is not None and stats is not None and instance is not None
+        if not instance.predicts:
+            raise InvalidRequest(_only_streams(found.name))
+        started = time.perf_counter_ns()
+        cache, cache_key = found.cache, None
+        if cache is not None:  # before the headers join the parameters: not in the key
+            cache_key, cached = cache.lookup(request)
+            if cached is not None:
+                _record_end(stats, request, started)
+                if instance.wants_headers:
+                    take_response_headers(cached, context)
+                return cached
+        if instance.wants_headers:
+            pass_headers(request, context)
+        try:
+            response = _finish(await scheduler.submit(request, context), found, request)
+        except BaseException as error:  # cancelled requests count as failed too
+            _record_end(stats, request, started, type(error).__name__)
+            raise
+        if cache is not None and cache_key is not None:
+            cache.store(cache_key, response)
+        _record_end(stats, request, started)
+        if instance.wants_headers:
+            take_response_headers(response, context)
+        return response
+
+    async def infer_stream(
+        self,
+        name: str,
+        version: str | None,
+        request: InferenceRequest,
+        context: RequestContext = NO_CONTEXT,
+    ) -> AsyncGenerator[list[InferenceResponse], None]:
+        """Run one request on a streaming endpoint: the responses as the model's
+        ``predict_stream`` yields them, in order, in lists of those ready together
+        (send each list at once: one write for several events); or the one answer
+        of a model that only predicts.
+
+        Errors before the first response raise from the first read. Closing this
+        iterator early (a client that left) stops the model's generator. As infer,
+        refused once the server drains, stopped (ShuttingDown) at its deadline.
+        """
+        found = self.registry.get_ready(name, version)
+        scheduler, stats, instance = found.scheduler, found.stats, found.instance
+        assert scheduler is not None and stats is not None and instance is not None
+        if not instance.streams:
+            yield [await self.infer(name, version, request, context)]
+            return
+        if instance.wants_headers:
+            pass_headers(request, context)
+        stream = self.drain.open_stream()
+        started = time.perf_counter_ns()
+        sent = 0
+        stats.stream_opened()
+        try:
+            async with contextlib.aclosing(scheduler.stream(request, context)) as responses:
+                while True:
+                    stream.waiting = True  # the drain's cut may cancel this wait only
+                    try:
+                        ready = await anext(responses)
+                    except StopAsyncIteration:
+                        break
+                    except asyncio.CancelledError:
+                        stopped = self.drain.stopped(stream.task)
+                        if stopped is None:
+                            raise
+                        raise stopped from None
+                    finally:
+                        stream.waiting = False
+                    if not sent:
+                        stats.stream_first_response(time.perf_counter_ns() - started)
+                    sent += len(ready)
+                    yield [_finish(response, found, request) for response in ready]
+                    if stream.cut:  # cut while its reader was sending those responses
+                        raise ShuttingDown(STOPPED)
+        except BaseException as error:  # a client that left counts as failed, as in infer
+            _record_end(stats, request, started, type(error).__name__)
+            raise
+        finally:
+            stats.stream_closed(sent)
+            self.drain.close_stream(stream)
+        _record_end(stats, request, started)
+
+    # Statistics
+
+    def statistics(self, name: str | None = None, version: str | None = None) -> list[ModelStats]:
+        """The statistics of every model version (``name`` empty), of every version of
+        ``name`` (``version`` empty), or of one version; ModelNotFound if unknown."""
+        if name and version:
+            versions = [self.registry.find(name, version)]
+        elif name:
+            versions = [found for found in self.registry.versions() if found.name == name]
+            if not versions:
+                raise ModelNotFound(name)
+        else:
+            versions = [
+                found for found in self.registry.versions() if found.state is ModelState.READY
+            ]
+        ordered = sorted(versions, key=lambda found: (found.name, found.version or ""))
+        return [self.model_stats.of(found.name, found.version) for found in ordered]
+
+    # Model repository
+
+    def index(self, ready: bool | None = None) -> list[RepositoryEntry]:
+        """Every model in the registry, plus those on disk that are not loaded."""
+        entries = self.registry.index()
+        loaded = {entry.name for entry in entries}
+        try:
+            scan = self.repository.scan()
+        except ConfigurationError as error:
+            logger.warning("Repository index: %s", error)
+            scan = RepositoryScan()
+        for settings in scan.models:
+            if settings.name not in loaded:
+                entries.append(
+                    RepositoryEntry(
+                        settings.name, settings.version, ModelState.UNAVAILABLE, NOT_LOADED
+                    )
+                )
+        for broken in scan.broken:
+            if broken.folder not in loaded:
+                entries.append(
+                    RepositoryEntry(broken.folder, None, ModelState.UNAVAILABLE, broken.error)
+                )
+        if ready is not None:
+            entries = [e for e in entries if (e.state is ModelState.READY) == ready]
+        return sorted(entries, key=lambda e: (e.name, e.version or ""))
+
+    async def load(self, name: str, config: str | None = None) -> None:
+        """(Re)load ``name`` from the repository as it is on disk now, with the
+        serving settings of ``config`` (JSON: Triton's load override, see
+        inferd.triton.override) when given. A failure says "failed to load"."""
+        try:
+            found = self.repository.find(name)
+        except ConfigurationError as error:
+            raise failed(name, str(error)) from None
+        if not found:
+            raise ModelNotFound(name)
+        if config is not None:
+            limit = self.settings.max_request_size
+            found = [apply_override(settings, config, limit) for settings in found]
+        try:
+            await self.registry.load(name, found)
+        except InferdError as error:
+            raise _failed_load(name, error) from None
+
+    async def unload(self, name: str) -> None:
+        await self.registry.unload(name)
+
+    async def load_all(self) -> None:
+        """Start-up: load every model in the repository; failures are logged, not raised."""
+        for name, versions in _by_name(self.repository.find_all()).items():
+            try:
+                await self.registry.load(name, versions)
+            except Exception as error:
+                logger.error("Model %r did not load at start-up: %s", name, error)
+
+
+def _failed_load(name: str, error: InferdError) -> InferdError:
+    """The error, its message worded as Triton's: ``failed to load '<name>': why``."""
+    prefix = f"failed to load '{name}'"
+    if not isinstance(error, ModelNotFound) and not error.message.startswith(prefix):
+        error.message = f"{prefix}: {error.message}"
+        error.args = (error.message,)
+    return error
+
+
+def _finish(
+    response: InferenceResponse, found: ModelVersion, request: InferenceRequest
+) -> InferenceResponse:
+    """Stamp the response with the model's identity and keep only requested outputs."""
+    response.model_name = found.name
+    response.model_version = found.version
+    response.id = request.id
+    if request.outputs:
+        response.outputs = _select_outputs(response.outputs, request, found.name)
+    return response
+
+
+def _record_end(
+    stats: ModelStats, request: InferenceRequest, started_ns: int, failure: str = ""
+) -> None:
+    """Count a request that ended (``failure``: the error's name; empty: it succeeded)."""
+    ended = time.perf_counter_ns()
+    if failure:
+        stats.failed(started_ns, ended)
+    else:
+        stats.succeeded(started_ns, ended)
+    if request_logger.isEnabledFor(logging.DEBUG):
+        _log_request(stats, request, ended - started_ns, failure or "ok")
+
+
+def _only_streams(name: str) -> str:
+    return (
+        f"Model {name!r} answers only by streaming: use POST /v2/models/{name}/infer_stream "
+        "or /generate_stream (REST), or ModelStreamInfer (gRPC)"
+    )
+
+
+def _log_request(
+    stats: ModelStats, request: InferenceRequest, elapsed_ns: int, outcome: str
+) -> None:
+    milliseconds = elapsed_ns / 1e6
+    request_logger.debug(
+        "Inference on model %r version %r: %s in %.3f ms (id %s)",
+        stats.name,
+        stats.version,
+        outcome,
+        milliseconds,
+        request.id,
+        extra={
+            "model_name": stats.name,
+            "model_version": stats.version,
+            "outcome": outcome,
+            "duration_ms": round(milliseconds, 3),
+            "request_id": request.id,
+        },
+    )
+
+
+def _select_outputs(outputs: list[Tensor], request: InferenceRequest, model: str) -> list[Tensor]:
+    by_name = {tensor.name: tensor for tensor in outputs}
+    selected = []
+    for requested in request.outputs:
+        tensor = by_name.get(requested.name)
+        if tensor is None:
+            raise InvalidRequest(
+                f"Model {model!r} has no output named {requested.name!r}; "
+                f"it returned {sorted(by_name)}"
+            )
+        selected.append(tensor)
+    return selected
+
+
+def _by_name(found: list) -> dict[str, list]:
+    grouped: dict[str, list] = {}
+    for settings in found:
+        grouped.setdefault(settings.name, []).append(settings)
+    return grouped

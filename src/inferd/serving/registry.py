@@ -1,0 +1,295 @@
+"""The model registry: which model versions exist and what state each is in.
+
+Loading a model name replaces the set of versions served under it: new versions
+are loaded (and an existing version reloaded) before the old instances are
+unloaded, so a model keeps answering while it is reloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+
+from inferd.dispatch.scheduler import Scheduler
+from inferd.dispatch.sequence_scheduler import SequenceScheduler
+from inferd.errors import (
+    ConfigurationError,
+    InferdError,
+    InvalidRequest,
+    ModelError,
+    ModelNotFound,
+    ModelNotReady,
+)
+from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.response_cache import ResponseCache, VersionCache
+from inferd.settings import ModelSettings
+from inferd.types import ModelState, RepositoryEntry
+from inferd.workers.base import LoadedInstance, Pool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ModelVersion:
+    """One version of a model and the instance that serves it."""
+
+    settings: ModelSettings
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    instance: LoadedInstance | None = None  # what the pool loaded: metadata, how it answers
+    scheduler: Scheduler | None = None
+    load_seconds: float = 0.0  # how long loading this instance took
+    # Its counters: shared by every instance of this name and version, so they
+    # survive reloads.
+    stats: ModelStats | None = None
+    # Its entries in the response cache, when the server and the model turn it on.
+    cache: VersionCache | None = None
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def version(self) -> str | None:
+        return self.settings.version
+
+
+@dataclass(slots=True)
+class _Model:
+    versions: dict[str | None, ModelVersion] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Registry:
+    def __init__(
+        self,
+        pool: Pool,
+        stats: ModelStatsTable,
+        max_queue_size: int = 0,
+        cache: ResponseCache | None = None,
+    ) -> None:
+        self._pool = pool
+        self.stats = stats
+        # The server's response cache (cache_enabled in settings.json), if on.
+        self._cache = cache
+        # The server's queue bound (settings.json), for versions that set none (0: none).
+        self._max_queue_size = max_queue_size
+        self._models: dict[str, _Model] = {}
+        self._instance_ids = itertools.count(1)
+        pool.on_instance_failed(self._instance_failed)
+
+    @property
+    def pool(self) -> Pool:
+        """Where the instances run (the logging extension reaches its processes)."""
+        return self._pool
+
+    def names(self) -> list[str]:
+        return list(self._models)
+
+    def versions(self) -> list[ModelVersion]:
+        return [version for model in self._models.values() for version in model.versions.values()]
+
+    def all_ready(self) -> bool:
+        return all(version.state is ModelState.READY for version in self.versions())
+
+    def find(self, name: str, version: str | None = None) -> ModelVersion:
+        """The version asked for (or the default one); ModelNotFound if unknown."""
+        model = self._models.get(name)
+        if model is None or not model.versions:
+            raise ModelNotFound(name, version)
+        if version:
+            try:
+                return model.versions[version]
+            except KeyError:
+                raise ModelNotFound(name, version) from None
+        return _default_version(model.versions)
+
+    def ready_versions(self, name: str) -> list[str]:
+        """The versions of ``name`` that are READY, in natural order ("2" before "10")."""
+        model = self._models.get(name)
+        found = model.versions.values() if model else ()
+        ready = [v.version for v in found if v.version and v.state is ModelState.READY]
+        return sorted(ready, key=_natural_key)
+
+    def instances(self, version: ModelVersion) -> int:
+        """How many workers hold the version now (1 in process); 0 when none does."""
+        scheduler = version.scheduler
+        if scheduler is None:
+            return 0
+        return self._pool.capacity(scheduler.instance_id) // version.settings.threads_per_worker
+
+    def get_ready(self, name: str, version: str | None = None) -> ModelVersion:
+        """The version to send a request to; raises unless it is READY."""
+        found = self.find(name, version)
+        if found.state is ModelState.READY:
+            return found
+        label = _capitalized(found.settings.label)
+        if found.state is ModelState.UNAVAILABLE:
+            raise ModelNotReady(f"{label} is unavailable: {found.reason}")
+        raise ModelNotReady(f"{label} is not ready: it is {found.state.value.lower()}")
+
+    def _instance_failed(self, instance_id: int, reason: str) -> None:
+        """The pool gave up on an instance (e.g. its load keeps crashing its worker)."""
+        for version in self.versions():
+            if version.scheduler is not None and version.scheduler.instance_id == instance_id:
+                version.state = ModelState.UNAVAILABLE
+                version.reason = reason
+                logger.error("%s is unavailable: %s", _capitalized(version.settings.label), reason)
+
+    def index(self) -> list[RepositoryEntry]:
+        return [
+            RepositoryEntry(version.name, version.version, version.state, version.reason)
+            for version in self.versions()
+        ]
+
+    async def load(self, name: str, settings: list[ModelSettings]) -> None:
+        """Serve exactly ``settings`` (the versions found on disk) under ``name``.
+
+        Raises the first load error after every version has been tried; versions
+        that loaded keep serving and a failed reload keeps the old instance.
+        """
+        model = self._models.setdefault(name, _Model())
+        async with model.lock:
+            errors = await self._load_versions(model, settings)
+            wanted = {version.version for version in settings}
+            for stale in [key for key in model.versions if key not in wanted]:
+                await self._unload_version(model, stale)
+        if errors:
+            raise errors[0]
+
+    async def _load_versions(
+        self, model: _Model, settings: list[ModelSettings]
+    ) -> list[InferdError]:
+        errors: list[InferdError] = []
+        for version_settings in settings:
+            try:
+                await self._load_version(model, version_settings)
+            except InferdError as error:
+                errors.append(error)
+        return errors
+
+    async def _load_version(self, model: _Model, settings: ModelSettings) -> None:
+        old = model.versions.get(settings.version)
+        new = ModelVersion(settings)
+        if old is None or old.state is not ModelState.READY:
+            model.versions[settings.version] = new
+        instance_id = next(self._instance_ids)
+        logger.info("Loading %s", new.settings.label)
+        started = time.perf_counter()
+        try:
+            new.instance = await self._pool.load(instance_id, settings)
+        except Exception as error:
+            await self._pool.unload(instance_id)
+            self._mark_failed(model, new, old, error)
+            raise _as_inferd_error(error) from error
+        new.stats = self.stats.of(settings.name, settings.version)
+        # Sequence batching (Triton's): each sequence's requests stay on one worker.
+        scheduler_class = Scheduler if settings.sequence_batching is None else SequenceScheduler
+        new.scheduler = scheduler_class(
+            self._pool,
+            instance_id,
+            settings,
+            new.stats,
+            new.instance.interleaved_streams,
+            server_max_queue_size=self._max_queue_size,
+        )
+        new.cache = self._bind_cache(settings, new.stats)
+        new.state = ModelState.READY
+        new.load_seconds = time.perf_counter() - started
+        model.versions[settings.version] = new
+        logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
+        if old is not None and old.scheduler is not None:
+            await self._retire(old)
+
+    def _bind_cache(self, settings: ModelSettings, stats: ModelStats) -> VersionCache | None:
+        """The version's response cache: on when both settings.json and its
+        model-settings.json set cache_enabled (MLServer's rule)."""
+        if not settings.cache_enabled:
+            return None
+        if self._cache is None:
+            logger.warning(
+                "%s sets cache_enabled, which has no effect: the server's response cache is "
+                "off (set cache_enabled in settings.json too)",
+                _capitalized(settings.label),
+            )
+            return None
+        return self._cache.bind(stats)
+
+    def _mark_failed(
+        self, model: _Model, new: ModelVersion, old: ModelVersion | None, error: Exception
+    ) -> None:
+        reason = _as_inferd_error(error).message
+        logger.error("Could not load %s: %s", new.settings.label, reason)
+        new.state = ModelState.UNAVAILABLE
+        new.reason = reason
+        if old is not None and old.state is ModelState.READY:
+            # The index shows why the files on disk are not what is being served.
+            old.reason = f"Reloading failed, the previous instance keeps serving: {reason}"
+            logger.warning(
+                "%s keeps serving the previously loaded instance", _capitalized(old.settings.label)
+            )
+
+    async def unload(self, name: str) -> None:
+        """Unload every version of ``name``; ModelNotFound if none is loaded."""
+        model = self._models.get(name)
+        if model is None:
+            raise ModelNotFound(name)
+        async with model.lock:
+            for version in list(model.versions):
+                await self._unload_version(model, version)
+            if not model.versions and self._models.get(name) is model:
+                del self._models[name]
+
+    async def _unload_version(self, model: _Model, version: str | None) -> None:
+        found = model.versions[version]
+        found.state = ModelState.UNLOADING
+        logger.info("Unloading %s", found.settings.label)
+        await self._retire(found)
+        del model.versions[version]
+        logger.info("Unloaded %s", found.settings.label)
+
+    async def _retire(self, version: ModelVersion) -> None:
+        cache, version.cache = version.cache, None
+        if cache is not None:
+            cache.close()
+        scheduler, version.scheduler = version.scheduler, None
+        if scheduler is not None:
+            await scheduler.close()
+            await self._pool.unload(scheduler.instance_id)
+
+    async def close(self) -> None:
+        for name in list(self._models):
+            await self.unload(name)
+
+
+def _default_version(versions: dict[str | None, ModelVersion]) -> ModelVersion:
+    """The unversioned entry if there is one, else the highest READY version."""
+    if None in versions:
+        return versions[None]
+    candidates = [v for v in versions.values() if v.state is ModelState.READY] or list(
+        versions.values()
+    )
+    return max(candidates, key=lambda v: _natural_key(v.version or ""))
+
+
+def _natural_key(text: str) -> list[tuple[int, int | str]]:
+    """Sort key under which "v10" comes after "v9"."""
+    return [
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", text)
+    ]
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _as_inferd_error(error: Exception) -> InferdError:
+    if isinstance(error, InferdError):
+        return error
+    if isinstance(error, ConfigurationError):
+        return InvalidRequest(str(error))
+    return ModelError(str(error) or type(error).__name__)

@@ -1,0 +1,280 @@
+"""Triton's shared memory extension: regions of system or CUDA shared memory, by name.
+
+A client on the same host registers a region under a name, then passes inputs and
+receives outputs by reference: the parameters ``shared_memory_region``,
+``shared_memory_offset`` and ``shared_memory_byte_size`` on an input or a requested
+output replace the tensor's data on the wire.
+
+Two kinds of region share one registry and one namespace, as in Triton: system
+regions (a POSIX shared memory object, :mod:`inferd.triton.shm_system`) and CUDA regions
+(GPU memory a client shares by IPC handle, :mod:`inferd.triton.shm_cuda`). Both live in
+the main process, which checks every use against the region's bounds and writes
+every output. A request names a region without saying its kind; status and
+unregister act on one kind, as the extension's two APIs do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from inferd.errors import ErrorCode, InferdError, InvalidRequest
+from inferd.tensors.datatypes import element_count, numpy_dtype
+from inferd.tensors.encoding import array_from_bytes, array_to_bytes, check_shape
+from inferd.triton.shm_cuda import CudaBackend, CudaMemory, cuda_backend
+from inferd.triton.shm_system import Mapping, object_name, remember
+
+REGION = "shared_memory_region"
+OFFSET = "shared_memory_offset"
+BYTE_SIZE = "shared_memory_byte_size"
+PARAMETERS = (REGION, OFFSET, BYTE_SIZE)
+SYSTEM = "system"
+CUDA = "cuda"
+_KIND_NAMES = {SYSTEM: "system shared memory", CUDA: "CUDA shared memory"}
+
+TURNED_OFF = (
+    "Shared memory (system and CUDA) is turned off on this server: set "
+    "shared_memory_enabled: true (INFERD_SHARED_MEMORY_ENABLED=true) to use it"
+)
+
+
+class RegionNotFound(InferdError):
+    """A status call named no region of its kind (Triton answers NOT_FOUND too)."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class RegionMemory(Protocol):
+    """The memory behind a region: a system object's mapping or a CUDA allocation."""
+
+    def check(self, what: str) -> None:
+        """InvalidRequest if the memory cannot be used any more."""
+        ...
+
+    def read(self, start: int, size: int) -> np.ndarray:
+        """``size`` bytes from ``start`` as a read-only uint8 array."""
+        ...
+
+    def write(self, start: int, raw: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Region:
+    """A registered region: ``byte_size`` bytes from ``offset`` of its memory."""
+
+    name: str
+    kind: str
+    offset: int
+    byte_size: int
+    memory: RegionMemory
+    details: dict[str, Any]  # what its status shows besides the name and byte size
+
+    def span(self, offset: int, size: int, what: str) -> int:
+        """Where ``size`` bytes at ``offset`` of the region start in its memory;
+        InvalidRequest naming the region if they do not lie inside it."""
+        if offset < 0 or size < 0 or offset + size > self.byte_size:
+            raise InvalidRequest(
+                f"{what}: {size} bytes at offset {offset} do not fit in shared memory region "
+                f"{self.name!r} of {self.byte_size} bytes"
+            )
+        self.memory.check(what)
+        return self.offset + offset
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, **self.details, "byte_size": self.byte_size}
+
+
+class SharedMemoryRegistry:
+    """The regions clients registered, by name; one per server (REST and gRPC share it).
+
+    ``cuda`` gives the CUDA runtime, asked for at the first CUDA register."""
+
+    def __init__(
+        self, key_prefix: str | None = None, cuda: Callable[[], CudaBackend] = cuda_backend
+    ) -> None:
+        self.key_prefix = object_name(key_prefix) if key_prefix else None
+        self._cuda = cuda
+        self._regions: dict[str, Region] = {}
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes from ``offset`` of the system shared memory
+        object ``key`` (as shm_open names it, "/name")."""
+        self._check_new(name)
+        if self.key_prefix is not None and not object_name(key).startswith(self.key_prefix):
+            raise InvalidRequest(
+                f"Shared memory key {key!r} is refused: this server only maps keys that "
+                f"start with '/{self.key_prefix}' (shared_memory_key_prefix)"
+            )
+        if offset < 0 or byte_size <= 0:
+            raise InvalidRequest(
+                f"Shared memory region {name!r}: offset must be >= 0 and byte_size > 0"
+            )
+        mapping = Mapping(key, offset + byte_size)
+        details = {"key": key, "offset": offset}
+        self._regions[name] = Region(name, SYSTEM, offset, byte_size, mapping, details)
+        remember(mapping)
+
+    def serves_cuda(self) -> bool:
+        """Whether CUDA regions can be registered here: the CUDA runtime loads and sees
+        a GPU (the runtime is asked once per process; server metadata lists it)."""
+        try:
+            self._cuda()
+        except InvalidRequest:
+            return False
+        return True
+
+    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes of the GPU allocation a CUDA IPC handle names."""
+        self._check_new(name)
+        if byte_size <= 0:
+            raise InvalidRequest(f"CUDA shared memory region {name!r}: byte_size must be > 0")
+        memory = CudaMemory(self._cuda(), name, raw_handle, device_id, byte_size)
+        details = {"device_id": device_id}
+        self._regions[name] = Region(name, CUDA, 0, byte_size, memory, details)
+
+    def _check_new(self, name: str) -> None:
+        if not name:
+            raise InvalidRequest("A shared memory region needs a name")
+        if name in self._regions:
+            kind = _KIND_NAMES[self._regions[name].kind]
+            raise InvalidRequest(
+                f"Shared memory region {name!r} is registered already (as {kind}); "
+                "unregister it first"
+            )
+
+    def unregister(self, name: str | None = None, kind: str = SYSTEM) -> None:
+        """Unregister one region of ``kind``, or every one when ``name`` is empty. A
+        name not registered as that kind is no error (as in Triton: a client's
+        clean-up may run twice, and clears both kinds whatever it registered)."""
+        for each in [name] if name else list(self._regions):
+            region = self._regions.get(each)
+            if region is not None and region.kind == kind:
+                del self._regions[each]
+                region.memory.close()
+
+    def close(self) -> None:
+        """Unregister every region of both kinds (the server stops)."""
+        for kind in _KIND_NAMES:
+            self.unregister(None, kind)
+
+    def status(self, name: str | None = None, kind: str = SYSTEM) -> list[dict[str, Any]]:
+        """The regions of ``kind``, or the one named; RegionNotFound if it is not one."""
+        if not name:
+            return [region.status() for region in self._regions.values() if region.kind == kind]
+        region = self._regions.get(name)
+        if region is None:
+            raise RegionNotFound(f"Status: no {_KIND_NAMES[kind]} region {name!r} is registered")
+        if region.kind != kind:
+            raise RegionNotFound(
+                f"Status: region {name!r} is registered as {_KIND_NAMES[region.kind]}, "
+                f"not {_KIND_NAMES[kind]}"
+            )
+        return [region.status()]
+
+    def region(self, name: Any, what: str) -> Region:
+        if not isinstance(name, str) or name not in self._regions:
+            raise InvalidRequest(f"{what}: no shared memory region {name!r} is registered")
+        return self._regions[name]
+
+
+# ---- tensors in shared memory ----------------------------------------------------------
+
+
+def _location(parameters: dict[str, Any], what: str) -> tuple[Any, int, int]:
+    """The region name, offset and byte size the parameters give."""
+    offset = parameters.get(OFFSET, 0)
+    size = parameters.get(BYTE_SIZE)
+    if size is None:
+        raise InvalidRequest(f"{what}: {REGION} needs {BYTE_SIZE} too")
+    for key, value in ((OFFSET, offset), (BYTE_SIZE, size)):
+        if type(value) is not int or value < 0:
+            raise InvalidRequest(f"{what}: {key} must be an integer >= 0, got {value!r}")
+    return parameters[REGION], offset, size
+
+
+def read_input(
+    regions: SharedMemoryRegistry | None,
+    name: str,
+    datatype: str,
+    shape: Any,
+    parameters: dict[str, Any],
+) -> np.ndarray:
+    """The input ``name`` from its region, for fixed-size datatypes read-only: a view
+    of a system region's memory, a host copy of a CUDA region's; decoded elements for
+    BYTES (Triton's 4-byte length prefixed format)."""
+    what = f"Input {name!r}"
+    if regions is None:
+        raise InvalidRequest(f"{what} names a shared memory region. {TURNED_OFF}")
+    region_name, offset, size = _location(parameters, what)
+    region = regions.region(region_name, what)
+    start = region.span(offset, size, what)
+    if datatype != "BYTES":
+        expected = element_count(check_shape(name, shape)) * numpy_dtype(datatype).itemsize
+        if size != expected:
+            raise InvalidRequest(
+                f"{what}: shape {list(shape)} of {datatype} needs {expected} bytes, "
+                f"{BYTE_SIZE} is {size} (region {region_name!r})"
+            )
+    return array_from_bytes(name, datatype, shape, region.memory.read(start, size))
+
+
+def check_outputs(regions: SharedMemoryRegistry | None, outputs: Any) -> bool:
+    """Whether any requested output goes to shared memory, checking (before the model
+    runs) that its region is registered and its parameters make sense."""
+    shared = False
+    for output in outputs:
+        if REGION not in output.parameters:
+            continue
+        what = f"Output {output.name!r}"
+        if regions is None:
+            raise InvalidRequest(f"{what} names a shared memory region. {TURNED_OFF}")
+        region_name, offset, size = _location(output.parameters, what)
+        regions.region(region_name, what).span(offset, size, what)
+        shared = True
+    return shared
+
+
+def write_outputs(
+    regions: SharedMemoryRegistry, outputs: Any, tensors: Any
+) -> dict[str, dict[str, Any]]:
+    """Write each output the request directs to shared memory into its region; the
+    parameters its answer carries instead of data, by output name."""
+    written: dict[str, dict[str, Any]] = {}
+    by_name = {tensor.name: tensor for tensor in tensors}
+    for output in outputs:
+        tensor = by_name.get(output.name)
+        if tensor is None or REGION not in output.parameters:
+            continue
+        what = f"Output {output.name!r}"
+        region_name, offset, size = _location(output.parameters, what)
+        region = regions.region(region_name, what)
+        written[output.name] = _write(region, offset, size, tensor.data, what)
+    return written
+
+
+def _write(region: Region, offset: int, size: int, data: np.ndarray, what: str) -> dict[str, Any]:
+    if data.dtype.kind in "OSU":
+        raw: Any = np.frombuffer(array_to_bytes(data), np.uint8)
+    else:
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if raw.nbytes > size:
+        raise InvalidRequest(
+            f"{what} is {raw.nbytes} bytes, more than the {size} bytes given in shared "
+            f"memory region {region.name!r} ({BYTE_SIZE}); give it at least {raw.nbytes}"
+        )
+    start = region.span(offset, raw.nbytes, what)
+    region.memory.write(start, raw)
+    answer: dict[str, Any] = {REGION: region.name, BYTE_SIZE: raw.nbytes}
+    if offset:
+        answer[OFFSET] = offset
+    return answer
+
+
+def without_location(parameters: dict[str, Any]) -> dict[str, Any]:
+    """An input's parameters less the shared memory ones (the model gets its data)."""
+    return {key: value for key, value in parameters.items() if key not in PARAMETERS}
