@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import soak
+from . import scale, soak
 from .harness import run_rounds
 from .options import MLSERVER_PYTHON_ENV, Options, parse_options
 from .results import (
@@ -94,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         soak_args = soak.parse(args[1:])
         use_inferd_source(soak_args.inferd_src)
         return soak.run(soak_args)
+    if args[:1] == [scale.NAME]:  # several servers per run, pinned: a command of its own
+        scale_options = scale.parse(args[1:])
+        use_inferd_source(scale_options.inferd_src)
+        return scale.run(scale_options)
     options = parse_options(list(SCENARIOS.values()), argv)
     use_inferd_source(options.programs.inferd_src)
     scenario = SCENARIOS[options.scenario](options)

@@ -50,3 +50,27 @@ def test_the_shm_scenario_compares_the_three_ways_to_send_a_tensor(tmp_path: Pat
     assert set(figures["summary"]["1MiB c1"]) == set(runs)
     assert "shm/http-binary: req/s x" in done.stdout
     assert figures["failures"] == []
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None or shutil.which("h2load") is None,
+    reason="wrk or h2load (nghttp2-client) is not installed",
+)
+def test_the_scale_command_measures_two_replicas_over_both_protocols(tmp_path: Path) -> None:
+    """Two independent servers at once, each answer checked, their CPU read (~15 s)."""
+    out = tmp_path / "scale.json"
+    brief = ["--models", "light", "--workers", "--replicas", "2", "--duration", "1"]
+    command = [sys.executable, "-m", "benchmarks", "scale", *brief, "--warmup", "0",
+               "--json-out", str(out)]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    windows = {window["protocol"]: window for window in figures["windows"]}
+    assert set(windows) == {"rest", "grpc"} and figures["failures"] == []
+    for window in windows.values():
+        assert (window["layout"], window["errors"], len(window["per_server"])) == ("2 x 0", 0, 2)
+        assert all(server["requests"] > 0 for server in window["per_server"])
+        assert window["cores_busy"] > 0 and 0 < window["main_share"] <= 1.5
+    assert "| 2 x 0 (replicas) | **" in done.stdout

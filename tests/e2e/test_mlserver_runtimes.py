@@ -165,6 +165,19 @@ def test_predict_stream_over_server_sent_events(rest: httpx.Client) -> None:
     assert [event["outputs"][0]["data"] for event in events] == [["one"], ["two"], ["three"]]
 
 
+def test_generate_stream_takes_mlservers_v2_body(rest: httpx.Client) -> None:
+    # MLServer 1.7 serves generate_stream as infer_stream: a V2 request, V2 events.
+    text = {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["one two"]}
+    body = {"id": "g-1", "inputs": [text]}
+    with rest.stream("POST", "/v2/models/stream-model/generate_stream", json=body) as r:
+        assert r.status_code == 200, r.read()
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    assert [(e["model_name"], e["id"]) for e in events] == [("stream-model", "g-1")] * 2
+    assert [e["outputs"][0]["data"] for e in events] == [["one"], ["two"]]
+
+
 def test_predict_stream_over_grpc(server: ServerProcess) -> None:
     answers: queue.Queue[Any] = queue.Queue()
     with triton_grpc.InferenceServerClient(server.grpc_address) as client:
@@ -199,6 +212,8 @@ def test_request_headers_reach_the_model_and_its_headers_come_back(
     )
     assert response.status_code == 200 and response.headers["x-echo-tag"] == "blue"
     assert "headers" not in response.json()["parameters"]
+    flat = rest.post("/v2/models/handler-model/generate", json={"x": 1}, headers={"X-Tag": "red"})
+    assert flat.status_code == 200 and flat.headers["x-echo-tag"] == "red"
     x = triton_grpc.InferInput("x", [1], "INT32")
     x.set_data_from_numpy(np.array([1], dtype=np.int32))
     result = grpc_client.infer("handler-model", [x], headers={"x-tag": "green"})

@@ -72,7 +72,17 @@ def test_server_metadata_lists_the_implemented_extensions(rest: httpx.Client) ->
     assert response.json() == {
         "name": "inferd",
         "version": __version__,
-        "extensions": ["model_repository", "binary_tensor_data", "statistics"],
+        "extensions": [
+            "sequence",
+            "model_repository",
+            "schedule_policy",
+            "model_configuration",
+            "binary_tensor_data",
+            "parameters",
+            "statistics",
+            "logging",
+            "generate",
+        ],
     }
 
 

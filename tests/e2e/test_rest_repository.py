@@ -114,7 +114,9 @@ def test_unload_then_load_again(client: httpx.Client, repo_server: ServerProcess
         404,
         {"error": "Request for unknown model: 'toggled' is not found"},
     )
-    assert client.get("/v2/models/toggled/ready").status_code == 404
+    # Still in the repository: not ready, not unknown (as Triton answers).
+    ready = client.get("/v2/models/toggled/ready")
+    assert (ready.status_code, ready.json()) == (503, {"name": "toggled", "ready": False})
     assert [item["state"] for item in entry(client, "toggled")] == ["UNAVAILABLE"]
     assert load(client, "toggled").status_code == 200
     assert output(infer(client, "toggled"), "x") == [7]

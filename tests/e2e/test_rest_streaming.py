@@ -110,3 +110,37 @@ def test_generate_stream_takes_a_flat_body(streaming_server: ServerProcess) -> N
     assert [event["text_output"] for event in got] == ["tok0", "tok1", "tok2"]
     assert [event["index"] for event in got] == [0, 1, 2]
     assert {event["model_name"] for event in got} == {"tokens"}
+
+
+def test_generate_stream_takes_a_v2_request_and_answers_v2_events(
+    streaming_server: ServerProcess,
+) -> None:
+    # MLServer's generate_stream is its infer_stream: its clients send V2 requests.
+    url = f"{streaming_server.url}/v2/models/tokens/generate_stream"
+    with httpx.stream("POST", url, json=body("v2", count=3), timeout=30) as sse:
+        assert sse.status_code == 200, sse.read()
+        got = list(events(sse))
+    assert [kind for kind, _, _ in got] == ["message"] * 3
+    assert [index(data) for _, data, _ in got] == [0, 1, 2]
+    for _, data, _ in got:
+        assert (data["model_name"], data["id"]) == ("tokens", "v2")
+    texts = [o for _, data, _ in got for o in data["outputs"] if o["name"] == "text_output"]
+    assert [(o["datatype"], o["shape"], o["data"]) for o in texts] == [
+        ("BYTES", [1], [f"tok{i}"]) for i in range(3)
+    ]
+
+
+def test_generate_takes_a_v2_request_and_answers_as_infer(streaming_server: ServerProcess) -> None:
+    v2 = {"id": "g", "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+    generate = httpx.post(f"{streaming_server.url}/v2/models/double/generate", json=v2, timeout=30)
+    infer = httpx.post(f"{streaming_server.url}/v2/models/double/infer", json=v2, timeout=30)
+    assert generate.status_code == 200, generate.text
+    assert generate.headers["content-type"] == infer.headers["content-type"]
+    answer = generate.json()
+    assert answer["id"] == "g" and answer["model_name"] == "double"
+    (y,) = [o for o in answer["outputs"] if o["name"] == "y"]
+    assert (y["datatype"], y["shape"], y["data"]) == ("FP32", [2], [2.0, 4.0])
+    flat = httpx.post(
+        f"{streaming_server.url}/v2/models/double/generate", json={"x": [1.0, 2.0]}, timeout=30
+    )
+    assert flat.status_code == 200 and flat.json()["y"] == [2.0, 4.0]

@@ -33,6 +33,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
         repository, "batched", "Echo", inputs=INPUTS, max_batch_size=4, max_batch_time=0.001
     )
     add_custom_model(repository, "tunable", "Echo", inputs=INPUTS)
+    add_custom_model(repository, "unloadable", "Echo", inputs=INPUTS)
     add_custom_model(repository, "double/v1", "AsyncDouble", parameters={"version": "1"})
     add_custom_model(repository, "double/v2", "AsyncDouble", parameters={"version": "2"})
     process = start_server(repository)
@@ -203,6 +204,77 @@ def test_files_in_a_load_are_refused(http_client: triton_http.InferenceServerCli
         http_client.load_model("plain", config="{}", files={"file:1/model.py": b"import os"})
     assert "file parameters (file:1/model.py) are refused" in raised.value.message()
     assert raised.value.status() == "400"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_model_control_example_unloads_then_is_refused_a_long_file_path(
+    http_client: triton_http.InferenceServerClient,
+    grpc_client: triton_grpc.InferenceServerClient,
+    triton_server: ServerProcess,
+    protocol: str,
+) -> None:
+    """simple_grpc_model_control.py's steps: a model of the repository unloaded is
+    not ready (not unknown); a load whose file path has a component longer than
+    NAME_MAX is refused as an invalid argument, writes nothing and loads nothing."""
+    client: Any = http_client if protocol == "http" else grpc_client
+    status = "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
+    folder = triton_server.repository / "unloadable"
+    before = sorted(path.name for path in folder.rglob("*"))
+    client.load_model("unloadable")
+    assert client.is_model_ready("unloadable")
+    client.unload_model("unloadable")
+    assert client.is_model_ready("unloadable") is False
+    with pytest.raises(InferenceServerException) as raised:
+        client.load_model("unloadable", config="{}", files={"file:" + "A" * 256: b"a"})
+    message = raised.value.message()
+    assert raised.value.status() == status
+    assert message.startswith("failed to load 'unloadable': Invalid file path 'file:AAA")
+    assert "256 bytes long, over the 255 bytes a file name may have (NAME_MAX)" in message
+    assert len(message) < 500  # the 261-character name is not repeated whole
+    assert client.is_server_live() and client.is_model_ready("unloadable") is False
+    assert sorted(path.name for path in folder.rglob("*")) == before
+    assert echoes(client, triton_http if protocol == "http" else triton_grpc, "plain")
+
+
+def test_an_unloaded_model_answers_not_ready_and_an_unknown_one_not_found(
+    grpc_client: triton_grpc.InferenceServerClient, triton_server: ServerProcess
+) -> None:
+    """The ready route: 503 with ``ready: false`` for a model of the repository that
+    is not loaded (as for one loading), 404 for a name the repository does not hold;
+    ModelReady over gRPC answers ``ready: false`` for the first only."""
+    grpc_client.load_model("unloadable")
+    grpc_client.unload_model("unloadable")
+    try:
+        ready = httpx.get(f"{triton_server.url}/v2/models/unloadable/ready", timeout=10)
+        assert (ready.status_code, ready.json()) == (503, {"name": "unloadable", "ready": False})
+        assert grpc_client.is_model_ready("unloadable") is False
+        for name, version in (("nope", ""), ("unloadable", "3")):
+            url = f"{triton_server.url}/v2/models/{name}{'/versions/' + version if version else ''}"
+            assert httpx.get(f"{url}/ready", timeout=10).status_code == 404
+            with pytest.raises(InferenceServerException) as raised:
+                grpc_client.is_model_ready(name, version)
+            assert raised.value.status() == "StatusCode.NOT_FOUND"
+    finally:
+        grpc_client.load_model("unloadable")
+    assert grpc_client.is_model_ready("unloadable")
+
+
+def test_a_very_long_name_in_an_error_still_answers_over_grpc(
+    grpc_client: triton_grpc.InferenceServerClient,
+) -> None:
+    """An error that repeats what the client sent is cut to fit gRPC's headers: the
+    client gets the status it should, not RESOURCE_EXHAUSTED for an oversized header."""
+    name = "n" * 20_000
+    with pytest.raises(InferenceServerException) as raised:
+        grpc_client.get_model_metadata(name)
+    assert raised.value.status() == "StatusCode.NOT_FOUND"
+    assert raised.value.message().startswith("Request for unknown model: 'nnn")
+    cut = f"... (cut; the message has {len(unknown(name))} characters)"
+    assert raised.value.message().endswith(cut) and len(raised.value.message()) <= 2048
+    with pytest.raises(InferenceServerException) as raised:
+        grpc_client.load_model("plain", config="{}", files={"file:" + "B" * 20_000: b"b"})
+    assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "Invalid file path" in raised.value.message()
 
 
 def test_log_settings_over_both_protocols(

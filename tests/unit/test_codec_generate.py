@@ -15,6 +15,7 @@ from inferd.server.rest.codec_generate import (
     encode_generate_response,
     fit_shape,
     flat_value,
+    is_v2_body,
 )
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, Tensor
 
@@ -228,3 +229,32 @@ def test_an_output_that_is_not_text_is_refused() -> None:
     with pytest.raises(InvalidRequest) as refused:
         encode_generate_response(response)
     assert "not UTF-8" in refused.value.message
+
+
+# ---- V2 bodies on the generate routes (MLServer's aliases of infer) ----
+
+
+@pytest.mark.parametrize(
+    ("body", "binary", "v2"),
+    [
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}',
+            False,
+            True,
+        ),
+        (b'{"id": "a", "inputs" : [ \n {"name": "x"}], "outputs": []}', False, True),
+        (b'{"inputs": [1, 2]}', False, False),  # a flat input named "inputs"
+        (b'{"inputs": []}', False, False),
+        (b'{"inputs": "text"}', False, False),
+        (b'{"text_input": [{"a": 1}]}', False, False),
+        (b'{"text_input": "hi"}', False, False),
+        (b'[{"inputs": [{}]}]', False, False),
+        (b"not json", False, False),
+        (b"", False, False),
+        (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", False, False),
+        (b"\xff\xfe", False, False),
+        (b'{"inputs": [{"name": "x", "parameters": {"binary_data_size": 4}}]}\x00\x00', True, True),
+    ],
+)
+def test_a_v2_body_is_one_whose_inputs_are_objects(body: bytes, binary: bool, v2: bool) -> None:
+    assert is_v2_body(body, binary) is v2

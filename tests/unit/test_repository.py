@@ -215,3 +215,16 @@ def test_a_uri_from_the_environment_is_the_operators(
     add_model(tmp_path, "iris")
     (found,) = ModelRepository(tmp_path).find_all()
     assert found.uri == Path("/mnt/models/iris.joblib")
+
+
+def test_holds_names_the_models_on_disk_loaded_or_not(tmp_path: Path) -> None:
+    add_model(tmp_path, "plain", name="plain")
+    add_model(tmp_path, "double/v1", name="double", parameters={"version": "1"})
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "model-settings.json").write_text("{not json")
+    repository = ModelRepository(tmp_path)
+    assert repository.holds("plain") and repository.holds("double")
+    assert repository.holds("double", "1") and not repository.holds("double", "2")
+    assert repository.holds("bad")  # its folder is there, its settings broken
+    assert not repository.holds("nope") and not repository.holds("plain", "1")
+    assert not ModelRepository(tmp_path / "gone").holds("plain")

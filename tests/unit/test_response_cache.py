@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from inferd.custom_calls import HandlerCall, handler_request
 from inferd.observability.stats import ModelStats
 from inferd.protocol import pb
 from inferd.server.grpc.codec import decode_infer_request as decode_grpc
@@ -146,6 +147,26 @@ def test_requests_of_a_sequence_are_not_cached() -> None:
     request = base()
     request.parameters["sequence_id"] = 7
     assert request_digest(request) is None
+
+
+def test_calls_to_a_runtime_s_own_routes_are_not_cached() -> None:
+    # @custom_handler routes and MLflow's /invocations may change state each call.
+    call = HandlerCall("bump", b"{}", "", {"accept": "*/*"})
+    assert request_digest(handler_request(call)) is None
+
+
+def test_a_stored_answer_keeps_the_parameters_it_was_stored_with() -> None:
+    # The data plane takes a runtime's response headers out of the answer it sends
+    # after storing it: a later hit must still carry them.
+    cache = ResponseCache(10).bind(ModelStats("m", None))
+    key, _ = cache.lookup(base())
+    assert key is not None
+    sent = answer(1.0)
+    sent.parameters["headers"] = {"x-model": "m"}
+    cache.store(key, sent)
+    sent.parameters.pop("headers")
+    _, hit = cache.lookup(base())
+    assert hit is not None and hit.parameters == {"headers": {"x-model": "m"}}
 
 
 def answer(value: float) -> InferenceResponse:

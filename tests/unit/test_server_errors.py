@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect
 
 from inferd.errors import ErrorCode, InferdError, ModelNotFound, Overloaded
 from inferd.server.errors import (
+    GRPC_MESSAGE_BYTES,
     GRPC_STATUS_BY_ERROR_CODE,
     HTTP_STATUS_BY_ERROR_CODE,
     grpc_error,
@@ -73,3 +74,14 @@ def test_unexpected_errors_are_logged_and_told_apart_from_core_errors(
         ("Unexpected error serving POST /v2/x", True),
         ("Unexpected error serving gRPC ModelInfer", True),
     ]
+
+
+def test_a_grpc_message_is_cut_to_fit_the_trailer_and_says_so() -> None:
+    short = InferdError("short")
+    assert grpc_error(short, "x")[1] == "short"
+    long = InferdError("é" * 5000)  # two bytes each in UTF-8
+    _, message, _ = grpc_error(long, "x")
+    assert len(message.encode()) <= GRPC_MESSAGE_BYTES
+    assert message.startswith("éé") and message.endswith("(cut; the message has 5000 characters)")
+    # REST bodies carry it whole.
+    assert len(orjson.loads(http_error(long, "x")[1])["error"]) == 5000

@@ -214,6 +214,7 @@ def test_without_cuda_register_is_the_clear_400(monkeypatch: pytest.MonkeyPatch)
     shm_cuda._loaded.cache_clear()
     try:
         regions = shm.SharedMemoryRegistry()
+        assert not regions.serves_cuda()  # server metadata leaves cuda_shared_memory out
         expected = "CUDA shared memory is not supported on this server: no CUDA runtime"
         with pytest.raises(InvalidRequest, match=expected):
             regions.register_cuda("r", b"\0" * 64, 0, 16)
@@ -224,6 +225,10 @@ def test_without_cuda_register_is_the_clear_400(monkeypatch: pytest.MonkeyPatch)
         shm_cuda._loaded.cache_clear()
         with pytest.raises(InvalidRequest, match="the CUDA runtime sees no GPU"):
             regions.register_cuda("r", b"\0" * 64, 0, 16)
+        assert not regions.serves_cuda()
+        monkeypatch.setattr(shm_cuda, "load_runtime", lambda: fake_cudart_runtime(1))
+        shm_cuda._loaded.cache_clear()
+        assert regions.serves_cuda()
     finally:
         shm_cuda._loaded.cache_clear()
 

@@ -264,3 +264,34 @@ def test_load_parameters_refuse_files_and_take_config() -> None:
         InvalidRequest, match=re.escape("Repository parameters (poll) are not supported")
     ):
         load_config("m", {"poll": True}, ignored=frozenset())
+
+
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        ("A" * 256, "a component of the path is 256 bytes long, over the 255 bytes"),
+        ("1/" + "é" * 128, "a component of the path is 256 bytes long"),  # bytes, not characters
+        ("", "the path is empty"),
+        ("/etc/passwd", "the path is absolute"),
+        ("1/../../x", "the path leaves the model's folder (..)"),
+    ],
+)
+def test_an_invalid_file_path_is_named_as_triton_words_it(path: str, problem: str) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        load_config("m", {"config": "{}", "file:" + path: b"x"}, ignored=frozenset())
+    message = raised.value.message
+    assert message.startswith("failed to load 'm': Invalid file path 'file:")
+    assert problem in message and "File parameters are refused in any case" in message
+    assert len(message) < 400  # a long path is cut in the message
+
+
+def test_a_valid_file_path_is_refused_too_and_long_lists_are_cut() -> None:
+    ok = {"config": "{}", "file:1/model.py": b"x", "file:" + "A" * 255: b"x"}
+    with pytest.raises(InvalidRequest) as raised:
+        load_config("m", ok, ignored=frozenset())
+    assert "file parameters (file:1/model.py, 'file:AAA" in raised.value.message
+    assert "(260 characters)) are refused" in raised.value.message
+    with pytest.raises(
+        InvalidRequest, match=re.escape("(p0, p1, p2, p3, p4 and 4 more) are not supported")
+    ):
+        load_config("m", {f"p{i}": 1 for i in range(9)}, ignored=frozenset())

@@ -40,6 +40,7 @@ from inferd.dispatch.queueing import (
     request_priority,
     request_timeout,
 )
+from inferd.dispatch.sequences import warn_unrouted
 from inferd.dispatch.stream_limit import StreamLimit
 from inferd.errors import ModelNotReady
 from inferd.observability.stats import ModelStats, rows_of
@@ -95,6 +96,7 @@ class Scheduler:
         self._drained: asyncio.Event | None = None
         # Where waits, executions and batch sizes are counted (None: nowhere).
         self._stats = stats
+        self._told_unrouted = False  # logged that requests name sequences it does not route
         # Streams of an async-generator predict_stream hold no slot; a limit bounds them.
         self._interleaved = (
             StreamLimit(settings, self._label, self._notify_if_drained)
@@ -229,6 +231,8 @@ class Scheduler:
         policy = self._queue.policy
         request_priority(request, policy.default_priority_level)
         request_timeout(request, policy.timeout)
+        if not self._told_unrouted and request.parameters.get("sequence_id"):
+            self._told_unrouted = warn_unrouted(self._label)
 
     async def _wait_for_slot(
         self,

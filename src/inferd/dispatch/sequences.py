@@ -24,6 +24,7 @@ Tested with a fake clock, without an event loop.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Container, Mapping
@@ -33,12 +34,29 @@ from typing import Any
 from inferd.errors import InvalidRequest
 from inferd.workers.base import Holder
 
+logger = logging.getLogger(__name__)
+
 SequenceId = int | str
 Clock = Callable[[], float]
 
 MAX_SEQUENCE_ID = 2**64 - 1
 # Closed sequences whose reason a late request still gets (older ones: "not open").
 REMEMBERED = 4096
+
+
+def warn_unrouted(label: str) -> bool:
+    """Log that ``label``, which has no sequence batching, got a request naming a
+    sequence: nothing keeps that sequence on one worker, so a stateful runtime sees
+    requests of sequences it never started (calls sent one at a time may all land on
+    one idle worker by luck; a stream's requests in flight spread). True: logged."""
+    logger.warning(
+        "%s got a request with a sequence_id but has no sequence_batching: requests of "
+        "one sequence may run in different worker processes and out of order. Give its "
+        'model-settings.json "sequence_batching": {} to keep each sequence on one '
+        "worker, in order (Triton's sequence batcher)",
+        label[0].upper() + label[1:],
+    )
+    return True
 
 
 @dataclass(frozen=True, slots=True)

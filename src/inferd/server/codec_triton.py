@@ -2,7 +2,8 @@
 
 REST and gRPC read a load's parameters the same way (:func:`load_config`): the
 ``config`` parameter is the JSON override (inferd.triton.override); ``file:*``
-parameters, which would write files into the model's folder, are refused.
+parameters, which would write files into the model's folder, are refused (one
+whose path could name no file as Triton words it: ``Invalid file path``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ from inferd.errors import InvalidRequest
 from inferd.protocol import pb
 
 FILE_PARAMETER = "file:"
+# The longest file name (one path component) a file system takes, in bytes (NAME_MAX).
+NAME_MAX = 255
+# How much of a name the client chose an error repeats, and how many such names:
+# an answer must not grow with what the client sent (gRPC carries it in a header).
+SHOWN_CHARACTERS = 64
+SHOWN_NAMES = 5
+NO_FILES = (
+    "a client may not write files into the model repository; put the model's "
+    "files in its folder on the server"
+)
 
 
 def load_config(name: str, parameters: Mapping[str, Any], ignored: frozenset[str]) -> str | None:
@@ -26,21 +37,65 @@ def load_config(name: str, parameters: Mapping[str, Any], ignored: frozenset[str
     refused (REST passes every name it does not know here as ignored)."""
     files = sorted(key for key in parameters if key.startswith(FILE_PARAMETER))
     if files:
-        raise InvalidRequest(
-            f"failed to load '{name}': file parameters ({', '.join(files)}) are refused: "
-            "a client may not write files into the model repository; put the model's "
-            "files in its folder on the server"
-        )
+        raise _files_refused(name, files)
     unsupported = sorted(set(parameters) - ignored - {"config"})
     if unsupported:
         raise InvalidRequest(
-            f"Repository parameters ({', '.join(unsupported)}) are not supported; "
+            f"Repository parameters ({_listed(unsupported)}) are not supported; "
             "a load takes only 'config' (a JSON configuration override)"
         )
     config = parameters.get("config")
     if "config" in parameters and not isinstance(config, str):
         raise InvalidRequest(f"failed to load '{name}': the config parameter must be a string")
     return config
+
+
+def _files_refused(name: str, files: list[str]) -> InvalidRequest:
+    """Why the load's ``file:`` parameters are refused: the first path that could not
+    name a file (as Triton words it), else that inferd writes no files for a client."""
+    for key in files:
+        problem = _path_problem(key.removeprefix(FILE_PARAMETER))
+        if problem:
+            return InvalidRequest(
+                f"failed to load '{name}': Invalid file path {_shown(key)}: {problem}. "
+                f"File parameters are refused in any case: {NO_FILES}"
+            )
+    return InvalidRequest(
+        f"failed to load '{name}': file parameters ({_listed(files)}) are refused: {NO_FILES}"
+    )
+
+
+def _path_problem(path: str) -> str | None:
+    """What makes ``path`` (relative to the model's folder) name no file; None: nothing."""
+    if not path:
+        return "the path is empty"
+    if path.startswith("/"):
+        return "the path is absolute; a model's files are named relative to its folder"
+    for part in path.split("/"):
+        if part == "..":
+            return "the path leaves the model's folder (..)"
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > NAME_MAX:
+            return (
+                f"a component of the path is {size} bytes long, over the {NAME_MAX} bytes "
+                "a file name may have (NAME_MAX)"
+            )
+    return None
+
+
+def _shown(key: str) -> str:
+    """``key`` quoted, cut to SHOWN_CHARACTERS (saying how long it was)."""
+    if len(key) <= SHOWN_CHARACTERS:
+        return repr(key)
+    return f"{key[:SHOWN_CHARACTERS]!r}... ({len(key)} characters)"
+
+
+def _listed(keys: list[str]) -> str:
+    shown = ", ".join(
+        key if len(key) <= SHOWN_CHARACTERS else _shown(key) for key in keys[:SHOWN_NAMES]
+    )
+    more = len(keys) - SHOWN_NAMES
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def decode_load_request(name: str, body: bytes) -> str | None:

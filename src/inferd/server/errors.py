@@ -45,6 +45,11 @@ INTERNAL_ERROR = "Internal server error; see the server logs"
 CLIENT_CLOSED_REQUEST = 499
 CLIENT_DISCONNECTED = "The client disconnected"
 RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
+# Most bytes of a message a gRPC status carries. It travels in the grpc-message
+# trailer, percent-encoded (up to three times longer), and a client drops a call whose
+# headers pass 8 KiB (gRPC's soft limit) with RESOURCE_EXHAUSTED in place of the answer;
+# a message can repeat what the client sent (a name), so it is cut to fit.
+GRPC_MESSAGE_BYTES = 2048
 
 HttpHeaders = list[tuple[bytes, bytes]]
 _JSON_HEADERS: HttpHeaders = [(b"content-type", JSON_CONTENT_TYPE.encode())]
@@ -79,6 +84,16 @@ def grpc_error(
         if error.retry_after is not None:
             pushback = str(max(1, round(error.retry_after * 1000)))
             metadata = ((RETRY_PUSHBACK_KEY, pushback),)
-        return GRPC_STATUS_BY_ERROR_CODE[error.code], error.message, metadata
+        return GRPC_STATUS_BY_ERROR_CODE[error.code], _fit_for_grpc(error.message), metadata
     logger.error("Unexpected error serving %s", serving, exc_info=error)
     return grpc.StatusCode.INTERNAL, INTERNAL_ERROR, ()
+
+
+def _fit_for_grpc(message: str) -> str:
+    """``message``, cut to GRPC_MESSAGE_BYTES of UTF-8 (saying so) when longer."""
+    encoded = message.encode("utf-8", "replace")
+    if len(encoded) <= GRPC_MESSAGE_BYTES:
+        return message
+    note = f"... (cut; the message has {len(message)} characters)"
+    kept = encoded[: GRPC_MESSAGE_BYTES - len(note)].decode("utf-8", "ignore")
+    return kept + note

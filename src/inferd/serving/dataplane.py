@@ -20,6 +20,7 @@ from inferd.errors import (
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.drain import STOPPED, Drain
+from inferd.serving.extensions import served_extensions
 from inferd.serving.registry import ModelVersion, Registry
 from inferd.serving.repository import ModelRepository, RepositoryScan
 from inferd.serving.runtime_headers import pass_headers, take_response_headers
@@ -42,9 +43,6 @@ logger = logging.getLogger(__name__)
 # One debug line per inference request; a logger of its own so that logging_settings
 # can turn request logs on or off without touching the rest.
 request_logger = logging.getLogger("inferd.requests")
-
-# Protocol extensions every inferd server implements.
-EXTENSIONS = ["model_repository", "binary_tensor_data", "statistics"]
 
 # The index's reason for a model that is on disk but not loaded.
 NOT_LOADED = "Not loaded (found in the model repository)"
@@ -83,20 +81,22 @@ class DataPlane:
         return instance is not None and instance.streams
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        """Whether the version is READY and the server takes requests for it."""
-        ready = self.registry.find(name, version).state is ModelState.READY
-        return ready and not self.drain.closed
+        """Whether it is READY and taking requests (False for a repository model not loaded)."""
+        try:
+            found = self.registry.find(name, version)
+        except ModelNotFound:
+            if self.repository.holds(name, version):
+                return False
+            raise  # a name the repository does not hold either
+        return found.state is ModelState.READY and not self.drain.closed
 
     # Metadata
 
     def server_metadata(self) -> ServerMetadata:
-        extensions = EXTENSIONS + [e for e in self.settings.extensions if e not in EXTENSIONS]
-        if self.shared_memory is not None and "system_shared_memory" not in extensions:
-            extensions.append("system_shared_memory")
         return ServerMetadata(
             name=self.settings.server_name,
             version=self.settings.server_version,
-            extensions=extensions,
+            extensions=served_extensions(self.settings, self.shared_memory),
         )
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
@@ -159,15 +159,17 @@ class DataPlane:
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
-        if instance.wants_headers:
-            pass_headers(request, context)
         started = time.perf_counter_ns()
         cache, cache_key = found.cache, None
-        if cache is not None:
+        if cache is not None:  # before the headers join the parameters: not in the key
             cache_key, cached = cache.lookup(request)
             if cached is not None:
                 _record_end(stats, request, started)
+                if instance.wants_headers:
+                    take_response_headers(cached, context)
                 return cached
+        if instance.wants_headers:
+            pass_headers(request, context)
         try:
             response = _finish(await scheduler.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too

@@ -95,6 +95,20 @@ class ModelRepository:
         _check_unique_versions(found)
         return found
 
+    def holds(self, name: str, version: str | None = None) -> bool:
+        """Whether the repository on disk has a model ``name`` (in ``version``, when
+        given), loaded or not; a folder of that name with broken settings counts."""
+        try:
+            scan = self.scan()
+        except ConfigurationError:
+            return False  # no readable repository: it holds nothing
+        if any(broken.folder == name for broken in scan.broken):
+            return True
+        return any(
+            found.name == name and (version is None or found.version == version)
+            for found in scan.models
+        )
+
     def scan(self) -> RepositoryScan:
         """Read every ``model-settings.json`` now, keeping the broken ones apart."""
         scan = RepositoryScan()

@@ -16,10 +16,15 @@ only how or when the answer travels, never what it is:
 - request parameters ``priority``, ``timeout`` (queueing), ``binary_data_output``
   (REST encoding) and ``raw_output`` (gRPC encoding);
 - the per-output ``binary_data`` parameter (REST encoding);
-- the request id: a hit answers with the new request's id.
+- the request id: a hit answers with the new request's id;
+- the request's headers, which the data plane hands to an MLServer ``MLModel``
+  only after the lookup (a hit answers with the headers the model set on the answer
+  it reuses).
 
-A request with a ``sequence_id`` is never cached (a stateful model's answer depends
-on what came before). Streams are not cached.
+Never cached: a request with a ``sequence_id`` (a stateful model's answer depends
+on what came before), a call to a runtime's own route (``@custom_handler``,
+MLflow's ``/invocations``: handlers may change state, and one that reads state,
+such as a counter, must read it each time), and streams.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.custom_calls import is_handler_call
 from inferd.observability.stats import ModelStats
 from inferd.tensors.datatypes import datatype_of
 from inferd.tensors.encoding import array_to_bytes
@@ -47,7 +53,7 @@ Key = tuple[int, bytes]  # (the version's binding, the request's digest)
 def request_digest(request: InferenceRequest) -> bytes | None:
     """The request's hash as the cache keys it; None when it must not be cached."""
     parameters = request.parameters
-    if parameters and not STATEFUL_PARAMETERS.isdisjoint(parameters):
+    if parameters and (not STATEFUL_PARAMETERS.isdisjoint(parameters) or is_handler_call(request)):
         return None
     digest = hashlib.blake2b(digest_size=20)
     for tensor in request.inputs:
@@ -152,10 +158,18 @@ class VersionCache:
         return key, answer
 
     def store(self, key: Key, response: InferenceResponse) -> None:
-        """Keep the answer of a request that missed (unless the version is gone)."""
+        """Keep the answer of a request that missed (unless the version is gone): a copy
+        of its parameters, which the layers above may still change (headers go out)."""
         started = time.perf_counter_ns()
         if not self._closed:
-            self._cache.put(key, response)
+            kept = InferenceResponse(
+                response.outputs,
+                response.model_name,
+                response.model_version,
+                response.id,
+                dict(response.parameters) if response.parameters else {},
+            )
+            self._cache.put(key, kept)
         self._stats.cache_stored(time.perf_counter_ns() - started)
 
     def close(self) -> None:

@@ -119,6 +119,15 @@ class SharedMemoryRegistry:
         self._regions[name] = Region(name, SYSTEM, offset, byte_size, mapping, details)
         remember(mapping)
 
+    def serves_cuda(self) -> bool:
+        """Whether CUDA regions can be registered here: the CUDA runtime loads and sees
+        a GPU (the runtime is asked once per process; server metadata lists it)."""
+        try:
+            self._cuda()
+        except InvalidRequest:
+            return False
+        return True
+
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         """Register ``byte_size`` bytes of the GPU allocation a CUDA IPC handle names."""
         self._check_new(name)

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from inferd.server.docs.docs_operations import DOCS_OPERATIONS
 from inferd.server.docs.operations import REF, Schema, path_parameters
 from inferd.server.docs.operations import operation as _v2_operation
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
@@ -104,9 +105,9 @@ _GENERIC_EXAMPLE = {
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
     """The OpenAPI operation of ``route``."""
-    shared_memory = SHARED_MEMORY_OPERATIONS.get(route.operation)
-    if shared_memory is not None:
-        return shared_memory(route.operation_id, example)
+    builder = SHARED_MEMORY_OPERATIONS.get(route.operation) or DOCS_OPERATIONS.get(route.operation)
+    if builder is not None:
+        return builder(route.operation_id, example)
     return _v2_operation(route, example)
 
 

@@ -54,14 +54,15 @@ _GENERATE_DESCRIPTION = (
     "those inputs (their declared datatype and shape), other keys and the entries of "
     "`parameters` become request parameters; a model that declares no inputs gets every "
     "key as an input typed from its JSON value. The answer is flat too: model_name, "
-    "model_version, id, and one key per output (one element as a value, more as a list)."
+    "model_version, id, and one key per output (one element as a value, more as a list). "
+    "A V2 inference request (its `inputs` a list of objects; MLServer's clients send "
+    "these) is answered as {route} answers it."
 )
 _GENERATE_EXAMPLE = {"text_input": "Hello", "parameters": {"max_tokens": 16}}
 EVENT_STREAM_MEDIA_TYPE = "text/event-stream"
 _STRING = {"type": "string"}
 _BINARY = {"type": "string", "format": "binary"}
 _LENGTH = {"type": "integer", "minimum": 0}
-_DOCS_SUMMARY = "A model's docs"
 
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
@@ -199,27 +200,33 @@ def _sse_event(what: str) -> Schema:
     }
 
 
-def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
-    header = {
+def _binary_inputs_header() -> Schema:
+    return {
         "name": _HEADER_LENGTH,
         "in": "header",
         "description": "With binary inputs: the length of the JSON header",
         "schema": _LENGTH,
     }
+
+
+def _model_infer_stream(operation_id: str, example: Schema) -> Schema:
     return _op(
         operation_id,
         "inference",
         "Streaming inference",
         {"200": _events("InferenceResponse")} | _inference_errors(),
         description=_INFER_STREAM_DESCRIPTION,
-        parameters=[header],
+        parameters=[_binary_inputs_header()],
         requestBody=_v2_request(example),
     )
 
 
 def _generate_request(example: Schema) -> Schema:
-    content = {"schema": _ref("GenerateRequest"), "example": _flat_example(example)}
-    return {"required": True, "content": {JSON_CONTENT_TYPE: content}}
+    """A flat body, or a V2 request (JSON or binary) as /infer takes it."""
+    flat_or_v2 = {"anyOf": [_ref("GenerateRequest"), _ref("InferenceRequest")]}
+    content = {"schema": flat_or_v2, "example": _flat_example(example)}
+    binary = {"schema": _BINARY}
+    return {"required": True, "content": {JSON_CONTENT_TYPE: content, BINARY_CONTENT_TYPE: binary}}
 
 
 def _flat_example(example: Schema) -> Schema:
@@ -235,13 +242,16 @@ def _flat_example(example: Schema) -> Schema:
 
 
 def _model_generate(operation_id: str, example: Schema) -> Schema:
-    ok = _answer("The outputs, flat", _ref("GenerateResponse"))
+    flat_or_v2 = {"anyOf": [_ref("GenerateResponse"), _ref("InferenceResponse")]}
+    ok = _answer("The outputs, flat (or V2, for a V2 request)", flat_or_v2)
+    ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
     return _op(
         operation_id,
         "inference",
         "Generate (Triton's generate extension)",
         {"200": ok} | _inference_errors(),
-        description=_GENERATE_DESCRIPTION,
+        description=_GENERATE_DESCRIPTION.format(route="/infer"),
+        parameters=[_binary_inputs_header()],
         requestBody=_generate_request(example),
     )
 
@@ -252,7 +262,9 @@ def _model_generate_stream(operation_id: str, example: Schema) -> Schema:
         "inference",
         "Streaming generate (Triton's generate extension)",
         {"200": _events("GenerateResponse")} | _inference_errors(),
-        description=_GENERATE_DESCRIPTION + " Each response is one server-sent event.",
+        description=_GENERATE_DESCRIPTION.format(route="/infer_stream (InferenceResponse events)")
+        + " Each response is one server-sent event.",
+        parameters=[_binary_inputs_header()],
         requestBody=_generate_request(example),
     )
 
@@ -347,40 +359,6 @@ def _update_log_settings(operation_id: str, example: Schema) -> Schema:
     )
 
 
-# ---- docs ----
-
-
-def _page() -> Schema:
-    return {"200": _answer("Swagger UI", _STRING, "text/html")}
-
-
-def _spec() -> Schema:
-    return {"200": _answer("An OpenAPI 3.1 document", {"type": "object"})}
-
-
-def _docs_page(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", "This API in Swagger UI", _page())
-
-
-def _docs_spec(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", "This document", _spec())
-
-
-def _docs_asset(operation_id: str, example: Schema) -> Schema:
-    files = {media_type.split(";")[0]: {"schema": _STRING} for media_type in ASSET_TYPES.values()}
-    asset = {"description": "The file", "content": files}
-    answers = {"200": asset, "404": _answer("No such file", _ref("Error"))}
-    return _op(operation_id, "docs", "Swagger UI's files", answers)
-
-
-def _model_docs_page(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", _DOCS_SUMMARY, _page() | _errors(404, 503))
-
-
-def _model_docs_spec(operation_id: str, example: Schema) -> Schema:
-    return _op(operation_id, "docs", _DOCS_SUMMARY, _spec() | _errors(404, 503))
-
-
 _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "server_live": _server_health("live", "Live"),
     "server_ready": _server_health("ready", "Ready"),
@@ -399,9 +377,4 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = {
     "model_config": _model_config,
     "log_settings": _log_settings,
     "update_log_settings": _update_log_settings,
-    "docs_page": _docs_page,
-    "docs_spec": _docs_spec,
-    "docs_asset": _docs_asset,
-    "model_docs_page": _model_docs_page,
-    "model_docs_spec": _model_docs_spec,
 }

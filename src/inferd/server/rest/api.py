@@ -160,7 +160,7 @@ def _routes(
     # ASGI apps, which answer their own errors.
     asgi_endpoints: dict[str, Any] = {
         "infer": infer,
-        **stream_endpoints(endpoints.dataplane, endpoints.body_reader),
+        **stream_endpoints(endpoints.dataplane, endpoints.body_reader, infer),
     }
     shared_memory = SharedMemoryEndpoints(endpoints.dataplane, endpoints.read_body)
     routes = []

@@ -18,6 +18,12 @@ that cannot be a tensor (an object, null) becomes a request parameter.
 Answers. Each output becomes one key: a one-element BYTES output a string, a
 one-element numeric or BOOL output a number or bool, anything else a list nested
 as the output's shape.
+
+V2 bodies. MLServer serves ``/generate`` and ``/generate_stream`` as aliases of
+``/infer`` and ``/infer_stream``, so its clients send V2 inference requests there.
+:func:`is_v2_body` tells them apart: a body whose ``inputs`` is a list of objects
+(which no flat body can be: a flat list holds strings, bools or numbers), or one
+with binary tensor data, is a V2 request, answered with V2 responses.
 """
 
 from __future__ import annotations
@@ -43,6 +49,15 @@ ID_KEY = "id"
 IDENTITY_KEYS = ("model_name", "model_version", ID_KEY)
 
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class _V2Probe(msgspec.Struct):
+    """Only the ``inputs`` of a body, undecoded: the other keys are skipped."""
+
+    inputs: msgspec.Raw = msgspec.Raw(b"")
+
+
+_probe_decoder = msgspec.json.Decoder(_V2Probe)
 
 
 # ---- for the OpenAPI document (server/docs/openapi.py) ----
@@ -124,6 +139,18 @@ def flat_value(array: np.ndarray) -> Any:
 
 
 # ---- requests ----
+
+
+def is_v2_body(body: bytes, binary: bool) -> bool:
+    """Whether a generate body is a V2 inference request (see the module's doc);
+    ``binary``: it came with an Inference-Header-Content-Length header."""
+    if binary:
+        return True
+    try:
+        inputs = bytes(_probe_decoder.decode(body).inputs)
+    except (msgspec.MsgspecError, RecursionError, UnicodeDecodeError):
+        return False  # not a JSON object: the flat decoder says what is wrong
+    return inputs.startswith(b"[") and inputs[1:].lstrip().startswith(b"{")
 
 
 def _decode_object(body: bytes) -> dict[str, Any]:

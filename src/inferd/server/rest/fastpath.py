@@ -86,15 +86,19 @@ class InferEndpoint:
         headers: dict[bytes, bytes],
         receive: Receive,
         send: Send,
+        body: bytes | None = None,
     ) -> int:
         """Answer the request; the status it answered with.
 
         ``receive`` is read (only if the request has to queue) to notice a client
-        that disconnects: its request then leaves the queue unrun."""
+        that disconnects: its request then leaves the queue unrun. ``body``: the
+        whole body, read (and the guard passed) already by a route that answers as
+        this one does (/generate with a V2 body)."""
         try:
-            if self.guard is not None:
-                self.guard.check_headers(headers)
-            body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
+            if body is None:
+                if self.guard is not None:
+                    self.guard.check_headers(headers)
+                body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
             header_length = headers.get(_HEADER_LENGTH)
             regions = self.dataplane.shared_memory
             request = decode_infer_request(

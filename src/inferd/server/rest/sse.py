@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from inferd.context import RequestContext
@@ -42,14 +42,17 @@ _EVENT_STREAM_HEADERS = (
 )
 
 
+# Writes one response of a request as JSON (V2 or flat).
+Encoder = Callable[[InferenceResponse, InferenceRequest], bytes]
+
+
 class Bodies(Protocol):
-    """How a route reads its requests and writes each response (V2 or flat JSON)."""
+    """How a route reads its requests: each request, and how its responses are
+    written (V2 or flat JSON: a route may take both, answering each in its kind)."""
 
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
-    ) -> InferenceRequest: ...
-
-    def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes: ...
+    ) -> tuple[InferenceRequest, Encoder]: ...
 
 
 def event(data: bytes) -> bytes:
@@ -70,11 +73,16 @@ class BodyEndpoint:
         self.body_reader = body_reader
         self.bodies = bodies
 
-    async def read_request(
-        self, scope: Scope, receive: Receive, name: str, version: str | None
-    ) -> InferenceRequest:
+    async def read_body(self, scope: Scope, receive: Receive) -> tuple[dict[bytes, bytes], bytes]:
+        """The request's headers and whole body."""
         headers = dict(scope["headers"])
         body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
+        return headers, body
+
+    async def read_request(
+        self, scope: Scope, receive: Receive, name: str, version: str | None
+    ) -> tuple[InferenceRequest, Encoder]:
+        headers, body = await self.read_body(scope, receive)
         return self.bodies.decode(body, headers, name, version)
 
 
@@ -91,13 +99,13 @@ class EventStreamEndpoint(BodyEndpoint):
         name, version = model_of(scope)
         serving = f"streaming inference on model {name!r}"
         try:
-            request = await self.read_request(scope, receive, name, version)
+            request, encode = await self.read_request(scope, receive, name, version)
         except Exception as error:
             await send_error(send, error, serving)
             return
         answer = _StartWatch(send)
         context = RequestContext(headers=scope["headers"])
-        stream = self._stream(name, version, request, answer, serving, context)
+        stream = self._stream(name, version, request, encode, answer, serving, context)
         if await run_until_disconnect(stream, receive) and not answer.started:
             # Nobody reads it; it shows in the metrics as the client's doing (499).
             await send_error(send, ConnectionAbortedError(CLIENT_DISCONNECTED), serving)
@@ -107,6 +115,7 @@ class EventStreamEndpoint(BodyEndpoint):
         name: str,
         version: str | None,
         request: InferenceRequest,
+        encode: Encoder,
         send: Send,
         serving: str,
         context: RequestContext,
@@ -115,7 +124,7 @@ class EventStreamEndpoint(BodyEndpoint):
         async with contextlib.aclosing(responses):
             try:
                 first: list[InferenceResponse] = await anext(responses, [])
-                events = self._events(first, request)
+                events = _events(first, request, encode)
             except Exception as error:
                 await send_error(send, error, serving)
                 return
@@ -125,17 +134,19 @@ class EventStreamEndpoint(BodyEndpoint):
                 if events:
                     await _send_chunk(send, events)
                     async for ready in responses:
-                        await _send_chunk(send, self._events(ready, request))
+                        await _send_chunk(send, _events(ready, request, encode))
             except Exception as error:
                 _, error_body, _ = http_error(error, serving)
                 await _send_chunk(send, error_event(error_body))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    def _events(self, responses: list[InferenceResponse], request: InferenceRequest) -> bytes:
-        """One event per response, together: the responses that were ready at once
-        go in one body message (one write)."""
-        encode = self.bodies.encode
-        return b"".join([event(encode(response, request)) for response in responses])
+
+def _events(
+    responses: list[InferenceResponse], request: InferenceRequest, encode: Encoder
+) -> bytes:
+    """One event per response, together: the responses that were ready at once
+    go in one body message (one write)."""
+    return b"".join([event(encode(response, request)) for response in responses])
 
 
 async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> bool:

@@ -3,8 +3,10 @@
 - ``/infer_stream``: a V2 request (JSON, or JSON + binary tensor data), answered
   with server-sent events of V2 JSON responses (server/rest/sse.py).
 - ``/generate``: Triton's generate extension, a flat JSON request answered with one
-  flat JSON object (server/rest/codec_generate.py); ``/generate_stream``: the same objects as
-  server-sent events.
+  flat JSON object (server/rest/codec_generate.py); ``/generate_stream``: the same
+  objects as server-sent events. Both also take a V2 request, as MLServer does (its
+  generate routes are aliases of infer and infer_stream), answered as ``/infer`` and
+  ``/infer_stream`` answer it.
 
 Each is an ASGI endpoint of its Starlette route (server/rest/api.py), so CORS and the
 per-route metrics apply to them as to every other route.
@@ -22,9 +24,14 @@ from inferd.server.rest.codec import (
     decode_infer_request,
     encode_infer_response,
 )
-from inferd.server.rest.codec_generate import decode_generate_request, encode_generate_response
+from inferd.server.rest.codec_generate import (
+    decode_generate_request,
+    encode_generate_response,
+    is_v2_body,
+)
 from inferd.server.rest.fastpath import (
     ASGIApp,
+    InferEndpoint,
     Receive,
     Scope,
     Send,
@@ -32,7 +39,7 @@ from inferd.server.rest.fastpath import (
     send_whole,
     wait_for_disconnect,
 )
-from inferd.server.rest.sse import BodyEndpoint, EventStreamEndpoint, model_of
+from inferd.server.rest.sse import BodyEndpoint, Encoder, EventStreamEndpoint, model_of
 from inferd.serving.dataplane import DataPlane
 from inferd.triton.shm import write_outputs
 from inferd.types import InferenceRequest, InferenceResponse
@@ -52,7 +59,7 @@ class StreamedV2Bodies:
 
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
-    ) -> InferenceRequest:
+    ) -> tuple[InferenceRequest, Encoder]:
         header_length = headers.get(_HEADER_LENGTH)
         request = decode_infer_request(
             body,
@@ -60,7 +67,7 @@ class StreamedV2Bodies:
             self.dataplane.shared_memory,
         )
         _answer_in_json(request)
-        return request
+        return request, self.encode
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
         shared = None
@@ -79,38 +86,75 @@ class FlatBodies:
 
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
-    ) -> InferenceRequest:
+    ) -> tuple[InferenceRequest, Encoder]:
         declared = self.dataplane.model_metadata(name, version).inputs  # 404/503 first
-        return decode_generate_request(body, declared)
+        return decode_generate_request(body, declared), self.encode
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
         return encode_generate_response(response)
 
 
+class GenerateStreamBodies:
+    """``/generate_stream``: a V2 request answered with V2 events (MLServer's
+    ``infer_stream`` alias), any other body as a flat one."""
+
+    def __init__(self, v2: StreamedV2Bodies, flat: FlatBodies) -> None:
+        self.v2 = v2
+        self.flat = flat
+
+    def decode(
+        self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
+    ) -> tuple[InferenceRequest, Encoder]:
+        bodies = self.v2 if is_v2_body(body, _HEADER_LENGTH in headers) else self.flat
+        return bodies.decode(body, headers, name, version)
+
+
 class GenerateEndpoint(BodyEndpoint):
-    """``/generate``: one flat request, one flat answer."""
+    """``/generate``: one flat request, one flat answer; a V2 request is answered as
+    ``/infer`` answers it (MLServer's alias)."""
+
+    def __init__(self, dataplane: DataPlane, body_reader: BodyReader, infer: InferEndpoint) -> None:
+        super().__init__(dataplane, body_reader, FlatBodies(dataplane))
+        self.infer = infer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name, version = model_of(scope)
+        serving = f"generate on model {name!r}"
         try:
-            request = await self.read_request(scope, receive, name, version)
-            # As /infer: a client that leaves while its request is queued takes it out.
-            context = RequestContext(disconnected=functools.partial(wait_for_disconnect, receive))
-            response = await self.dataplane.infer(name, version, request, context)
-            content = self.bodies.encode(response, request)
+            headers, body = await self.read_body(scope, receive)
         except Exception as error:
-            await send_error(send, error, f"generate on model {name!r}")
+            await send_error(send, error, serving)
             return
-        await send_whole(send, 200, [_JSON_TYPE], content)
+        if is_v2_body(body, _HEADER_LENGTH in headers):
+            await self.infer.answer(name, version, headers, receive, send, body)
+            return
+        # As /infer: a client that leaves while its request is queued takes it out.
+        disconnected = functools.partial(wait_for_disconnect, receive)
+        context = RequestContext(disconnected=disconnected, headers=headers)
+        try:
+            request, encode = self.bodies.decode(body, headers, name, version)
+            response = await self.dataplane.infer(name, version, request, context)
+            content = encode(response, request)
+        except Exception as error:
+            await send_error(send, error, serving)
+            return
+        answer = [_JSON_TYPE]
+        for key, value in (context.response_headers or {}).items():  # runtime_headers.py
+            answer.append((key.encode("latin-1"), value.encode("latin-1")))
+        await send_whole(send, 200, answer, content)
 
 
-def stream_endpoints(dataplane: DataPlane, body_reader: BodyReader) -> dict[str, ASGIApp]:
-    """The endpoints of the streaming and generate routes, by handler name (routes.py)."""
-    flat = FlatBodies(dataplane)
+def stream_endpoints(
+    dataplane: DataPlane, body_reader: BodyReader, infer: InferEndpoint
+) -> dict[str, ASGIApp]:
+    """The endpoints of the streaming and generate routes, by handler name (routes.py);
+    ``infer`` answers /generate's V2 requests."""
+    v2 = StreamedV2Bodies(dataplane)
+    either = GenerateStreamBodies(v2, FlatBodies(dataplane))
     return {
-        "infer_stream": EventStreamEndpoint(dataplane, body_reader, StreamedV2Bodies(dataplane)),
-        "generate": GenerateEndpoint(dataplane, body_reader, flat),
-        "generate_stream": EventStreamEndpoint(dataplane, body_reader, flat),
+        "infer_stream": EventStreamEndpoint(dataplane, body_reader, v2),
+        "generate": GenerateEndpoint(dataplane, body_reader, infer),
+        "generate_stream": EventStreamEndpoint(dataplane, body_reader, either),
     }
 
 

@@ -1,0 +1,63 @@
+"""The protocol extensions a server lists in its metadata (``GET /v2``, gRPC
+``ServerMetadata``): exactly those it serves with its settings, under Triton's names.
+
+Clients read the list to decide what to call (tritonclient's examples, perf
+tools, proxies); listing an extension the server refuses sends them into errors.
+Triton's own list is the reference for the names and their order. Left out
+because inferd does not implement them: ``classification`` (refused with a 400),
+``model_repository(unload_dependents)`` (no ensembles) and ``trace`` (no trace
+settings API: tracing is OpenTelemetry's, configured at start).
+``cuda_shared_memory`` is listed only where CUDA regions can be registered: shared
+memory on, and a CUDA runtime that sees a GPU (elsewhere registering is refused).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from inferd.settings import ServerSettings
+
+SEQUENCE = "sequence"
+MODEL_REPOSITORY = "model_repository"
+SCHEDULE_POLICY = "schedule_policy"  # the priority and timeout request parameters
+MODEL_CONFIGURATION = "model_configuration"
+SYSTEM_SHARED_MEMORY = "system_shared_memory"
+CUDA_SHARED_MEMORY = "cuda_shared_memory"
+BINARY_TENSOR_DATA = "binary_tensor_data"
+PARAMETERS = "parameters"
+STATISTICS = "statistics"
+LOGGING = "logging"
+GENERATE = "generate"
+
+
+class SharedRegions(Protocol):
+    """The server's shared memory regions (inferd.triton.shm.SharedMemoryRegistry)."""
+
+    def serves_cuda(self) -> bool: ...
+
+
+def served_extensions(settings: ServerSettings, shared: SharedRegions | None) -> list[str]:
+    """The extensions this server serves with ``settings``, in Triton's order, then
+    those the settings' ``extensions`` add (each once). ``shared``: its shared memory
+    regions (None: the extension is off), asked whether CUDA ones can be registered."""
+    optional = {
+        MODEL_REPOSITORY: settings.model_repository_api,
+        SYSTEM_SHARED_MEMORY: shared is not None,
+        CUDA_SHARED_MEMORY: shared is not None and shared.serves_cuda(),
+    }
+    order = (
+        SEQUENCE,
+        MODEL_REPOSITORY,
+        SCHEDULE_POLICY,
+        MODEL_CONFIGURATION,
+        SYSTEM_SHARED_MEMORY,
+        CUDA_SHARED_MEMORY,
+        BINARY_TENSOR_DATA,
+        PARAMETERS,
+        STATISTICS,
+        LOGGING,
+        GENERATE,
+    )
+    served = [name for name in order if optional.get(name, True)]
+    served += [name for name in dict.fromkeys(settings.extensions) if name not in served]
+    return served

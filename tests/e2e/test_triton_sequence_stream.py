@@ -1,0 +1,204 @@
+"""Triton's sequence stream examples (``simple_grpc_sequence_stream_infer_client.py``
+and its asyncio twin) against 2 worker processes: three sequences on ONE gRPC stream,
+two with integer ids (1000, 1001) and one with a uuid, every request sent without
+waiting for an answer.
+
+The model (testmodels.Accumulator) keeps a running sum per sequence in the process
+that started it and fails a request of a sequence that process never started, so a
+right total on every answer means each sequence stayed on one worker and ran in
+order, as it does over unary calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+import tritonclient.grpc.aio as triton_grpc_aio
+
+from tests.support.serverproc import ServerProcess, start_server
+
+from .conftest import add_custom_model, wait_for
+
+MODEL = "simple_sequence"
+# The example's values: each sequence starts with its own first value, then these
+# (negated for the second and third sequences).
+VALUES = [11, 7, 5, 3, 2, 0, 1]
+Sequences = dict[int | str, list[int]]
+Order = list[tuple[int | str, int]]  # (sequence id, step) of each request, as sent
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repository: Path = tmp_path_factory.mktemp("triton-sequence-stream")
+    add_custom_model(
+        repository,
+        MODEL,
+        "Accumulator",
+        threads_per_worker=2,
+        sequence_batching={"max_sequence_idle_microseconds": 5_000_000},
+        parameters={"extra": {"sleep": 0.005}},
+    )
+    add_custom_model(repository, "stateless", "Accumulator")  # no sequence_batching
+    process = start_server(repository, settings={"parallel_workers": 2})
+    yield process
+    process.stop()
+
+
+def _sequences() -> Sequences:
+    """The example's three sequences: id -> the values it sends, in order."""
+    negated = [-value for value in VALUES]
+    return {1000: [0, *VALUES], 1001: [100, *negated], str(uuid.uuid4()): [20, *negated]}
+
+
+def _requests(module: Any, sequences: Sequences, order: Order) -> Iterator[dict[str, Any]]:
+    """The keyword arguments of each request, in ``order``."""
+    for sequence_id, step in order:
+        values = sequences[sequence_id]
+        x = module.InferInput("x", [1], "INT64")
+        x.set_data_from_numpy(np.array([values[step]], dtype=np.int64))
+        yield {
+            "model_name": MODEL,
+            "inputs": [x],
+            "request_id": f"{sequence_id}_{step}",
+            "sequence_id": sequence_id,
+            "sequence_start": step == 0,
+            "sequence_end": step == len(values) - 1,
+        }
+
+
+def _one_after_another(sequences: Sequences) -> Order:
+    """As the example sends them: every request of a sequence, then the next sequence."""
+    return [(sid, step) for sid, values in sequences.items() for step in range(len(values))]
+
+
+def _round_robin(sequences: Sequences) -> Order:
+    """One request of each sequence in turn: the three interleaved on the stream."""
+    steps = len(next(iter(sequences.values())))
+    return [(sid, step) for step in range(steps) for sid in sequences]
+
+
+def _check_answers(answers: list[tuple[str, int, int]], sequences: Sequences, order: Order) -> None:
+    """Every request answered once, in the order sent, with its sequence's running
+    total so far; each sequence on one process, the three spread over both workers."""
+    assert [answer_id for answer_id, _, _ in answers] == [f"{sid}_{step}" for sid, step in order]
+    pids: dict[str, set[int]] = {}
+    for answer_id, total, pid in answers:
+        sequence_id, step = answer_id.rsplit("_", 1)
+        values = next(v for sid, v in sequences.items() if str(sid) == sequence_id)
+        assert total == sum(values[: int(step) + 1]), answer_id
+        pids.setdefault(sequence_id, set()).add(pid)
+    assert all(len(used) == 1 for used in pids.values()), pids
+    assert len(set.union(*pids.values())) == 2, pids
+
+
+def test_the_sync_clients_stream_keeps_each_sequence_on_its_worker(server: ServerProcess) -> None:
+    """tritonclient.grpc: start_stream, then async_stream_infer for all 24 requests."""
+    sequences = _sequences()
+    order = _one_after_another(sequences)
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = triton_grpc.InferenceServerClient(server.grpc_address)
+    try:
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        for request in _requests(triton_grpc, sequences, order):
+            client.async_stream_infer(**request)
+        answers = []
+        for _ in order:
+            result, error = received.get(timeout=30)
+            assert error is None, str(error)
+            answers.append(_answer(result))
+    finally:
+        client.stop_stream()
+        client.close()
+    _check_answers(answers, sequences, order)
+
+
+@pytest.mark.parametrize("arrangement", [_one_after_another, _round_robin])
+def test_the_asyncio_clients_stream_keeps_each_sequence_on_its_worker(
+    server: ServerProcess, arrangement: Any
+) -> None:
+    """tritonclient.grpc.aio: stream_infer over an async iterator of the requests."""
+    sequences = _sequences()
+    order = arrangement(sequences)
+
+    async def run() -> list[tuple[str, int, int]]:
+        async with triton_grpc_aio.InferenceServerClient(server.grpc_address) as client:
+
+            async def requests() -> AsyncIterator[dict[str, Any]]:
+                for request in _requests(triton_grpc_aio, sequences, order):
+                    yield request
+
+            answers = []
+            async for result, error in client.stream_infer(requests()):
+                assert error is None, str(error)
+                answers.append(_answer(result))
+                if len(answers) == len(order):
+                    break
+            return answers
+
+    _check_answers(asyncio.run(asyncio.wait_for(run(), timeout=60)), sequences, order)
+
+
+def _answer(result: Any) -> tuple[str, int, int]:
+    return (
+        result.get_response().id,
+        int(result.as_numpy("total")[0]),
+        int(result.as_numpy("pid")[0]),
+    )
+
+
+def test_unary_calls_and_a_stream_share_the_sequences(server: ServerProcess) -> None:
+    """Sequences started by unary calls go on over a stream and end with unary calls:
+    one routing for both, so every request of a sequence reaches its worker."""
+    sequences = _sequences()
+    first, middle, last = _split(sequences)
+    client = triton_grpc.InferenceServerClient(server.grpc_address)
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    try:
+        answers = [_answer(client.infer(**r)) for r in _requests(triton_grpc, sequences, first)]
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        for request in _requests(triton_grpc, sequences, middle):
+            client.async_stream_infer(**request)
+        for _ in middle:
+            result, error = received.get(timeout=30)
+            assert error is None, str(error)
+            answers.append(_answer(result))
+        client.stop_stream()
+        answers += [_answer(client.infer(**r)) for r in _requests(triton_grpc, sequences, last)]
+    finally:
+        client.close()
+    _check_answers(answers, sequences, first + middle + last)
+
+
+def _split(sequences: Sequences) -> tuple[Order, Order, Order]:
+    """The round-robin order cut in three: the first two steps of each sequence, the
+    steps up to the last, and the last steps."""
+    order = _round_robin(sequences)
+    count = len(sequences)
+    return order[: 2 * count], order[2 * count : -count], order[-count:]
+
+
+def test_a_model_without_sequence_batching_that_gets_sequences_says_so_once(
+    server: ServerProcess,
+) -> None:
+    """Nothing routes its sequences: the log says so (once), naming the fix."""
+    client = triton_grpc.InferenceServerClient(server.grpc_address)
+    try:
+        totals = []
+        for request in _requests(triton_grpc, {7: [1], 8: [2]}, [(7, 0), (8, 0)]):
+            request["model_name"] = "stateless"
+            totals.append(_answer(client.infer(**request))[1])
+        assert totals == [1, 2]
+    finally:
+        client.close()
+    warning = "Model 'stateless' got a request with a sequence_id but has no sequence_batching"
+    wait_for(lambda: warning in server.log(), "the warning")
+    assert server.log().count(warning) == 1
+    assert 'Give its model-settings.json "sequence_batching": {}' in server.log()
