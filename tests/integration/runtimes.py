@@ -111,3 +111,22 @@ class _TokenPlan:
         text = np.array([f"{self.prefix}{index}".encode()], dtype=np.object_)
         outputs = [Tensor("text_output", text), Tensor("index", np.array([index], np.int64))]
         return InferenceResponse(outputs=outputs)
+
+
+class ServesText(Model):
+    """Answers the text of the file at its ``uri`` (read at load; a text starting with
+    "fail" fails the load). A request with the parameter ``hold`` waits for
+    :attr:`gate` first: a request in flight while the model is swapped."""
+
+    gate: ClassVar[asyncio.Event] = asyncio.Event()
+
+    async def load(self) -> bool:
+        self.text = self.settings.uri.read_text()
+        if self.text.startswith("fail"):
+            raise RuntimeError(f"the artifact says {self.text!r}")
+        return True
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if request.parameters.get("hold"):
+            await ServesText.gate.wait()
+        return InferenceResponse(outputs=[Tensor("text", np.array([self.text], dtype=object))])

@@ -4,16 +4,17 @@ Poll, never sleep-and-hope: ``wait_for`` checks ``condition`` every ``interval``
 seconds until it returns something truthy, and returns that; past ``timeout`` it
 raises TimeoutError saying what it waited for. ``wait_for_async`` is the same for a
 test running on an event loop: it sleeps with ``asyncio.sleep`` so the loop goes on
-serving what the test waits for. A condition may raise to stop the wait at once
-(a server process that exited will never become ready). Standard library only,
-like serverproc.py.
+serving what the test waits for, and its condition may be a coroutine function. A
+condition may raise to stop the wait at once (a server process that exited will
+never become ready). Standard library only, like serverproc.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -33,14 +34,22 @@ def wait_for(
 
 
 async def wait_for_async(
-    condition: Callable[[], T], what: What, timeout: float = 10.0, interval: float = 0.005
+    condition: Callable[[], T | Awaitable[T]],
+    what: What,
+    timeout: float = 10.0,
+    interval: float = 0.005,
 ) -> T:
-    """:func:`wait_for` on an event loop: the loop runs between the checks."""
+    """:func:`wait_for` on an event loop: the loop runs between the checks, and the
+    condition may be a coroutine function (one that sends a request, say)."""
     deadline = _Deadline(what, timeout)
-    while not (result := condition()):
+    while not (result := await _value(condition())):
         deadline.check()
         await asyncio.sleep(interval)
     return result
+
+
+async def _value(outcome: T | Awaitable[T]) -> T:
+    return await outcome if inspect.isawaitable(outcome) else outcome
 
 
 class _Deadline:

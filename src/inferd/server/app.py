@@ -25,6 +25,7 @@ from inferd.server.transport import metrics_options, rest_options
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
+from inferd.serving.repository_poll import RepositoryPoller
 from inferd.serving.response_cache import ResponseCache
 from inferd.settings import ServerSettings
 from inferd.types import ModelState
@@ -94,6 +95,12 @@ class InferenceServer:
             Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
+        # Reloads models whose folders change (repository_poll_secs; None: off).
+        self.poller = (
+            RepositoryPoller(self.repository, self.registry, settings.repository_poll_secs)
+            if settings.repository_poll_secs > 0
+            else None
+        )
         # Per-protocol request counters, kept only when metrics are served.
         self.http_stats = HttpStats() if settings.metrics_enabled else None
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
@@ -136,14 +143,21 @@ class InferenceServer:
         return GrpcServer(self.dataplane, self.settings, self.grpc_stats, tracing=self.tracing)
 
     async def load_startup_models(self) -> None:
-        """Load the repository's models (if the settings say so); then the server is ready."""
+        """Load the repository's models (if the settings say so); then the server is
+        ready, and the repository is polled for changes (if the settings say so)."""
+        if self.poller is not None:
+            self.poller.watch_from_now()  # a change made during the load is seen after it
         if self.settings.load_models_at_startup:
             await self.dataplane.load_all()
         self.dataplane.started = True
         self._log_readiness()
+        if self.poller is not None:
+            self.poller.start()
 
     async def close(self) -> None:
         """Unload every model and stop the pool (the servers have stopped already)."""
+        if self.poller is not None:
+            await self.poller.stop()
         await self.registry.close()
         await self.pool.close()
         if self.dataplane.shared_memory is not None:
@@ -253,6 +267,8 @@ class InferenceServer:
         """Drain the REST and gRPC servers, then unload the models and stop the
         workers while the metrics server stops (it serves scrapes until then)."""
         shutdown.begin("The server stopped serving")  # begun already, unless it failed
+        if self.poller is not None:  # no model loads while the server drains
+            await self.poller.stop()
         rest, *others = servers
         grpc_stopped = asyncio.create_task(grpc_server.stop(shutdown.seconds_until_servers_stop()))
         await _stop_servers([rest])

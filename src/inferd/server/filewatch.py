@@ -9,17 +9,15 @@ interval.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
+
+# The same signature tells the repository poller that a model's file changed.
+from inferd.serving.repository_watch import Signature, stat_signature
 
 CHECK_INTERVAL = 1.0
 """Seconds between two looks at the files: a new key or certificate is in use at most
 this long (plus the connection's own time) after it is written."""
-
-# What tells a file's versions apart: a rewrite changes its mtime or size, a swapped
-# symlink (Kubernetes' Secret volumes) its inode. None: the file is missing.
-Signature = tuple[int, int, int] | None
 
 
 class WatchedFiles:
@@ -52,12 +50,4 @@ class WatchedFiles:
         return True
 
     def _signatures(self) -> tuple[Signature, ...]:
-        return tuple(_signature(path) for path in self.paths)
-
-
-def _signature(path: str) -> Signature:
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return (found.st_mtime_ns, found.st_size, found.st_ino)
+        return tuple(stat_signature(path) for path in self.paths)

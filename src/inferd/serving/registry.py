@@ -145,12 +145,16 @@ class Registry:
         Raises the first load error after every version has been tried; versions
         that loaded keep serving and a failed reload keeps the old instance.
         """
-        model = self._models.setdefault(name, _Model())
-        async with model.lock:
-            errors = await self._load_versions(model, settings)
-            wanted = {version.version for version in settings}
-            for stale in [key for key in model.versions if key not in wanted]:
-                await self._unload_version(model, stale)
+        while True:
+            model = self._models.setdefault(name, _Model())
+            async with model.lock:
+                if self._models.get(name) is not model:
+                    continue  # removed while this waited: load into the entry served now
+                errors = await self._load_versions(model, settings)
+                wanted = {version.version for version in settings}
+                for stale in [key for key in model.versions if key not in wanted]:
+                    await self._unload_version(model, stale)
+                break
         if errors:
             raise errors[0]
 
@@ -221,7 +225,7 @@ class Registry:
         new.reason = reason
         if old is not None and old.state is ModelState.READY:
             # The index shows why the files on disk are not what is being served.
-            old.reason = f"Reloading failed, the previous instance keeps serving: {reason}"
+            old.reason = _reload_failed(reason)
             logger.warning(
                 "%s keeps serving the previously loaded instance", _capitalized(old.settings.label)
             )
@@ -236,6 +240,27 @@ class Registry:
                 await self._unload_version(model, version)
             if not model.versions and self._models.get(name) is model:
                 del self._models[name]
+
+    def reload_failed(self, name: str, reason: str) -> None:
+        """Say in the index why the versions of ``name`` still serving are not what is on
+        disk (its files could not be read: the registry never got to load them)."""
+        model = self._models.get(name)
+        for version in model.versions.values() if model else ():
+            if version.state is ModelState.READY:
+                version.reason = _reload_failed(reason)
+
+    async def remove(self, name: str) -> None:
+        """Take ``name`` out of service at once (a new request finds no such model: 404,
+        not 503), then unload its versions once their requests in flight have ended:
+        how a model whose folder was removed goes. Nothing to do if it is not loaded."""
+        model = self._models.get(name)
+        if model is None:
+            return
+        async with model.lock:
+            if self._models.get(name) is model:
+                del self._models[name]
+            for version in list(model.versions):
+                await self._unload_version(model, version)
 
     async def _unload_version(self, model: _Model, version: str | None) -> None:
         found = model.versions[version]
@@ -274,6 +299,10 @@ def _natural_key(text: str) -> list[tuple[int, int | str]]:
     return [
         (0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", text)
     ]
+
+
+def _reload_failed(reason: str) -> str:
+    return f"Reloading failed, the previous instance keeps serving: {reason}"
 
 
 def _capitalized(text: str) -> str:

@@ -46,6 +46,10 @@ class RepositoryScan:
 
     models: list[ModelSettings] = field(default_factory=list)
     broken: list[BrokenModel] = field(default_factory=list)
+    # Each folder holding a settings file (as walked, under the root) -> the name of
+    # its model, when its file gives one (a broken file may not): which model a
+    # changed folder is.
+    names: dict[Path, str] = field(default_factory=dict)
 
 
 class ModelRepository:
@@ -114,10 +118,13 @@ class ModelRepository:
                 settings = load_model_settings(path, file_name_wins=self._loaded_later)
                 self._check_inside(settings)
                 scan.models.append(settings)
+                scan.names[path.parent] = settings.name
             except ConfigurationError as error:
                 name = _name_in(path)
                 guess = name or path.parent.name
                 scan.broken.append(BrokenModel(guess, str(error), name_known=name is not None))
+                if name is not None:
+                    scan.names[path.parent] = name
         if not files:
             from_env = model_settings_from_env()
             if from_env is not None:

@@ -65,6 +65,11 @@ class ServerSettings(EnvFirstSettings):
     load_models_at_startup: bool = True
     """Load every model found in the repository when the server starts."""
 
+    repository_poll_secs: float = Field(default=0, ge=0)
+    """Seconds between two looks at ``model_repository_root`` for changed, new and
+    removed model folders, which are then reloaded, loaded and unloaded (Triton's
+    ``--repository-poll-secs``); 0 turns polling off."""
+
     server_name: str = "inferd"
     """Name reported by server metadata (``GET /v2``)."""
 

@@ -61,9 +61,11 @@ class AsyncDouble(Model):
 
 
 class ServesArtifact(Model):
-    """Loads the text file at its ``uri`` and answers it as the BYTES output ``text``."""
+    """Loads the text file at its ``uri`` and answers it as the BYTES output ``text``;
+    its load takes ``extra["load_seconds"]`` (default 0) longer, as a big model's does."""
 
     async def load(self) -> bool:
+        await asyncio.sleep(float(self.settings.extra.get("load_seconds", 0)))
         self.text = self.settings.uri.read_text()
         return True
 
