@@ -50,8 +50,9 @@ from inferd.types import InferenceResponse
 from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.pool import ProcessPool
+from tests.support.models import SKLEARN, train_iris, write_model_folder
 
-from .repository import MODEL_FILE, ROW, train_iris_model, v2_request, write_json
+from .repository import MODEL_FILE, ROW, v2_request
 from .scenarios.mlmodel import IRIS_RUNTIME
 
 T = TypeVar("T")
@@ -77,7 +78,7 @@ def main() -> None:
 
 def measure(calls: int, rounds: int) -> None:
     """Print, per round, the CPU microseconds each path spends per request."""
-    estimator = train_iris_model()
+    estimator = train_iris()
     loop = asyncio.new_event_loop()  # the worker's loop thread: async runtimes run there
     thread = threading.Thread(target=loop.run_forever, name="worker-loop", daemon=True)
     thread.start()
@@ -110,7 +111,7 @@ async def measure_worker(calls: int, rounds: int) -> None:
     per request, each runtime served by one worker process."""
     with tempfile.TemporaryDirectory(prefix="inferd-mlmodel-worker-") as folder:
         repo = Path(folder)
-        _write_models(repo, train_iris_model())
+        _write_models(repo, train_iris())
         settings = ServerSettings(parallel_workers=1)
         pool = ProcessPool(settings)
         await pool.start()
@@ -168,21 +169,17 @@ def _classes(answer: dict[str, Any]) -> list[Any]:
 
 
 def _write_models(repo: Path, estimator: Any) -> None:
-    mlmodel = repo / "iris-mlmodel"
-    mlmodel.mkdir()
-    (mlmodel / "models.py").write_text(IRIS_RUNTIME)
+    mlmodel = write_model_folder(
+        repo,
+        "iris-mlmodel",
+        "models.IrisModel",
+        name=None,
+        files={"models.py": IRIS_RUNTIME},
+        parameters={"uri": f"./{MODEL_FILE}"},
+    )
     joblib.dump(estimator, mlmodel / MODEL_FILE)
-    write_json(
-        mlmodel / "model-settings.json",
-        {"implementation": "models.IrisModel", "parameters": {"uri": f"./{MODEL_FILE}"}},
-    )
-    native = repo / "iris"
-    native.mkdir()
+    native = write_model_folder(repo, "iris", SKLEARN, name=None, parameters={"uri": "."})
     joblib.dump(estimator, native / MODEL_FILE)
-    write_json(
-        native / "model-settings.json",
-        {"implementation": "inferd.runtimes.sklearn.SKLearnModel", "parameters": {"uri": "."}},
-    )
 
 
 def _on(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:

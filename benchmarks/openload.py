@@ -6,7 +6,8 @@ the opposite: clients keep coming. :func:`drive` sends request ``i`` at time
 ``i / rate`` on an idle keep-alive connection, or on a new one (up to
 ``max_outstanding`` requests in flight; past that the request is counted as
 not sent), and records every answer: status, latency, Retry-After and body.
-Plain asyncio sockets with uvloop keep the client's cost per request low.
+The tools' HTTP/1.1 client (inferd.tools.leanhttp) on uvloop keeps the client's cost
+per request low.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -35,7 +35,7 @@ class Answer:
     sent_at: float  # seconds since the load started
     latency_s: float
     status: int  # 0: no answer (connection lost or timed out)
-    retry_after: str | None
+    retry_after: float | None  # seconds (None: no Retry-After, or an HTTP date)
     body: bytes
 
 
@@ -48,69 +48,6 @@ class Drive:
     duration_s: float = 0.0
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection: one request at a time, its answer parsed here."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.waiter: asyncio.Future[tuple[int, str | None, bytes]] | None = None
-        self.closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(ConnectionError("the server closed the connection"))
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        answer = parse_response(self.buffer)
-        if answer is not None and self.waiter is not None and not self.waiter.done():
-            status, retry_after, body, used = answer
-            del self.buffer[:used]
-            self.waiter.set_result((status, retry_after, body))
-
-    async def exchange(self, request: bytes) -> tuple[int, str | None, bytes]:
-        assert self.transport is not None
-        self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
-        return await self.waiter
-
-
-def parse_response(buffer: bytearray) -> tuple[int, str | None, bytes, int] | None:
-    """(status, Retry-After, body, bytes used) of the whole response at the start of
-    ``buffer``; None until it is all there. Needs a Content-Length (inferd and
-    uvicorn always send one for these answers)."""
-    end = buffer.find(b"\r\n\r\n")
-    if end < 0:
-        return None
-    lines = bytes(buffer[:end]).split(b"\r\n")
-    status = int(lines[0].split(b" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower()] = value.strip().decode("latin-1")
-    length = int(headers.get(b"content-length", "0"))
-    if len(buffer) < end + 4 + length:
-        return None
-    body = bytes(buffer[end + 4 : end + 4 + length])
-    return status, headers.get(b"retry-after"), body, end + 4 + length
-
-
-def http_request(url: str, body: bytes) -> bytes:
-    """A JSON POST of ``body`` to ``url``, as bytes on the wire."""
-    parts = urlsplit(url)
-    head = (
-        f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
 async def drive(
     url: str,
     body_of: Callable[[int], bytes],
@@ -120,33 +57,25 @@ async def drive(
     timeout_s: float = 30.0,
 ) -> Drive:
     """Send ``body_of(i)`` at ``i / rate`` seconds for ``seconds``; wait for the answers."""
-    loop = asyncio.get_running_loop()
+    # Imported here: ``python -m benchmarks`` picks inferd's source tree before importing it.
+    from inferd.tools.leanhttp import LeanHttpConnection
+    from inferd.tools.v2client import Endpoint, http_post
+
     parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    idle: list[_Connection] = []
+    endpoint = Endpoint(parts.hostname or "127.0.0.1", parts.port or 80)
+    idle: list[LeanHttpConnection] = []
     run = Drive()
     in_flight: set[asyncio.Task[None]] = set()
     started = time.perf_counter()
 
     async def one(index: int, sent_at: float) -> None:
-        connection = None
-        while idle and connection is None:
-            connection = idle.pop()
-            connection = None if connection.closed else connection
-        status, retry_after, answer = 0, None, b""
-        try:
-            if connection is None:
-                _, connection = await loop.create_connection(_Connection, host, port)
-            request = http_request(url, body_of(index))
-            status, retry_after, answer = await asyncio.wait_for(
-                connection.exchange(request), timeout_s
-            )
-        except (OSError, TimeoutError):
-            connection = None
+        # An idle keep-alive connection, else a new one (it reconnects if the server closed it).
+        connection = idle.pop() if idle else LeanHttpConnection(endpoint, timeout_s)
+        reply = await connection.exchange(http_post(endpoint, parts.path, body_of(index)))
         latency = time.perf_counter() - started - sent_at
-        run.answers.append(Answer(index, sent_at, latency, status, retry_after, answer))
-        if connection is not None and not connection.closed:
-            idle.append(connection)
+        answer = Answer(index, sent_at, latency, reply.status, reply.retry_after, reply.body)
+        run.answers.append(answer)
+        idle.append(connection)
 
     total = int(rate * seconds)
     for index in range(total):
@@ -163,8 +92,7 @@ async def drive(
         await asyncio.wait(in_flight)
     run.duration_s = time.perf_counter() - started
     for connection in idle:
-        if connection.transport is not None:
-            connection.transport.close()
+        await connection.close()
     return run
 
 

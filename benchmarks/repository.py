@@ -14,8 +14,8 @@ from typing import Any
 
 import joblib
 import numpy as np
-from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
+
+from tests.support.models import write_model_folder
 
 MODEL_FILE = "model.joblib"
 SKLEARN_IMPLEMENTATION = "mlserver_sklearn.SKLearnModel"
@@ -42,14 +42,6 @@ def write_json(path: Path, content: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(dict(content), indent=2) + "\n")
 
 
-def train_iris_model() -> LogisticRegression:
-    """Deterministic LogisticRegression on iris (4 FP32 features, 3 classes)."""
-    features, target = load_iris(return_X_y=True)
-    model = LogisticRegression(max_iter=1000, random_state=0)
-    model.fit(features.astype(np.float32), target)
-    return model
-
-
 def example_model() -> Any:
     """The bundled example model, trained as examples/train_sklearn.py trains it."""
     spec = importlib.util.spec_from_file_location("train_sklearn", EXAMPLE_TRAINER)
@@ -74,12 +66,11 @@ def write_sklearn_model(
 ) -> Path:
     """``repo/name/{model-settings.json, model.joblib}``; ``fields`` are added to
     model-settings.json (e.g. batching), ``extra`` is its ``parameters.extra``."""
-    folder = repo / name
     parameters: dict[str, Any] = {"uri": f"./{MODEL_FILE}"}
     if extra:
         parameters["extra"] = dict(extra)
-    settings = {"name": name, "implementation": implementation, "parameters": parameters}
-    write_json(folder / "model-settings.json", settings | dict(fields or {}))
+    settings = {"parameters": parameters, **(fields or {})}
+    folder = write_model_folder(repo, name, implementation, **settings)
     joblib.dump(model, folder / MODEL_FILE)
     return folder
 
@@ -135,11 +126,8 @@ def busy_module(ms: float, iterations: int) -> str:
 
 def write_busy_model(repo: Path, implementation: str, ms: float, iterations: int) -> Path:
     """``repo/busy``: the CPU-bound model, served by ``busy.<implementation>``."""
-    folder = repo / "busy"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "busy.py").write_text(busy_module(ms, iterations))
-    write_json(folder / "model-settings.json", {"name": "busy", "implementation": implementation})
-    return folder
+    files = {"busy.py": busy_module(ms, iterations)}
+    return write_model_folder(repo, "busy", implementation, files=files)
 
 
 # A model with a known service time: it sleeps (holding its worker) then answers y = 2x.
@@ -184,12 +172,8 @@ def write_sleep_model(
 ) -> Path:
     """``repo/sleep``: the model of known service time, served by ``sleep.<implementation>``;
     ``fields`` are added to its model-settings.json."""
-    folder = repo / "sleep"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sleep.py").write_text(SLEEP_MODULE.format(ms=ms))
-    settings = {"name": "sleep", "implementation": implementation, **(fields or {})}
-    write_json(folder / "model-settings.json", settings)
-    return folder
+    files = {"sleep.py": SLEEP_MODULE.format(ms=ms)}
+    return write_model_folder(repo, "sleep", implementation, files=files, **(fields or {}))
 
 
 # A streaming model: one request holding a count N, answered by N responses of one INT32
@@ -232,11 +216,7 @@ except ImportError:
 
 def write_count_model(repo: Path, implementation: str, name: str = "count") -> Path:
     """``repo/<name>``: the streaming model, served by ``count.<implementation>``."""
-    folder = repo / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "count.py").write_text(COUNT_MODULE)
-    write_json(folder / "model-settings.json", {"name": name, "implementation": implementation})
-    return folder
+    return write_model_folder(repo, name, implementation, files={"count.py": COUNT_MODULE})
 
 
 def v2_request(

@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 
 from inferd.serving.repository_watch import fingerprint_repository
+from tests.support.models import write_model_folder
 
 TICK = 0.001
 
 
 def build(root: Path, models: int, files: int) -> None:
     for index in range(models):
-        folder = root / f"model-{index}"
-        (folder / "weights").mkdir(parents=True)
-        (folder / "model-settings.json").write_text('{"implementation": "runtime.Model"}')
+        folder = write_model_folder(root, f"model-{index}", "runtime.Model", name=None)
+        (folder / "weights").mkdir()
         for part in range(files - 1):
             (folder / "weights" / f"part-{part}.bin").write_bytes(b"w" * 1024)
 

@@ -24,19 +24,17 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import joblib
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
-from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
+from tests.support.models import add_sklearn_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
 from .openload import Drive, run_drive
@@ -61,37 +59,20 @@ T = TypeVar("T")
 
 def write_repository(folder: Path, service_s: float, inference_timeout: float = 1.0) -> Path:
     """A model repository with `iris` and `slow` in ``folder``."""
-    iris, slow = folder / "iris", folder / "slow"
-    iris.mkdir(parents=True)
-    slow.mkdir(parents=True)
-    features, labels = load_iris(return_X_y=True)
-    joblib.dump(LogisticRegression(max_iter=500).fit(features, labels), iris / "model.joblib")
-    iris_settings = {
-        "name": "iris",
-        "implementation": "inferd.runtimes.sklearn.SKLearnModel",
-        "parameters": {"uri": "./model.joblib"},
-    }
-    (iris / "model-settings.json").write_text(json.dumps(iris_settings))
-    (slow / "sleeps.py").write_text(SLOW_RUNTIME)
-    slow_settings = {
-        "name": "slow",
-        "implementation": "sleeps.Sleeps",
+    add_sklearn_model(folder, "iris")
+    settings = {
         "inference_timeout": inference_timeout,
         "parameters": {"extra": {"seconds": service_s}},
     }
-    (slow / "model-settings.json").write_text(json.dumps(slow_settings))
+    write_model_folder(
+        folder, "slow", "sleeps.Sleeps", files={"sleeps.py": SLOW_RUNTIME}, **settings
+    )
     return folder
 
 
 def poll(condition: Callable[[], T], what: str, timeout: float = 60.0) -> T:
     """``condition()`` once it is truthy; TimeoutError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(POLL_S)
-    raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")
+    return wait_for(condition, what, timeout, POLL_S)
 
 
 def worker_pids(server: ServerProcess) -> set[int]:

@@ -1,11 +1,11 @@
 """The soak's load: requests of the mix over REST and gRPC, each answer checked.
 
-REST goes over plain asyncio HTTP/1.1 connections, one kept alive per concurrent
-slot (a client that leaves uses a connection of its own and closes it); gRPC over
-one ``grpc.aio`` channel, as a real client would. Requests alternate between the
-two protocols. :meth:`Load.run` sends a batch of requests from ``concurrency``
-slots and returns once every one has been answered: the soak samples the server
-between batches, with nothing in flight.
+REST goes over the tools' HTTP/1.1 client (inferd.tools.leanhttp), one connection
+kept alive per concurrent slot (a client that leaves uses a connection of its own
+and closes it); gRPC over one ``grpc.aio`` channel, as a real client would.
+Requests alternate between the two protocols. :meth:`Load.run` sends a batch of
+requests from ``concurrency`` slots and returns once every one has been answered:
+the soak samples the server between batches, with nothing in flight.
 """
 
 from __future__ import annotations
@@ -21,68 +21,14 @@ import grpc
 import orjson
 
 from inferd.protocol import pb_grpc
+from inferd.tools.leanhttp import LeanHttpConnection
+from inferd.tools.v2client import Endpoint, http_post
 
 from .soakmix import ANSWER, ERROR, GRPC_STREAM_REQUESTS, LEAVE, STREAM, STREAM_PARTS, Kind
 
 LEAVE_AFTER = 0.005  # seconds a leaving client waits before it goes
 KEPT_PROBLEMS = 10
-HEADERS_END = b"\r\n\r\n"
-
-
-class HttpConnection:
-    """One HTTP/1.1 connection, kept alive; ``post`` returns the status and the body."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        assert self._reader is not None
-        self._writer.write(request_bytes(self.host, path, body))
-        head = await self._reader.readuntil(HEADERS_END)
-        status, headers = parse_head(head)
-        if headers.get(b"transfer-encoding") == b"chunked":
-            content = await read_chunked(self._reader)
-        else:
-            content = await self._reader.readexactly(int(headers.get(b"content-length", 0)))
-        if headers.get(b"connection") == b"close":
-            await self.close()
-        return status, content
-
-    async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(OSError):
-                await self._writer.wait_closed()
-        self._reader = self._writer = None
-
-
-def request_bytes(host: str, path: str, body: bytes) -> bytes:
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-def parse_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:
-    status_line, *lines = head[: -len(HEADERS_END)].split(b"\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower()] = value.strip().lower()
-    return int(status_line.split()[1]), headers
-
-
-async def read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
-    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
-        parts.append((await reader.readexactly(size + 2))[:-2])
-    await reader.readuntil(b"\r\n")  # the blank line after the last chunk
-    return b"".join(parts)
+ANSWER_TIMEOUT_S = 60.0  # seconds, as for the gRPC calls
 
 
 def sse_events(content: bytes) -> list[tuple[str, Any]]:
@@ -128,7 +74,10 @@ class Load:
         self.host, self.http_port = host, http_port
         self._channel = grpc.aio.insecure_channel(f"{host}:{grpc_port}")
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
-        self._connections = [HttpConnection(host, http_port) for _ in range(concurrency)]
+        self._endpoint = Endpoint(host, http_port)
+        self._connections = [
+            LeanHttpConnection(self._endpoint, ANSWER_TIMEOUT_S) for _ in range(concurrency)
+        ]
         self._sent = 0
         self.tally = Tally()
 
@@ -142,7 +91,7 @@ class Load:
             await connection.close()
         await self._channel.close()
 
-    async def _slot(self, connection: HttpConnection, queue: Any) -> None:
+    async def _slot(self, connection: LeanHttpConnection, queue: Any) -> None:
         for kind in queue:
             self._sent += 1
             if self._sent % 2:
@@ -150,13 +99,16 @@ class Load:
             else:
                 self.tally.record(kind, "grpc", await self._grpc(kind))
 
-    async def _rest(self, connection: HttpConnection, kind: Kind) -> str:
+    async def _rest(self, connection: LeanHttpConnection, kind: Kind) -> str:
         suffix = "infer_stream" if kind.expect == STREAM else "infer"
         path = f"/v2/models/{kind.model}/{suffix}"
         if kind.expect == LEAVE:
             await self._leave_rest(path, kind.rest_body)
             return ""
-        status, content = await connection.post(path, kind.rest_body)
+        reply = await connection.exchange(http_post(self._endpoint, path, kind.rest_body))
+        if reply.error:
+            return f"{kind.name}: no answer: {reply.error}"
+        status, content = reply.status, reply.body
         if kind.expect == STREAM:
             return _check_rest_stream(kind, status, content)
         answer = orjson.loads(content)
@@ -165,7 +117,7 @@ class Load:
 
     async def _leave_rest(self, path: str, body: bytes) -> None:
         _, writer = await asyncio.open_connection(self.host, self.http_port)
-        writer.write(request_bytes(self.host, path, body))
+        writer.write(http_post(self._endpoint, path, body))
         await asyncio.sleep(LEAVE_AFTER)
         writer.close()
         with contextlib.suppress(OSError):

@@ -21,8 +21,9 @@ import numpy as np
 import orjson
 
 from inferd.protocol import pb
+from tests.support.models import train_iris
 
-from .repository import predicted_class, train_iris_model
+from .repository import predicted_class
 from .soakmodels import ECHO, ECHO_FAILURE, IRIS
 
 ANSWER = "answer"  # outputs as expected
@@ -98,7 +99,7 @@ class Mix:
 def build_kinds() -> list[Kind]:
     """The mix, weighted roughly as traffic: mostly small answers, a few large ones,
     errors, clients that leave, and streams."""
-    iris = train_iris_model()
+    iris = train_iris()
     rows = np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 4.2, 1.5]], np.float32)
     classes = [predicted_class(iris, row) for row in rows]
     echo_params: dict[str, Any] = {}

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .repository import train_iris_model, write_json, write_sklearn_model
+from tests.support.models import train_iris, write_model_folder
+
+from .repository import write_sklearn_model
 
 IRIS = "iris"
 ECHO = "echo"
@@ -48,13 +50,8 @@ def write_soak_repository(repo: Path) -> Path:
     """``repo`` with ``iris`` and ``echo`` (settings.json is the caller's)."""
     implementation = "inferd.runtimes.sklearn.SKLearnModel"
     batching = {"max_batch_size": 8, "max_batch_time": 0.001}
-    write_sklearn_model(
-        repo, IRIS, train_iris_model(), implementation=implementation, fields=batching
-    )
-    folder = repo / ECHO
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "soakecho.py").write_text(ECHO_MODULE)
+    write_sklearn_model(repo, IRIS, train_iris(), implementation=implementation, fields=batching)
     # Several slots per worker: the echo's waits overlap instead of queueing.
-    settings = {"name": ECHO, "implementation": "soakecho.SoakEcho", "threads_per_worker": 4}
-    write_json(folder / "model-settings.json", settings)
+    files = {"soakecho.py": ECHO_MODULE}
+    write_model_folder(repo, ECHO, "soakecho.SoakEcho", files=files, threads_per_worker=4)
     return repo

@@ -20,7 +20,9 @@ import numpy as np
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
-from ..repository import ROW, predicted_class, train_iris_model, v2_request, write_sklearn_model
+from tests.support.models import train_iris
+
+from ..repository import ROW, predicted_class, v2_request, write_sklearn_model
 
 HEAVY_FEATURES = 20
 HEAVY_DEPTH = 12
@@ -58,7 +60,7 @@ class ScaleModel:
 
 
 def light_model() -> ScaleModel:
-    estimator = train_iris_model()
+    estimator = train_iris()
     return _model("light", "iris LogisticRegression", estimator, ROW)
 
 

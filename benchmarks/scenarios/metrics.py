@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..repository import train_iris_model, write_sklearn_model
+from tests.support.models import train_iris
+
+from ..repository import write_sklearn_model
 from ..results import alternate
 from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs
 from .base import VerificationError
@@ -118,7 +120,7 @@ def asgi_comparison(rounds: int, requests: int) -> dict[str, list[float]]:
     """Per-request cost with metrics on and off, alternating, ``rounds`` times each."""
     costs: dict[str, list[float]] = {name: [] for name in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="inferd-bench-metrics-asgi-") as tmp:
-        write_sklearn_model(Path(tmp), "iris", train_iris_model())
+        write_sklearn_model(Path(tmp), "iris", train_iris())
         for round_index in range(rounds):
             for name in alternate(list(VARIANTS), round_index):
                 cost = asyncio.run(asgi_cost_us(Path(tmp), name == "metrics-on", requests))

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import joblib
 
-from ..repository import MODEL_FILE, write_json
+from tests.support.models import write_model_folder
+
+from ..repository import MODEL_FILE
 from ..servers import Contender
 from .base import Case
 from .rest import Rest
@@ -50,13 +52,8 @@ converted to MLServer's pydantic types and back."""
     defaults = {"parallel_workers": 1}
 
     def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
-        folder = repo / self.model
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "models.py").write_text(IRIS_RUNTIME)
+        files, parameters = {"models.py": IRIS_RUNTIME}, {"uri": f"./{MODEL_FILE}"}
+        folder = write_model_folder(
+            repo, self.model, "models.IrisModel", files=files, parameters=parameters
+        )
         joblib.dump(self.estimator, folder / MODEL_FILE)
-        settings = {
-            "name": self.model,
-            "implementation": "models.IrisModel",
-            "parameters": {"uri": f"./{MODEL_FILE}"},
-        }
-        write_json(folder / "model-settings.json", settings)

@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tests.support.models import train_iris
 from tests.support.serverproc import ServerProcess
 
 from ..loadgen import Target
-from ..repository import ROW, predicted_class, train_iris_model, v2_request, write_sklearn_model
+from ..repository import ROW, predicted_class, v2_request, write_sklearn_model
 from ..servers import INFERD, MLSERVER, Contender
 from .base import Case, Scenario, VerificationError, first_output
 
@@ -33,7 +34,7 @@ each answer is checked (status 200, the right class) before the load starts."""
     @cached_property
     def estimator(self) -> Any:
         """One trained model for every run: identical files for every contender."""
-        return train_iris_model()
+        return train_iris()
 
     @cached_property
     def expected_class(self) -> int:

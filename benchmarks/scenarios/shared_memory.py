@@ -6,10 +6,10 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.support.models import write_model_folder
 from tests.support.serverproc import ServerProcess
 
 from ..loadgen import Load, Target
-from ..repository import write_json
 from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs, with_baseline
 from ..tensorload import MODEL, SHM, TRANSPORTS, TensorLoad, TensorTarget, check_once
 from .base import Case, Scenario, VerificationError
@@ -67,10 +67,7 @@ contenders are the same server settings (shared_memory_enabled) taking turns."""
         return TensorLoad(mib, connections)
 
     def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
-        folder = repo / MODEL
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "total.py").write_text(TOTAL_MODULE)
-        write_json(folder / "model-settings.json", {"name": MODEL, "implementation": "total.Total"})
+        write_model_folder(repo, MODEL, "total.Total", files={"total.py": TOTAL_MODULE})
 
     def verify(self, server: ServerProcess, contender: Contender, case: Case) -> Target:
         target = TensorTarget(

@@ -13,10 +13,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from tests.support.models import train_iris
 from tests.support.serverproc import server_environment
 
 from ..otlp_receiver import OtlpReceiver
-from ..repository import train_iris_model, write_sklearn_model
+from ..repository import write_sklearn_model
 from ..results import alternate
 from ..servers import BASELINE_SUFFIX, BENCHMARKS_DIR, INFERD, Contender, baseline_pairs
 from .base import VerificationError
@@ -125,7 +126,7 @@ def asgi_comparison(scenario: Tracing, rounds: int, requests: int) -> dict[str, 
         variants[OFF + BASELINE_SUFFIX] = (scenario.options.baseline_src, None)
     samples: dict[str, list[Any]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="inferd-bench-tracing-asgi-") as tmp:
-        write_sklearn_model(Path(tmp), "iris", train_iris_model())
+        write_sklearn_model(Path(tmp), "iris", train_iris())
         for round_index in range(rounds):
             for name in alternate(list(variants), round_index):
                 source, endpoint = variants[name]

@@ -8,6 +8,7 @@ nothing here knows about either protocol.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class ErrorCode(enum.Enum):
@@ -36,17 +37,19 @@ class InferdError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    def __init_subclass__(cls, code: ErrorCode | None = None, **kwargs: Any) -> None:
+        """``class NotThere(InferdError, code=ErrorCode.NOT_FOUND)``: its code."""
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
 
-class InvalidRequest(InferdError):
+
+class InvalidRequest(InferdError, code=ErrorCode.INVALID_ARGUMENT):
     """The request is malformed or does not match what the model accepts."""
 
-    code = ErrorCode.INVALID_ARGUMENT
 
-
-class ModelNotFound(InferdError):
+class ModelNotFound(InferdError, code=ErrorCode.NOT_FOUND):
     """No such model (version). Worded as Triton's, which clients match on."""
-
-    code = ErrorCode.NOT_FOUND
 
     def __init__(self, name: str, version: str | None = None, hint: str = "") -> None:
         if version:
@@ -58,54 +61,44 @@ class ModelNotFound(InferdError):
         self.version = version
 
 
-class PermissionDenied(InferdError):
+class PermissionDenied(InferdError, code=ErrorCode.PERMISSION_DENIED):
     """The request lacks what its API group requires (restricted_apis), or the API is off."""
 
-    code = ErrorCode.PERMISSION_DENIED
+
+class ModelNotReady(InferdError, code=ErrorCode.UNAVAILABLE):
+    """The model (version) is known but cannot serve now: loading, unloading or failed."""
 
 
-class ModelNotReady(InferdError):
-    code = ErrorCode.UNAVAILABLE
-
-
-class Overloaded(InferdError):
+class Overloaded(InferdError, code=ErrorCode.UNAVAILABLE):
     """The server refuses work to protect itself; the client should retry later."""
-
-    code = ErrorCode.UNAVAILABLE
 
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
         super().__init__(message, retry_after)
 
 
-class ShuttingDown(InferdError):
+class ShuttingDown(InferdError, code=ErrorCode.UNAVAILABLE):
     """The server is shutting down: it takes no new request, or it stopped one that
     did not finish before its shutdown deadline. Another replica can take it."""
 
-    code = ErrorCode.UNAVAILABLE
 
-
-class DeadlineExceeded(InferdError):
-    code = ErrorCode.DEADLINE_EXCEEDED
+class DeadlineExceeded(InferdError, code=ErrorCode.DEADLINE_EXCEEDED):
+    """The request's deadline passed before it was answered."""
 
 
 class InferenceTimeout(DeadlineExceeded):
     """A model call ran past its ``inference_timeout``; its worker process was killed."""
 
 
-class PayloadTooLarge(InferdError):
-    code = ErrorCode.PAYLOAD_TOO_LARGE
+class PayloadTooLarge(InferdError, code=ErrorCode.PAYLOAD_TOO_LARGE):
+    """The request body is larger than max_request_size."""
 
 
-class ModelError(InferdError):
+class ModelError(InferdError, code=ErrorCode.INTERNAL):
     """A failure inside the model's own code (load or predict)."""
 
-    code = ErrorCode.INTERNAL
 
-
-class WorkerLost(InferdError):
+class WorkerLost(InferdError, code=ErrorCode.UNAVAILABLE):
     """The worker process running a request died before answering."""
-
-    code = ErrorCode.UNAVAILABLE
 
 
 class StatusError(InferdError):

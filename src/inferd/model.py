@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.settings import ModelSettings
+from inferd.settings.model import NamedBySettings
 from inferd.tensors import codecs
 from inferd.types import (
     InferenceRequest,
@@ -40,21 +41,13 @@ class WorkerContext:
     device: str | None = None
 
 
-class Model:
+class Model(NamedBySettings):
     """Base class of every runtime. Override ``load`` and ``predict``."""
 
     def __init__(self, settings: ModelSettings, context: WorkerContext | None = None) -> None:
         self.settings = settings
         self.context = context or WorkerContext()
         self.ready = False
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
-
-    @property
-    def version(self) -> str | None:
-        return self.settings.version
 
     async def load(self) -> bool | None:
         """Load the model's artifacts. Raise (or return False) to fail the load."""

@@ -105,10 +105,8 @@ class MetadataTensor:
     parameters: Parameters = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "datatype": self.datatype, "shape": self.shape}
-        if self.parameters:
-            out["parameters"] = self.parameters
-        return out
+        out = {"name": self.name, "datatype": self.datatype, "shape": self.shape}
+        return _with_parameters(out, self.parameters)
 
 
 @dataclass(slots=True)
@@ -128,9 +126,14 @@ class ModelMetadata:
             "inputs": [tensor.to_dict() for tensor in self.inputs],
             "outputs": [tensor.to_dict() for tensor in self.outputs],
         }
-        if self.parameters:
-            out["parameters"] = self.parameters
-        return out
+        return _with_parameters(out, self.parameters)
+
+
+def _with_parameters(out: dict[str, Any], parameters: Parameters) -> dict[str, Any]:
+    """``out``, with ``parameters`` when there are any (the protocol leaves them out)."""
+    if parameters:
+        out["parameters"] = parameters
+    return out
 
 
 @dataclass(slots=True)

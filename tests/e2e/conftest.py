@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
-import joblib
 import numpy as np
 import pytest
 import tritonclient.http
 from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
 from inferd.protocol import pb_grpc
+from tests.support.models import add_custom_model, add_sklearn_model
 from tests.support.serverproc import ServerProcess, start_server
-
-RUNTIMES = Path(__file__).parent / "runtimes" / "testmodels.py"
 
 # Metadata the `typed` model (an Echo) declares in its model-settings.json.
 TYPED_METADATA: dict[str, Any] = {
@@ -33,41 +27,6 @@ TYPED_METADATA: dict[str, Any] = {
     ],
     "outputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
 }
-
-
-def add_custom_model(repository: Path, folder: str, implementation: str, **settings: Any) -> Path:
-    """A model folder holding the test runtimes and a model-settings.json."""
-    path = repository / folder
-    path.mkdir(parents=True, exist_ok=True)
-    shutil.copy(RUNTIMES, path / "testmodels.py")
-    body = {"name": folder.split("/")[0], "implementation": f"testmodels.{implementation}"}
-    body.update(settings)
-    (path / "model-settings.json").write_text(json.dumps(body))
-    return path
-
-
-def train_iris(path: Path) -> LogisticRegression:
-    features, labels = load_iris(return_X_y=True)
-    model = LogisticRegression(max_iter=500).fit(features, labels)
-    joblib.dump(model, path)
-    return model
-
-
-def add_sklearn_model(
-    repository: Path,
-    name: str = "iris",
-    implementation: str = "inferd.runtimes.sklearn.SKLearnModel",
-) -> Path:
-    path = repository / name
-    path.mkdir(parents=True, exist_ok=True)
-    train_iris(path / "model.joblib")
-    settings = {
-        "name": name,
-        "implementation": implementation,
-        "parameters": {"uri": "./model.joblib"},
-    }
-    (path / "model-settings.json").write_text(json.dumps(settings))
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +50,8 @@ def main_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(main_repository: Path) -> Iterator[ServerProcess]:
     """One shared server (parallel_workers 0) on the main repository."""
-    process = start_server(main_repository)
-    yield process
-    process.stop()
+    with start_server(main_repository) as process:
+        yield process
 
 
 @pytest.fixture
@@ -133,17 +91,6 @@ def stub(server: ServerProcess) -> Iterator[pb_grpc.GRPCInferenceServiceStub]:
         yield pb_grpc.GRPCInferenceServiceStub(channel)
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")
-
-
 # ---- framework runtimes (test_runtimes_*.py): one server for every framework model ----
 
 
@@ -158,9 +105,8 @@ def framework_models(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="session")
 def framework_server(framework_models: Any) -> Iterator[ServerProcess]:
-    process = start_server(framework_models.repository)
-    yield process
-    process.stop()
+    with start_server(framework_models.repository) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")
@@ -199,6 +145,7 @@ def streaming_repository(tmp_path_factory: pytest.TempPathFactory, streaming_wor
 
 @pytest.fixture(scope="module")
 def streaming_server(streaming_repository: Path, streaming_workers: int) -> Iterator[ServerProcess]:
-    process = start_server(streaming_repository, settings={"parallel_workers": streaming_workers})
-    yield process
-    process.stop()
+    with start_server(
+        streaming_repository, settings={"parallel_workers": streaming_workers}
+    ) as process:
+        yield process

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import RUNTIMES
+from tests.support.models import TEST_RUNTIMES, write_model_folder
 
 # A runtime that logs custom metrics from load and predict (written next to the
 # shared test runtimes in a model's folder).
@@ -48,14 +46,9 @@ METRICS_RUNTIME = textwrap.dedent(
 
 def add_metrics_model(repository: Path, folder: str, **settings: Any) -> Path:
     """A model folder serving ``metricmodels.LogsMetrics`` (and the shared test runtimes)."""
-    path = repository / folder
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "metricmodels.py").write_text(METRICS_RUNTIME)
-    shutil.copy(RUNTIMES, path / "testmodels.py")
-    body = {"name": folder.split("/")[0], "implementation": "metricmodels.LogsMetrics"}
-    body.update(settings)
-    (path / "model-settings.json").write_text(json.dumps(body))
-    return path
+    files = {"metricmodels.py": METRICS_RUNTIME, TEST_RUNTIMES.name: TEST_RUNTIMES}
+    implementation = "metricmodels.LogsMetrics"
+    return write_model_folder(repository, folder, implementation, files=files, **settings)
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -3,7 +3,6 @@ sets that ship with scikit-learn (nothing is downloaded), and client helpers."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from tests.frameworks import require_module, save_mlflow_frame_model, save_mlflow_tensor_model
+from tests.support.models import write_model_folder
 
 IRIS_X, IRIS_Y = load_iris(return_X_y=True)
 DIABETES_X, DIABETES_Y = load_diabetes(return_X_y=True)
@@ -33,8 +33,8 @@ class FrameworkModels:
 
 
 def write_settings(folder: Path, implementation: str, **settings: Any) -> None:
-    body = {"name": folder.name, "implementation": implementation, **settings}
-    (folder / "model-settings.json").write_text(json.dumps(body))
+    """The model-settings.json of a framework model whose files are in ``folder``."""
+    write_model_folder(folder.parent, folder.name, implementation, **settings)
 
 
 def build_framework_repository(repository: Path) -> FrameworkModels:

@@ -14,17 +14,18 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model, wait_for
 from .metrics_helpers import model, scrape, value
 
 LONE_WAIT = 1.0  # the batched model's max_batch_time: a lone request must not wait it
 
 
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repository = tmp_path_factory.mktemp("batching")
+def write_models(repository: Path) -> Path:
+    """`batched` (adaptive batching, each batch taking 20 ms) and `guarded` (one slot,
+    a bounded queue, priorities and a queue timeout)."""
     batched = {"max_batch_size": 16, "max_batch_time": LONE_WAIT}
     add_custom_model(
         repository, "batched", "BatchRecorder", **batched, parameters={"extra": {"delay": 0.02}}
@@ -36,10 +37,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
-def server(repository: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    process = start_server(repository, {"parallel_workers": request.param})
-    yield process
-    process.stop()
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    repository = write_models(tmp_path_factory.mktemp("batching"))
+    with start_server(repository, {"parallel_workers": request.param}) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

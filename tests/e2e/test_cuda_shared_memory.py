@@ -18,9 +18,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import tests.support.triton_shm  # noqa: F401 (pkg_resources for tritonclient's utilities)
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 try:
     import tritonclient.utils.cuda_shared_memory as cudashm
@@ -51,9 +50,8 @@ def server(
     repository: Path = tmp_path_factory.mktemp("cudashm")
     add_custom_model(repository, "simple", "AddSub")
     settings = {"shared_memory_enabled": True, "parallel_workers": request.param}
-    process = start_server(repository, settings)
-    yield process
-    process.stop()
+    with start_server(repository, settings) as process:
+        yield process
 
 
 @pytest.fixture(params=["http", "grpc"])

@@ -20,9 +20,8 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
+from tests.support.models import add_custom_model, add_sklearn_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, add_sklearn_model
 
 # What the `echo` model of the docs repository declares in its model-settings.json.
 ECHO_INPUTS = [
@@ -35,10 +34,7 @@ ASSETS = ("swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png")
 
 def build_docs_repository(repository: Path) -> Path:
     """iris (scikit-learn, version "1") and echo (custom, with declared inputs)."""
-    iris = add_sklearn_model(repository, "iris")
-    settings = json.loads((iris / "model-settings.json").read_text())
-    settings["parameters"]["version"] = "1"
-    (iris / "model-settings.json").write_text(json.dumps(settings))
+    add_sklearn_model(repository, "iris", parameters={"version": "1"})
     add_custom_model(repository, "echo", "Echo", inputs=ECHO_INPUTS, outputs=ECHO_INPUTS)
     return repository
 

@@ -22,6 +22,7 @@ import pytest
 from PIL import Image
 from websockets.sync.client import ClientConnection, connect
 
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
 from . import test_docs
@@ -118,14 +119,14 @@ class Page:
             return result["result"].get("value")
 
     def wait_until_loaded(self, url: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            with contextlib.suppress(RuntimeError):
+        def loaded() -> bool:
+            with contextlib.suppress(RuntimeError):  # the page is not there yet
                 if self.evaluate("document.readyState + ' ' + location.href") == f"complete {url}":
                     self.evaluate(PAGE_HELPERS.replace("const ", "var ") + "; true")
-                    return
-            time.sleep(0.05)
-        raise TimeoutError(f"{url} did not load in Chromium")
+                    return True
+            return False
+
+        wait_for(loaded, f"{url} to load in Chromium", START_TIMEOUT, 0.05)
 
 
 class Chromium:
@@ -140,15 +141,13 @@ class Chromium:
         self.port = self._devtools_port(profile / "DevToolsActivePort")
 
     def _devtools_port(self, port_file: Path) -> int:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
+        def port() -> int:
             if self.process.poll() is not None:
                 raise RuntimeError(f"chromium exited with {self.process.returncode}")
             lines = port_file.read_text().split() if port_file.exists() else []
-            if lines:
-                return int(lines[0])
-            time.sleep(0.05)
-        raise TimeoutError("chromium did not open its DevTools port")
+            return int(lines[0]) if lines else 0
+
+        return wait_for(port, "chromium to open its DevTools port", START_TIMEOUT, 0.05)
 
     @contextlib.contextmanager
     def open(self, url: str) -> Iterator[Page]:

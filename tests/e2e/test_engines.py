@@ -9,7 +9,6 @@ the manifest's fixed ones, which the tests check go together (probes, annotation
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import tritonclient.grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from inferd.runtimes.names import MLSERVER_SKLEARN
 from tests.support.kserve import (
     ROOT,
     inferd_runtime,
@@ -32,9 +32,9 @@ from tests.support.kserve import (
     model_class,
     render_env,
 )
+from tests.support.models import add_custom_model, train_iris, write_model_folder
 from tests.support.serverproc import ServerProcess, free_ports, server_environment, spawn
 
-from .conftest import add_custom_model, train_iris
 from .runtime_models import add_and_multiply_graph
 
 
@@ -227,15 +227,11 @@ def modelmesh_env(models_dir: Path) -> dict[str, str]:
 def adapter_writes_model(models_dir: Path, model_id: str, store: Path) -> None:
     """As ModelMesh's adapter: a folder per model id, a model-settings.json, and the
     artifact linked from where the puller put it."""
-    folder = models_dir / model_id
-    folder.mkdir(parents=True)
-    (folder / "model.joblib").symlink_to(store)
-    settings = {
-        "name": model_id,
-        "implementation": "mlserver_sklearn.SKLearnModel",
-        "parameters": {"uri": str(folder / "model.joblib")},
-    }
-    (folder / "model-settings.json").write_text(json.dumps(settings))
+    artifact = models_dir / model_id / "model.joblib"
+    artifact.parent.mkdir(parents=True)
+    artifact.symlink_to(store)
+    parameters = {"uri": str(artifact)}
+    write_model_folder(models_dir, model_id, MLSERVER_SKLEARN, parameters=parameters)
 
 
 def test_modelmesh_starts_without_its_folder_and_loads_over_grpc(
@@ -322,11 +318,8 @@ def test_seldon_core_v2_versioned_names_loaded_over_rest(
     stop_later.append(server)
     server.wait_until()
     for version in ("1", "2"):
-        folder = models_dir / f"iris_{version}"
-        folder.mkdir()
-        train_iris(folder / "model.joblib")
-        settings = {"name": f"iris_{version}", "implementation": "mlserver_sklearn.SKLearnModel"}
-        (folder / "model-settings.json").write_text(json.dumps(settings))
+        train_iris(models_dir / f"iris_{version}" / "model.joblib")
+        write_model_folder(models_dir, f"iris_{version}", MLSERVER_SKLEARN)
     body = {
         "inputs": [
             {"name": "i", "shape": [1, 4], "datatype": "FP64", "data": iris_features[0].tolist()}

@@ -12,7 +12,6 @@ environment has none.
 
 from __future__ import annotations
 
-import json
 import site
 import subprocess
 import sys
@@ -24,9 +23,10 @@ from typing import Any
 
 import httpx
 
+from tests.support.models import write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, write_settings
 
-from .conftest import wait_for
 from .test_settings_e2e import assert_refused, run_inferd
 
 PROBE_RUNTIME = textwrap.dedent(
@@ -71,11 +71,8 @@ def pack(environment: Path, tarball: Path) -> Path:
 
 
 def add_probe_model(repository: Path, name: str, **parameters: Any) -> None:
-    path = repository / name
-    path.mkdir(parents=True)
-    (path / "probe.py").write_text(PROBE_RUNTIME)
-    body = {"name": name, "implementation": "probe.Probe", "parameters": parameters}
-    (path / "model-settings.json").write_text(json.dumps(body))
+    files = {"probe.py": PROBE_RUNTIME}
+    write_model_folder(repository, name, "probe.Probe", files=files, parameters=parameters)
 
 
 def seen(server: ServerProcess, name: str) -> list[str]:

@@ -15,9 +15,8 @@ import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model, add_sklearn_model
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model, add_sklearn_model
 
 STREAM_TIMEOUT = 30.0
 

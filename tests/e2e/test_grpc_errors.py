@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,8 @@ import numpy as np
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model, write_model_folder
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model
 
 Code = grpc.StatusCode
 SERVICE = "/inference.GRPCInferenceService/"
@@ -203,12 +201,8 @@ def test_unsupported_repository_parameters_are_refused(
 def test_not_ready_and_overloaded_are_unavailable(start: Any, tmp_path: Path) -> None:
     repository = tmp_path / "models"
     add_custom_model(repository, "broken", "FailsToLoad")
-    busy = repository / "busy"
-    busy.mkdir()
-    (busy / "busyruntime.py").write_text(BUSY_RUNTIME)
-    (busy / "model-settings.json").write_text(
-        json.dumps({"name": "busy", "implementation": "busyruntime.Busy"})
-    )
+    files = {"busyruntime.py": BUSY_RUNTIME}
+    write_model_folder(repository, "busy", "busyruntime.Busy", files=files)
     # "broken" never becomes ready, so neither does the server: wait for liveness.
     process = start(repository, wait="/v2/health/live")
     process.wait_until("/v2/models/busy/ready")

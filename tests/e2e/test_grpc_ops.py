@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import queue
 import signal
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, free_port
-
-from .conftest import add_custom_model
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -102,11 +100,7 @@ def test_reflection_describes_every_service(channel: grpc.Channel) -> None:
 
 
 def add_slow_model(repository: Path, name: str) -> None:
-    folder = repository / name
-    folder.mkdir(parents=True)
-    (folder / "slowruntime.py").write_text(SLOW_RUNTIME)
-    settings = {"name": name, "implementation": "slowruntime.Slow"}
-    (folder / "model-settings.json").write_text(json.dumps(settings))
+    write_model_folder(repository, name, "slowruntime.Slow", files={"slowruntime.py": SLOW_RUNTIME})
 
 
 def slow_request(model: str, marker: Path, seconds: float, value: float) -> Any:
@@ -141,9 +135,13 @@ def test_sigterm_finishes_calls_in_flight(start: Any, tmp_path: Path) -> None:
         streamed: list[Any] = []
         reader = threading.Thread(target=lambda: streamed.extend(drain(stream)))
         reader.start()
-        wait_for(lambda: marker.exists() and len(marker.read_text().split()) == 2)
+        wait_for(
+            lambda: marker.exists() and len(marker.read_text().split()) == 2,
+            "both slow calls to run",
+            CALL_TIMEOUT,
+        )
         process.process.send_signal(signal.SIGTERM)
-        wait_for(lambda: refuses_new_calls(process))
+        wait_for(lambda: refuses_new_calls(process), "new calls to be refused", CALL_TIMEOUT)
         assert not unary.done(), "new calls must be refused while old ones still run"
         assert answer_value(unary.result()) == 1.0
         reader.join(CALL_TIMEOUT)
@@ -163,13 +161,6 @@ def refuses_new_calls(process: ServerProcess) -> bool:
         except grpc.RpcError as error:
             return bool(error.code() == grpc.StatusCode.UNAVAILABLE)
     return False
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = CALL_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
 
 
 def drain(stream: Any) -> tuple[list[Any], grpc.RpcError | None]:

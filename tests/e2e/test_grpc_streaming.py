@@ -8,7 +8,6 @@ stream going, requests interleave, and cancelling the stream stops the models.
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
 TIMEOUT = 30.0
@@ -143,7 +143,4 @@ def test_cancelling_the_stream_stops_the_generator(
     stream.send(model, request_id, count=100_000, delay_ms=10)
     stream.receive(2)
     stream.close(cancel=True)
-    deadline = time.monotonic() + 5
-    while not stopped.exists():
-        assert time.monotonic() < deadline, "the model's generator did not stop"
-        time.sleep(0.02)
+    wait_for(stopped.exists, "the model's generator to stop", 5)

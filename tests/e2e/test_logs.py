@@ -13,17 +13,15 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model
 
 X = {"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
 REQUEST_LOGGER = "inferd.requests"
 
 
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repository = tmp_path_factory.mktemp("logs")
+def write_models(repository: Path) -> Path:
+    """`echo`, and `fails` (every call fails)."""
     add_custom_model(repository, "echo", "Echo")
     add_custom_model(repository, "fails", "FailsToPredict")
     return repository

@@ -17,9 +17,10 @@ import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model, wait_for
 from .metrics_helpers import (
     Samples,
     add_metrics_model,
@@ -50,9 +51,8 @@ def metrics_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(metrics_repository: Path) -> Iterator[ServerProcess]:
     """One server (inference in the main process) for the tests of this module;
     each test looks at what changed between two scrapes."""
-    process = start_server(metrics_repository)
-    yield process
-    process.stop()
+    with start_server(metrics_repository) as process:
+        yield process
 
 
 def post(server: ServerProcess, path: str, body: object) -> int:
@@ -209,9 +209,8 @@ def worker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     """One worker process running the custom-metrics model, one request at a time."""
     repository = tmp_path_factory.mktemp("worker-metrics")
     add_metrics_model(repository, "custom")
-    process = start_server(repository, settings={"parallel_workers": 1})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": 1}) as process:
+        yield process
 
 
 def slow_request(server: ServerProcess, seconds: float) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +14,11 @@ from sklearn import datasets, svm
 from sklearn.model_selection import train_test_split
 
 from inferd.protocol import pb, pb_grpc
+from inferd.runtimes.names import MLSERVER_SKLEARN
+from tests.support.models import train_iris, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, free_ports, start_server
 
-from .conftest import add_sklearn_model, train_iris, wait_for
 from .test_settings_e2e import launch
 
 # A runtime in a model's folder, importing a module that sits beside it.
@@ -38,11 +39,11 @@ class MyModel(Model):
 def add_custom_runtime(repository: Path, folder: str, factor: int, offset: int = 1) -> None:
     """MLServer's custom-runtime layout: runtime.py beside model-settings.json,
     importing a helper module that every such folder names the same."""
-    path = repository / folder
-    path.mkdir()
-    (path / "runtime.py").write_text(CUSTOM_RUNTIME.format(helper="helper", factor=factor))
-    (path / "helper.py").write_text(f"OFFSET = {offset}\n")
-    (path / "model-settings.json").write_text(json.dumps({"implementation": "runtime.MyModel"}))
+    files = {
+        "runtime.py": CUSTOM_RUNTIME.format(helper="helper", factor=factor),
+        "helper.py": f"OFFSET = {offset}\n",
+    }
+    write_model_folder(repository, folder, "runtime.MyModel", name=None, files=files)
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +57,11 @@ def mlserver_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     features, _, labels, _ = train_test_split(data, digits.target, test_size=0.5, shuffle=False)
     classifier.fit(features, labels)
     joblib.dump(classifier, folder / "mnist-svm.joblib")
-    model_settings = {
-        "name": "mnist-svm",
-        "implementation": "mlserver_sklearn.SKLearnModel",
-        "parameters": {"uri": "./mnist-svm.joblib", "version": "v0.1.0"},
-    }
-    (folder / "model-settings.json").write_text(json.dumps(model_settings))
+    parameters = {"uri": "./mnist-svm.joblib", "version": "v0.1.0"}
+    write_model_folder(folder, ".", MLSERVER_SKLEARN, name="mnist-svm", parameters=parameters)
     # MLServer's multi-model layout: no "name", so the folder's name is the model's.
-    iris = add_sklearn_model(folder, "iris", implementation="mlserver_sklearn.SKLearnModel")
-    settings = {"implementation": "mlserver_sklearn.SKLearnModel", "parameters": {"uri": "."}}
-    (iris / "model-settings.json").write_text(json.dumps(settings))
+    iris = write_model_folder(folder, "iris", MLSERVER_SKLEARN, name=None, parameters={"uri": "."})
+    train_iris(iris / "model.joblib")
     add_custom_runtime(folder, "my-model", factor=2)
     add_custom_runtime(folder, "other-model", factor=3, offset=5)
     return folder
@@ -79,9 +75,8 @@ def mlserver_server(mlserver_repository: Path) -> Iterator[ServerProcess]:
         "metrics_dir": str(mlserver_repository / ".metrics"),
         "environments_dir": str(mlserver_repository / ".envs"),
     }
-    server = start_server(mlserver_repository, settings=settings)
-    yield server
-    server.stop()
+    with start_server(mlserver_repository, settings=settings) as server:
+        yield server
 
 
 def test_mlservers_sklearn_example_is_served_unchanged(

@@ -29,9 +29,8 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     repository = copy_folders(tmp_path_factory.mktemp(f"mlserver-runtimes-{request.param}"))
-    process = start_server(repository, {"parallel_workers": request.param})
-    yield process
-    process.stop()
+    with start_server(repository, {"parallel_workers": request.param}) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import tritonclient.http
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 ODD = "/v2/models/odd/infer"
 
@@ -31,9 +30,8 @@ def odd_server(
 ) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("odd")
     add_custom_model(repository, "odd", "OddOutputs")
-    process = start_server(repository, settings={"parallel_workers": request.param})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": request.param}) as process:
+        yield process
 
 
 def post(server: ServerProcess, kind: str, binary: bool = False) -> Any:

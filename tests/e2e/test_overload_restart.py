@@ -24,9 +24,9 @@ from benchmarks.restart_overload import (
     wait_for_the_restart,
     write_repository,
 )
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
-from .conftest import wait_for
 from .metrics_helpers import scrape, value
 
 SERVICE_S = 0.05
@@ -51,7 +51,7 @@ def checked_overload(server: ServerProcess) -> Outcome:
     assert outcome.lost == outcome.other == 0, outcome
     assert outcome.admitted and outcome.refused, outcome
     refused = [answer for answer in run.answers if answer.status == 503]
-    assert {answer.retry_after for answer in refused} == {"1"}
+    assert {answer.retry_after for answer in refused} == {1.0}
     for answer in run.answers:
         if answer.status == 200:
             (output,) = json.loads(answer.body)["outputs"]

@@ -12,6 +12,7 @@ It takes about a minute on two cores.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -22,9 +23,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.models import train_iris
+from tests.support.polling import wait_for
 from tests.support.serverproc import free_ports
-
-from .conftest import train_iris
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -37,20 +38,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
 SERVICER = "inferd.ray.add_inference_service"
 
 
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("ray") / "models"
-    shutil.copytree(EXAMPLES, folder)
-    train_iris(folder / "sklearn-iris" / "model.joblib")
-    return folder
+def write_models(repository: Path) -> Path:
+    """The example repository, its iris model trained."""
+    shutil.copytree(EXAMPLES, repository, dirs_exist_ok=True)
+    train_iris(repository / "sklearn-iris" / "model.joblib")
+    return repository
 
 
 @pytest.fixture(scope="module")
-def cluster(repository: Path) -> Iterator[dict[str, Any]]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from ray.cluster_utils import Cluster
 
     from inferd.ray import build
 
+    repository = write_models(tmp_path_factory.mktemp("ray") / "models")
     http_port, grpc_port = free_ports(2)
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     nodes.add_node(num_cpus=1)
@@ -125,19 +126,18 @@ def test_a_killed_replica_is_replaced_while_the_application_answers(
     for thread in threads:
         thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while len(outcomes) < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(TimeoutError):  # some load first, as much as comes in 30 s
+            wait_for(lambda: len(outcomes) >= 20, "20 answers before the kill", 30, 0.05)
         replicas = replica_actors()
         assert len(replicas) == 2
         killed_at = time.monotonic()
         ray.kill(replicas[0], no_restart=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+
+        def replaced() -> bool:
             alive = replica_actors()
-            if len(alive) == 2 and replicas[0] not in alive:
-                break
-            time.sleep(0.5)
+            return len(alive) == 2 and replicas[0] not in alive
+
+        wait_for(replaced, "the killed replica to be replaced", 120, 0.5)
         settled = time.monotonic()
         time.sleep(1.0)  # the load goes on against the replaced replica too
     finally:

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model, wait_for
 
 POLL_SECS = 0.2
 # Each load takes this long: requests during it must be answered by the old instance.

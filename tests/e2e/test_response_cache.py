@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import write_model_folder
 from tests.support.serverproc import ServerProcess
 
 from .metrics_helpers import model, scrape, value
@@ -41,11 +42,8 @@ FEATURES = np.asarray([[1.5, 2.0, 3.25, 4.0]], dtype=np.float32)
 
 
 def add_token_model(repository: Path, name: str, **settings: Any) -> None:
-    path = repository / name
-    path.mkdir(parents=True)
-    (path / "tokens.py").write_text(TOKEN_RUNTIME)
-    body = {"name": name, "implementation": "tokens.Token", **settings}
-    (path / "model-settings.json").write_text(json.dumps(body))
+    files = {"tokens.py": TOKEN_RUNTIME}
+    write_model_folder(repository, name, "tokens.Token", files=files, **settings)
 
 
 def json_infer(server: ServerProcess, name: str, features: np.ndarray, **extra: Any) -> Any:

@@ -4,7 +4,6 @@ headers, gRPC metadata), which reach such a model, are not part of the key."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +14,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
+from tests.support.models import add_sklearn_model, write_model_folder
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_sklearn_model
 
 # Answers a fresh random token each time it runs (equal tokens mean one run) and
 # sends it back as a header too; a custom route counts its own calls.
@@ -53,23 +51,17 @@ ROW = {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4,
 
 
 def add_mlmodel(repository: Path, name: str) -> None:
-    path = repository / name
-    path.mkdir(parents=True)
-    (path / "models.py").write_text(MLMODEL_RUNTIME)
-    settings = {"name": name, "implementation": "models.TokenModel", "cache_enabled": True}
-    (path / "model-settings.json").write_text(json.dumps(settings))
+    files = {"models.py": MLMODEL_RUNTIME}
+    write_model_folder(repository, name, "models.TokenModel", files=files, cache_enabled=True)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("cache-routes")
     add_mlmodel(repository, "tokens")
-    iris = add_sklearn_model(repository)
-    settings = json.loads((iris / "model-settings.json").read_text())
-    (iris / "model-settings.json").write_text(json.dumps({**settings, "cache_enabled": True}))
-    process = start_server(repository, {"cache_enabled": True, "cache_size": 20})
-    yield process
-    process.stop()
+    add_sklearn_model(repository, cache_enabled=True)
+    with start_server(repository, {"cache_enabled": True, "cache_size": 20}) as process:
+        yield process
 
 
 def cache_counts(server: ServerProcess, name: str) -> tuple[int, int]:

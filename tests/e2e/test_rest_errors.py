@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
-from .conftest import wait_for
 from .metrics_helpers import scrape, value
 
 

@@ -10,9 +10,11 @@ import httpx
 import pytest
 
 from inferd import __version__
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
-from .conftest import TYPED_METADATA, add_custom_model, wait_for
+from .conftest import TYPED_METADATA
 
 
 def get(url: str) -> httpx.Response:

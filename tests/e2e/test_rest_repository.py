@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
+from tests.support.models import add_custom_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 INPUT = {"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}
 
@@ -30,9 +30,8 @@ INPUT = {"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}
 def repo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("mutable-repository")
     add_custom_model(repository, "echo", "Echo")
-    process = start_server(repository)
-    yield process
-    process.stop()
+    with start_server(repository) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")
@@ -157,17 +156,14 @@ def test_a_reload_serves_the_old_instance_until_the_new_one_is_ready(
 def test_a_reload_picks_up_changed_runtime_code(
     client: httpx.Client, repo_server: ServerProcess
 ) -> None:
-    folder = repo_server.repository / "coded"
-    folder.mkdir()
-    runtime = folder / "coded_runtime.py"
+    files = {"coded_runtime.py": answering_runtime("first")}
+    folder = write_model_folder(
+        repo_server.repository, "coded", "coded_runtime.Answer", files=files
+    )
 
     def write_runtime(answer: str) -> None:
-        runtime.write_text(answering_runtime(answer))
+        (folder / "coded_runtime.py").write_text(answering_runtime(answer))
 
-    write_runtime("first")
-    (folder / "model-settings.json").write_text(
-        json.dumps({"name": "coded", "implementation": "coded_runtime.Answer"})
-    )
     assert load(client, "coded").status_code == 200
     assert output(infer(client, "coded"), "answer") == ["first"]
     write_runtime("second")
@@ -193,11 +189,8 @@ def test_model_folders_with_same_named_runtime_modules_each_run_their_own(
     client: httpx.Client, repo_server: ServerProcess
 ) -> None:
     for name in ("left", "right"):
-        folder = repo_server.repository / name
-        folder.mkdir()
-        (folder / "answer_runtime.py").write_text(answering_runtime(name))
-        settings = {"name": name, "implementation": "answer_runtime.Answer"}
-        (folder / "model-settings.json").write_text(json.dumps(settings))
+        files = {"answer_runtime.py": answering_runtime(name)}
+        write_model_folder(repo_server.repository, name, "answer_runtime.Answer", files=files)
         assert load(client, name).status_code == 200
     assert output(infer(client, "left"), "answer") == ["left"]
     assert output(infer(client, "right"), "answer") == ["right"]

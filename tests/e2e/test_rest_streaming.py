@@ -17,9 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
-
-from .conftest import wait_for
 
 MODELS = ("tokens", "thread-tokens")
 

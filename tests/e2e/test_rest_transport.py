@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 LIMIT = 100_000
 ORIGIN = "https://app.example"

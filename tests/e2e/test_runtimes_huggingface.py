@@ -15,6 +15,7 @@ import pytest
 import tritonclient.grpc as triton
 
 from tests.frameworks import require_module, save_tiny_text_classifier
+from tests.support.models import write_model_folder
 from tests.support.serverproc import ServerProcess, start_server
 
 from .runtime_models import grpc_infer, metadata_tensors, rest_infer
@@ -39,24 +40,22 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("huggingface")
     folder = repository / "sentiment"
     save_tiny_text_classifier(folder)
-    settings = {
-        "name": "sentiment",
-        "implementation": "mlserver_huggingface.HuggingFaceRuntime",
-        "max_batch_size": 4,
-        "max_batch_time": 0.01,
-        "parameters": {"extra": {"task": "text-classification"}},
-    }
-    (folder / "model-settings.json").write_text(json.dumps(settings))
-    return folder
+    return write_model_folder(
+        repository,
+        "sentiment",
+        "mlserver_huggingface.HuggingFaceRuntime",
+        max_batch_size=4,
+        max_batch_time=0.01,
+        parameters={"extra": {"task": "text-classification"}},
+    )
 
 
 @pytest.fixture(scope="module")
 def hf_server(model_folder: Path, fake_hub: socket.socket) -> Iterator[ServerProcess]:
     port = fake_hub.getsockname()[1]
     env = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_OFFLINE": "0"}
-    process = start_server(model_folder.parent, env=env)
-    yield process
-    process.stop()
+    with start_server(model_folder.parent, env=env) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

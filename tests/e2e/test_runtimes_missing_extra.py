@@ -3,16 +3,15 @@ install line; the server and its other models keep serving."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import httpx
 import numpy as np
 import pytest
 
+from tests.support.models import add_sklearn_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_sklearn_model, wait_for
 
 # Put first on the server's PYTHONPATH, it makes `import xgboost` fail as it does
 # where the package is not installed.
@@ -27,17 +26,14 @@ def server_without_xgboost(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     (root / "hidden" / "xgboost.py").write_text(HIDE_XGBOOST)
     repository = root / "repository"
     add_sklearn_model(repository, "iris")
-    folder = repository / "churn"
-    folder.mkdir()
-    (folder / "model.json").write_text("{}")
-    settings = {"name": "churn", "implementation": "mlserver_xgboost.XGBoostModel"}
-    (folder / "model-settings.json").write_text(json.dumps(settings))
-    # Not ready as a whole (one model failed): wait for liveness, then for the loads.
-    process = start_server(
-        repository, env={"PYTHONPATH": str(root / "hidden")}, wait="/v2/health/live"
+    write_model_folder(
+        repository, "churn", "mlserver_xgboost.XGBoostModel", files={"model.json": "{}"}
     )
-    yield process
-    process.stop()
+    # Not ready as a whole (one model failed): wait for liveness, then for the loads.
+    with start_server(
+        repository, env={"PYTHONPATH": str(root / "hidden")}, wait="/v2/health/live"
+    ) as process:
+        yield process
 
 
 def index(client: httpx.Client) -> dict[str, dict[str, str]]:

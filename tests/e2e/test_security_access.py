@@ -9,7 +9,6 @@ PERMISSION_DENIED), with a wrong value, then with an accepted one (success).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 ADMIN, USER = "admin-key", "user-key"
 USER_KEYS = "user-1, user-2"  # two keys at once: either one is accepted
@@ -271,9 +270,7 @@ def test_a_restriction_whose_keys_cannot_be_read_stops_the_start(tmp_path: Path)
     restriction = {"apis": ["inference"], "header": "k", "values_from_env": "TEST_NO_SUCH_KEYS"}
     process = start_server(tmp_path, {"restricted_apis": [restriction]}, wait=None)
     try:
-        deadline = time.monotonic() + 60
-        while process.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: process.process.poll() is not None, "the server to exit", 60, 0.05)
         assert process.process.returncode not in (None, 0)
         assert "environment variable TEST_NO_SUCH_KEYS is not set" in process.log()
     finally:

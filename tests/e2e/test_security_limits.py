@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 MAX_HEADER = 4096
 MAX_REQUEST = 64 * 1024
@@ -40,9 +40,8 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         "max_connections": MAX_CONNECTIONS,
         "grpc_max_concurrent_streams": MAX_STREAMS,
     }
-    process = start_server(repository, settings)
-    yield process
-    process.stop()
+    with start_server(repository, settings) as process:
+        yield process
 
 
 def live(channel: grpc.Channel, **kwargs: object) -> bool:

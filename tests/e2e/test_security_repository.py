@@ -17,9 +17,8 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model
 
 INFER = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
 

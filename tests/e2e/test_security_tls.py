@@ -25,9 +25,9 @@ from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
 from tests.support.certs import Authority, KeyPair, serial_of
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 H2 = ["h2"]  # what a gRPC client asks for in the TLS handshake
 

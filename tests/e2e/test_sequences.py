@@ -26,9 +26,9 @@ import tritonclient.http as triton_http
 import tritonclient.http.aio as triton_http_aio
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 STEPS = [5, 1, 7, 2, 9, 4]  # prefix sums differ under any reordering
 IDLE_MICROSECONDS = 300_000
@@ -39,9 +39,9 @@ def workers(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
-    repository = tmp_path_factory.mktemp(f"sequences-{workers}")
+def write_models(repository: Path) -> Path:
+    """Accumulators: `acc`, `acc-slow` (slow steps), `acc-stream` (streams its sums),
+    `acc-idle` (sequences expire after IDLE_MICROSECONDS)."""
     add_custom_model(
         repository,
         "acc",
@@ -76,10 +76,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path, workers: int) -> Iterator[ServerProcess]:
-    process = start_server(repository, settings={"parallel_workers": workers})
-    yield process
-    process.stop()
+def server(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[ServerProcess]:
+    repository = write_models(tmp_path_factory.mktemp(f"sequences-{workers}"))
+    with start_server(repository, settings={"parallel_workers": workers}) as process:
+        yield process
 
 
 def _inputs(module: Any, value: int) -> list[Any]:

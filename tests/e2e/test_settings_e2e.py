@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from inferd import __version__
+from tests.support.models import add_custom_model
 from tests.support.serverproc import (
     ServerProcess,
     free_ports,
@@ -20,8 +21,6 @@ from tests.support.serverproc import (
     spawn,
     write_settings,
 )
-
-from .conftest import add_custom_model
 
 # A refused start must be quick: it happens before any model loads or port opens.
 REFUSAL_TIMEOUT = 15.0
@@ -106,8 +105,7 @@ def test_start_serves_the_current_folder_by_default_with_structured_logs(
     tmp_path: Path, launched: list[ServerProcess]
 ) -> None:
     add_custom_model(tmp_path, "echo", "Echo")
-    nested = add_custom_model(tmp_path, "group/inner", "Echo")
-    (nested / "model-settings.json").write_text(json.dumps({"implementation": "testmodels.Echo"}))
+    add_custom_model(tmp_path, "group/inner", "Echo", name=None)  # named after its folder
     ports = free_ports(3)
     write_settings(
         tmp_path,

@@ -29,35 +29,35 @@ from tritonclient.utils import (
     serialized_byte_size,
 )
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
 from tests.support.triton_shm import shared_memory as shm
-
-from .conftest import add_custom_model
 
 PREFIX = f"/inferd-e2e-{os.getpid()}-"
 ROW = 16  # INT32 elements per input, as Triton's simple example
 ROW_BYTES = ROW * 4
 
 
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("shm")
-    add_custom_model(path, "simple", "AddSub")
-    add_custom_model(path, "echo", "Echo")
-    return path
+def write_models(repository: Path) -> Path:
+    """`simple` (Triton's add_sub example model) and `echo`."""
+    add_custom_model(repository, "simple", "AddSub")
+    add_custom_model(repository, "echo", "Echo")
+    return repository
 
 
 @pytest.fixture(scope="module", params=[0, 1], ids=["in-process", "worker"])
-def shm_server(request: pytest.FixtureRequest, repository: Path) -> Iterator[ServerProcess]:
+def shm_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """Shared memory on, keys limited to PREFIX; inference in the main process or a worker."""
+    repository = write_models(tmp_path_factory.mktemp("shm"))
     settings = {
         "shared_memory_enabled": True,
         "shared_memory_key_prefix": PREFIX,
         "parallel_workers": request.param,
     }
-    process = start_server(repository, settings)
-    yield process
-    process.stop()
+    with start_server(repository, settings) as process:
+        yield process
 
 
 @pytest.fixture(params=["http", "grpc"])

@@ -25,10 +25,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.procstat import children, is_running
 from tests.support.serverproc import ServerProcess, http_status
 
-from .conftest import add_custom_model, wait_for
 from .metrics_helpers import model, scrape, value
 
 GRACE = 4.0
@@ -40,11 +41,9 @@ ENDLESS = {"count": 100_000, "delay_ms": 100}  # runs until the cut
 FINITE = {"count": 5, "delay_ms": 150}  # ends within a second
 
 
-@pytest.fixture
-def repository(tmp_path: Path) -> Path:
+def write_models(repository: Path) -> Path:
     """`slow` (one slot, in one worker; a request with `hold` keeps it until the file
     `open` exists) and `tokens` (streams `count` responses, `delay_ms` apart)."""
-    repository = tmp_path / "models"
     add_custom_model(repository, "slow", "BatchRecorder", workers=1)
     add_custom_model(repository, "tokens", "Tokens")
     return repository
@@ -323,11 +322,8 @@ class Blocking(Model):
 def test_the_deadline_holds_while_a_model_blocks_the_event_loop(
     start: Any, tmp_path: Path, threads: ThreadPoolExecutor
 ) -> None:
-    folder = tmp_path / "models" / "blocking"
-    folder.mkdir(parents=True)
-    (folder / "blocking.py").write_text(BLOCKING_RUNTIME)
-    settings = {"name": "blocking", "implementation": "blocking.Blocking"}
-    (folder / "model-settings.json").write_text(json.dumps(settings))
+    files = {"blocking.py": BLOCKING_RUNTIME}
+    folder = write_model_folder(tmp_path / "models", "blocking", "blocking.Blocking", files=files)
     server: ServerProcess = start(folder.parent, settings={"shutdown_grace_seconds": 1.5})
     url = f"{server.url}/v2/models/blocking/infer"
     body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}

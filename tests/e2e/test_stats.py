@@ -18,9 +18,10 @@ from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model, wait_for
 from .metrics_helpers import parse, value
 
 

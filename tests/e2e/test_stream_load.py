@@ -27,9 +27,8 @@ import numpy as np
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, server_environment, start_server
-
-from .conftest import add_custom_model
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMS = 200  # half over SSE, half over gRPC
@@ -47,9 +46,8 @@ Answers = list[tuple[int, int]]
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository = tmp_path_factory.mktemp("stream-load")
     add_custom_model(repository, "count", "CountStream")
-    process = start_server(repository, settings={"parallel_workers": 2})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
 
 
 def rss_kib(pid: int) -> int:

@@ -13,9 +13,10 @@ import pytest
 
 from inferd.tools.grpc_tls import grpc_security, server_certificate
 from tests.support.certs import Authority
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model, wait_for
 from .test_tool_infer import read_answers, run_infer
 
 ROWS = 12

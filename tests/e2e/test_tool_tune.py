@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.e2e.conftest import train_iris
+from tests.support.models import train_iris
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,9 +18,8 @@ import pytest
 
 from benchmarks.otlp_receiver import OtlpReceiver, Span, attributes
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 CHILDREN = ("inferd.queue_wait", "inferd.batch", "inferd.predict")
 REST_INFER = "POST /v2/models/{name}/infer"

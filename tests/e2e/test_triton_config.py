@@ -18,9 +18,9 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import add_custom_model, write_model_folder
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 INPUTS = [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
 
@@ -36,9 +36,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     add_custom_model(repository, "unloadable", "Echo", inputs=INPUTS)
     add_custom_model(repository, "double/v1", "AsyncDouble", parameters={"version": "1"})
     add_custom_model(repository, "double/v2", "AsyncDouble", parameters={"version": "2"})
-    process = start_server(repository)
-    yield process
-    process.stop()
+    with start_server(repository) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")
@@ -336,16 +335,11 @@ class Records(Model):
 
 
 def add_recording_model(repository: Path, name: str, record: Path, **settings: Any) -> None:
-    folder = repository / name
-    folder.mkdir(parents=True)
-    (folder / "records.py").write_text(WARMUP_RUNTIME)
-    body = {
-        "name": name,
-        "implementation": "records.Records",
-        "parameters": {"extra": {"record": str(record)}},
-        **settings,
-    }
-    (folder / "model-settings.json").write_text(json.dumps(body))
+    parameters = {"extra": {"record": str(record)}}
+    files = {"records.py": WARMUP_RUNTIME}
+    write_model_folder(
+        repository, name, "records.Records", files=files, parameters=parameters, **settings
+    )
 
 
 WARMUP = {

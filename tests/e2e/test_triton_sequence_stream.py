@@ -23,9 +23,9 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
 
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model, wait_for
 
 MODEL = "simple_sequence"
 # The example's values: each sequence starts with its own first value, then these
@@ -47,9 +47,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         parameters={"extra": {"sleep": 0.005}},
     )
     add_custom_model(repository, "stateless", "Accumulator")  # no sequence_batching
-    process = start_server(repository, settings={"parallel_workers": 2})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
 
 
 def _sequences() -> Sequences:

@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 import tritonclient.http as triton_http
 
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.procstat import children
 from tests.support.serverproc import ServerProcess, start_server
 
-from .conftest import add_custom_model, wait_for
 from .test_environments import make_environment
 
 _request_ids = itertools.count()
@@ -33,9 +34,8 @@ _request_ids = itertools.count()
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository: Path = tmp_path_factory.mktemp("worker-logging")
     add_custom_model(repository, "chatty", "LogsAtDebug")
-    process = start_server(repository, settings={"parallel_workers": 2})
-    yield process
-    process.stop()
+    with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

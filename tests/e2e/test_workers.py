@@ -13,9 +13,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
-
-from .conftest import add_custom_model
 
 # Requests whose full answers must not depend on where inference runs.
 CASES: list[tuple[str, dict[str, Any]]] = [
@@ -73,9 +72,8 @@ def workers_repository(main_repository: Path, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="module")
 def three_workers(workers_repository: Path) -> Iterator[ServerProcess]:
-    process = start_server(workers_repository, {"parallel_workers": 3})
-    yield process
-    process.stop()
+    with start_server(workers_repository, {"parallel_workers": 3}) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +81,8 @@ def one_worker(
     main_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     repository = copy_repository(main_repository, tmp_path_factory.mktemp("one") / "repo")
-    process = start_server(repository, {"parallel_workers": 1})
-    yield process
-    process.stop()
+    with start_server(repository, {"parallel_workers": 1}) as process:
+        yield process
 
 
 def post(server: ServerProcess, model: str, body: dict[str, Any]) -> httpx.Response:

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
-
-from .conftest import add_custom_model, wait_for
 
 REQUEST_DEADLINE = 15.0
 X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [0]}]}

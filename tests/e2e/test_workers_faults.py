@@ -17,9 +17,10 @@ import httpx
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, write_settings
 
-from .conftest import add_custom_model, wait_for
 from .metrics_helpers import model, scrape, value
 from .test_settings_e2e import assert_refused, run_inferd
 from .test_workers_failures import children

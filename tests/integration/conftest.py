@@ -7,27 +7,22 @@ of uvicorn are left out.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
-import joblib
 import numpy as np
 import pytest
-from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
 from inferd.protocol import pb_grpc
 from inferd.server.app import InferenceServer
 from inferd.settings import ServerSettings
+from tests.support.models import add_sklearn_model, write_model_folder
 from tests.support.serverproc import free_port
 
-from .runtimes import Gated
+from .runtimes import Gated, Tokens
 
 RUNTIMES = "tests.integration.runtimes"
 # Small enough for the size-limit tests to build bodies past it cheaply.
@@ -35,57 +30,19 @@ REQUEST_LIMIT = 100_000
 StartServer = Callable[..., Awaitable[InferenceServer]]
 
 
-async def until(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    """Poll ``condition`` on the event loop until it is true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
-def add_model(repository: Path, folder: str, implementation: str, **settings: Any) -> Path:
-    path = repository / folder
-    path.mkdir(parents=True)
-    body = {"name": folder.split("/")[0], "implementation": implementation, **settings}
-    (path / "model-settings.json").write_text(json.dumps(body))
-    return path
-
-
-@pytest.fixture(scope="session")
-def iris(tmp_path_factory: pytest.TempPathFactory) -> LogisticRegression:
-    features, labels = load_iris(return_X_y=True)
-    return LogisticRegression(max_iter=500).fit(features, labels)
-
-
-@pytest.fixture(scope="session")
-def iris_file(tmp_path_factory: pytest.TempPathFactory, iris: LogisticRegression) -> Path:
-    path = tmp_path_factory.mktemp("iris") / "model.joblib"
-    joblib.dump(iris, path)
-    return path
-
-
-@pytest.fixture
-def repository(tmp_path: Path, iris_file: Path) -> Path:
-    """iris (scikit-learn), echo, fails, two versions of `versioned`, and `gated`
-    (one request at a time, one more may wait)."""
-    repository = tmp_path / "models"
-    iris_folder = add_model(
-        repository,
-        "iris",
-        "inferd.runtimes.sklearn.SKLearnModel",
-        parameters={"uri": "./model.joblib"},
-    )
-    # The model is trained once per session and linked from inside the repository
-    # (models are read only from under its root).
-    (iris_folder / "model.joblib").symlink_to(iris_file)
-    add_model(repository, "echo", f"{RUNTIMES}.Echo")
-    add_model(repository, "fails", f"{RUNTIMES}.Fails")
+def write_models(repository: Path) -> Path:
+    """What the integration tests serve (the ``repository`` fixture, tests/conftest.py):
+    iris (scikit-learn), echo, fails, two versions of `versioned`, and `gated` (one
+    request at a time, one more may wait). A module serving more extends it."""
+    add_sklearn_model(repository, "iris")
+    write_model_folder(repository, "echo", f"{RUNTIMES}.Echo")
+    write_model_folder(repository, "fails", f"{RUNTIMES}.Fails")
     for version in ("1", "2"):
-        add_model(
-            repository, f"versioned/v{version}", f"{RUNTIMES}.Echo", parameters={"version": version}
+        parameters = {"version": version}
+        write_model_folder(
+            repository, f"versioned/v{version}", f"{RUNTIMES}.Echo", parameters=parameters
         )
-    add_model(repository, "gated", f"{RUNTIMES}.Gated", max_queue_size=1)
+    write_model_folder(repository, "gated", f"{RUNTIMES}.Gated", max_queue_size=1)
     return repository
 
 
@@ -94,6 +51,7 @@ async def start_inferd(repository: Path) -> AsyncIterator[StartServer]:
     """Build servers as ``inferd start`` does (models loaded, ready), in this event
     loop; every one is closed when the test ends."""
     Gated.reset()
+    Tokens.reset()
     started: list[InferenceServer] = []
 
     async def start(**settings: Any) -> InferenceServer:

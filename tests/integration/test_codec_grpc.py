@@ -10,13 +10,8 @@ import pytest
 
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb
-from inferd.server.grpc.codec import (
-    decode_infer_request,
-    decode_parameters,
-    encode_infer_response,
-    encode_parameters,
-    wants_raw_output,
-)
+from inferd.protocol.parameters import decode_parameters, encode_parameters
+from inferd.server.grpc.codec import decode_infer_request, encode_infer_response, wants_raw_output
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
 

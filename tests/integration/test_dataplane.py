@@ -12,8 +12,9 @@ from inferd.errors import InvalidRequest, ModelNotFound
 from inferd.server.app import InferenceServer
 from inferd.serving.dataplane import NOT_LOADED
 from inferd.types import InferenceRequest, ModelState, RequestedOutput, Tensor
+from tests.support.models import write_model_folder
 
-from .conftest import RUNTIMES, StartServer, add_model
+from .conftest import RUNTIMES, StartServer
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ async def test_statistics_count_successes_and_failures(inferd: InferenceServer) 
 async def test_index_lists_loaded_models_and_those_only_on_disk(
     inferd: InferenceServer, repository: Path
 ) -> None:
-    add_model(repository, "later", f"{RUNTIMES}.Echo")
+    write_model_folder(repository, "later", f"{RUNTIMES}.Echo")
     (repository / "broken").mkdir()
     (repository / "broken" / "model-settings.json").write_text("{not json")
     entries = {(e.name, e.version): (e.state, e.reason) for e in inferd.dataplane.index()}
@@ -83,7 +84,7 @@ async def test_load_and_unload_follow_the_disk(inferd: InferenceServer, reposito
     dataplane = inferd.dataplane
     with pytest.raises(ModelNotFound):
         await dataplane.infer("later", None, one_input(1.0))
-    add_model(repository, "later", f"{RUNTIMES}.Echo")
+    write_model_folder(repository, "later", f"{RUNTIMES}.Echo")
     await dataplane.load("later")
     assert dataplane.model_ready("later")
     assert (await dataplane.infer("later", None, one_input(3.0))).outputs[0].data.tolist() == [3.0]
@@ -107,7 +108,7 @@ async def test_loading_invalid_settings_is_the_clients_error(
 async def test_ready_waits_for_start_up_and_every_model(
     start_inferd: StartServer, repository: Path
 ) -> None:
-    add_model(repository, "broken", "tests.integration.runtimes.NoSuchRuntime")
+    write_model_folder(repository, "broken", "tests.integration.runtimes.NoSuchRuntime")
     server = await start_inferd()
     assert server.dataplane.live()
     assert not server.dataplane.ready()

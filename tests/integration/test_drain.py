@@ -13,18 +13,19 @@ from inferd.errors import ShuttingDown
 from inferd.server.app import InferenceServer
 from inferd.serving.drain import REFUSED, STOPPED
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
+from tests.support.models import write_model_folder
+from tests.support.polling import wait_for_async
 
-from .conftest import RUNTIMES, StartServer, add_model, until
+from .conftest import RUNTIMES, StartServer
+from .conftest import write_models as write_integration_models
 from .runtimes import Gated, Tokens
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def repository(repository: Path) -> Path:
-    """The shared repository plus `tokens`, a model that streams."""
-    add_model(repository, "tokens", f"{RUNTIMES}.Tokens")
-    Tokens.reset()
+def write_models(repository: Path) -> Path:
+    """The integration tests' models plus `tokens`, a model that streams."""
+    write_model_folder(write_integration_models(repository), "tokens", f"{RUNTIMES}.Tokens")
     return repository
 
 
@@ -43,9 +44,9 @@ async def test_a_closed_drain_refuses_new_calls_and_lets_those_admitted_finish(
     inferd = await start_inferd()
     dataplane = inferd.dataplane
     running = asyncio.create_task(dataplane.infer("gated", None, x_request(1.0)))
-    await until(lambda: Gated.running == 1, "the first call to run")
+    await wait_for_async(lambda: Gated.running == 1, "the first call to run")
     queued = asyncio.create_task(dataplane.infer("gated", None, x_request(2.0)))
-    await until(lambda: waiting_in(inferd, "gated") == 1, "the second call to queue")
+    await wait_for_async(lambda: waiting_in(inferd, "gated") == 1, "the second call to queue")
     assert dataplane.ready() and dataplane.model_ready("gated")
 
     dataplane.drain.close()
@@ -69,9 +70,9 @@ async def test_the_cut_fails_running_and_queued_calls_with_shutting_down(
 ) -> None:
     dataplane = inferd.dataplane
     running = asyncio.create_task(dataplane.infer("gated", None, x_request(1.0)))
-    await until(lambda: Gated.running == 1, "the first call to run")
+    await wait_for_async(lambda: Gated.running == 1, "the first call to run")
     queued = asyncio.create_task(dataplane.infer("gated", None, x_request(2.0)))
-    await until(lambda: waiting_in(inferd, "gated") == 1, "the second call to queue")
+    await wait_for_async(lambda: waiting_in(inferd, "gated") == 1, "the second call to queue")
 
     assert dataplane.drain.cut() == (2, 0)
 
@@ -94,13 +95,13 @@ async def test_the_cut_stops_a_stream_waiting_for_its_next_response(
     (first,) = await anext(responses)  # the next token is 60 ms away: it comes alone
     assert first.outputs[0].data.tolist() == [b"tok0"]
     waiting = asyncio.ensure_future(anext(responses))
-    await until(lambda: streams_waiting(inferd) == 1, "the stream to wait")
+    await wait_for_async(lambda: streams_waiting(inferd) == 1, "the stream to wait")
 
     assert dataplane.drain.cut() == (0, 1)
 
     with pytest.raises(ShuttingDown, match=re.escape(STOPPED)):
         await waiting
-    await until(
+    await wait_for_async(
         lambda: Tokens.stopped == ["slow"], "the generator to stop"
     )  # the model's generator stopped too
     assert dataplane.drain.streams == 0
@@ -119,7 +120,7 @@ async def test_the_cut_fails_a_stream_whose_reader_holds_a_response_on_its_next_
     assert first.outputs[0].data.tolist() == [b"tok0"]
     with pytest.raises(ShuttingDown, match=re.escape(STOPPED)):
         await anext(responses)
-    await until(lambda: Tokens.stopped == ["held"], "the generator to stop")
+    await wait_for_async(lambda: Tokens.stopped == ["held"], "the generator to stop")
 
 
 async def test_a_cancellation_that_is_not_the_cut_stays_a_cancellation(
@@ -127,7 +128,7 @@ async def test_a_cancellation_that_is_not_the_cut_stays_a_cancellation(
 ) -> None:
     dataplane = inferd.dataplane
     call = asyncio.create_task(dataplane.infer("gated", None, x_request(1.0)))
-    await until(lambda: Gated.running == 1, "the first call to run")
+    await wait_for_async(lambda: Gated.running == 1, "the first call to run")
     call.cancel()  # a client that left
     with pytest.raises(asyncio.CancelledError):
         await call

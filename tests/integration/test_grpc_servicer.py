@@ -9,12 +9,13 @@ import grpc
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
 from inferd.protocol import pb, pb_grpc
 from inferd.server.app import InferenceServer
+from tests.support.models import train_iris
+from tests.support.polling import wait_for_async
 
-from .conftest import StartServer, until
+from .conftest import StartServer
 from .runtimes import Gated
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +36,7 @@ def floats_of(answer: pb.ModelInferResponse, index: int = 0) -> list[float]:
     return np.frombuffer(answer.raw_output_contents[index], dtype=np.float32).tolist()
 
 
-async def test_model_infer_runs_the_model(stub: Stub, iris: LogisticRegression) -> None:
+async def test_model_infer_runs_the_model(stub: Stub) -> None:
     rows = load_iris(return_X_y=True)[0][[0, 60, 120]]
     message = pb.ModelInferRequest(model_name="iris", id="r1")
     message.inputs.add(name="input-0", datatype="FP64", shape=list(rows.shape))
@@ -43,7 +44,7 @@ async def test_model_infer_runs_the_model(stub: Stub, iris: LogisticRegression) 
     answer = await stub.ModelInfer(message)
     assert (answer.model_name, answer.id) == ("iris", "r1")
     predicted = np.frombuffer(answer.raw_output_contents[0], dtype=np.int64)
-    assert predicted.tolist() == iris.predict(rows).tolist()
+    assert predicted.tolist() == train_iris().predict(rows).tolist()
 
 
 async def test_typed_outputs_on_request_and_versions(stub: Stub) -> None:
@@ -106,11 +107,11 @@ async def test_a_full_queue_is_unavailable_with_retry_pushback(
     stub: Stub, inferd: InferenceServer
 ) -> None:
     running = asyncio.ensure_future(stub.ModelInfer(request("gated", [1.0])))
-    await until(lambda: Gated.running == 1, "the first call to run")
+    await wait_for_async(lambda: Gated.running == 1, "the first call to run")
     waiting = asyncio.ensure_future(stub.ModelInfer(request("gated", [2.0])))
     scheduler = inferd.registry.find("gated").scheduler
     assert scheduler is not None
-    await until(lambda: scheduler.waiting == 1, "the second call to queue")
+    await wait_for_async(lambda: scheduler.waiting == 1, "the second call to queue")
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await stub.ModelInfer(request("gated", [3.0]))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -146,7 +147,7 @@ async def test_a_stream_runs_its_requests_together(stub: Stub) -> None:
     async def requests() -> AsyncIterator[pb.ModelInferRequest]:
         for value in (1.0, 2.0):
             yield request("gated", [value])
-        await until(lambda: Gated.running == 1, "the stream's first request to run")
+        await wait_for_async(lambda: Gated.running == 1, "the stream's first request to run")
         Gated.gate.set()
 
     answers = [answer async for answer in stub.ModelStreamInfer(requests())]

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from inferd.protocol import pb, pb_grpc
+from tests.support.models import write_model_folder
+from tests.support.polling import wait_for_async
 
-from .conftest import RUNTIMES, add_model, until
-from .runtimes import Gated, Tokens
+from .conftest import RUNTIMES
+from .conftest import write_models as write_integration_models
+from .runtimes import Gated
 from .test_grpc_servicer import floats_of, request
 
 pytestmark = pytest.mark.anyio
@@ -19,10 +22,9 @@ Stub = pb_grpc.GRPCInferenceServiceStub
 FINAL = "triton_final_response"
 
 
-@pytest.fixture
-def repository(repository: Path) -> Path:
-    add_model(repository, "tokens", f"{RUNTIMES}.Tokens")
-    Tokens.reset()
+def write_models(repository: Path) -> Path:
+    """The integration tests' models plus `tokens`, a model that streams."""
+    write_model_folder(write_integration_models(repository), "tokens", f"{RUNTIMES}.Tokens")
     return repository
 
 
@@ -41,7 +43,7 @@ async def test_streams_answer_at_once_and_other_answers_keep_their_order(stub: S
         yield request("gated", [1.0], id="held")  # answers once the gate opens
         yield tokens("streamed", 2)
         yield request("echo", [2.0], id="quick")  # done at once, but sent after "held"
-        await until(lambda: len(received) == 2, "the stream's responses")
+        await wait_for_async(lambda: len(received) == 2, "the stream's responses")
         Gated.gate.set()
 
     async for answer in stub.ModelStreamInfer(requests()):

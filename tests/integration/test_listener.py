@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 import uvloop
 
 from inferd.server.listener import EagerListener
+from tests.support.polling import wait_for_async
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 CONNECTIONS = 20
@@ -47,13 +47,6 @@ def connect(stack: ExitStack, address: tuple[str, int], count: int) -> None:
         stack.enter_context(socket.create_connection(address, timeout=5))
 
 
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.005)
-
-
 def test_takes_every_waiting_connection_in_one_turn(
     run: Callable[[Awaitable[Any]], Any], listening: socket.socket
 ) -> None:
@@ -66,7 +59,9 @@ def test_takes_every_waiting_connection_in_one_turn(
         with ExitStack() as clients:
             connect(clients, listening.getsockname(), CONNECTIONS)
             listener._accept_waiting()
-            await until(lambda: len(made) == CONNECTIONS)
+            await wait_for_async(
+                lambda: len(made) == CONNECTIONS, "len(made) == CONNECTIONS", timeout=5
+            )
             taken_in_one_turn = len(made)
             for each in made:
                 each.transport.close()
@@ -85,7 +80,7 @@ def test_leaves_connections_waiting_once_closed(
         listener = EagerListener(listening, protocol, backlog=128)
         with ExitStack() as clients:
             connect(clients, listening.getsockname(), 3)
-            await until(lambda: len(made) == 3)
+            await wait_for_async(lambda: len(made) == 3, "len(made) == 3", timeout=5)
             listener.close()
             await listener.wait_closed()
             connect(clients, listening.getsockname(), 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.pool import ProcessPool
+from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio
 
@@ -82,13 +83,6 @@ def pid_of(response: InferenceResponse) -> int:
     return int(response.outputs[1].data[0])
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_request_runs_in_a_worker_process_and_comes_back_whole(
     pool: ProcessPool,
 ) -> None:
@@ -114,7 +108,7 @@ async def test_a_worker_killed_mid_request_fails_it_and_comes_back_to_serve(
     assert killed_pid is not None
     started = folder / "started"
     running = pool.predict(IN_ONE, request(do="hang", started=str(started)))
-    await eventually(started.exists)
+    await wait_for_async(started.exists, "started.exists", timeout=60)
 
     os.kill(killed_pid, signal.SIGKILL)
     with pytest.raises(WorkerLost, match=r"stopped before answering; it is being restarted"):
@@ -123,7 +117,11 @@ async def test_a_worker_killed_mid_request_fails_it_and_comes_back_to_serve(
     served = await pool.predict(IN_BOTH, request()).result()
     assert pid_of(served) != killed_pid
 
-    await eventually(lambda: pool.capacity(IN_ONE) == 2 and pool.capacity(IN_BOTH) == 4)
+    await wait_for_async(
+        lambda: pool.capacity(IN_ONE) == 2 and pool.capacity(IN_BOTH) == 4,
+        "pool.capacity(IN_ONE) == 2 and pool.capacity(IN_BOTH) == 4",
+        timeout=60,
+    )
     response = await pool.predict(IN_ONE, request()).result()
     assert pid_of(response) == holder.pid != killed_pid
     assert holder.restarts == 1

@@ -9,7 +9,7 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.base import ResponseStream
 from inferd.workers.pool import ProcessPool
 from inferd.workers.remote_stream import STREAM_WINDOW
+from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio
 
@@ -137,13 +138,6 @@ def recorded(path: Path) -> int:
     return int(path.read_text()) if path.exists() else 0
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
-
-
 async def take(stream: ResponseStream, count: int) -> list[InferenceResponse]:
     return [await asyncio.wait_for(anext(stream), 30) for _ in range(count)]
 
@@ -213,7 +207,11 @@ async def test_a_slow_reader_holds_the_generator_within_the_window(
     while read < 2 * STREAM_WINDOW:
         # It runs ahead as far as the credit given back so far lets it, and no further.
         granted = STREAM_WINDOW + read // batch * batch
-        await eventually(lambda: recorded(counter) >= granted)  # noqa: B023
+        await wait_for_async(
+            lambda: recorded(counter) >= granted,  # noqa: B023
+            "recorded(counter) >= granted",
+            timeout=30,
+        )
         assert recorded(counter) <= read + STREAM_WINDOW
         assert index_of((await take(stream, 1))[0]) == read
         read += 1
@@ -250,7 +248,7 @@ async def test_a_plain_stream_holds_its_schedulers_slot_until_the_worker_stopped
     second = scheduler.stream(request(n=2))
     assert index_of((await anext(first))[0]) == 0
     waiting = asyncio.ensure_future(anext(second))
-    await eventually(lambda: scheduler.waiting == 1)
+    await wait_for_async(lambda: scheduler.waiting == 1, "scheduler.waiting == 1", timeout=30)
     assert not waiting.done(), "one slot (threads_per_worker: 1), and the first holds it"
 
     await first.aclose()  # the client left: the stream is cancelled in the worker
@@ -273,7 +271,11 @@ async def test_a_worker_killed_mid_stream_fails_it_with_worker_lost(pool: Proces
     await finish(stream)
     assert (worker.outstanding, worker.open_streams) == (0, 0)
 
-    await eventually(lambda: pool.capacity(PLAIN) == 1 and pool.capacity(ASYNC) == 1)
+    await wait_for_async(
+        lambda: pool.capacity(PLAIN) == 1 and pool.capacity(ASYNC) == 1,
+        "pool.capacity(PLAIN) == 1 and pool.capacity(ASYNC) == 1",
+        timeout=30,
+    )
     again = pool.stream(ASYNC, request(n=2))
     responses = [response async for response in again]
     assert [index_of(r) for r in responses] == [0, 1] and pid_of(responses[0]) != killed_pid

@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from inferd.server.app import InferenceServer
+from tests.support.models import write_model_folder
+from tests.support.polling import wait_for_async
 
-from .conftest import RUNTIMES, StartServer, add_model, rest_client, until
+from .conftest import RUNTIMES, StartServer, rest_client
 from .runtimes import ServesText
 
 pytestmark = pytest.mark.anyio
@@ -29,15 +31,13 @@ INPUT = {"name": "x", "datatype": "INT64", "shape": [1], "data": [1]}
 def add_text_model(repository: Path, name: str, text: str) -> Path:
     # Four at a time: one request may be held while others go through.
     settings = {"parameters": {"uri": "./artifact.txt"}, "threads_per_worker": 4}
-    folder = add_model(repository, name, f"{RUNTIMES}.ServesText", **settings)
+    folder = write_model_folder(repository, name, f"{RUNTIMES}.ServesText", **settings)
     (folder / "artifact.txt").write_text(text)
     return folder
 
 
-@pytest.fixture
-def repository(tmp_path: Path) -> Path:
+def write_models(repository: Path) -> Path:
     """One model, ``text``, answering "one"."""
-    repository = tmp_path / "models"
     add_text_model(repository, "text", "one")
     return repository
 
@@ -85,7 +85,7 @@ async def test_a_changed_artifact_switches_traffic_once_loaded_and_the_old_finis
 ) -> None:
     async with rest_client(polled) as client:
         held = asyncio.create_task(infer(client, "text", hold=True))
-        await until(lambda: in_flight(polled, "text"), "a held request")
+        await wait_for_async(lambda: in_flight(polled, "text"), "a held request")
         (repository / "text" / "artifact.txt").write_text("second")
         assert polled.poller is not None
         await polled.poller.poll()
@@ -95,7 +95,7 @@ async def test_a_changed_artifact_switches_traffic_once_loaded_and_the_old_finis
         async def switched() -> bool:
             return await answer(client, "text") == "second"
 
-        await until_async(switched, "the new version to answer")
+        await wait_for_async(switched, "the new version to answer")
         assert not held.done()  # still in flight on the old instance, which waits for it
         ServesText.gate.set()
         old_answer = await held
@@ -143,7 +143,7 @@ async def test_a_new_folder_is_served_and_a_removed_one_answers_404_once_in_flig
     async with rest_client(polled) as client:
         assert await answer(client, "added") == "new one"
         held = asyncio.create_task(infer(client, "text", hold=True))
-        await until(lambda: in_flight(polled, "text"), "a held request")
+        await wait_for_async(lambda: in_flight(polled, "text"), "a held request")
         shutil.rmtree(repository / "text")
         assert polled.poller is not None
         await polled.poller.poll()
@@ -152,7 +152,7 @@ async def test_a_new_folder_is_served_and_a_removed_one_answers_404_once_in_flig
         async def gone() -> bool:
             return (await infer(client, "text")).status_code == 404
 
-        await until_async(gone, "the removed model to answer 404")
+        await wait_for_async(gone, "the removed model to answer 404")
         ServesText.gate.set()
         held_answer = await held
         await polled.poller.settled()
@@ -212,18 +212,6 @@ async def test_settings_that_rename_a_model_unload_the_old_name_and_load_the_new
     async with rest_client(polled) as client:
         assert await answer(client, "renamed") == "one"
         assert (await infer(client, "text")).status_code == 404
-
-
-async def until_async(
-    condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 10.0
-) -> None:
-    """As ``until``, for a condition that must await (a request)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await condition():
-        if loop.time() > deadline:
-            raise TimeoutError(f"Timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 async def test_a_removed_folder_unloads_even_while_another_settings_file_is_unreadable(

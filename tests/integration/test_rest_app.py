@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
 from inferd.server.app import InferenceServer
 from inferd.server.routes import API_ROUTES
+from tests.support.models import train_iris
+from tests.support.polling import wait_for_async
 
-from .conftest import REQUEST_LIMIT, StartServer, rest_client, tensor, until
+from .conftest import REQUEST_LIMIT, StartServer, rest_client, tensor
 from .runtimes import Gated
 
 pytestmark = pytest.mark.anyio
@@ -42,9 +43,7 @@ def x(value: float) -> bytes:
 # ---- inference -------------------------------------------------------------------
 
 
-async def test_json_inference_runs_the_model(
-    rest: httpx.AsyncClient, iris: LogisticRegression
-) -> None:
+async def test_json_inference_runs_the_model(rest: httpx.AsyncClient) -> None:
     rows = load_iris(return_X_y=True)[0][[0, 60, 120]]
     response = await rest.post(
         "/v2/models/iris/infer", content=infer_body(tensor("input-0", "FP64", rows.tolist()))
@@ -53,7 +52,7 @@ async def test_json_inference_runs_the_model(
     assert response.headers["content-type"] == "application/json"
     answer = response.json()
     assert answer["model_name"] == "iris"
-    assert np.ravel(answer["outputs"][0]["data"]).tolist() == iris.predict(rows).tolist()
+    assert np.ravel(answer["outputs"][0]["data"]).tolist() == train_iris().predict(rows).tolist()
 
 
 async def test_a_version_answers_under_its_own_path(rest: httpx.AsyncClient) -> None:
@@ -118,9 +117,9 @@ async def test_a_full_queue_is_503_with_retry_after(
     rest: httpx.AsyncClient, inferd: InferenceServer
 ) -> None:
     running = asyncio.ensure_future(rest.post("/v2/models/gated/infer", content=x(1.0)))
-    await until(lambda: Gated.running == 1, "the first request to run")
+    await wait_for_async(lambda: Gated.running == 1, "the first request to run")
     waiting = asyncio.ensure_future(rest.post("/v2/models/gated/infer", content=x(2.0)))
-    await until(lambda: waiting_in(inferd, "gated") == 1, "the second request to queue")
+    await wait_for_async(lambda: waiting_in(inferd, "gated") == 1, "the second request to queue")
     refused = await rest.post("/v2/models/gated/infer", content=x(3.0))
     assert_error(refused, 503, "The queue of model 'gated' is full")
     assert refused.headers["retry-after"] == "1"
@@ -340,7 +339,7 @@ async def test_a_client_that_leaves_while_queued_is_answered_499_and_not_run(
     rest: httpx.AsyncClient, inferd: InferenceServer
 ) -> None:
     running = asyncio.ensure_future(rest.post("/v2/models/gated/infer", content=x(1.0)))
-    await until(lambda: Gated.running == 1, "the first request to run")
+    await wait_for_async(lambda: Gated.running == 1, "the first request to run")
     body = x(2.0)
     unread = [{"type": "http.request", "body": body, "more_body": False}]
     left = asyncio.Event()
@@ -363,7 +362,7 @@ async def test_a_client_that_leaves_while_queued_is_answered_499_and_not_run(
         "headers": [(b"content-length", str(len(body)).encode())],
     }
     leaving = asyncio.ensure_future(inferd.rest_app()(scope, receive, send))
-    await until(lambda: waiting_in(inferd, "gated") == 1, "the second request to queue")
+    await wait_for_async(lambda: waiting_in(inferd, "gated") == 1, "the second request to queue")
     left.set()
     await leaving
     assert sent[0]["status"] == 499

@@ -23,8 +23,11 @@ import tritonclient.http as triton
 import uvicorn
 
 from inferd.server.app import InferenceServer
+from tests.support.models import write_model_folder
+from tests.support.polling import wait_for_async
 
-from .conftest import RUNTIMES, StartServer, add_model, free_port, rest_client, tensor, until
+from .conftest import RUNTIMES, StartServer, free_port, rest_client, tensor
+from .conftest import write_models as write_integration_models
 from .runtimes import Tokens
 
 pytestmark = pytest.mark.anyio
@@ -41,16 +44,18 @@ ECHO_INPUTS = [
 MODEL_DELAY = 0.2  # seconds between two responses of the timing tests
 
 
-@pytest.fixture
-def repository(repository: Path) -> Path:
-    """The shared repository plus streaming models: `tokens` (an async generator),
+def write_models(repository: Path) -> Path:
+    """The integration tests' models plus streaming ones: `tokens` (an async generator),
     `thread-tokens` (a plain generator, in threads), `generator` (tokens with
     declared inputs) and `echo-typed` (echo with declared inputs)."""
-    add_model(repository, "tokens", f"{RUNTIMES}.Tokens")
-    add_model(repository, "thread-tokens", f"{RUNTIMES}.ThreadTokens", threads_per_worker=2)
-    add_model(repository, "generator", f"{RUNTIMES}.Tokens", inputs=TOKENS_INPUTS)
-    add_model(repository, "echo-typed", f"{RUNTIMES}.Echo", inputs=ECHO_INPUTS)
-    Tokens.reset()
+    write_integration_models(repository)
+    tokens, echo = f"{RUNTIMES}.Tokens", f"{RUNTIMES}.Echo"
+    write_model_folder(repository, "tokens", tokens)
+    write_model_folder(
+        repository, "thread-tokens", f"{RUNTIMES}.ThreadTokens", threads_per_worker=2
+    )
+    write_model_folder(repository, "generator", tokens, inputs=TOKENS_INPUTS)
+    write_model_folder(repository, "echo-typed", echo, inputs=ECHO_INPUTS)
     return repository
 
 
@@ -68,7 +73,7 @@ async def base_url(inferd: InferenceServer) -> AsyncIterator[str]:
     )
     server = _Uvicorn(config)
     serving = asyncio.create_task(server.serve())
-    await until(lambda: server.started or serving.done(), "uvicorn to start")
+    await wait_for_async(lambda: server.started or serving.done(), "uvicorn to start")
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     await serving
@@ -230,9 +235,11 @@ async def test_a_client_that_disconnects_stops_the_generator(
             if received == 2:
                 break
     # Leaving the block closed the connection; the model's finally runs soon after.
-    await until(lambda: "leaves" in Tokens.stopped, "the generator to stop", timeout=5)
+    await wait_for_async(lambda: "leaves" in Tokens.stopped, "the generator to stop", timeout=5)
     stats = inferd.dataplane.statistics(model)[0]
-    await until(lambda: stats.to_dict()["inference_stats"]["fail"]["count"] == 1, "the count")
+    await wait_for_async(
+        lambda: stats.to_dict()["inference_stats"]["fail"]["count"] == 1, "the count"
+    )
 
 
 # ---- generate ----------------------------------------------------------------------

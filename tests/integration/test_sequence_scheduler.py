@@ -4,7 +4,6 @@ ends and expiry told to the runtime, a holder that dies."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from inferd.observability.trace_record import BatchRun, RequestTrace
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers.base import Execution, Holder, StreamBase
+from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio
 
@@ -217,9 +217,7 @@ async def test_the_runtime_is_told_when_a_sequence_ends_or_expires() -> None:
     await done(pool, "2a")
     await end
     assert pool.ended == [(B, "two")]
-    deadline = time.monotonic() + 5
-    while len(pool.ended) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_for_async(lambda: len(pool.ended) == 2, "the idle sequence to end", timeout=5)
     assert pool.ended == [(B, "two"), (A, 1)]
     with pytest.raises(InvalidRequest, match=r"sequence 1 expired"):
         await call(scheduler, "1b", 1)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.polling import wait_for
+
 START_TIMEOUT = 60.0
 READY_PATH = "/v2/health/ready"
 POLL_INTERVAL = 0.05
@@ -102,21 +104,24 @@ class ServerProcess:
         ends first. Returns the seconds since the process started."""
         scheme = "https" if self.ca_file is not None and port in (None, self.http_port) else "http"
         url = f"{scheme}://127.0.0.1:{port or self.http_port}{path}"
-        deadline = time.monotonic() + timeout
-        last: object = None
-        while time.monotonic() < deadline:
+        last: list[object] = [None]  # what the latest poll saw, for the failure message
+
+        def answered() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"{self.describe()} exited with {self.process.returncode}:\n{self.log()}"
                 )
             try:
-                last = http_status(url, ca_file=self.ca_file)
-                if last == status:
-                    return time.monotonic() - self.started_at
+                last[0] = http_status(url, ca_file=self.ca_file)
             except (OSError, http.client.HTTPException) as error:  # not listening, or half-up
-                last = error
-            time.sleep(POLL_INTERVAL)
-        raise TimeoutError(f"{path} did not answer {status} (last: {last}):\n{self.log()}")
+                last[0] = error
+            return last[0] == status
+
+        def what() -> str:
+            return f"{path} to answer {status} (last: {last[0]}):\n{self.log()}"
+
+        wait_for(answered, what, timeout, POLL_INTERVAL)
+        return time.monotonic() - self.started_at
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM the server (it stops its own workers), SIGKILL its whole process

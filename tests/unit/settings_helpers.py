@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from inferd.errors import ConfigurationError
+from tests.support.models import MODEL_SETTINGS, write_model_folder
 
 
 def write_server_settings(folder: Path, settings: dict[str, Any]) -> Path:
@@ -17,10 +18,9 @@ def write_server_settings(folder: Path, settings: dict[str, Any]) -> Path:
 
 
 def write_model(folder: Path, settings: dict[str, Any]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "model-settings.json"
-    path.write_text(json.dumps(settings))
-    return path
+    """``folder/model-settings.json`` holding exactly ``settings`` (no name added)."""
+    write_model_folder(folder.parent, folder.name, **{"name": None, **settings})
+    return folder / MODEL_SETTINGS
 
 
 def config_error(call: Any, *args: Any) -> str:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 import pytest
 
 from benchmarks.soak import RSS_FLOOR_KIB, Sample, judge, parse, slope_per
-from benchmarks.soakclient import parse_head, read_chunked, rest_outputs, sse_events
+from benchmarks.soakclient import rest_outputs, sse_events
 from benchmarks.soakmix import ANSWER, ERROR, LEAVE, STREAM, Kind, Mix, build_kinds
 from tests.support.procstat import Usage
 
@@ -82,16 +81,8 @@ def test_answers_are_checked_exactly(kinds: dict[str, Kind]) -> None:
     assert "wanted 500" in fails.check_rest(200, [[1.0]], "")
 
 
-async def dechunked(body: bytes) -> bytes:
-    reader = asyncio.StreamReader()  # made on the running loop
-    reader.feed_data(body)
-    return await read_chunked(reader)
-
-
-def test_http_heads_chunks_and_events_are_read() -> None:
-    status, headers = parse_head(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\n")
-    assert (status, headers) == (503, {b"content-length": b"2"})
-    assert asyncio.run(dechunked(b"5\r\nhello\r\n3\r\n wo\r\n0\r\n\r\n")) == b"hello wo"
+def test_events_are_read() -> None:
+    # The HTTP/1.1 answers (heads, chunks) are the tools' client's: test_leanhttp.py.
     body = b'data: {"outputs": [{"data": [1]}]}\n\nevent: error\ndata: {"error": "x"}\n\n'
     events = sse_events(body)
     assert events == [("message", {"outputs": [{"data": [1]}]}), ("error", {"error": "x"})]

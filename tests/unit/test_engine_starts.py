@@ -13,19 +13,13 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
-from inferd.runtimes.detect import (
-    LIGHTGBM,
-    MLFLOW,
-    ONNX,
-    SKLEARN,
-    XGBOOST,
-    choose_runtime,
-    runtime_for_files,
-)
+from inferd.runtimes.detect import choose_runtime, runtime_for_files
+from inferd.runtimes.names import LIGHTGBM, MLFLOW, ONNX, SKLEARN, XGBOOST
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.settings.cpu_quota import available_cpus, cgroup_cpu_limit
 from inferd.settings.loader import default_models_dir, model_settings_from_env
+from tests.support.models import write_model_folder
 
 # ---- the cgroup CPU quota ----
 
@@ -207,9 +201,8 @@ def test_models_loaded_later_keep_their_own_names(
 ) -> None:
     """ModelMesh sets MLSERVER_MODEL_NAME=dummy-model-fixme and writes each model's own
     model-settings.json: those names must stand (at start they would be replaced)."""
-    for folder, settings in (("a", '{"name": "iris__isvc-1"}'), ("b", "{}")):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "model-settings.json").write_text(settings)
+    write_model_folder(tmp_path, "a", name="iris__isvc-1")
+    write_model_folder(tmp_path, "b", name=None)  # {}
     monkeypatch.setenv("MLSERVER_MODEL_NAME", "dummy-model-fixme")
     names = {model.name for model in ModelRepository(tmp_path, loaded_later=True).scan().models}
     assert names == {"iris__isvc-1", "b"}
@@ -221,9 +214,7 @@ def test_models_loaded_later_keep_their_own_names(
 def test_a_shipped_model_settings_file_wins_over_kserve_guess(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, from_kserve: str
 ) -> None:
-    (tmp_path / "model-settings.json").write_text(
-        '{"name": "m", "implementation": "inferd.runtimes.onnx.OnnxModel"}'
-    )
+    write_model_folder(tmp_path, "", ONNX, name="m")  # the repository is the model's folder
     monkeypatch.setenv("MLSERVER_MODEL_IMPLEMENTATION", from_kserve)
     (found,) = ModelRepository(tmp_path).find_all()
     assert found.implementation == ONNX

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,13 +10,13 @@ import pytest
 
 from inferd.errors import ConfigurationError, ModelNotFound
 from inferd.serving.repository import ModelRepository
+from tests.support.models import MODEL_SETTINGS, write_model_folder
 
 
 def add_model(root: Path, folder: str, **settings: Any) -> Path:
-    path = root / folder / "model-settings.json" if folder else root / "model-settings.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"implementation": "runtime.Model", **settings}))
-    return path
+    """``root/folder/model-settings.json`` (``root``'s own for ""), named only if given."""
+    fields = {"name": None, "implementation": "runtime.Model", **settings}
+    return write_model_folder(root, folder, **fields) / MODEL_SETTINGS
 
 
 def names_and_versions(repository: ModelRepository) -> list[tuple[str, str | None]]:

@@ -16,14 +16,11 @@ from inferd.serving.repository_watch import (
     names_to_act_on,
 )
 from inferd.settings.loader import load_server_settings
+from tests.support.models import write_model_folder
 
 
 def model_folder(root: Path, folder: str, artifact: bytes = b"weights") -> Path:
-    path = root / folder
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "model-settings.json").write_text('{"implementation": "x.Y"}')
-    (path / "model.bin").write_bytes(artifact)
-    return path
+    return write_model_folder(root, folder, "x.Y", name=None, files={"model.bin": artifact})
 
 
 def bump_mtime(path: Path) -> None:

@@ -11,10 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import joblib
 import pytest
-from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
 from inferd.runtimes.catboost import CatBoostModel
 from inferd.runtimes.common import MissingExtraError
@@ -24,6 +21,7 @@ from inferd.runtimes.mlflow import MLflowModel
 from inferd.runtimes.onnx import OnnxModel
 from inferd.runtimes.sklearn import SKLearnModel
 from inferd.runtimes.xgboost import XGBoostModel
+from tests.support.models import train_iris
 
 from .runtime_helpers import model_settings
 
@@ -74,8 +72,7 @@ def test_missing_framework_fails_the_load_with_the_install_line(
 def test_missing_skl2onnx_leaves_sklearn_serving_with_the_install_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    features, labels = load_iris(return_X_y=True)
-    joblib.dump(LogisticRegression(max_iter=1000).fit(features, labels), tmp_path / "model.joblib")
+    train_iris(tmp_path / "model.joblib")
     monkeypatch.setitem(sys.modules, "skl2onnx", None)
     model = SKLearnModel(model_settings(tmp_path, "x.Y", {"extra": {"accelerate": "onnx"}}))
     with caplog.at_level(logging.WARNING):

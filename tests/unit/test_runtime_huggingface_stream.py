@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from inferd.settings import ServerSettings
 from inferd.types import InferenceResponse, Tensor
 from inferd.workers.inprocess import InProcessPool
 from tests.frameworks import TINY_VOCABULARY, require_module, save_tiny_text_classifier
+from tests.support.polling import wait_for_async
 
 from .runtime_helpers import infer, load, model_settings, request
 
@@ -185,10 +185,8 @@ async def test_through_the_dataplane_a_closed_stream_stops_and_gives_its_slot_ba
         while len(pieces) < 2:
             pieces += [piece(response) for response in await anext(closing)]
     assert pieces[:2] == whole[:2]
-    deadline = time.monotonic() + 10
-    while generator_threads():  # closing it stops its thread
-        assert time.monotonic() < deadline, "the generate thread still runs"
-        await asyncio.sleep(0.01)
+    # Closing it stops its thread.
+    await wait_for_async(lambda: not generator_threads(), "the generate thread to stop")
     assert len(passes) < 100, f"{len(passes)} tokens generated of 1000"
 
     answer = await asyncio.wait_for(dataplane.infer("model", None, request(*prompt(PROMPT))), 10)

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris
-from sklearn.linear_model import LogisticRegression
 
 from inferd.errors import InvalidRequest
 from inferd.runtimes.onnx import OnnxModel
 from inferd.types import Tensor
 from tests.frameworks import require_module
+from tests.support.models import train_iris
 
 from .runtime_helpers import infer, load, model_settings
 
@@ -159,8 +159,8 @@ def test_string_tensors(tmp_path: Path) -> None:
 
 
 def test_sequence_outputs_are_json_per_row(tmp_path: Path) -> None:
-    features, labels = load_iris(return_X_y=True)
-    classifier = LogisticRegression(max_iter=1000).fit(features, labels)
+    features = load_iris(return_X_y=True)[0]
+    classifier = train_iris()
     graph = skl2onnx.to_onnx(classifier, features[:1].astype(np.float32))  # with ZipMap
     model = serve(tmp_path, graph)
     outputs = infer(model, Tensor("X", features[:2].astype(np.float32)))

@@ -19,6 +19,7 @@ from inferd.runtimes import sklearn_onnx
 from inferd.runtimes.sklearn import SKLearnModel
 from inferd.types import Tensor
 from tests.frameworks import require_module
+from tests.support.models import train_iris
 
 from .runtime_helpers import infer, load, model_settings
 
@@ -61,7 +62,7 @@ def test_regressor(tmp_path: Path) -> None:
 
 
 def test_methods_onnx_does_not_serve_go_to_sklearn(tmp_path: Path) -> None:
-    classifier = LogisticRegression(max_iter=1000).fit(IRIS_X, IRIS_Y)
+    classifier = train_iris()
     model = serve(tmp_path, classifier, predict_fn="decision_function")
     assert model._accelerator is not None
     outputs = infer(model, Tensor("x", IRIS_X[:3]))
@@ -71,7 +72,7 @@ def test_methods_onnx_does_not_serve_go_to_sklearn(tmp_path: Path) -> None:
 
 
 def test_nan_gets_sklearns_answer(tmp_path: Path) -> None:
-    model = serve(tmp_path, LogisticRegression(max_iter=1000).fit(IRIS_X, IRIS_Y))
+    model = serve(tmp_path, train_iris())
     rows = IRIS_X[:2].copy()
     rows[0, 1] = np.nan
     with pytest.raises(InvalidRequest, match=r"NaN"):
@@ -103,7 +104,7 @@ def test_disagreement_falls_back(
 
     monkeypatch.setattr(sklearn_onnx.OnnxAccelerator, "run", off_by_a_bit)
     with caplog.at_level(logging.WARNING):
-        model = serve(tmp_path, LogisticRegression(max_iter=1000).fit(IRIS_X, IRIS_Y))
+        model = serve(tmp_path, train_iris())
     assert model._accelerator is None
     assert "predict_proba differs from scikit-learn by up to 0.01" in caplog.text
 

@@ -24,6 +24,7 @@ from inferd.runtimes.sklearn import SKLearnModel
 from inferd.settings import ModelSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, RequestedOutput, Tensor
+from tests.support.models import train_iris
 
 ROOT = Path(__file__).resolve().parents[2]
 IRIS_X, IRIS_Y = load_iris(return_X_y=True)
@@ -80,7 +81,7 @@ def infer(
 
 @pytest.fixture(scope="module")
 def classifier() -> LogisticRegression:
-    return LogisticRegression(max_iter=1000).fit(IRIS_X, IRIS_Y)
+    return train_iris()
 
 
 @pytest.fixture

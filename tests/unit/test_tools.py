@@ -17,8 +17,9 @@ from inferd.tools.benchreport import table
 from inferd.tools.benchrequest import generated_request
 from inferd.tools.grpc_tls import _concrete, _holds
 from inferd.tools.infer import InferOptions, InferSummary
+from inferd.tools.leanhttp import parse_answer
 from inferd.tools.tune import TuneOptions, phases
-from inferd.tools.v2client import Endpoint, header_pairs, parse_head
+from inferd.tools.v2client import Endpoint, header_pairs
 
 
 def test_parse_steps_forms() -> None:
@@ -84,8 +85,8 @@ def test_headers_and_response_heads() -> None:
     assert header_pairs(["A: 1", "b:two: x"]) == {"A": "1", "b": "two: x"}
     with pytest.raises(ValueError):
         header_pairs(["no colon"])
-    status, headers = parse_head(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n")
-    assert status == 503 and headers["retry-after"] == "1"
+    parsed = parse_answer(bytearray(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n"))
+    assert parsed is not None and (parsed[0].status, parsed[0].retry_after) == (503, 1.0)
 
 
 def request(rows: int, start: float = 0.0) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.worker_streams import WorkerStreams
+from tests.support.polling import wait_for
 
 DEADLINE = 10.0
 
@@ -131,15 +132,6 @@ def request(**parameters: Any) -> InferenceRequest:
     return InferenceRequest([Tensor("x", np.zeros(1))], parameters=parameters)
 
 
-def eventually(condition: Callable[[], bool]) -> None:
-    done = threading.Event()
-    deadline = DEADLINE
-    while not condition():
-        assert deadline > 0, "condition not met in time"
-        done.wait(0.005)
-        deadline -= 0.005
-
-
 def sent(harness: Harness, count: int) -> list[int]:
     """The indexes of the next ``count`` responses sent (several may share a message)."""
     got: list[int] = []
@@ -223,4 +215,4 @@ def test_streams_run_side_by_side_in_the_models_threads(harness: Harness) -> Non
     harness.streams.cancel_all()
     ends = {harness.next_reply() for _ in range(2)}
     assert ends == {(ipc.ENDED, 1, None), (ipc.ENDED, 2, None)}
-    eventually(lambda: len(harness.streams) == 0)
+    wait_for(lambda: len(harness.streams) == 0, "len(harness.streams) == 0", timeout=DEADLINE)

@@ -25,6 +25,7 @@ from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
 from inferd.workers.pool import ProcessPool, RestartPolicy
 from inferd.workers.process import WorkerProcess, describe_exit
+from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio
 
@@ -193,13 +194,6 @@ def fakes(pool: ProcessPool) -> list[FakeWorker]:
     return [worker for worker in pool.workers if isinstance(worker, FakeWorker)]
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.001)
-
-
 def restarted(worker: FakeWorker, times: int) -> Callable[[], bool]:
     """Whether the worker is back for the ``times``-th time, done reloading."""
     return lambda: worker.alive and worker.restarts == times and worker.next_to_reload() is None
@@ -249,7 +243,7 @@ async def test_a_dead_worker_fails_its_requests_and_comes_back_with_its_instance
     with pytest.raises(WorkerLost, match="No worker process holding model 'b' is running"):
         pool.predict(2, REQUEST)
 
-    await eventually(lambda: pool.capacity(2) == 1)
+    await wait_for_async(lambda: pool.capacity(2) == 1, "pool.capacity(2) == 1", timeout=5)
     assert changes == [1, 2] and w0.restarts == 1 and w0.spawns == 2
     assert (w0.loads_of(1), w0.loads_of(2)) == (2, 2), "both loaded again"
     served = pool.predict(2, REQUEST)
@@ -267,7 +261,7 @@ async def test_a_log_level_set_reaches_each_worker_now_and_when_it_restarts(
     assert w0.log_levels == w1.log_levels == [("init", None), ("set", logging.DEBUG)]
     w0.die()
     pool.set_log_level(logging.WARNING)  # while it is down: its next start carries it
-    await eventually(restarted(w0, 1))
+    await wait_for_async(restarted(w0, 1), "restarted(w0, 1)", timeout=5)
     assert w0.log_levels[2:] == [("init", logging.WARNING)]
     assert w1.log_levels[2:] == [("set", logging.WARNING)]
 
@@ -280,16 +274,16 @@ async def test_restarts_back_off_while_a_worker_dies_young_and_not_after_a_long_
     (worker,) = fakes(pool)
     for deaths in (1, 2):
         worker.die()
-        await eventually(restarted(worker, deaths))
+        await wait_for_async(restarted(worker, deaths), "restarted(worker, deaths)", timeout=5)
     worker.failed_starts_to_come = 1  # a start that fails counts as dying young
     worker.die()
-    await eventually(restarted(worker, 3))
+    await wait_for_async(restarted(worker, 3), "restarted(worker, 3)", timeout=5)
     assert pools.sleep.delays == [1.0, 2.0, 3.0, 3.0]
     assert worker.quick_deaths == 4
 
     worker.lived = 31.0
     worker.die()
-    await eventually(restarted(worker, 4))
+    await wait_for_async(restarted(worker, 4), "restarted(worker, 4)", timeout=5)
     assert pools.sleep.delays[-1] == 0.0 and worker.quick_deaths == 0
     assert policy.delay(0) == 0.0 and policy.delay(99) == 3.0
 
@@ -306,7 +300,7 @@ async def test_an_instance_whose_reload_keeps_crashing_its_worker_is_dropped_and
 
     worker.crash_loading = {"a"}
     worker.die()
-    await eventually(lambda: pool.capacity(2) == 1)
+    await wait_for_async(lambda: pool.capacity(2) == 1, "pool.capacity(2) == 1", timeout=5)
     assert worker.loads_of(1) == 1 + 2 and worker.restarts == 3
     reason = (
         f"Loading model 'a' failed: worker 0 (pid None) {KILLED} while loading it "
@@ -329,14 +323,14 @@ async def test_a_holder_that_cannot_reload_is_dropped_while_another_worker_serve
 
     w0.refuse_loading = {"a": ModelError("the disk is gone")}
     w0.die()
-    await eventually(restarted(w0, 1))
+    await wait_for_async(restarted(w0, 1), "restarted(w0, 1)", timeout=5)
     assert w0.loads_of(1) == 2 and pool.capacity(1) == 1 and failures == []
     in_flight = pool.predict(1, REQUEST)
     assert len(w1.requests) == 1
 
     w1.refuse_loading = {"a": ModelError("the disk is gone")}
     w1.die()
-    await eventually(restarted(w1, 1))
+    await wait_for_async(restarted(w1, 1), "restarted(w1, 1)", timeout=5)
     assert failures == [(1, "reloading it after its worker restarted failed: the disk is gone")], (
         "told once no worker holds it"
     )
@@ -359,7 +353,7 @@ async def test_a_load_that_crashes_a_worker_fails_with_how_it_ended_and_leaves_n
     assert pool.capacity(1) == 0
     with pytest.raises(ModelNotReady, match="no longer loaded"):
         pool.predict(1, REQUEST)
-    await eventually(restarted(w1, 1))
+    await wait_for_async(restarted(w1, 1), "restarted(w1, 1)", timeout=5)
     assert w1.loads_of(1) == 1, "a failed load is not retried"
 
 
@@ -374,7 +368,7 @@ async def test_a_load_answered_just_before_its_worker_died_is_loaded_again(
     assert loaded.metadata.name == "a" and pool.capacity(1) == 0
     worker.crash_after_loading = set()
     pools.sleep.gate.set()
-    await eventually(lambda: pool.capacity(1) == 1)
+    await wait_for_async(lambda: pool.capacity(1) == 1, "pool.capacity(1) == 1", timeout=5)
     assert worker.loads_of(1) == 2
 
 
@@ -386,11 +380,13 @@ async def test_an_instance_unloaded_while_it_reloads_is_unloaded_from_the_worker
     await pool.load(1, model("a"))
     worker.load_gate = asyncio.Event()
     worker.die()
-    await eventually(lambda: worker.loads_of(1) == 2)
+    await wait_for_async(lambda: worker.loads_of(1) == 2, "worker.loads_of(1) == 2", timeout=5)
     await pool.unload(1)
     assert (ipc.UNLOAD, 1) not in worker.commands, "nothing loaded yet to unload"
     worker.load_gate.set()
-    await eventually(lambda: (ipc.UNLOAD, 1) in worker.commands)
+    await wait_for_async(
+        lambda: (ipc.UNLOAD, 1) in worker.commands, "(ipc.UNLOAD, 1) in worker.commands", timeout=5
+    )
     assert worker.slots(1) == 0 and worker.next_to_reload() is None
 
 
@@ -407,7 +403,9 @@ async def test_while_no_worker_runs_loads_and_requests_fail_and_closing_stops_th
     with pytest.raises(WorkerLost, match="No worker process holding model 'a' is running"):
         pool.predict(1, REQUEST)
 
-    await eventually(lambda: len(pools.sleep.delays) == 1)
+    await wait_for_async(
+        lambda: len(pools.sleep.delays) == 1, "len(pools.sleep.delays) == 1", timeout=5
+    )
     (restart,) = [task for task in asyncio.all_tasks() if task.get_name() == "restart-worker-0"]
     await pool.close()
     pools.sleep.gate.set()

@@ -16,8 +16,9 @@ from inferd.errors import Overloaded
 from inferd.settings import ServerSettings
 from inferd.workers import ipc
 from inferd.workers.pool import ProcessPool
+from tests.support.polling import wait_for_async
 
-from .test_workers_pool import REQUEST, FakeWorker, Pools, eventually, model, restarted
+from .test_workers_pool import REQUEST, FakeWorker, Pools, model, restarted
 
 pytestmark = pytest.mark.anyio
 
@@ -79,13 +80,15 @@ async def test_a_worker_killed_with_requests_in_flight_comes_back_counting_only_
 
     pools.sleep.gate.clear()  # the restart waits, and the two lost requests with it
     w0.die()
-    await eventually(lambda: len(pools.sleep.delays) == 1)
+    await wait_for_async(
+        lambda: len(pools.sleep.delays) == 1, "len(pools.sleep.delays) == 1", timeout=5
+    )
     assert pool.capacity(1) == 2 and not w0.serves(1)
     assert w0.outstanding == 0, "the dead process's requests are not counted"
     assert w1.running == 2, "the lost requests wait: the other worker has no free slot"
 
     pools.sleep.gate.set()
-    await eventually(restarted(w0, 1))
+    await wait_for_async(restarted(w0, 1), "restarted(w0, 1)", timeout=5)
     assert pool.capacity(1) == 4
     assert w0.running == 2 and w0.outstanding == 2 and w0.free_slots(1) == 0, (
         "the two retries hold the restarted worker's two slots, no more"
@@ -107,7 +110,11 @@ async def test_a_reply_read_as_its_worker_dies_counts_once_and_is_not_retried(
     worker.answer()  # its reply is read, then the socket closes, in the same turn
     worker.die()
     assert (await answered.result()).outputs[0].name == "y"
-    await eventually(lambda: restarted(worker, 1)() and worker.running == 1)
+    await wait_for_async(
+        lambda: restarted(worker, 1)() and worker.running == 1,
+        "restarted(worker, 1)() and worker.running == 1",
+        timeout=5,
+    )
     assert worker.outstanding == 1 and worker.free_slots(1) == 1, "the retry alone"
     worker.answer()
     assert (await lost.result()).outputs[0].name == "y"
@@ -124,12 +131,18 @@ async def test_through_a_restart_the_scheduler_keeps_its_bound_and_the_workers_t
     await pool.load(1, settings)
     scheduler = Scheduler(pool, 1, settings)
     admitted = [asyncio.ensure_future(scheduler.submit(REQUEST)) for _ in range(2 + BOUND)]
-    await eventually(lambda: scheduler.waiting == BOUND)
+    await wait_for_async(
+        lambda: scheduler.waiting == BOUND, "scheduler.waiting == BOUND", timeout=5
+    )
     with pytest.raises(Overloaded):
         await scheduler.submit(REQUEST)
 
     w0.die()  # with its one request: retried once it is back, ahead of the queue
-    await eventually(lambda: restarted(w0, 1)() and w0.running == 1)
+    await wait_for_async(
+        lambda: restarted(w0, 1)() and w0.running == 1,
+        "restarted(w0, 1)() and w0.running == 1",
+        timeout=5,
+    )
     assert (scheduler.in_flight, scheduler.waiting, pool.capacity(1)) == (2, BOUND, 2)
     with pytest.raises(Overloaded):
         await scheduler.submit(REQUEST)

@@ -9,8 +9,9 @@ import pytest
 
 from inferd.errors import WorkerLost
 from inferd.workers import ipc
+from tests.support.polling import wait_for_async
 
-from .test_workers_pool import REQUEST, Pools, eventually, fakes, model, pools, restarted
+from .test_workers_pool import REQUEST, Pools, fakes, model, pools, restarted
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +32,7 @@ async def test_a_request_goes_to_its_holder_and_is_never_retried_elsewhere(
     with pytest.raises(WorkerLost):
         await sent.result()
     assert len(w0.requests) == 0, "its state was in the worker that died"
-    await eventually(restarted(w1, 1))
+    await wait_for_async(restarted(w1, 1), "restarted(w1, 1)", timeout=5)
     assert pool.holders(1) == [(0, 1), (1, 2)], "the restarted worker is a new holder"
     with pytest.raises(WorkerLost, match="worker 1 stopped since the sequence started"):
         pool.predict_on(1, (1, 1), REQUEST)

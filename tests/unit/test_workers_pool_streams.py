@@ -18,8 +18,9 @@ from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
 from inferd.workers.pool import ProcessPool
 from inferd.workers.remote_stream import RemoteStream
+from tests.support.polling import wait_for_async
 
-from .test_workers_pool import REQUEST, FakeChannel, FakeWorker, eventually, fakes, model
+from .test_workers_pool import REQUEST, FakeChannel, FakeWorker, fakes, model
 
 pytestmark = pytest.mark.anyio
 
@@ -149,7 +150,11 @@ async def test_a_worker_that_dies_fails_its_streams_and_frees_what_they_held() -
         assert (worker.outstanding, worker.open_streams) == (0, 0)
         with pytest.raises(WorkerLost, match="No worker process holding model"):
             pool.stream(2, REQUEST)
-        await eventually(lambda: worker.alive and worker.serves(1) and worker.serves(2))
+        await wait_for_async(
+            lambda: worker.alive and worker.serves(1) and worker.serves(2),
+            "worker.alive and worker.serves(1) and worker.serves(2)",
+            timeout=5,
+        )
         pool.stream(2, REQUEST)
         assert len(worker.streams()) == 1 and worker.open_streams == 1, "on its new channel"
         with pytest.raises(ModelNotReady, match="no longer loaded"):

@@ -13,11 +13,11 @@ from inferd.errors import InferenceTimeout, ModelError, ModelNotReady, WorkerLos
 from inferd.observability.stats import ModelStatsTable
 from inferd.workers.pool import RestartPolicy
 from inferd.workers.retry import SentCall, failure_to_answer
+from tests.support.polling import wait_for_async
 
 from .test_workers_pool import (
     REQUEST,
     Pools,
-    eventually,
     fakes,
     model,
     restarted,
@@ -43,7 +43,7 @@ async def test_a_request_whose_worker_dies_is_answered_by_another_holder(pools: 
     await asyncio.sleep(0)  # w1's slot is free again
 
     w0.die()
-    await eventually(lambda: len(w1.requests) == 2)
+    await wait_for_async(lambda: len(w1.requests) == 2, "len(w1.requests) == 2", timeout=5)
     w1.answer()
     assert (await first.result()).outputs[0].name == "y"
     assert (await second.result()).outputs[0].name == "y"
@@ -73,11 +73,13 @@ async def test_a_model_in_one_worker_is_retried_on_the_restarted_worker(pools: P
     lost = pool.predict(1, REQUEST)
     pools.sleep.gate.clear()  # the restart waits: the retry with it
     w0.die()
-    await eventually(lambda: len(pools.sleep.delays) == 1)
+    await wait_for_async(
+        lambda: len(pools.sleep.delays) == 1, "len(pools.sleep.delays) == 1", timeout=5
+    )
     assert not lost.as_future().done()
 
     pools.sleep.gate.set()
-    await eventually(lambda: len(w0.requests) == 2)
+    await wait_for_async(lambda: len(w0.requests) == 2, "len(w0.requests) == 2", timeout=5)
     w0.answer()
     assert (await lost.result()).outputs[0].name == "y"
     assert w0.restarts == 1
@@ -89,7 +91,7 @@ async def test_a_request_is_retried_once_then_fails_with_both_reasons(pools: Poo
     await pool.load(1, model("a"))
     lost = pool.predict(1, REQUEST)
     w0.die()
-    await eventually(lambda: len(w1.requests) == 1)
+    await wait_for_async(lambda: len(w1.requests) == 1, "len(w1.requests) == 1", timeout=5)
     w1.die()
     message = (
         r"\(worker 1 \(pid None\)\) stopped before answering; it is being restarted\. Retry "
@@ -125,7 +127,7 @@ async def test_a_retry_that_finds_no_slot_in_time_fails_saying_so(pools: Pools) 
     with pytest.raises(WorkerLost, match=message):
         await lost.result()
     pools.sleep.gate.set()
-    await eventually(restarted(worker, 1))
+    await wait_for_async(restarted(worker, 1), "restarted(worker, 1)", timeout=5)
     assert worker.requests[1:] == [], "an expired retry is not sent later"
 
 
@@ -166,7 +168,9 @@ async def test_a_call_past_its_inference_timeout_is_answered_504_and_its_worker_
     with pytest.raises(InferenceTimeout, match=message):
         await stuck.result()
     assert stats.of("slow", None).timeouts == 1
-    await eventually(lambda: len(w0.requests) == 3)  # the bystander, retried on w0 restarted
+    await wait_for_async(
+        lambda: len(w0.requests) == 3, "len(w0.requests) == 3", timeout=5
+    )  # the bystander, retried on w0 restarted
     assert w0.restarts == 1 and w0.quick_deaths == 0, "no back-off for a kill on purpose"
     w0.answer()
     assert (await bystander.result()).outputs[0].name == "y"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import (
@@ -95,22 +96,15 @@ class WorkerSource(Protocol):
     def restarts(self) -> int: ...
 
 
+@dataclass
 class Sources:
     """Where the collector finds the numbers; any of them may be absent."""
 
-    def __init__(
-        self,
-        models: ModelStatsTable,
-        versions: Callable[[], Iterable[ModelVersionSource]] = list,
-        workers: Callable[[], Iterable[WorkerSource]] = list,
-        http: HttpStats | None = None,
-        grpc: GrpcStats | None = None,
-    ) -> None:
-        self.models = models
-        self.versions = versions
-        self.workers = workers
-        self.http = http
-        self.grpc = grpc
+    models: ModelStatsTable
+    versions: Callable[[], Iterable[ModelVersionSource]] = list
+    workers: Callable[[], Iterable[WorkerSource]] = list
+    http: HttpStats | None = None
+    grpc: GrpcStats | None = None
 
 
 class ServerCollector(Collector):

@@ -20,23 +20,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.errors import ModelNotReady
 from inferd.model import Model
-from inferd.runtimes.common import (
-    features_input,
-    find_model_file,
-    import_framework,
-    requested_outputs,
-    response,
-    short_error,
-    tabular_features,
-    with_derived_metadata,
-)
+from inferd.runtimes import common
 from inferd.tensors.datatypes import datatype_of
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
 
-WELL_KNOWN_FILENAMES = ("model.cbm", "model.bin")
-SUFFIXES = (".cbm", ".bin")
+# Well-known file names, else the one file with one of these suffixes.
+FILES = (("model.cbm", "model.bin"), (".cbm", ".bin"))
 PREDICT = "predict"
 PREDICT_PROBA = "predict_proba"
 
@@ -68,13 +59,11 @@ class CatBoostModel(Model):
     _error_type: type[Exception] = Exception
 
     async def load(self) -> bool:
-        # Importing the framework and parsing a large model take a while: in a thread,
-        # so the event loop keeps answering. The install hint comes before file errors.
-        catboost = await asyncio.to_thread(
-            import_framework, "catboost", type(self).__name__, "catboost"
+        catboost, path = await common.import_and_find(
+            self, "catboost", "catboost", FILES, "CatBoost"
         )
         self._error_type = catboost.CatBoostError
-        path = find_model_file(self.settings.uri, WELL_KNOWN_FILENAMES, SUFFIXES, "CatBoost")
+        # Parsing a large model takes a while too: in a thread.
         self._model = await asyncio.to_thread(_read, catboost, path)
         # The generic CatBoost class reads any model once; predicting with the
         # prediction types the Classifier/Regressor classes use gives their answers.
@@ -97,18 +86,16 @@ class CatBoostModel(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         if self._model is None:
             raise ModelNotReady(f"Model {self.name!r} is not loaded")
-        methods = requested_outputs(self, request, tuple(self._prediction_types), (PREDICT,))
-        features = tabular_features(self, request, self._n_features)
+        methods = common.requested_outputs(self, request, tuple(self._prediction_types), (PREDICT,))
+        features = common.tabular_features(self, request, self._n_features)
         outputs = [self.encode(method, self._call(method, features)) for method in methods]
-        return response(self, request, outputs)
+        return common.response(self, request, outputs)
 
     def _call(self, method: str, features: Any) -> Any:
         try:
             return self._model.predict(features, prediction_type=self._prediction_types[method])
         except self._error_type as error:  # CatBoostError: e.g. text in a numeric feature
-            raise InvalidRequest(
-                f"Model {self.name!r} cannot use the request's input: {short_error(error)}"
-            ) from error
+            raise common.unusable_input(self, error) from error
 
     def metadata(self) -> ModelMetadata:
         metadata = super().metadata()
@@ -116,8 +103,8 @@ class CatBoostModel(Model):
             return metadata
         # Categorical features take text, so one numeric matrix cannot describe them.
         numeric = not self._model.get_cat_feature_indices()
-        inputs = features_input(self._n_features, "FP32") if numeric else []
-        return with_derived_metadata(metadata, inputs, self._derived_outputs())
+        inputs = common.features_input(self._n_features, "FP32") if numeric else []
+        return common.with_derived_metadata(metadata, inputs, self._derived_outputs())
 
     def _regression_columns(self) -> int:
         """Columns of a regressor's ``predict``; -1 where the loss does not say."""

@@ -8,6 +8,7 @@ and the server and its other models carry on.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,31 @@ def import_framework(module: str, runtime: str, extra: str) -> ModuleType:
             f"{runtime} needs {module.split('.')[0]}, which cannot be imported ({error}); "
             f"install it with: pip install 'inferd[{extra}]'"
         ) from error
+
+
+async def import_and_find(
+    model: Model,
+    module: str,
+    extra: str,
+    files: tuple[Sequence[str], Sequence[str]],
+    framework: str,
+) -> tuple[Any, Path]:
+    """The framework (``import module``) and the model's file (``files``: its well-known
+    names and its suffixes, as :func:`find_model_file` takes them).
+
+    Importing a framework takes a while: in a thread, so the event loop keeps
+    answering. The install hint comes before file errors."""
+    imported = await asyncio.to_thread(import_framework, module, type(model).__name__, extra)
+    return imported, find_model_file(model.settings.uri, *files, framework)
+
+
+def unusable_input(
+    model: Model, error: BaseException | str, inputs: str = "input"
+) -> InvalidRequest:
+    """The 400 for a request the framework refused (its message, shortened)."""
+    return InvalidRequest(
+        f"Model {model.name!r} cannot use the request's {inputs}: {short_error(error)}"
+    )
 
 
 def find_model_file(

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SKLEARN = "inferd.runtimes.sklearn.SKLearnModel"
-XGBOOST = "inferd.runtimes.xgboost.XGBoostModel"
-LIGHTGBM = "inferd.runtimes.lightgbm.LightGBMModel"
-CATBOOST = "inferd.runtimes.catboost.CatBoostModel"
-ONNX = "inferd.runtimes.onnx.OnnxModel"
-MLFLOW = "inferd.runtimes.mlflow.MLflowModel"
+from inferd.runtimes.names import (
+    CATBOOST,
+    LIGHTGBM,
+    MLFLOW,
+    MLSERVER_SKLEARN,
+    ONNX,
+    SKLEARN,
+    XGBOOST,
+)
 
 # What KServe puts in the modelClass label for formats it does not know.
-SKLEARN_FALLBACKS = ("mlserver_sklearn.SKLearnModel", SKLEARN)
+SKLEARN_FALLBACKS = (MLSERVER_SKLEARN, SKLEARN)
 
 # By suffix. ``.bst`` is XGBoost's and LightGBM's: KServe names either of them
 # explicitly, so a ``.bst`` reaching detection is most likely XGBoost's.
@@ -58,11 +61,6 @@ def runtime_for_files(uri: Path) -> str | None:
         if path.suffix.lower() in _BY_SUFFIX and path.name not in _NOT_ARTIFACTS and path.is_file()
     }
     return found.pop() if len(found) == 1 else None
-
-
-def has_sklearn_artifact(uri: Path) -> bool:
-    """Whether the scikit-learn runtime finds a model at ``uri``."""
-    return runtime_for_files(uri) == SKLEARN
 
 
 def is_kserve_guess(implementation: str | None) -> bool:

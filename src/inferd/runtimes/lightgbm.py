@@ -18,22 +18,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.errors import ModelNotReady
 from inferd.model import Model
-from inferd.runtimes.common import (
-    features_input,
-    find_model_file,
-    import_framework,
-    requested_outputs,
-    response,
-    short_error,
-    tabular_features,
-    with_derived_metadata,
-)
+from inferd.runtimes import common
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
 
-WELL_KNOWN_FILENAMES = ("model.bst", "model.txt")
-SUFFIXES = (".bst", ".txt")
+# Well-known file names, else the one file with one of these suffixes.
+FILES = (("model.bst", "model.txt"), (".bst", ".txt"))
 PREDICT = "predict"
 
 
@@ -44,12 +35,10 @@ class LightGBMModel(Model):
     _n_features: int | None = None
 
     async def load(self) -> bool:
-        # Importing the framework and parsing a large model take a while: in a thread,
-        # so the event loop keeps answering. The install hint comes before file errors.
-        lightgbm = await asyncio.to_thread(
-            import_framework, "lightgbm", type(self).__name__, "lightgbm"
+        lightgbm, path = await common.import_and_find(
+            self, "lightgbm", "lightgbm", FILES, "LightGBM"
         )
-        path = find_model_file(self.settings.uri, WELL_KNOWN_FILENAMES, SUFFIXES, "LightGBM")
+        # Parsing a large model takes a while too: in a thread.
         self._booster = await asyncio.to_thread(lightgbm.Booster, model_file=str(path))
         self._n_features = int(self._booster.num_feature())
         return True
@@ -58,15 +47,13 @@ class LightGBMModel(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         if self._booster is None:
             raise ModelNotReady(f"Model {self.name!r} is not loaded")
-        requested_outputs(self, request, (PREDICT,), (PREDICT,))
-        features = tabular_features(self, request, self._n_features)
+        common.requested_outputs(self, request, (PREDICT,), (PREDICT,))
+        features = common.tabular_features(self, request, self._n_features)
         try:
             prediction = self._booster.predict(features)
         except ValueError as error:  # LightGBM's checks of DataFrame column types
-            raise InvalidRequest(
-                f"Model {self.name!r} cannot use the request's input: {short_error(error)}"
-            ) from error
-        return response(self, request, [self.encode(PREDICT, prediction)])
+            raise common.unusable_input(self, error) from error
+        return common.response(self, request, [self.encode(PREDICT, prediction)])
 
     def metadata(self) -> ModelMetadata:
         metadata = super().metadata()
@@ -75,4 +62,6 @@ class LightGBMModel(Model):
         # One column per class for multiclass objectives, else one.
         columns = int(self._booster.num_model_per_iteration())
         outputs = [MetadataTensor(PREDICT, "FP64", [-1, columns])]
-        return with_derived_metadata(metadata, features_input(self._n_features, "FP64"), outputs)
+        return common.with_derived_metadata(
+            metadata, common.features_input(self._n_features, "FP64"), outputs
+        )

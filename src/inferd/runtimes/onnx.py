@@ -36,11 +36,10 @@ from inferd.errors import InvalidRequest, ModelNotReady
 from inferd.model import Model
 from inferd.runtimes.common import (
     cast_input,
-    find_model_file,
-    import_framework,
+    import_and_find,
     requested_outputs,
     response,
-    short_error,
+    unusable_input,
     with_derived_metadata,
 )
 from inferd.tensors import codecs
@@ -50,8 +49,8 @@ from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, Mo
 
 logger = logging.getLogger(__name__)
 
-WELL_KNOWN_FILENAMES = ("model.onnx",)
-SUFFIXES = (".onnx",)
+# Well-known file names, else the one file with one of these suffixes.
+FILES = (("model.onnx",), (".onnx",))
 THREAD_SETTINGS = {
     "intra_op_threads": "intra_op_num_threads",
     "inter_op_threads": "inter_op_num_threads",
@@ -139,10 +138,8 @@ class OnnxModel(Model):
     _invalid_argument: type[Exception] = Exception
 
     async def load(self) -> bool:
-        # Importing the framework and optimising a big graph take a while: in a thread,
-        # so the event loop keeps answering. The install hint comes before file errors.
-        ort = await asyncio.to_thread(import_framework, "onnxruntime", type(self).__name__, "onnx")
-        path = find_model_file(self.settings.uri, WELL_KNOWN_FILENAMES, SUFFIXES, "ONNX")
+        ort, path = await import_and_find(self, "onnxruntime", "onnx", FILES, "ONNX")
+        # Optimising a big graph takes a while too: in a thread.
         self._session = await asyncio.to_thread(self._create_session, ort, path)
         self._inputs = {n.name: graph_tensor(n, "input") for n in self._session.get_inputs()}
         self._outputs = {n.name: graph_tensor(n, "output") for n in self._session.get_outputs()}
@@ -199,9 +196,7 @@ class OnnxModel(Model):
         try:
             results = self._session.run(list(names), feeds)
         except self._invalid_argument as error:  # shapes the graph's own checks refuse
-            raise InvalidRequest(
-                f"Model {self.name!r} cannot use the request's inputs: {short_error(error)}"
-            ) from error
+            raise unusable_input(self, error, "inputs") from error
         outputs = [self._output(name, value) for name, value in zip(names, results, strict=True)]
         return response(self, request, outputs)
 

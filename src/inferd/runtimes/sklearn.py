@@ -28,6 +28,7 @@ import numpy as np
 
 from inferd.errors import InvalidRequest, ModelNotReady
 from inferd.model import Model
+from inferd.runtimes.common import DERIVED_INPUT_NAME
 from inferd.runtimes.sklearn_onnx import ACCELERATE_KEY, ONNX, OnnxAccelerator, accelerate
 from inferd.tensors import codecs
 from inferd.tensors.datatypes import datatype_of
@@ -41,7 +42,6 @@ PREDICT_PROBA = "predict_proba"
 TRANSFORM = "transform"
 VALID_OUTPUTS = (PREDICT, PREDICT_PROBA, TRANSFORM)
 PREDICT_FN_KEY = "predict_fn"
-DERIVED_INPUT_NAME = "input-0"
 
 
 def find_artifact(uri: Path) -> Path:

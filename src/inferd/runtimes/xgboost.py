@@ -24,23 +24,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.errors import ModelNotReady
 from inferd.model import Model
-from inferd.runtimes.common import (
-    features_input,
-    find_model_file,
-    import_framework,
-    requested_outputs,
-    response,
-    short_error,
-    tabular_features,
-    with_derived_metadata,
-)
+from inferd.runtimes import common
 from inferd.tensors.datatypes import datatype_of
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata
 
-WELL_KNOWN_FILENAMES = ("model.bst", "model.json", "model.ubj")
-SUFFIXES = (".bst", ".json", ".ubj")
+# Well-known file names, else the one file with one of these suffixes.
+FILES = (("model.bst", "model.json", "model.ubj"), (".bst", ".json", ".ubj"))
 CLASSIFIER_OBJECTIVES = ("binary:", "multi:")
 PREDICT = "predict"
 PREDICT_PROBA = "predict_proba"
@@ -55,10 +46,8 @@ class XGBoostModel(Model):
     _n_targets = 1
 
     async def load(self) -> bool:
-        # Importing the framework and parsing a large model take a while: in a thread,
-        # so the event loop keeps answering. The install hint comes before file errors.
-        xgb = await asyncio.to_thread(import_framework, "xgboost", type(self).__name__, "xgboost")
-        path = find_model_file(self.settings.uri, WELL_KNOWN_FILENAMES, SUFFIXES, "XGBoost")
+        xgb, path = await common.import_and_find(self, "xgboost", "xgboost", FILES, "XGBoost")
+        # Parsing a large model takes a while too: in a thread.
         await asyncio.to_thread(self._read, xgb, path)
         return True
 
@@ -84,25 +73,23 @@ class XGBoostModel(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         if self._estimator is None:
             raise ModelNotReady(f"Model {self.name!r} is not loaded")
-        methods = requested_outputs(self, request, self._offered_outputs, (PREDICT,))
-        features = tabular_features(self, request, self._n_features)
+        methods = common.requested_outputs(self, request, self._offered_outputs, (PREDICT,))
+        features = common.tabular_features(self, request, self._n_features)
         outputs = [self.encode(method, self._call(method, features)) for method in methods]
-        return response(self, request, outputs)
+        return common.response(self, request, outputs)
 
     def _call(self, method: str, features: Any) -> Any:
         try:
             return getattr(self._estimator, method)(features)
         except ValueError as error:  # XGBoost's checks of column names and types
-            raise InvalidRequest(
-                f"Model {self.name!r} cannot use the request's input: {short_error(error)}"
-            ) from error
+            raise common.unusable_input(self, error) from error
 
     def metadata(self) -> ModelMetadata:
         metadata = super().metadata()
         if self._estimator is None:
             return metadata
-        return with_derived_metadata(
-            metadata, features_input(self._n_features, "FP32"), self._derived_outputs()
+        return common.with_derived_metadata(
+            metadata, common.features_input(self._n_features, "FP32"), self._derived_outputs()
         )
 
     def _derived_outputs(self) -> list[MetadataTensor]:

@@ -27,6 +27,7 @@ from inferd.errors import (
 from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
+from inferd.settings.model import NamedBySettings
 from inferd.types import ModelState, RepositoryEntry
 from inferd.workers.base import LoadedInstance, Pool
 
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class ModelVersion:
+class ModelVersion(NamedBySettings):
     """One version of a model and the instance that serves it."""
 
     settings: ModelSettings
@@ -48,14 +49,6 @@ class ModelVersion:
     stats: ModelStats | None = None
     # Its entries in the response cache, when the server and the model turn it on.
     cache: VersionCache | None = None
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
-
-    @property
-    def version(self) -> str | None:
-        return self.settings.version
 
 
 @dataclass(slots=True)

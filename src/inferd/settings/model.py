@@ -264,3 +264,18 @@ _IGNORED_PARAMETERS = (
     "inference_pool_gid",
     "autogenerate_inference_pool_gid",
 )
+
+
+class NamedBySettings:
+    """A model's name and version, read from its settings (a runtime's, a served version's)."""
+
+    __slots__ = ()
+    settings: ModelSettings
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def version(self) -> str | None:
+        return self.settings.version

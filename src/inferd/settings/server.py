@@ -277,10 +277,6 @@ class ServerSettings(EnvFirstSettings):
         return self
 
     @property
-    def tls_enabled(self) -> bool:
-        return self.ssl_certfile is not None
-
-    @property
     def metrics_enabled(self) -> bool:
         return bool(self.metrics_endpoint)
 

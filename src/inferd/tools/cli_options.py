@@ -1,4 +1,5 @@
-"""Click flag values -> the tools' option objects (kept out of cli.py, which only wires)."""
+"""Click flag values -> the tools' option objects (tools/commands.py names each flag's
+value after the field it fills; what needs parsing is parsed here)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ from inferd.tools.infer import InferOptions
 from inferd.tools.tune import TuneOptions
 from inferd.tools.v2client import header_pairs
 
+# Flags that are not fields of the option objects.
+_INFER_ONLY = ("request_headers", "verbose", "extra_verbose")
+_BENCH_ONLY = ("csv_path", "json_path", "plot_path", "stability_percentage")
+
 
 def _verbosity(verbose: bool, extra_verbose: bool) -> None:
     level = logging.DEBUG if extra_verbose else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("inferd").setLevel(level)
+
+
+def _fields(flags: dict[str, Any], *left_out: str) -> dict[str, Any]:
+    return {name: value for name, value in flags.items() if name not in left_out}
 
 
 def infer_options(flags: dict[str, Any]) -> InferOptions:
@@ -26,25 +35,7 @@ def infer_options(flags: dict[str, Any]) -> InferOptions:
         headers = header_pairs(flags["request_headers"])
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--request-headers") from None
-    options = InferOptions(
-        url=flags["url"],
-        model_name=flags["model_name"],
-        input_path=Path(flags["input_data_path"]),
-        output_path=Path(flags["output_data_path"]),
-        workers=flags["workers"],
-        retries=flags["retries"],
-        batch_size=flags["batch_size"],
-        binary_data=flags["binary_data"],
-        transport=flags["transport"],
-        headers=headers,
-        timeout_s=flags["timeout"],
-        batch_interval_s=flags["batch_interval"],
-        batch_jitter_s=flags["batch_jitter"],
-        use_ssl=flags["use_ssl"],
-        insecure=flags["insecure"],
-        ordered=flags["preserve_order"],
-        model_version=flags["model_version"],
-    )
+    options = InferOptions(**_fields(flags, *_INFER_ONLY), headers=headers)
     logging.getLogger("inferd.infer").info("inferd infer: %s", options)
     return options
 
@@ -59,22 +50,15 @@ def bench_options(flags: dict[str, Any]) -> BenchOptions:
             shapes[name] = [int(dim) for dim in dims.split(",")]
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    extra = {"processes": flags["processes"]} if flags["processes"] else {}
-    return BenchOptions(
-        url=flags["url"],
-        model_name=flags["model_name"],
-        transport=flags["transport"],
-        binary=flags["binary_data"],
-        input_file=flags["input_data"],
-        batch_size=flags["batch_size"],
-        shapes=shapes,
-        concurrency=concurrency,
-        rates=rates,
-        window_s=flags["measurement_interval"],
-        stability=flags["stability_percentage"] / 100,
-        max_windows=flags["max_trials"],
-        **extra,
-    )
+    fields = _fields(flags, *_BENCH_ONLY) | {
+        "concurrency": concurrency,
+        "rates": rates,
+        "shapes": shapes,
+        "stability": flags["stability_percentage"] / 100,
+    }
+    if fields["processes"] is None:  # BenchOptions' default: half the cores
+        del fields["processes"]
+    return BenchOptions(**fields)
 
 
 def _numbers(text: str, kind: type[float] | type[int]) -> tuple[Any, ...]:
@@ -83,19 +67,13 @@ def _numbers(text: str, kind: type[float] | type[int]) -> tuple[Any, ...]:
 
 def tune_options(repository: Path, flags: dict[str, Any]) -> TuneOptions:
     try:
-        return TuneOptions(
-            repository=repository,
-            model_name=flags["model_name"],
-            p99_ms=flags["p99_ms"],
-            budget_s=flags["budget_s"],
-            concurrency=parse_steps(flags["concurrency"]),
-            workers=_numbers(flags["workers"], int),
-            threads=_numbers(flags["threads"], int),
-            batch_sizes=_numbers(flags["batch_sizes"], int),
-            batch_times=_numbers(flags["batch_times"], float),
-            batch_size=flags["batch_size"],
-            window_s=flags["measurement_interval"],
-            processes=flags["processes"],
-        )
+        steps = {
+            "concurrency": parse_steps(flags["concurrency"]),
+            "workers": _numbers(flags["workers"], int),
+            "threads": _numbers(flags["threads"], int),
+            "batch_sizes": _numbers(flags["batch_sizes"], int),
+            "batch_times": _numbers(flags["batch_times"], float),
+        }
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+    return TuneOptions(repository=repository, **(_fields(flags, "plot_path") | steps))

@@ -31,14 +31,8 @@ import orjson
 from inferd.errors import InvalidRequest
 from inferd.tools import wire
 from inferd.tools.grpc_tls import GrpcSecurity
-from inferd.tools.v2client import (
-    Endpoint,
-    GrpcConnection,
-    HttpConnection,
-    Reply,
-    http_post,
-    infer_path,
-)
+from inferd.tools.leanhttp import LeanHttpConnection
+from inferd.tools.v2client import Endpoint, GrpcConnection, Reply, http_post, infer_path
 
 logger = logging.getLogger("inferd.infer")
 BACKOFF_BASE_S = 0.1
@@ -194,7 +188,7 @@ class _Sender:
         self.options, self.summary = options, summary
         self.path = infer_path(options.model_name, options.model_version or None)
         self.endpoint = endpoint
-        self.http = HttpConnection(endpoint, options.timeout_s)
+        self.http = LeanHttpConnection(endpoint, options.timeout_s)
         self.grpc = GrpcConnection(endpoint, options.timeout_s, security) if self._grpc else None
 
     @property

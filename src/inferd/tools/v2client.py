@@ -1,16 +1,15 @@
 """A small V2 (Open Inference Protocol) client for the tools: REST and gRPC.
 
-REST is plain HTTP/1.1 over one keep-alive asyncio connection per worker: the
-request is encoded to bytes once and written as is, so a worker costs little
-per request (what a load generator needs). gRPC uses grpc.aio with bytes in and
-out, so a pre-serialized ModelInferRequest is sent without re-encoding.
+REST is plain HTTP/1.1 (:mod:`inferd.tools.leanhttp`) over one keep-alive asyncio
+connection per worker: the request is encoded to bytes once (:func:`http_post`) and
+written as is, so a worker costs little per request (what a load generator needs).
+gRPC uses grpc.aio with bytes in and out, so a pre-serialized ModelInferRequest is
+sent without re-encoding.
 Both answer with a :class:`Reply`: the status in HTTP terms, and the body.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -80,10 +79,11 @@ class Reply:
     body: bytes
     retry_after: float | None = None
     error: str = ""
+    close: bool = False  # the server closes the connection after this answer
 
     @property
     def ok(self) -> bool:
-        return self.status == 200
+        return self.status == 200 and not self.error
 
     @property
     def retryable(self) -> bool:
@@ -107,68 +107,6 @@ def http_post(
     lines += [f"{name}: {value}" for name, value in fields.items()]
     lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-class HttpConnection:
-    """One keep-alive HTTP/1.1 connection, one exchange at a time; reconnects when the
-    server closed it."""
-
-    def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
-        self.endpoint = endpoint
-        self.timeout_s = timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def exchange(self, request: bytes) -> Reply:
-        try:
-            # asyncio.timeout, not wait_for: no task per request (the load generator's cost)
-            async with asyncio.timeout(self.timeout_s):
-                return await self._exchange(request)
-        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as error:
-            await self.close()
-            return Reply(0, b"", error=f"{type(error).__name__}: {error}".rstrip(": "))
-
-    async def _exchange(self, request: bytes) -> Reply:
-        if self._writer is None or self._writer.is_closing():
-            self._reader, self._writer = await asyncio.open_connection(
-                self.endpoint.host, self.endpoint.port, ssl=self.endpoint.tls
-            )
-        assert self._reader is not None
-        self._writer.write(request)
-        head = await self._reader.readuntil(b"\r\n\r\n")
-        status, headers = parse_head(head)
-        if "content-length" not in headers:
-            raise ValueError("the server answered without a Content-Length")
-        body = await self._reader.readexactly(int(headers["content-length"]))
-        if headers.get("connection", "").lower() == "close":
-            await self.close()
-        return Reply(status, body, _seconds(headers.get("retry-after")))
-
-    async def close(self) -> None:
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-
-
-def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    """(status, lower-cased headers) of a response head ending in a blank line."""
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name:
-            headers[name.strip().lower()] = value.strip()
-    return status, headers
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:  # an HTTP date: no wait we can compute cheaply; use the back-off
-        return None
 
 
 class GrpcConnection:

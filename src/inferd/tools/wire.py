@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from inferd.protocol import pb
-from inferd.server.grpc.codec import decode_parameters, encode_parameters
+from inferd.protocol.parameters import decode_parameters, encode_parameters
 from inferd.tensors.encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 
 JSON = dict[str, Any]

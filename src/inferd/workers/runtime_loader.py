@@ -22,20 +22,10 @@ from inferd.compat.importer import install_mlserver_alias
 from inferd.compat.mlmodel_runtime import mlmodel_base, runtime_class_for
 from inferd.errors import ConfigurationError, ModelError
 from inferd.model import Model, WorkerContext
+from inferd.runtimes.names import MLSERVER_RUNTIMES
 from inferd.settings import MODEL_SETTINGS_FILE, ModelSettings
 
 logger = logging.getLogger(__name__)
-
-# MLServer's runtime names, so an MLServer model folder is served unchanged.
-MLSERVER_RUNTIMES = {
-    "mlserver_sklearn.SKLearnModel": "inferd.runtimes.sklearn.SKLearnModel",
-    "mlserver_xgboost.XGBoostModel": "inferd.runtimes.xgboost.XGBoostModel",
-    "mlserver_lightgbm.LightGBMModel": "inferd.runtimes.lightgbm.LightGBMModel",
-    "mlserver_catboost.CatboostModel": "inferd.runtimes.catboost.CatBoostModel",
-    "mlserver_onnx.OnnxModel": "inferd.runtimes.onnx.OnnxModel",
-    "mlserver_mlflow.MLflowRuntime": "inferd.runtimes.mlflow.MLflowModel",
-    "mlserver_huggingface.HuggingFaceRuntime": "inferd.runtimes.huggingface.HuggingFaceModel",
-}
 
 
 def resolve_runtime_class(settings: ModelSettings) -> type[Model]:

@@ -21,20 +21,18 @@ class InvalidModelURI(MLServerError):
         super().__init__(msg, 422)
 
 
+def _model(name: str, version: str | None) -> str:
+    return f"Model {name}" if version is None else f"Model {name} with version {version}"
+
+
 class ModelNotFound(MLServerError):
     def __init__(self, name: str, version: str | None = None) -> None:
-        if version is None:
-            super().__init__(f"Model {name} not found", 404)
-        else:
-            super().__init__(f"Model {name} with version {version} not found", 404)
+        super().__init__(f"{_model(name, version)} not found", 404)
 
 
 class ModelNotReady(MLServerError):
     def __init__(self, name: str, version: str | None = None) -> None:
-        if version is None:
-            super().__init__(f"Model {name} is not ready yet.", 400)
-        else:
-            super().__init__(f"Model {name} with version {version} is not ready yet.", 400)
+        super().__init__(f"{_model(name, version)} is not ready yet.", 400)
 
 
 class InferenceError(MLServerError):

@@ -35,6 +35,20 @@ def _index(tensors: Any) -> dict[str, Any]:
     return {tensor.name: tensor for tensor in tensors or []}
 
 
+def _tensors_property(field: str) -> Any:
+    """The settings' ``inputs`` or ``outputs``; setting them also re-indexes them by
+    name (what decode and encode look tensors up in)."""
+
+    def read(model: Any) -> Any:
+        return getattr(model._settings, field)
+
+    def write(model: Any, value: list[MetadataTensor]) -> None:
+        setattr(model._settings, field, value)
+        setattr(model, f"_{field}_index", _index(value))
+
+    return property(read, write)
+
+
 class MLModel:
     """Override ``load`` and ``predict`` (and ``predict_stream`` to stream)."""
 
@@ -71,23 +85,8 @@ class MLModel:
     def settings(self) -> Any:
         return self._settings
 
-    @property
-    def inputs(self) -> Any:
-        return self._settings.inputs
-
-    @inputs.setter
-    def inputs(self, value: list[MetadataTensor]) -> None:
-        self._settings.inputs = value
-        self._inputs_index = _index(value)
-
-    @property
-    def outputs(self) -> Any:
-        return self._settings.outputs
-
-    @outputs.setter
-    def outputs(self, value: list[MetadataTensor]) -> None:
-        self._settings.outputs = value
-        self._outputs_index = _index(value)
+    inputs = _tensors_property("inputs")
+    outputs = _tensors_property("outputs")
 
     def decode(self, request_input: RequestInput, default_codec: Any = None) -> Any:
         """The input decoded by its content type (or its metadata's), else by

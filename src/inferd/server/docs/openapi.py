@@ -19,8 +19,9 @@ from urllib.parse import quote
 import msgspec
 
 from inferd.server.docs.docs_operations import DOCS_OPERATIONS
-from inferd.server.docs.operations import REF, Schema, path_parameters
 from inferd.server.docs.operations import operation as _v2_operation
+from inferd.server.docs.operations import path_parameters
+from inferd.server.docs.parts import REF, Schema
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
 from inferd.server.rest import codec as bodies
 from inferd.server.rest import responses

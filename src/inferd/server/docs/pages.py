@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from inferd.errors import InferdError
 from inferd.server.docs.openapi import api_document, model_document, model_prefix, model_title
-from inferd.server.docs.operations import Schema
+from inferd.server.docs.parts import Schema
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, error_body
 from inferd.server.routes import ASSET_TYPES, ASSETS_PATH, SPEC_FILE
 from inferd.serving.dataplane import DataPlane

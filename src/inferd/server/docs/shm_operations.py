@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from inferd.server.docs.operations import Schema, _answer, _op, _ref
+from inferd.server.docs.parts import Schema, answer, op, ref
 from inferd.server.rest.codec import JSON_CONTENT_TYPE
 
 _ERRORS = {
-    "400": _answer(
+    "400": answer(
         "The request is malformed, or the key or region cannot be used (the message says why)",
-        _ref("Error"),
+        ref("Error"),
     ),
-    "403": _answer(
+    "403": answer(
         "Shared memory is turned off on this server (shared_memory_enabled: false)",
-        _ref("Error"),
+        ref("Error"),
     ),
 }
-_NOT_FOUND = {"404": _answer("No region of this kind has that name", _ref("Error"))}
+_NOT_FOUND = {"404": answer("No region of this kind has that name", ref("Error"))}
 _CUDA_ERRORS = _ERRORS | {
-    "400": _answer(
+    "400": answer(
         "The request is malformed, the handle cannot be opened, or this server has no GPU "
         "(no CUDA runtime or no device: the message says which)",
-        _ref("Error"),
+        ref("Error"),
     )
 }
 _TITLES = {"system": "System shared memory", "cuda": "CUDA shared memory"}
@@ -37,26 +37,26 @@ def _operations(kind: str, component: str) -> dict[str, Operation]:
     """status, register and unregister of one kind ("system" or "cuda"), whose
     components are ``<component>Register`` and ``<component>Region``."""
     errors = _CUDA_ERRORS if kind == "cuda" else _ERRORS
-    regions = {"type": "array", "items": _ref(f"{component}Region")}
+    regions = {"type": "array", "items": ref(f"{component}Region")}
     body = {
         "required": True,
-        "content": {JSON_CONTENT_TYPE: {"schema": _ref(f"{component}Register")}},
+        "content": {JSON_CONTENT_TYPE: {"schema": ref(f"{component}Register")}},
     }
 
     def status(operation_id: str, example: Schema) -> Schema:
-        ok = {"200": _answer("The registered regions (the one named)", regions)}
+        ok = {"200": answer("The registered regions (the one named)", regions)}
         answers = ok | _ERRORS | _NOT_FOUND
-        return _op(operation_id, "shared-memory", f"{_TITLES[kind]} status", answers)
+        return op(operation_id, "shared-memory", f"{_TITLES[kind]} status", answers)
 
     def register(operation_id: str, example: Schema) -> Schema:
-        ok = {"200": _answer("Registered", _ref("Empty"))}
+        ok = {"200": answer("Registered", ref("Empty"))}
         summary = _REGISTER_SUMMARIES[kind]
-        return _op(operation_id, "shared-memory", summary, ok | errors, requestBody=body)
+        return op(operation_id, "shared-memory", summary, ok | errors, requestBody=body)
 
     def unregister(operation_id: str, example: Schema) -> Schema:
-        ok = {"200": _answer("Unregistered (every region, when none is named)", _ref("Empty"))}
+        ok = {"200": answer("Unregistered (every region, when none is named)", ref("Empty"))}
         summary = f"Unregister {_TITLES[kind]}"
-        return _op(operation_id, "shared-memory", summary, ok | _ERRORS)
+        return op(operation_id, "shared-memory", summary, ok | _ERRORS)
 
     prefix = f"{kind}_shared_memory"
     return {

@@ -13,14 +13,14 @@ field, so they travel only raw.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb
+from inferd.protocol.parameters import decode_parameters, encode_parameters
 from inferd.tensors.datatypes import element_count, numpy_dtype
 from inferd.tensors.encoding import array_from_bytes, array_to_bytes, bytes_items, check_shape
 from inferd.triton.shm import (
@@ -72,55 +72,6 @@ _WIRE_DTYPE = {
     "fp64_contents": np.dtype(np.float64),
 }
 _SMALL_CONTENTS = 32
-
-_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
-
-InferParameters = Mapping[str, pb.InferParameter]
-
-
-# ---- parameters -----------------------------------------------------------
-
-
-def decode_parameters(parameters: InferParameters) -> Parameters:
-    """The map's values as Python scalars; entries with no value set are dropped."""
-    decoded: Parameters = {}
-    for key, parameter in parameters.items():
-        which = parameter.WhichOneof("parameter_choice")
-        if which is not None:
-            decoded[key] = getattr(parameter, which)
-    return decoded
-
-
-def encode_parameters(parameters: Parameters) -> dict[str, pb.InferParameter]:
-    """Python values as InferParameters; None is dropped, lists and dicts go as JSON text."""
-    encoded = {}
-    for key, value in parameters.items():
-        parameter = _encode_parameter(value)
-        if parameter is not None:
-            encoded[key] = parameter
-    return encoded
-
-
-def _encode_parameter(value: Any) -> pb.InferParameter | None:
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return pb.InferParameter(bool_param=value)
-    if isinstance(value, int):
-        if _INT64_MIN <= value <= _INT64_MAX:
-            return pb.InferParameter(int64_param=value)
-        if 0 <= value <= _UINT64_MAX:
-            return pb.InferParameter(uint64_param=value)
-        return pb.InferParameter(string_param=str(value))
-    if isinstance(value, float):
-        return pb.InferParameter(double_param=value)
-    if isinstance(value, str):
-        return pb.InferParameter(string_param=value)
-    # The protocol has no list or map parameter; JSON text keeps the value readable.
-    return pb.InferParameter(string_param=json.dumps(value, default=str))
-
 
 # ---- inference requests ---------------------------------------------------
 

@@ -17,8 +17,21 @@ from inferd.compat.mlserver.types import (
 logger = logging.getLogger("mlserver")
 
 
-class InputCodec:
-    """Converts one input (output) tensor to and from a Python value."""
+def _to_implement(*names: str) -> list[Any]:
+    """Class methods a codec must implement: each raises NotImplementedError, as MLServer's."""
+    return [classmethod(_unimplemented(name)) for name in names]
+
+
+def _unimplemented(name: str) -> Any:
+    def method(cls: type, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{cls.__name__}.{name}")
+
+    return method
+
+
+class _Codec:
+    """What both kinds of codec have: the content type they are found by, the type hint
+    they decode to, and whether they can encode a payload."""
 
     ContentType: ClassVar[str] = ""
     TypeHint: ClassVar[Any] = type(None)
@@ -27,21 +40,16 @@ class InputCodec:
     def can_encode(cls, payload: Any) -> bool:
         return False
 
-    @classmethod
-    def encode_output(cls, name: str, payload: Any, **kwargs: Any) -> ResponseOutput:
-        raise NotImplementedError()
 
-    @classmethod
-    def decode_output(cls, response_output: ResponseOutput) -> Any:
-        raise NotImplementedError()
+class InputCodec(_Codec):
+    """Converts one input (output) tensor to and from a Python value."""
 
-    @classmethod
-    def encode_input(cls, name: str, payload: Any, **kwargs: Any) -> RequestInput:
-        raise NotImplementedError()
-
-    @classmethod
-    def decode_input(cls, request_input: RequestInput) -> Any:
-        raise NotImplementedError()
+    # What a codec implements, as MLServer's: encode_output(name, payload, **kwargs),
+    # decode_output(response_output), encode_input(name, payload, **kwargs), decode_input(
+    # request_input).
+    encode_output, decode_output, encode_input, decode_input = _to_implement(
+        "encode_output", "decode_output", "encode_input", "decode_input"
+    )
 
     @classmethod
     def encode(cls, name: str, payload: Any) -> ResponseOutput:  # deprecated in MLServer
@@ -52,33 +60,15 @@ class InputCodec:
         return cls.decode_input(request_input)
 
 
-class RequestCodec:
+class RequestCodec(_Codec):
     """Converts a whole request (response) to and from a Python value."""
 
-    ContentType: ClassVar[str] = ""
-    TypeHint: ClassVar[Any] = type(None)
-
-    @classmethod
-    def can_encode(cls, payload: Any) -> bool:
-        return False
-
-    @classmethod
-    def encode_response(
-        cls, model_name: str, payload: Any, model_version: str | None = None, **kwargs: Any
-    ) -> InferenceResponse:
-        raise NotImplementedError()
-
-    @classmethod
-    def decode_response(cls, response: InferenceResponse) -> Any:
-        raise NotImplementedError()
-
-    @classmethod
-    def encode_request(cls, payload: Any, **kwargs: Any) -> InferenceRequest:
-        raise NotImplementedError()
-
-    @classmethod
-    def decode_request(cls, request: InferenceRequest) -> Any:
-        raise NotImplementedError()
+    # What a codec implements, as MLServer's: encode_response(model_name, payload,
+    # model_version=None, **kwargs), decode_response(response), encode_request(payload,
+    # **kwargs), decode_request(request).
+    encode_response, decode_response, encode_request, decode_request = _to_implement(
+        "encode_response", "decode_response", "encode_request", "decode_request"
+    )
 
     @classmethod
     def encode(
@@ -94,8 +84,39 @@ class RequestCodec:
 InputCodecLike = type[InputCodec] | InputCodec
 RequestCodecLike = type[RequestCodec] | RequestCodec
 
-_input_codecs: dict[str, Any] = {}
-_request_codecs: dict[str, Any] = {}
+
+class _Registry:
+    """The codecs of one kind (input or request) by content type, and how MLServer
+    finds one: by content type, else by payload, else by type hint."""
+
+    def __init__(self) -> None:
+        self.codecs: dict[str, Any] = {}
+
+    def register(self, codec: Any) -> Any:
+        """Class decorator: use ``codec`` for what is tagged with its ``ContentType``."""
+        if codec.ContentType is not None:
+            self.codecs[codec.ContentType] = codec
+        return codec
+
+    def find(
+        self, content_type: str | None = None, payload: Any = None, type_hint: Any = None
+    ) -> Any:
+        # Truth tests as in MLServer: an empty payload finds nothing.
+        if content_type:
+            return self.codecs.get(content_type)
+        if payload:
+            return self.by_payload(payload)
+        if type_hint:
+            return self.by_type_hint(type_hint)
+        return None
+
+    def by_payload(self, payload: Any) -> Any:
+        what = f"payload {type(payload)}"
+        return _first(self.codecs.values(), lambda c: c.can_encode(payload), what)
+
+    def by_type_hint(self, type_hint: Any) -> Any:
+        what = f"type hint {type_hint}"
+        return _first(self.codecs.values(), lambda c: c.TypeHint == type_hint, what)
 
 
 def _first(codecs: Iterable[Any], matches: Any, what: str) -> Any:
@@ -113,62 +134,13 @@ def _first(codecs: Iterable[Any], matches: Any, what: str) -> Any:
     return found[0]
 
 
-def _by_payload(codecs: dict[str, Any], payload: Any) -> Any:
-    return _first(codecs.values(), lambda c: c.can_encode(payload), f"payload {type(payload)}")
-
-
-def _by_type_hint(codecs: dict[str, Any], type_hint: Any) -> Any:
-    return _first(codecs.values(), lambda c: c.TypeHint == type_hint, f"type hint {type_hint}")
-
-
-def _find(codecs: dict[str, Any], content_type: Any, payload: Any, type_hint: Any) -> Any:
-    # Truth tests as in MLServer: an empty payload finds nothing.
-    if content_type:
-        return codecs.get(content_type)
-    if payload:
-        return _by_payload(codecs, payload)
-    if type_hint:
-        return _by_type_hint(codecs, type_hint)
-    return None
-
-
-def find_input_codec(
-    content_type: str | None = None, payload: Any = None, type_hint: Any = None
-) -> Any:
-    return _find(_input_codecs, content_type, payload, type_hint)
-
-
-def find_input_codec_by_payload(payload: Any) -> Any:
-    return _by_payload(_input_codecs, payload)
-
-
-def find_input_codec_by_type_hint(type_hint: Any) -> Any:
-    return _by_type_hint(_input_codecs, type_hint)
-
-
-def find_request_codec(
-    content_type: str | None = None, payload: Any = None, type_hint: Any = None
-) -> Any:
-    return _find(_request_codecs, content_type, payload, type_hint)
-
-
-def find_request_codec_by_payload(payload: Any) -> Any:
-    return _by_payload(_request_codecs, payload)
-
-
-def find_request_codec_by_type_hint(type_hint: Any) -> Any:
-    return _by_type_hint(_request_codecs, type_hint)
-
-
-def register_input_codec(codec: Any) -> Any:
-    """Class decorator: use ``codec`` for inputs tagged with its ``ContentType``."""
-    if codec.ContentType is not None:
-        _input_codecs[codec.ContentType] = codec
-    return codec
-
-
-def register_request_codec(codec: Any) -> Any:
-    """Class decorator: use ``codec`` for requests tagged with its ``ContentType``."""
-    if codec.ContentType is not None:
-        _request_codecs[codec.ContentType] = codec
-    return codec
+_inputs, _requests = _Registry(), _Registry()
+# MLServer's module-level functions over its two registries.
+register_input_codec = _inputs.register
+find_input_codec = _inputs.find
+find_input_codec_by_payload = _inputs.by_payload
+find_input_codec_by_type_hint = _inputs.by_type_hint
+register_request_codec = _requests.register
+find_request_codec = _requests.find
+find_request_codec_by_payload = _requests.by_payload
+find_request_codec_by_type_hint = _requests.by_type_hint

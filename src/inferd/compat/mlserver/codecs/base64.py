@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, List  # noqa: UP035 - MLServer's TypeHints are typing.List
+from typing import List  # noqa: UP035 - MLServer's TypeHints are typing.List
 
-from inferd.compat.mlserver.codecs.base import InputCodec, register_input_codec
-from inferd.compat.mlserver.codecs.lists import ListElement, as_list, is_list_of
-from inferd.compat.mlserver.codecs.string import as_input, text_output
-from inferd.compat.mlserver.types import RequestInput, ResponseOutput
+from inferd.compat.mlserver.codecs.base import register_input_codec
+from inferd.compat.mlserver.codecs.lists import ListElement
+from inferd.compat.mlserver.codecs.string import TextListCodec
 
 
 def _ensure_bytes(elem: ListElement) -> bytes:
@@ -32,33 +31,8 @@ def _decode_base64(elem: ListElement) -> bytes:
 
 
 @register_input_codec
-class Base64Codec(InputCodec):
+class Base64Codec(TextListCodec, element=bytes, encode=_encode_base64, decode=_decode_base64):
     """A list of bytes, base64-encoded on the wire."""
 
     ContentType = "base64"
     TypeHint = List[bytes]  # noqa: UP006 - typing.List, as MLServer: hints must compare equal
-
-    @classmethod
-    def can_encode(cls, payload: Any) -> bool:
-        return is_list_of(payload, bytes)
-
-    @classmethod
-    def encode_output(
-        cls, name: str, payload: list[bytes], use_bytes: bool = True, **kwargs: Any
-    ) -> ResponseOutput:
-        packed = [_encode_base64(item, use_bytes) for item in payload]
-        return text_output(name, packed, cls.ContentType)
-
-    @classmethod
-    def decode_output(cls, response_output: ResponseOutput) -> list[bytes]:
-        return [_decode_base64(item) for item in as_list(response_output.data.root)]
-
-    @classmethod
-    def encode_input(
-        cls, name: str, payload: list[bytes], use_bytes: bool = True, **kwargs: Any
-    ) -> RequestInput:
-        return as_input(cls.encode_output(name, payload, use_bytes))
-
-    @classmethod
-    def decode_input(cls, request_input: RequestInput) -> list[bytes]:
-        return [_decode_base64(item) for item in as_list(request_input.data.root)]

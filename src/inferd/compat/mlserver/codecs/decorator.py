@@ -61,7 +61,7 @@ class SignatureCodec(RequestCodec):
             raise CodecNotFound(name=name, payload_type=str(hint), is_input=is_input)
         return codec
 
-    def decode_request(self, request: InferenceRequest) -> dict[str, Any]:  # type: ignore[override]
+    def decode_request(self, request: InferenceRequest) -> dict[str, Any]:
         arguments: dict[str, Any] = {}
         extra = []
         for request_input in request.inputs:
@@ -86,7 +86,7 @@ class SignatureCodec(RequestCodec):
                 return name, codec
         return None
 
-    def encode_response(  # type: ignore[override]
+    def encode_response(
         self, model_name: str, payload: Any, model_version: str | None = None
     ) -> InferenceResponse:
         outputs: list[ResponseOutput] = []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from inferd.compat.mlserver.codecs.base import (
@@ -97,13 +98,8 @@ def decode_request_input(
     request_input: RequestInput, metadata_inputs: dict[str, Any] | None = None
 ) -> Any:
     metadata = (metadata_inputs or {}).get(request_input.name)
-    content_type = get_content_type(request_input, metadata)
-    codec = find_input_codec(content_type) if content_type else None
-    if codec is None:
-        return None
-    decoded = codec.decode_input(request_input)
-    _save_decoded(request_input, decoded)
-    return decoded
+    codec = _tagged(find_input_codec, get_content_type(request_input, metadata))
+    return None if codec is None else _decoded(request_input, codec.decode_input)
 
 
 def decode_inference_request(
@@ -114,12 +110,19 @@ def decode_inference_request(
     """Decode each tagged input, then the request by its (or the model's) content type."""
     for request_input in request.inputs:
         decode_request_input(request_input, metadata_inputs)
-    content_type = get_content_type(request, model_settings)
-    codec = find_request_codec(content_type) if content_type else None
-    if codec is None:
-        return request
-    decoded = codec.decode_request(request)
-    _save_decoded(request, decoded)
+    codec = _tagged(find_request_codec, get_content_type(request, model_settings))
+    return request if codec is None else _decoded(request, codec.decode_request)
+
+
+def _tagged(find: Callable[[str], Any], content_type: str | None) -> Any:
+    """The codec of ``content_type``; None when there is none or no content type."""
+    return find(content_type) if content_type else None
+
+
+def _decoded(item: Any, decode: Callable[[Any], Any]) -> Any:
+    """``item`` decoded, the result kept in its parameters (as MLServer keeps it)."""
+    decoded = decode(item)
+    _save_decoded(item, decoded)
     return decoded
 
 
