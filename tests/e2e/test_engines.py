@@ -23,7 +23,7 @@ import tritonclient.grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.runtimes.names import MLSERVER_SKLEARN
+from inferd.settings.runtime_names import MLSERVER_SKLEARN
 from tests.support.kserve import (
     ROOT,
     inferd_runtime,

@@ -14,7 +14,7 @@ from sklearn import datasets, svm
 from sklearn.model_selection import train_test_split
 
 from inferd.protocol import pb, pb_grpc
-from inferd.runtimes.names import MLSERVER_SKLEARN
+from inferd.settings.runtime_names import MLSERVER_SKLEARN
 from tests.support.models import train_iris, write_model_folder
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, free_ports, start_server

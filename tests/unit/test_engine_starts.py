@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
-from inferd.runtimes.detect import choose_runtime, runtime_for_files
-from inferd.runtimes.names import LIGHTGBM, MLFLOW, ONNX, SKLEARN, XGBOOST
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.settings.cpu_quota import available_cpus, cgroup_cpu_limit
 from inferd.settings.loader import default_models_dir, model_settings_from_env
+from inferd.settings.runtime_detect import choose_runtime, runtime_for_files
+from inferd.settings.runtime_names import LIGHTGBM, MLFLOW, ONNX, SKLEARN, XGBOOST
 from tests.support.models import write_model_folder
 
 # ---- the cgroup CPU quota ----

@@ -19,7 +19,6 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
 
 from inferd.errors import ConfigurationError
-from inferd.runtimes.detect import choose_runtime, is_kserve_guess
 from inferd.settings import (
     SERVER_SETTINGS_FILE,
     CORSSettings,
@@ -28,6 +27,7 @@ from inferd.settings import (
     ModelSettings,
     ServerSettings,
 )
+from inferd.settings.runtime_detect import choose_runtime, is_kserve_guess
 from inferd.settings.security import RestrictedApiSettings
 
 logger = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ def model_settings_from_env() -> ModelSettings | None:
     """The one model KServe describes with ``MLSERVER_MODEL_*`` variables, if any.
 
     Without an implementation the runtime is told from the files at the uri (see
-    :mod:`inferd.runtimes.detect`). A name alone describes no model: ModelMesh sets a
+    :mod:`inferd.settings.runtime_detect`). A name alone describes no model: ModelMesh sets a
     placeholder name and loads its models later through the repository API."""
     if not any(env_variable(name, model=True) for name in ("name", "implementation", "uri")):
         return None

@@ -22,8 +22,8 @@ from inferd.compat.importer import install_mlserver_alias
 from inferd.compat.mlmodel_runtime import mlmodel_base, runtime_class_for
 from inferd.errors import ConfigurationError, ModelError
 from inferd.model import Model, WorkerContext
-from inferd.runtimes.names import MLSERVER_RUNTIMES
 from inferd.settings import MODEL_SETTINGS_FILE, ModelSettings
+from inferd.settings.runtime_names import MLSERVER_RUNTIMES
 
 logger = logging.getLogger(__name__)
 

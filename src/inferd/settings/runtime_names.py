@@ -2,7 +2,7 @@
 
 One table, read where a model's ``implementation`` is resolved
 (workers/runtime_loader.py) and where the runtime is told from a model's files
-(runtimes/detect.py).
+(settings/runtime_detect.py).
 """
 
 from __future__ import annotations

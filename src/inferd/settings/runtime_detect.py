@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferd.runtimes.names import (
+from inferd.settings.runtime_names import (
     CATBOOST,
     LIGHTGBM,
     MLFLOW,
