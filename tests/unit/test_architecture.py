@@ -1,0 +1,135 @@
+"""docs/design.md stays true: its layout lists every package, and imports follow its layers.
+
+The layout section names each package of ``src/inferd`` once (as ``inferd/...``);
+the import rules are the layers of ``LAYERS`` below, which the design document
+lists in the same order. A module may import its own layer and the layers under
+it, never one above; only the protocol edges (and the generated protocol code and
+the client tools) import the web and RPC frameworks.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "src" / "inferd"
+DESIGN = ROOT / "docs" / "design.md"
+
+# Top to bottom, as docs/design.md lists them ("Import rules"). A name is a package
+# of inferd or a module at its root.
+LAYERS: list[set[str]] = [
+    {"__main__", "cli", "ray"},
+    {"tools"},
+    {"server"},
+    {"serving"},
+    {"dispatch"},
+    {"workers"},
+    {"compat"},
+    {"runtimes"},
+    {"triton"},
+    {"context", "model", "custom_calls", "__init__"},
+    {"observability"},
+    {"custom_metrics"},
+    {"settings"},
+    {"tensors", "types", "errors", "version", "protocol"},
+]
+LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
+EDGE_ONLY = ("starlette", "uvicorn", "grpc", "grpc_health", "grpc_reflection", "google.protobuf")
+MAY_IMPORT_EDGE_LIBRARIES = {"server", "protocol", "tools"}
+# Being mended by issue 24's open items (the edge takes gRPC's status codes out of
+# tracing; the pool's split shortens the worker modules); each entry goes when it is.
+PENDING_EDGE_IMPORTS = {"observability/tracing.py"}
+PENDING_SPLITS = {"dispatch/scheduler.py", "workers/pool.py", "workers/process.py"}
+
+
+def design_section(title: str) -> str:
+    text = DESIGN.read_text()
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"docs/design.md has no '## {title}' section"
+    return match.group(1)
+
+
+def packages() -> set[str]:
+    return {
+        "inferd/" + str(init.parent.relative_to(PACKAGE)) + "/"
+        for init in PACKAGE.rglob("__init__.py")
+        if init.parent != PACKAGE
+    }
+
+
+def test_the_layout_lists_every_package_and_nothing_else() -> None:
+    listed = set(re.findall(r"`(inferd/[\w/]+/)`", design_section("Layout")))
+    assert listed == packages(), (
+        f"listed but missing: {sorted(listed - packages())}; "
+        f"present but not listed: {sorted(packages() - listed)}"
+    )
+
+
+def test_the_import_rules_name_the_layers_in_order() -> None:
+    rules = design_section("Import rules")
+    rows = re.findall(r"^\d+\. (.+)$", rules, re.M)
+    named = [set(re.findall(r"`(\w+)`", row)) for row in rows]
+    assert named == LAYERS
+
+
+def top_name(module: str) -> str | None:
+    """The layer name of an ``inferd`` module: its package, or itself at the root."""
+    parts = module.split(".")
+    if parts[0] != "inferd":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "inferd":
+            # `from inferd import custom_metrics` imports that module, not the package's API
+            found += [(node.lineno, f"inferd.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "protocol" not in p.parts)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
+    relative = path.relative_to(PACKAGE)
+    mine = relative.parts[0] if len(relative.parts) > 1 else relative.stem
+    upward = [
+        f"line {line}: {module}"
+        for line, module in imports_of(path)
+        if (other := top_name(module)) is not None and LAYER_OF[other] < LAYER_OF[mine]
+    ]
+    assert not upward, f"{relative} imports a layer above its own: {upward}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_protocol_edges_import_web_and_rpc_frameworks(path: Path) -> None:
+    relative = path.relative_to(PACKAGE)
+    if relative.parts[0] in MAY_IMPORT_EDGE_LIBRARIES or str(relative) in PENDING_EDGE_IMPORTS:
+        return
+    found = [
+        f"line {line}: {module}"
+        for line, module in imports_of(path)
+        if any(module == lib or module.startswith(lib + ".") for lib in EDGE_ONLY)
+    ]
+    assert not found, f"{relative} imports a protocol framework: {found}"
+
+
+def test_every_module_is_under_400_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in MODULES
+        if (n := len(p.read_text().splitlines())) >= 400
+        and str(p.relative_to(PACKAGE)) not in PENDING_SPLITS
+    }
+    assert not long, f"modules of 400 lines or more: {long}"
