@@ -183,3 +183,18 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_worker(
     body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
     response = httpx.post(f"{server.url}/v2/models/threads/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
+
+
+def test_a_dead_fork_parent_is_replaced_and_its_model_served_again(forest: Measured) -> None:
+    server = forest[4][0]
+    parent = _fork_parent(server)
+    os.kill(parent, signal.SIGKILL)  # its workers die with it (PR_SET_PDEATHSIG)
+
+    def serving_from_a_new_parent() -> bool:
+        parents = [pid for pid in children(server.process.pid) if children(pid)]
+        return parents not in ([], [parent]) and len(children(parents[0])) == 4
+
+    wait_for(serving_from_a_new_parent, server.log, 30)
+    body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [0.5] * 4}]}
+    response = httpx.post(f"{server.url}/v2/models/forest/infer", json=body, timeout=10)
+    assert response.status_code == 200, response.text
