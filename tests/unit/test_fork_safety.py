@@ -67,3 +67,40 @@ def test_the_cuda_driver_loaded_counts_as_cuda_initialized(
     assert not cuda_initialized()
     monkeypatch.setattr(fork_safety, "CUDA_DRIVER", "libc.so")  # loaded in every process
     assert cuda_initialized()
+
+
+def _openmp_hazard_in_a_fresh_interpreter(prelude: str) -> str:
+    code = textwrap.dedent(prelude) + (
+        "\nfrom inferd.workers.fork_safety import openmp_hazard\n"
+        "print(repr(openmp_hazard(timeout=1.5)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_an_openmp_pool_that_ran_forbids_the_fork() -> None:
+    # LightGBM runs OpenMP parallel regions (here training; loading a model does too):
+    # libgomp's pool then hangs every forked child in its first parallel region.
+    said = _openmp_hazard_in_a_fresh_interpreter(
+        """
+        import numpy, lightgbm
+        data = numpy.random.default_rng(0).random((200, 4))
+        lightgbm.train({"verbose": -1}, lightgbm.Dataset(data, data[:, 0] > 0.5), 2)
+        """
+    )
+    assert "an OpenMP thread pool" in said and "libgomp" in said
+
+
+def test_openmp_loaded_but_never_run_allows_the_fork() -> None:
+    # scikit-learn carries libgomp; importing it and predicting with a forest runs none.
+    said = _openmp_hazard_in_a_fresh_interpreter(
+        """
+        import numpy
+        from sklearn.ensemble import RandomForestClassifier
+        data = numpy.random.default_rng(0).random((50, 4))
+        RandomForestClassifier(3).fit(data, data[:, 0] > 0.5).predict(data)
+        """
+    )
+    assert said == "''"

@@ -46,7 +46,7 @@ from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
-from inferd.workers.fork_safety import fork_hazards
+from inferd.workers.fork_safety import fork_hazards, openmp_hazard
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.runtime_loader import load_runtime
 from inferd.workers.worker import Worker, _die_with_parent
@@ -120,6 +120,8 @@ class ForkServer:
         gc.collect()
         gc.freeze()  # the collector never touches these objects: their pages stay shared
         hazards = fork_hazards()
+        if not hazards and (openmp := openmp_hazard()):
+            hazards.append(openmp)
         if hazards:
             self._send((UNFORKABLE, "; ".join(hazards)))
         else:
