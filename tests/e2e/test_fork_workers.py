@@ -198,3 +198,14 @@ def test_a_dead_fork_parent_is_replaced_and_its_model_served_again(forest: Measu
     body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [0.5] * 4}]}
     response = httpx.post(f"{server.url}/v2/models/forest/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
+
+
+def test_a_load_that_crashes_its_fork_parent_fails_with_why(heavy: Measured) -> None:
+    server = heavy[4][0]
+    add_custom_model(server.repository, "crasher", "CrashesOnLoad")
+    response = httpx.post(f"{server.url}/v2/repository/models/crasher/load", timeout=30)
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert "Loading model 'crasher' failed: its fork parent" in error, error
+    assert "exited with code 3 while loading it" in error, error
+    assert _infer_pid(server) is not None  # the other model serves on

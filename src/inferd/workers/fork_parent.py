@@ -36,7 +36,7 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers import forkserver, ipc
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
-from inferd.workers.process import WorkerProcess
+from inferd.workers.process import WorkerProcess, describe_exit
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,12 @@ class ForkParent:
         try:
             self._send((forkserver.LOAD, import_path, self._server, self.settings))
             kind, detail = await loaded
+        except WorkerLost:
+            await self.close()
+            raise WorkerLost(
+                f"Loading model {self.settings.name!r} failed: its fork parent (pid "
+                f"{self.pid}) {self._exit_status()} while loading it"
+            ) from None
         except BaseException:
             await self.close()
             raise
@@ -112,6 +118,13 @@ class ForkParent:
         logger.info("Loaded model %r in its fork parent (pid %s) in %.2fs",
                     self.settings.name, self.pid, time.monotonic() - begun)  # fmt: skip
         return ""
+
+    def _exit_status(self) -> str:
+        """How the fork parent ended, once reaped ("exited with code 3")."""
+        process = self._process
+        if process is None or process.returncode is None:
+            return "stopped"
+        return describe_exit(process.returncode)
 
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -22,9 +22,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferd.errors import ConfigurationError, WorkerLost
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.environments import WORKER_REQUIREMENTS, WorkerEnvironment
 from inferd.workers.fork_parent import ForkedWorkerProcess, ForkParent
 from inferd.workers.pool import ProcessPool
 from inferd.workers.process import WorkerProcess
@@ -72,7 +73,17 @@ class ForkedPools:
         if runs_on_gpu(settings):
             return None
         parent = ForkParent(self._settings, settings, environment)
-        why_not = await parent.start()
+        try:
+            why_not = await parent.start()
+        except WorkerLost as error:
+            if environment is None:
+                raise
+            raise ConfigurationError(
+                f"{settings.label}: the fork parent in its environment {environment.root} "
+                f"did not load it ({error.message}). The environment needs "
+                f"{WORKER_REQUIREMENTS} installed, and the same Python minor version as the "
+                "server."
+            ) from None
         if why_not:
             logger.warning(
                 "%s is loaded in each worker, not forked from one parent: after its load %s",
