@@ -26,6 +26,7 @@ class Row:
     rounds: int
     pss_mib: float  # after the answers
     pss_at_ready_mib: float
+    uss_mib: float  # private pages alone: what other processes of the machine cannot change
     processes: int
     ready_s: float
     per_added_worker_mib: float | None = None  # over the fewest workers (>= 1) measured
@@ -56,6 +57,7 @@ def _row(runs: Sequence[RunRecord]) -> Row:
         rounds=len(runs),
         pss_mib=statistics.median(run.served.pss_mib for run in runs),
         pss_at_ready_mib=statistics.median(run.at_ready.pss_mib for run in runs),
+        uss_mib=statistics.median(run.served.uss_mib for run in runs),
         processes=max(len(run.served.processes) for run in runs),
         ready_s=statistics.median(run.ready_s for run in runs),
     )
@@ -112,6 +114,17 @@ LEGEND = (
 )
 
 
+def uss_line(summary: dict[str, list[Row]]) -> str:
+    """The private memory (USS) of each server's tree, by worker count: steady where the
+    PSS of shared library pages moves with what else runs on the machine."""
+    parts = [
+        f"{server} " + " / ".join(f"{row.uss_mib:.0f}" for row in rows)
+        for server, rows in summary.items()
+    ]
+    return "USS (private pages only) by parallel_workers, MiB: " + "; ".join(parts) + "."
+
+
 def markdown(summary: dict[str, list[Row]], title: str, rounds: int) -> list[str]:
     medians = f" Medians over {rounds} rounds." if rounds > 1 else ""
-    return ["", f"{title}:", "", *markdown_table(summary), "", LEGEND + medians]
+    lines = ["", f"{title}:", "", *markdown_table(summary), "", LEGEND + medians]
+    return [*lines, "", uss_line(summary)] if summary else lines

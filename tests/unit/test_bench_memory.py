@@ -22,7 +22,7 @@ from benchmarks.memory.pss import (
     process_tree,
     tree_memory,
 )
-from benchmarks.memory.report import markdown_table, summarize
+from benchmarks.memory.report import LEGEND, markdown, markdown_table, summarize
 from benchmarks.servers import INFERD, MLSERVER
 from tests.support.polling import wait_for
 
@@ -93,7 +93,10 @@ def test_this_process_s_child_is_in_its_tree() -> None:
 
 def memory(*pss_mib: float) -> TreeMemory:
     return TreeMemory(
-        tuple(ProcessMemory(i, "python", 0, int(m * 1024), 0, 0) for i, m in enumerate(pss_mib))
+        tuple(
+            ProcessMemory(i, "python", 0, int(m * 1024), int(m * 512), 0)
+            for i, m in enumerate(pss_mib)
+        )
     )
 
 
@@ -131,6 +134,15 @@ def test_the_table_puts_the_servers_side_by_side() -> None:
     assert "| mlserver PSS MiB (procs) |" in lines[0]
     assert lines[2] == "| 1 | 270 (2) | - | 1.6 (x1.0) | 300 (2) | - | 3.5 (x1.0) |"
     assert lines[3] == "| 4 | 758 (5) | +163 | 4.5 (x2.8) | - | - | - |"
+
+
+def test_the_report_gives_the_private_memory_beside_the_table() -> None:
+    records = [record(INFERD, 1, 200, 1.0), record(INFERD, 2, 400, 1.0)]
+    lines = markdown(summarize(records), "a forest", rounds=3)
+    assert lines[:2] == ["", "a forest:"]
+    assert lines[-3].endswith("Medians over 3 rounds.")
+    assert lines[-1] == "USS (private pages only) by parallel_workers, MiB: inferd 100 / 200."
+    assert markdown({}, "a forest", rounds=1)[-3:] == ["No run was measured.", "", LEGEND]
 
 
 def test_answers_are_read_from_the_first_output() -> None:
