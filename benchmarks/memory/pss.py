@@ -5,7 +5,10 @@ equal shares, so the sum over a tree counts a page shared by every worker once:
 the figure that shows what copy-on-write workers save, where RSS would count a
 shared page once per process. The tree is the server and its children,
 recursively; children come from ``/proc/<pid>/task/*/children`` where the kernel
-has it (CONFIG_PROC_CHILDREN), else from the parent pid of every process.
+has it (CONFIG_PROC_CHILDREN), else from the parent pid of every process. A
+server that leads its own session (the benchmarks start every server so) also
+gets the processes of its session outside the tree: a worker that was
+double-forked, whose parent is no longer the server's, still counts.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class TreeMemory:
     """Every live process of a tree, the root first."""
 
     processes: tuple[ProcessMemory, ...]
+    detached: tuple[int, ...] = ()  # of those, the session's processes outside the tree
 
     @property
     def pss_mib(self) -> float:
@@ -63,6 +67,7 @@ class TreeMemory:
             "rss_mib": round(self.rss_mib, 1),
             "uss_mib": round(self.uss_mib, 1),
             "processes": [p.to_dict() for p in self.processes],
+            "detached": list(self.detached),
         }
 
 
@@ -97,9 +102,13 @@ def process_memory(pid: int, proc: Path = PROC) -> ProcessMemory | None:
 
 
 def tree_memory(root: int, proc: Path = PROC) -> TreeMemory:
-    """The memory of ``root`` and all its descendants alive now."""
-    found = (process_memory(pid, proc) for pid in process_tree(root, children_reader(proc)))
-    return TreeMemory(tuple(memory for memory in found if memory is not None))
+    """The memory of ``root`` and all its descendants alive now, and of the rest of its
+    session when it leads one."""
+    tree = process_tree(root, children_reader(proc))
+    detached = [pid for pid in session_members(root, proc) if pid not in tree]
+    found = (process_memory(pid, proc) for pid in tree + detached)
+    alive = tuple(memory for memory in found if memory is not None)
+    return TreeMemory(alive, tuple(p.pid for p in alive if p.pid in detached))
 
 
 def process_tree(root: int, children: Children) -> list[int]:
@@ -133,12 +142,22 @@ def kernel_children(pid: int, proc: Path = PROC) -> list[int]:
 def parent_map(proc: Path = PROC) -> dict[int, list[int]]:
     """{parent pid: its children's pids} over every process in ``proc``."""
     by_parent: dict[int, list[int]] = {}
-    for pid, parent in _parents(proc.iterdir()):
+    for pid, parent, _ in _stat_links(proc.iterdir()):
         by_parent.setdefault(parent, []).append(pid)
     return by_parent
 
 
-def _parents(entries: Iterable[Path]) -> Iterable[tuple[int, int]]:
+def session_members(leader: int, proc: Path = PROC) -> list[int]:
+    """The processes of the session ``leader`` leads; none when it leads no session (the
+    session it is in would hold other programs, this one's included)."""
+    links = list(_stat_links(proc.iterdir()))
+    if (leader, leader) not in {(pid, session) for pid, _, session in links}:
+        return []
+    return [pid for pid, _, session in links if session == leader]
+
+
+def _stat_links(entries: Iterable[Path]) -> Iterable[tuple[int, int, int]]:
+    """(pid, parent pid, session id) of each process among ``entries``."""
     for entry in entries:
         if not entry.name.isdigit():
             continue
@@ -147,4 +166,4 @@ def _parents(entries: Iterable[Path]) -> Iterable[tuple[int, int]]:
         except (FileNotFoundError, ProcessLookupError):
             continue  # it ended meanwhile
         fields = stat.rsplit(")", 1)[1].split()  # past the name, which may hold spaces
-        yield int(entry.name), int(fields[1])
+        yield int(entry.name), int(fields[1]), int(fields[3])

@@ -20,6 +20,7 @@ from benchmarks.memory.pss import (
     parse_rollup,
     process_memory,
     process_tree,
+    session_members,
     tree_memory,
 )
 from benchmarks.memory.report import LEGEND, markdown, markdown_table, summarize
@@ -37,10 +38,10 @@ SwapPss:               4 kB
 """
 
 
-def fake_process(proc: Path, pid: int, parent: int, pss_kib: int) -> None:
+def fake_process(proc: Path, pid: int, parent: int, pss_kib: int, session: int) -> None:
     folder = proc / str(pid)
     folder.mkdir(parents=True)
-    (folder / "stat").write_text(f"{pid} (python -m x) S {parent} {pid} {pid} 0 -1\n")
+    (folder / "stat").write_text(f"{pid} (python -m x) S {parent} {pid} {session} 0 -1\n")
     (folder / "cmdline").write_bytes(b"python\0-m\0x\0")
     (folder / "smaps_rollup").write_text(ROLLUP.replace("410", str(pss_kib)))
 
@@ -53,20 +54,30 @@ def test_smaps_rollup_lines_are_read_in_kib() -> None:
     assert "55f5c9179000-7ffe74097000 ---p 00000000 00" not in fields
 
 
-def test_a_tree_sums_every_descendant_and_nothing_else(tmp_path: Path) -> None:
-    """A server, its worker, the worker's child; a process of another tree left out."""
-    for pid, parent, pss in ((10, 1, 1000), (11, 10, 2000), (12, 11, 3000), (20, 1, 9999)):
-        fake_process(tmp_path, pid, parent, pss)
+def test_a_tree_sums_every_descendant_and_its_session_and_nothing_else(tmp_path: Path) -> None:
+    """A server leading its session, its worker, the worker's child, a process of its
+    session whose parent went (double-forked); another session's process left out."""
+    processes = ((10, 1, 1000, 10), (11, 10, 2000, 10), (12, 11, 3000, 10), (13, 1, 500, 10))
+    for pid, parent, pss, session in (*processes, (20, 1, 9999, 20)):
+        fake_process(tmp_path, pid, parent, pss, session)
     (tmp_path / "self" / "task" / "1").mkdir(parents=True)  # no children files: by parent
     tree = tree_memory(10, tmp_path)
-    assert [p.pid for p in tree.processes] == [10, 11, 12]
-    assert tree.pss_mib == pytest.approx((1000 + 2000 + 3000 + 3 * 4) / 1024)
-    assert tree.uss_mib == pytest.approx(3 * 160 / 1024)
+    assert [p.pid for p in tree.processes] == [10, 11, 12, 13]
+    assert tree.detached == (13,)
+    assert tree.pss_mib == pytest.approx((1000 + 2000 + 3000 + 500 + 4 * 4) / 1024)
+    assert tree.uss_mib == pytest.approx(4 * 160 / 1024)
     assert tree.processes[0].command == "python -m x"
 
 
+def test_a_process_leading_no_session_gets_its_tree_alone(tmp_path: Path) -> None:
+    for pid, parent, session in ((10, 1, 5), (11, 10, 5), (12, 1, 5)):
+        fake_process(tmp_path, pid, parent, 100, session)
+    assert session_members(10, tmp_path) == []
+    assert [p.pid for p in tree_memory(10, tmp_path).processes] == [10, 11]
+
+
 def test_a_process_gone_or_a_zombie_counts_nothing(tmp_path: Path) -> None:
-    fake_process(tmp_path, 30, 1, 500)
+    fake_process(tmp_path, 30, 1, 500, 30)
     (tmp_path / "30" / "smaps_rollup").write_text("")  # a zombie's rollup is empty
     assert process_memory(30, tmp_path) is None
     assert process_memory(31, tmp_path) is None
