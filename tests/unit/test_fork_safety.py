@@ -41,8 +41,15 @@ def test_a_thread_left_running_forbids_the_fork() -> None:
     assert "threads are running (poller)" in said
 
 
-def test_grpc_imported_forbids_the_fork() -> None:
-    assert "grpc is imported" in _hazards_in_a_fresh_interpreter("import grpc")
+def test_grpc_imported_is_no_hazard_but_its_core_started_is() -> None:
+    assert _hazards_in_a_fresh_interpreter("import grpc") == "[]"
+    said = _hazards_in_a_fresh_interpreter(
+        """
+        import grpc
+        channel = grpc.insecure_channel("127.0.0.1:1")
+        """
+    )
+    assert "native threads are running" in said and "grpc_global_tim" in said
 
 
 def test_a_running_event_loop_forbids_the_fork() -> None:

@@ -4,12 +4,14 @@
 (a runtime's background thread, an executor's worker) is missing in the child,
 and a lock it held stays locked there forever; an event loop's selector and
 wake-up pipe would be shared by every child; a CUDA context cannot be used in a
-child at all; grpc's core keeps threads and polling fds of its own. So the
-parent checks, right before each fork, that none of these happened while it
-imported and loaded the model (:func:`fork_hazards`), and a model whose load did
-any of them is loaded in each worker instead. Native thread pools that re-create
-themselves after a fork (OpenBLAS, through ``pthread_atfork``) are not Python
-threads and are allowed.
+child at all; grpc's core, once a channel or server is made, keeps threads and
+polling fds of its own (importing grpc alone starts nothing). So the parent
+checks, right before each fork, that none of these happened while it imported
+and loaded the model (:func:`fork_hazards`), and a model whose load did any of
+them is loaded in each worker instead. Native threads are told apart by name:
+libraries that keep threads of their own name them (grpc's do), while pools
+that re-create themselves after a fork (OpenBLAS, through ``pthread_atfork``)
+leave theirs unnamed.
 
 GNU OpenMP (libgomp, which scikit-learn, XGBoost, LightGBM and torch wheels carry)
 is not fork-safe: once a parallel region has run in a process, a child forked
@@ -49,9 +51,31 @@ def fork_hazards() -> list[str]:
         hazards.append("an event loop is running")
     if cuda_initialized():
         hazards.append("CUDA is initialized")
-    if "grpc" in sys.modules:
-        hazards.append("grpc is imported (its core keeps threads of its own)")
+    named = named_native_threads()
+    if named:  # grpc's core once a channel or server is made, for one
+        hazards.append(f"native threads are running ({', '.join(named)})")
     return hazards
+
+
+def named_native_threads() -> list[str]:
+    """The names of this process's OS threads named otherwise than its main thread.
+
+    A thread inherits its creator's name; libraries that keep threads of their own
+    and rely on them (grpc's core: ``grpc_global_tim``, ``event_engine``) name them.
+    The unnamed ones are Python's (seen above) or pools that survive a fork
+    (OpenBLAS) or are probed (OpenMP)."""
+    try:
+        main = Path("/proc/self/comm").read_text().strip()
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:  # not Linux
+        return []
+    names = set()
+    for task in tasks:
+        try:
+            names.add((task / "comm").read_text().strip())
+        except OSError:  # ended meanwhile
+            continue
+    return sorted(names - {main})
 
 
 def cuda_initialized() -> bool:

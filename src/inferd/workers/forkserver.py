@@ -7,8 +7,9 @@ message per packet, and a worker's socket travels as ``SCM_RIGHTS`` beside the
 command that forks it.
 
 The process stays clean so that forking it is safe (:mod:`.fork_safety`): one
-thread, no event loop running, no CUDA, no grpc. It blocks in ``select`` on its
-socket and on the wake-up pipe of ``SIGCHLD``, and does three things:
+Python thread, no event loop running, no CUDA, no grpc core running. It blocks in
+``select`` on its socket and on the wake-up pipe of ``SIGCHLD``, and does three
+things:
 
 - ``LOAD``: import and load the model (its ``load()`` runs to the end on an event
   loop that is closed afterwards), then ``gc.freeze()``, so the collector never
