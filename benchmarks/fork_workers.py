@@ -134,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fork-workers-") as folder:
         root = Path(folder)
-        build = _heavy_repository if options.model == "heavy" else _forest_repository
-        repository = build(root)
+        if options.model == "heavy":
+            repository = _heavy_repository(root, load_seconds=0)
+        else:
+            repository = _forest_repository(root)
         rows = measure(options.model, repository, options.workers, options.requests)
     for row in rows:
         print(json.dumps(row))

@@ -428,10 +428,12 @@ class StreamingAccumulator(Accumulator):
 
 class HeavyWeights(Model):
     """Holds a float64 weight matrix of ``extra["megabytes"]`` MiB (default 128), made
-    in load as a big model's weights are read; answers ``y`` = the input ``x`` (rows of
-    the matrix's width) times the matrix, its first 4 columns, and ``pid``."""
+    in load as a big model's weights are read (which takes ``extra["load_seconds"]``
+    longer, default 0); answers ``y`` = the input ``x`` (rows of the matrix's width)
+    times the matrix, its first 4 columns, and ``pid``."""
 
     async def load(self) -> bool:
+        await asyncio.sleep(float(self.settings.extra.get("load_seconds", 0)))
         megabytes = int(self.settings.extra.get("megabytes", 128))
         width = 4096
         rows = megabytes * (1 << 20) // (8 * width)
