@@ -27,6 +27,8 @@ from tests.support.polling import wait_for
 from tests.support.procstat import children, descendants, tree_pss_mib
 from tests.support.serverproc import ServerProcess, start_server
 
+from .test_environments import add_probe_model, make_environment, seen
+
 # What one more worker may add to the process tree's PSS (MiB).
 PSS_PER_WORKER_LIMIT = 40.0
 # Slack on the 4-workers-vs-1 start time (s): 2 shared cores run 4 warm-ups at once,
@@ -218,3 +220,17 @@ def test_a_load_that_crashes_its_fork_parent_fails_with_why(heavy: Measured) -> 
     assert "Loading model 'crasher' failed: its fork parent" in error, error
     assert "exited with code 3 while loading it" in error, error
     assert _infer_pid(server) is not None  # the other model serves on
+
+
+def test_a_model_with_its_own_environment_is_forked_from_that_interpreter(
+    start: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    environment = make_environment(tmp_path / "env", "1.0")
+    repository = tmp_path / "models"
+    add_probe_model(repository, "probe", environment_path=str(environment))
+    server = start(repository, settings={"parallel_workers": 2, "fork_workers": True})
+    assert seen(server, "probe") == ["1.0", str(environment)]
+    parent = _fork_parent(server)
+    command = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
+    assert command[0].decode() == str(environment / "bin" / "python")
+    assert len(children(parent)) == 2
