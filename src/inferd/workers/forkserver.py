@@ -134,7 +134,11 @@ class ForkServer:
             why = "; ".join(hazards) or "no model loaded, or no socket came with the command"
             self._send((FORK_FAILED, token, why))
             return
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as error:  # out of processes or memory: the pool backs off
+            self._send((FORK_FAILED, token, f"fork failed: {error}"))
+            return
         if pid == 0:
             self._become_worker(fds.pop())
         self._children.add(pid)
