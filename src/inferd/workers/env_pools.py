@@ -9,6 +9,10 @@ processes, started when its first model loads and stopped when its last model is
 unloaded. Models naming the same environment share its pool. Its workers are
 numbered after the server's (and each other's), so worker metrics and logs never
 mix them up. Everything else (restarts, retries, capacity) is the ProcessPool's.
+
+With ``fork_workers``, an instance goes first to :mod:`.forked_pools` (workers of
+its own, forked from a parent that loaded it); only one that is not forked comes
+to the pools above, and the server's pool starts when the first such one loads.
 """
 
 from __future__ import annotations
