@@ -237,11 +237,8 @@ class DataPlane:
                     if not sent:
                         stats.stream_first_response(time.perf_counter_ns() - started)
                     sent += len(ready)
-                    finished = [finish(response, found, request) for response in ready]
-                    if instance.wants_headers:  # the edge sends what it holds by then
-                        for response in finished:
-                            take_response_headers(response, context)
-                    yield finished
+                    # A streamed response's headers stay in it (its event), as in MLServer.
+                    yield [finish(response, found, request) for response in ready]
                     if stream.cut:  # cut while its reader was sending those responses
                         raise ShuttingDown(STOPPED)
         except BaseException as error:  # a client that left counts as failed, as in infer
