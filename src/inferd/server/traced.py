@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import compile_path
 
-from inferd.server.rest.fastpath import ASGIApp, Message, Receive, Scope, Send, route_path
+from inferd.server.rest.fastpath import ASGIApp, ObservedSend, Receive, Scope, Send, route_path
 from inferd.server.routes import INFER_ROUTES
 
 if TYPE_CHECKING:
@@ -39,18 +39,11 @@ class TracedApp:
         if opened is None:
             await self.app(scope, receive, send)
             return
-        status = 0
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        observed = ObservedSend(send)
         try:
-            await self.app(scope, receive, send_observed)
+            await self.app(scope, receive, observed)
         finally:
-            self.tracing.end_http(opened, self._route(scope), status)
+            self.tracing.end_http(opened, self._route(scope), observed.status)
 
     def _route(self, scope: Scope) -> str | None:
         """The template of the route the request matched (None: none did)."""

@@ -184,25 +184,34 @@ class RestApp:
             await self.app(scope, receive, send)
             return
         method = scope["method"] if scope["method"] in HTTP_METHODS else "OTHER"
-        status = 0
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        observed = ObservedSend(send)
         in_progress = http_stats.in_progress_of(method)
         in_progress.count += 1
         started = time.perf_counter()
         try:
-            await self.app(scope, receive, send_observed)
+            await self.app(scope, receive, observed)
         finally:
             in_progress.count -= 1
-            if status:
+            if observed.status:
                 # Starlette leaves the matched route in the scope.
                 path = getattr(scope.get("route"), "path", None) or HttpStats.UNMATCHED
-                http_stats.route(method, path).finished(status, time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                http_stats.route(method, path).finished(observed.status, elapsed)
+
+
+class ObservedSend:
+    """An ASGI send that remembers the status it answered (0 until the head is sent)."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
 
 
 async def send_whole(
