@@ -6,7 +6,8 @@ about 21 MiB as joblib) is trained here once; for each ``--workers`` value and
 each server (inferd, and MLServer 1.7.1 when its Python is known), one server at
 a time starts on a fresh repository serving it under
 ``mlserver_sklearn.SKLearnModel`` (``--inferd-runtime`` adds inferd under its own
-``inferd.runtimes.sklearn.SKLearnModel``). It measures the time from the
+``inferd.runtimes.sklearn.SKLearnModel``, ``--fork-workers`` adds inferd with
+``fork_workers`` on). It measures the time from the
 server's start to ``/v2/models/forest/ready`` answering 200, reads the PSS of the
 server's whole process tree, has every worker's share of requests answered (each
 answer checked: status 200, the row's class), and reads the PSS again: the

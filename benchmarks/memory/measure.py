@@ -60,7 +60,10 @@ def run_one(
     repo: Path,
 ) -> RunRecord:
     ports = free_ports(3)
-    write_json(repo / "settings.json", settings_json(ports, {"parallel_workers": workers}))
+    settings: dict[str, Any] = {"parallel_workers": workers}
+    if server.fork_workers:
+        settings["fork_workers"] = True
+    write_json(repo / "settings.json", settings_json(ports, settings))
     model.write(repo, server.implementation)
     programs = Programs(options.inferd_python, options.inferd_src, options.mlserver_python)
     process = start(server.contender, programs, repo, ports)

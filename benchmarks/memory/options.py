@@ -18,6 +18,7 @@ NAME = "memory"
 DEFAULT_JSON_OUT = Path("bench-results") / "memory.json"  # /bench-results/ is git-ignored
 INFERD_SKLEARN = "inferd.runtimes.sklearn.SKLearnModel"
 INFERD_RUNTIME_LABEL = "inferd-runtime"  # inferd serving its own runtime's name
+INFERD_FORK_LABEL = "inferd-fork"  # inferd with fork_workers on
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class MemoryServer:
     label: str
     kind: str  # INFERD or MLSERVER
     implementation: str
+    fork_workers: bool = False  # inferd's fork_workers setting on
 
     @property
     def contender(self) -> Contender:
@@ -65,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--rows", type=int, default=40_000, help="rows the RandomForest is trained on")
     add("--inferd-runtime", action="store_true",
         help=f"also inferd with the model under {INFERD_SKLEARN}")  # fmt: skip
+    add("--fork-workers", action="store_true",
+        help="also inferd with fork_workers on (workers forked from one loaded model)")  # fmt: skip
     add("--only", choices=sorted(ONLY_CHOICES),
         help="servers to run (default: both when MLServer's Python is known)")  # fmt: skip
     add("--mlserver-python", default=os.environ.get(MLSERVER_PYTHON_ENV),
@@ -99,7 +103,7 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
     if mlserver_python is not None:
         check_mlserver_sklearn(mlserver_python)
     return MemoryOptions(
-        servers=servers_of(kinds, args.inferd_runtime),
+        servers=servers_of(kinds, args.inferd_runtime, args.fork_workers),
         workers=tuple(dict.fromkeys(args.workers)),
         rounds=args.rounds,
         requests_per_worker=args.requests,
@@ -114,10 +118,15 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
     )
 
 
-def servers_of(kinds: Sequence[str], inferd_runtime: bool) -> tuple[MemoryServer, ...]:
+def servers_of(
+    kinds: Sequence[str], inferd_runtime: bool, fork_workers: bool = False
+) -> tuple[MemoryServer, ...]:
     """Each server kind under MLServer's runtime name (the same folder for both), and
-    inferd under its own runtime's name too when asked."""
+    inferd under its own runtime's name, and with fork_workers on, too when asked."""
     servers = [MemoryServer(kind, kind, SKLEARN_IMPLEMENTATION) for kind in kinds]
+    if fork_workers and INFERD in kinds:
+        forked = MemoryServer(INFERD_FORK_LABEL, INFERD, SKLEARN_IMPLEMENTATION, True)
+        servers.insert(kinds.index(INFERD) + 1, forked)
     if inferd_runtime and INFERD in kinds:
         servers.insert(1, MemoryServer(INFERD_RUNTIME_LABEL, INFERD, INFERD_SKLEARN))
     return tuple(servers)

@@ -12,7 +12,12 @@ import pytest
 
 from benchmarks.memory.measure import RunRecord
 from benchmarks.memory.model import answered_classes
-from benchmarks.memory.options import INFERD_RUNTIME_LABEL, parse, servers_of
+from benchmarks.memory.options import (
+    INFERD_FORK_LABEL,
+    INFERD_RUNTIME_LABEL,
+    parse,
+    servers_of,
+)
 from benchmarks.memory.pss import (
     ProcessMemory,
     TreeMemory,
@@ -184,3 +189,13 @@ def test_the_command_line_refuses_what_cannot_run(
     with pytest.raises(SystemExit) as exit_info:
         parse(["--mlserver-python", "", *argv] if argv[0] == "--only" else argv)
     assert exit_info.value.code == 2
+
+
+def test_fork_workers_adds_inferd_with_the_setting_on_beside_inferd() -> None:
+    servers = servers_of((INFERD, MLSERVER), inferd_runtime=False, fork_workers=True)
+    assert [(s.label, s.fork_workers) for s in servers] == [
+        (INFERD, False),
+        (INFERD_FORK_LABEL, True),
+        (MLSERVER, False),
+    ]
+    assert parse(["--only", "inferd", "--fork-workers"]).servers[1].fork_workers

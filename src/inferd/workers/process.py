@@ -36,6 +36,7 @@ from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.process_handle import ProcessHandle
 from inferd.workers.remote_stream import RemoteStream
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class WorkerProcess:
         self.environment = environment
         self._settings = settings
         self._on_death = on_death
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ProcessHandle | None = None  # a Popen, or a forked worker's handle
         self._channel: Channel | None = None
         self._exit: asyncio.Task[str] | None = None
         self._alive = False
