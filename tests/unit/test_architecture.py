@@ -40,10 +40,9 @@ LAYERS: list[set[str]] = [
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 EDGE_ONLY = ("starlette", "uvicorn", "grpc", "grpc_health", "grpc_reflection", "google.protobuf")
 MAY_IMPORT_EDGE_LIBRARIES = {"server", "protocol", "tools"}
-# Being mended by issue 24's open items (the edge takes gRPC's status codes out of
-# tracing; the pool's split shortens the worker modules); each entry goes when it is.
+# Being mended by issue 24's open item (the edge takes gRPC's status codes out of
+# tracing); the entry goes when it is.
 PENDING_EDGE_IMPORTS = {"observability/tracing.py"}
-PENDING_SPLITS = {"dispatch/scheduler.py", "workers/pool.py", "workers/process.py"}
 
 
 def design_section(title: str) -> str:
@@ -130,6 +129,5 @@ def test_every_module_is_under_400_lines() -> None:
         str(p.relative_to(PACKAGE)): n
         for p in MODULES
         if (n := len(p.read_text().splitlines())) >= 400
-        and str(p.relative_to(PACKAGE)) not in PENDING_SPLITS
     }
     assert not long, f"modules of 400 lines or more: {long}"

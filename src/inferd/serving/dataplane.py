@@ -38,6 +38,7 @@ from inferd.types import (
     ServerMetadata,
     Tensor,
 )
+from inferd.workers.base import SetLogLevel
 
 logger = logging.getLogger(__name__)
 # One debug line per inference request; a logger of its own so that logging_settings
@@ -122,7 +123,7 @@ class DataPlane:
         (in the server process and, through the pool, in every worker process)."""
         if changes:
             updated = logsettings.update_log_settings(changes)
-            self.registry.pool.set_log_level(logging.getLogger().level)
+            self.registry.pool.control(SetLogLevel(logging.getLogger().level))
             return updated
         return logsettings.log_settings()
 

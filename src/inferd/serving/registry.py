@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 
 from inferd.dispatch.scheduler import Scheduler
-from inferd.dispatch.sequence_scheduler import SequenceScheduler
 from inferd.errors import (
     ConfigurationError,
     InferdError,
@@ -184,9 +183,7 @@ class Registry:
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
         new.stats = self.stats.of(settings.name, settings.version)
-        # Sequence batching (Triton's): each sequence's requests stay on one worker.
-        scheduler_class = Scheduler if settings.sequence_batching is None else SequenceScheduler
-        new.scheduler = scheduler_class(
+        new.scheduler = Scheduler(
             self._pool,
             instance_id,
             settings,

@@ -29,9 +29,9 @@ from functools import partial
 
 from inferd.errors import InferdError, InferenceTimeout, WorkerLost
 from inferd.observability.stats import ModelStatsTable
-from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
-from inferd.types import InferenceRequest, InferenceResponse
+from inferd.types import InferenceResponse
+from inferd.workers.base import Call
 from inferd.workers.overrun import InferenceTimer
 from inferd.workers.process import WorkerProcess
 
@@ -46,9 +46,8 @@ class SentCall:
     a ``running`` future of the worker it was sent to.
     """
 
-    instance_id: int
+    call: Call
     settings: ModelSettings
-    request: InferenceRequest
     answer: asyncio.Future[InferenceResponse]
     worker: WorkerProcess | None = None
     running: asyncio.Future[InferenceResponse] | None = None
@@ -56,8 +55,10 @@ class SentCall:
     lost_on: str = ""
     # While it waits for a free slot to be sent again: the bound on that wait.
     expiry: asyncio.TimerHandle | None = None
-    # A traced request's record of where and when predict ran (its last attempt).
-    run: BatchRun | None = None
+
+    @property
+    def instance_id(self) -> int:
+        return self.call.instance_id
 
 
 def failure_to_answer(call: SentCall, error: BaseException, closing: bool) -> BaseException | None:
@@ -101,16 +102,11 @@ class SentCalls:
         self._closing = False
 
     def send(
-        self,
-        instance_id: int,
-        settings: ModelSettings,
-        request: InferenceRequest,
-        worker: WorkerProcess,
-        run: BatchRun | None = None,
+        self, call: Call, settings: ModelSettings, worker: WorkerProcess
     ) -> asyncio.Future[InferenceResponse]:
-        """Send the request to ``worker`` now; the future gets its final answer."""
+        """Send the call to ``worker`` now; the future gets its final answer."""
         answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self._send(SentCall(instance_id, settings, request, answer, run=run), worker)
+        self._send(SentCall(call, settings, answer), worker)
         return answer
 
     def send_retries(self, instance_id: int) -> None:
@@ -148,7 +144,7 @@ class SentCalls:
     def _send(self, call: SentCall, worker: WorkerProcess) -> None:
         call.worker = worker
         ended = partial(self._attempt_ended, call)
-        call.running = worker.predict(call.instance_id, call.request, ended, call.run)
+        call.running = worker.predict(call.call, ended)
         limit = call.settings.inference_timeout
         if limit:
             self._timer.started(call, call.instance_id, limit)
