@@ -34,20 +34,6 @@ class ClientGone(ConnectionAbortedError):
     """The client left while its request waited in the queue; it was never run."""
 
 
-class InSlot:
-    """A request started at once in a slot of its own, which it gives back when free."""
-
-    __slots__ = ("_execution", "_release")
-    dispatched_ns = 0  # it never queued
-
-    def __init__(self, execution: Execution, release: Callable[[], None]) -> None:
-        self._execution = execution
-        self._release = release
-
-    async def result(self) -> InferenceResponse:
-        return await run_in_slot(self._execution, self._release)
-
-
 async def run_in_slot(execution: Execution, release: Callable[[], None]) -> InferenceResponse:
     """The answer of a request holding a slot, giving the slot back once it is free."""
     try:

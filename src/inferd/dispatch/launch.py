@@ -1,13 +1,15 @@
-"""Starting a model version's calls on the pool, alike for every dispatch policy.
+"""Starting a model version's calls on the pool and recording them, alike for every
+dispatch policy.
 
 Each execution is counted in the version's statistics (rows and requests per
 execution), and a batch with traced requests gets one shared record, given to
 the pool inside the call, where the runtime's predict notes where and when it
-ran.
+ran. Each answered request's wait and run go to the statistics and its trace.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from inferd.observability.stats import ModelStats, rows_of
@@ -17,7 +19,7 @@ from inferd.workers.base import Call, Execution, Holder, Pool, ResponseStream
 
 
 class Launcher:
-    """Starts calls of one instance on the pool, counting and tracing them."""
+    """Starts calls of one instance on the pool, counting, timing and tracing them."""
 
     def __init__(self, pool: Pool, instance_id: int, stats: ModelStats | None) -> None:
         self.pool = pool
@@ -26,6 +28,21 @@ class Launcher:
 
     def capacity(self) -> int:
         return self.pool.capacity(self.instance_id)
+
+    def ran(self, queued_ns: int, dispatched_ns: int, trace: RequestTrace | None) -> None:
+        """A request answered now waited from ``queued_ns`` until ``dispatched_ns``
+        (perf_counter_ns), then ran."""
+        if self._stats is not None:
+            self._stats.waited(dispatched_ns - queued_ns)
+            self._stats.computed(time.perf_counter_ns() - dispatched_ns)
+        if trace is not None:
+            trace.ran(queued_ns, dispatched_ns, time.perf_counter_ns())
+
+    def streamed(self, queued_ns: int, dispatched_ns: int) -> None:
+        """A stream that waited from ``queued_ns`` until ``dispatched_ns`` ended now."""
+        if self._stats is not None:
+            self._stats.waited(dispatched_ns - queued_ns)
+            self._stats.computed(time.perf_counter_ns() - dispatched_ns)
 
     def count(self, rows: int, requests: int) -> None:
         """One execution of ``requests`` requests and ``rows`` rows in all."""
@@ -40,9 +57,13 @@ class Launcher:
     ) -> Execution:
         """Count and start a request that runs alone (on ``holder``, if given)."""
         rows = rows_of(request.inputs)
-        self.count(rows, 1)
+        if self._stats is not None:
+            self._stats.executed(rows, 1)
         run = None if trace is None else shared_run((trace,), rows, 1)
-        return self.predict(Call(self.instance_id, request, holder, run))
+        try:  # as predict() does, inline: this is every lone request's path
+            return self.pool.predict(Call(self.instance_id, request, holder, run))
+        except Exception as error:
+            return Execution.failed(error)
 
     def predict_batch(
         self,

@@ -2,11 +2,11 @@
 
 The :class:`~inferd.dispatch.scheduler.Scheduler` is the one dispatcher of a
 model version: it refuses work once it is closing, waits for what runs to
-drain, and records each request's wait and run (statistics, tracing) the same
-way whatever the policy. A :class:`DispatchPolicy` decides when and where each
+drain, and runs streams. A :class:`DispatchPolicy` decides when and where each
 request starts, and starts it through the version's
-:class:`~inferd.dispatch.launch.Launcher`, which counts executions and notes
-traced batches for every policy alike. Two policies exist:
+:class:`~inferd.dispatch.launch.Launcher`, which counts executions, notes traced
+batches and records each request's wait and run (statistics, tracing) for every
+policy alike. Two policies exist:
 
 - :class:`~inferd.dispatch.queued.QueuedDispatch`: a bounded queue with
   priorities and deadlines before the pool's free slots, grouping requests by a
@@ -24,18 +24,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from inferd.context import RequestContext
+from inferd.errors import ModelNotReady
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.base import ResponseStream
-
-
-class Started(Protocol):
-    """A request a policy took on: awaiting ``result`` waits for its turn if it has
-    to, runs it, and gives back what it held (its slot, its sequence's turn)."""
-
-    # When it left the queue (perf_counter_ns), once it has; 0: it never queued.
-    dispatched_ns: int
-
-    async def result(self) -> InferenceResponse: ...
 
 
 class DispatchPolicy(Protocol):
@@ -61,9 +52,11 @@ class DispatchPolicy(Protocol):
         """Nothing runs or waits: a closing scheduler may finish."""
         ...
 
-    def start(self, request: InferenceRequest, context: RequestContext) -> Started:
-        """Take the request on now (or raise why not, e.g. Overloaded); what it
-        decides about order is decided here, before the caller awaits anything."""
+    async def submit(self, request: InferenceRequest, context: RequestContext) -> InferenceResponse:
+        """Run the request once it may (or raise why not: Overloaded, or
+        :func:`unloading_error` once :meth:`closing` was called), and
+        record its wait and run through the launcher (``Launcher.ran``). Its place
+        in line is taken before the first ``await``."""
         ...
 
     async def open_stream(
@@ -79,3 +72,8 @@ class DispatchPolicy(Protocol):
     def closed(self) -> None:
         """Everything taken has finished; the instance is unloaded next."""
         ...
+
+
+def unloading_error() -> ModelNotReady:
+    """What a request gets once its model version is being unloaded."""
+    return ModelNotReady("The model is being unloaded; retry the request")

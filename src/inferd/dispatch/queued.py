@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from inferd.context import Disconnected, RequestContext
 from inferd.dispatch.batch_policy import batch_policy_of
 from inferd.dispatch.batching import merge, share_batch
-from inferd.dispatch.grants import ClientGone, Grant, InSlot, run_in_slot
+from inferd.dispatch.grants import ClientGone, Grant, run_in_slot
 from inferd.dispatch.launch import Launcher
+from inferd.dispatch.policy import unloading_error
 from inferd.dispatch.queueing import (
     Pending,
     QueuePolicy,
@@ -49,38 +49,6 @@ from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.base import Call, Execution, ResponseStream
 
 
-class Queued:
-    """A request that waits in the queue for a slot (alone, or in a batch)."""
-
-    __slots__ = ("_grant", "_release", "dispatched_ns")
-
-    def __init__(self, grant: Coroutine[Any, Any, Grant], release: Callable[[], None]) -> None:
-        self._grant = grant
-        self._release = release
-        self.dispatched_ns = 0
-
-    async def result(self) -> InferenceResponse:
-        grant = await self._grant
-        self.dispatched_ns = time.perf_counter_ns()
-        assert grant.execution is not None  # a request's grant carries its execution
-        if grant.owns_slot:
-            return await run_in_slot(grant.execution, self._release)
-        return await grant.execution.result()
-
-
-class Refused:
-    """A request the pool cannot run now (no capacity): its execution says why."""
-
-    __slots__ = ("_execution",)
-    dispatched_ns = 0
-
-    def __init__(self, execution: Execution) -> None:
-        self._execution = execution
-
-    async def result(self) -> InferenceResponse:
-        return await self._execution.result()
-
-
 class QueuedDispatch:
     """The queue, the batch policy and the slot count of one model version."""
 
@@ -93,6 +61,9 @@ class QueuedDispatch:
         server_max_queue_size: int = 0,
     ) -> None:
         self._launcher = launcher
+        # The pool's own method, not the launcher's: read on every request's path.
+        self._capacity = launcher.pool.capacity
+        self._instance_id = launcher.instance_id
         self._notify = notify  # when it may have become idle
         self._in_flight = 0
         self._batch_policy = batch_policy_of(settings)
@@ -101,6 +72,7 @@ class QueuedDispatch:
         policy = QueuePolicy.of(settings, server_max_queue_size)
         self._queue = RequestQueue(policy, self._batch_policy, self._label, time.monotonic)
         self._hold_timer: asyncio.TimerHandle | None = None
+        self._closing = False
         self._told_unrouted = False  # logged that requests name sequences it does not route
         # Streams of an async-generator predict_stream hold no slot; a limit bounds them.
         self._interleaved = (
@@ -124,21 +96,35 @@ class QueuedDispatch:
     def idle(self) -> bool:
         return not (self._in_flight or self._queue or self.open_streams)
 
-    def start(
-        self, request: InferenceRequest, context: RequestContext
-    ) -> InSlot | Queued | Refused:
-        capacity = self._launcher.capacity()
+    async def submit(self, request: InferenceRequest, context: RequestContext) -> InferenceResponse:
+        """``context.disconnected`` is watched only if the request has to queue: a
+        client that leaves meanwhile takes its request out of the queue (ClientGone)."""
+        if self._closing:
+            raise unloading_error()
+        capacity = self._capacity(self._instance_id)
+        trace = context.trace
         if self._batch_policy.admit(self._in_flight, capacity, len(self._queue)):
             if request.parameters:
                 self._check_queue_parameters(request)
             self._in_flight += 1
-            execution = self._launcher.predict_one(request, context.trace)
-            return InSlot(execution, self._release_slot)
-        if capacity == 0:
+            queued = dispatched = time.perf_counter_ns()
+            execution = self._launcher.predict_one(request, trace)
+            response = await run_in_slot(execution, self._release_slot)
+        elif capacity == 0:
             # No worker can run it now: the pool refuses it with the reason.
-            return Refused(self._launcher.predict(Call(self._launcher.instance_id, request)))
-        wait = self._wait_for_slot(request, context.disconnected, trace=context.trace)
-        return Queued(wait, self._release_slot)
+            call = Call(self._instance_id, request)
+            return await self._launcher.predict(call).result()
+        else:
+            queued = time.perf_counter_ns()
+            grant = await self._wait_for_slot(request, context.disconnected, trace=trace)
+            dispatched = time.perf_counter_ns()
+            assert grant.execution is not None  # a request's grant carries its execution
+            if grant.owns_slot:
+                response = await run_in_slot(grant.execution, self._release_slot)
+            else:
+                response = await grant.execution.result()
+        self._launcher.ran(queued, dispatched, trace)
+        return response
 
     async def open_stream(
         self, request: InferenceRequest, context: RequestContext
@@ -156,7 +142,8 @@ class QueuedDispatch:
         return responses
 
     def closing(self) -> None:
-        """Nothing to stop: what waits in the queue still runs."""
+        """Refuse new requests; what waits in the queue still runs."""
+        self._closing = True
 
     def closed(self) -> None:
         """Nothing kept past the last request."""
@@ -164,7 +151,7 @@ class QueuedDispatch:
     async def _stream_in_slot(
         self, request: InferenceRequest, context: RequestContext
     ) -> ResponseStream:
-        capacity = self._launcher.capacity()
+        capacity = self._capacity(self._instance_id)
         if not self._queue and self._in_flight < capacity:
             if request.parameters:
                 self._check_queue_parameters(request)
@@ -260,7 +247,7 @@ class QueuedDispatch:
             self._notify()
 
     def _hand_out_slots(self) -> None:
-        capacity = self._launcher.capacity()
+        capacity = self._capacity(self._instance_id)
         if capacity == 0:
             # Nothing will free a slot: let every waiter through to get the pool's error.
             capacity = self._in_flight + len(self._queue)

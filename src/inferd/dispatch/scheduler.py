@@ -2,30 +2,30 @@
 
 One :class:`Scheduler` exists per loaded model version: the one dispatcher
 whatever the version's dispatch policy (:mod:`inferd.dispatch.policy`). It
-refuses requests once the version is being unloaded and waits for those taken
-on to finish; it records each request's wait and run in the version's
-ModelStats (bound when the version loaded) and in its trace, alike for every
-policy. When and where each request starts is the policy's:
+refuses requests once the version is being unloaded, waits for those taken on
+to finish, and reads streams out. When and where each request starts is the
+policy's:
 :class:`~inferd.dispatch.queued.QueuedDispatch` (a bounded queue before the
 pool's free slots, with adaptive batching or none) or, for a version with
 ``sequence_batching``, :class:`~inferd.dispatch.sequence_dispatch.SequenceDispatch`.
 Both start their calls through one :class:`~inferd.dispatch.launch.Launcher`,
-which counts executions and notes traced batches.
+which counts executions, notes traced batches and records each request's wait
+and run in the version's ModelStats (bound when the version loaded) and trace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Coroutine
+from typing import Any
 
 from inferd.context import NO_CONTEXT, RequestContext
 from inferd.dispatch.grants import ClientGone
 from inferd.dispatch.launch import Launcher
-from inferd.dispatch.policy import DispatchPolicy
+from inferd.dispatch.policy import DispatchPolicy, unloading_error
 from inferd.dispatch.queued import QueuedDispatch
 from inferd.dispatch.sequence_dispatch import SequenceDispatch
-from inferd.errors import ModelNotReady
 from inferd.observability.stats import ModelStats
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
@@ -47,9 +47,7 @@ class Scheduler:
         self.instance_id = instance_id
         self._closed = False
         self._drained: asyncio.Event | None = None
-        # Where waits and run times are recorded (None: nowhere).
-        self._stats = stats
-        launcher = Launcher(pool, instance_id, stats)
+        self._launcher = launcher = Launcher(pool, instance_id, stats)
         self.policy: DispatchPolicy
         if settings is not None and settings.sequence_batching is not None:
             self.policy = SequenceDispatch(
@@ -77,27 +75,17 @@ class Scheduler:
         """Streams running that hold no slot (those that do are in ``in_flight``)."""
         return self.policy.open_streams
 
-    async def submit(
+    def submit(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
-    ) -> InferenceResponse:
+    ) -> Coroutine[Any, Any, InferenceResponse]:
         """Run ``request``; record its wait and execution when it succeeds.
 
         ``context.disconnected`` is watched only if the request has to queue: a
         client that leaves meanwhile takes its request out of the queue (ClientGone).
+        The policy's coroutine itself, which refuses the request once the scheduler
+        is closing: no coroutine of the scheduler's own on every request's path.
         """
-        if self._closed:
-            raise ModelNotReady("The model is being unloaded; retry the request")
-        queued = time.perf_counter_ns()
-        started = self.policy.start(request, context)
-        response = await started.result()
-        dispatched = started.dispatched_ns or queued
-        if self._stats is not None:
-            self._stats.waited(dispatched - queued)
-            self._stats.computed(time.perf_counter_ns() - dispatched)
-        trace = context.trace
-        if trace is not None:
-            trace.ran(queued, dispatched, time.perf_counter_ns())
-        return response
+        return self.policy.submit(request, context)
 
     async def stream(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
@@ -106,7 +94,7 @@ class Scheduler:
         those ready together (:meth:`ResponseStream.take`). Whoever stops reading (a
         client that left) stops the generator where it runs."""
         if self._closed:
-            raise ModelNotReady("The model is being unloaded; retry the request")
+            raise unloading_error()
         queued = time.perf_counter_ns()
         responses = await self.policy.open_stream(request, context)
         dispatched = time.perf_counter_ns()
@@ -119,9 +107,7 @@ class Scheduler:
                 yield ready
         finally:
             responses.cancel()
-        if self._stats is not None:
-            self._stats.waited(dispatched - queued)
-            self._stats.computed(time.perf_counter_ns() - dispatched)
+        self._launcher.streamed(queued, dispatched)
 
     async def close(self) -> None:
         """Stop taking requests; wait until those already taken on have finished."""

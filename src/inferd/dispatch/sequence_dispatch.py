@@ -32,14 +32,15 @@ from functools import partial
 
 from inferd.context import RequestContext
 from inferd.dispatch.launch import Launcher
+from inferd.dispatch.policy import unloading_error
 from inferd.dispatch.queueing import QueuePolicy
-from inferd.dispatch.sequence_turns import SequenceStream, Turn, TurnRun
+from inferd.dispatch.sequence_turns import SequenceStream, Turn
 from inferd.dispatch.sequences import Clock, Sequence, SequenceTable, sequence_control
 from inferd.errors import Overloaded, WorkerLost
 from inferd.observability.stats import rows_of
 from inferd.settings import ModelSettings
-from inferd.types import InferenceRequest
-from inferd.workers.base import EndSequence, Holder, ResponseStream
+from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers.base import EndSequence, Execution, Holder, ResponseStream
 
 logger = logging.getLogger(__name__)
 
@@ -100,17 +101,20 @@ class SequenceDispatch:
     def open_sequences(self) -> int:
         return len(self._table)
 
-    def start(self, request: InferenceRequest, context: RequestContext) -> TurnRun:
+    async def submit(self, request: InferenceRequest, context: RequestContext) -> InferenceResponse:
         """Run ``request`` on its sequence's holder, after the sequence's earlier ones."""
         sequence, load, ends = self._admit(request)
+        queued = time.perf_counter_ns()
         turn = Turn(sequence, request, ends, False, context.trace)
-        wait = None
         if self._may_start(sequence, load):
             self._start_turn(load, turn)
         else:
-            wait = self._wait_turn(load, turn)
-        release = partial(self._finished, sequence)
-        return TurnRun(turn, wait, release, partial(self._lose, sequence))
+            await self._wait_turn(load, turn)
+        dispatched = time.perf_counter_ns()
+        assert turn.execution is not None  # a predict's turn starts with its execution
+        response = await self._run(sequence, turn.execution)
+        self._launcher.ran(queued, dispatched, context.trace)
+        return response
 
     async def open_stream(
         self, request: InferenceRequest, context: RequestContext
@@ -139,6 +143,8 @@ class SequenceDispatch:
     def _admit(self, request: InferenceRequest) -> tuple[Sequence, _HolderLoad, bool]:
         """The request's sequence (opened if it starts one), its holder's load, and
         whether the request ends it; raises if the request is refused."""
+        if self._closing:
+            raise unloading_error()
         control = sequence_control(request.parameters, self._name)
         if self._max_waiting and self._waiting >= self._max_waiting:
             raise Overloaded(
@@ -204,6 +210,22 @@ class SequenceDispatch:
                 self._arm_reaper()
                 self._notify()
             raise
+
+    async def _run(self, sequence: Sequence, execution: Execution) -> InferenceResponse:
+        try:
+            response = await execution.result()
+        except asyncio.CancelledError:
+            execution.when_free(partial(self._finished, sequence))
+            raise
+        except WorkerLost:
+            lost = self._lose(sequence)
+            self._finished(sequence)
+            raise lost from None
+        except BaseException:
+            self._finished(sequence)
+            raise
+        self._finished(sequence)
+        return response
 
     def _lose(self, sequence: Sequence) -> WorkerLost:
         """Its holder died while it ran: the sequence is over; the error to raise."""

@@ -1,11 +1,10 @@
 """One request's turn in its sequence (:mod:`inferd.dispatch.sequence_dispatch`),
-and what its caller holds once it is taken on: a predict's run, a stream."""
+and a sequence's stream, which loses the sequence if its holder dies."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
@@ -36,47 +35,6 @@ class Turn:
             self.stream.cancel()  # its slot is freed when it has finished
         elif self.execution is not None:
             self.execution.when_free(release)
-
-
-class TurnRun:
-    """A predict of a sequence taken on (a dispatch policy's Started): waits for its
-    turn if it has to, runs, then frees the sequence; a holder that died loses it."""
-
-    __slots__ = ("_lose", "_release", "_turn", "_wait", "dispatched_ns")
-
-    def __init__(
-        self,
-        turn: Turn,
-        wait: Awaitable[None] | None,
-        release: Callable[[], None],
-        lose: Callable[[], WorkerLost],
-    ) -> None:
-        self._turn = turn
-        self._wait = wait
-        self._release = release
-        self._lose = lose
-        self.dispatched_ns = 0
-
-    async def result(self) -> InferenceResponse:
-        if self._wait is not None:
-            await self._wait
-            self.dispatched_ns = time.perf_counter_ns()
-        execution = self._turn.execution
-        assert execution is not None  # a predict's turn starts with its execution
-        try:
-            response = await execution.result()
-        except asyncio.CancelledError:
-            execution.when_free(self._release)
-            raise
-        except WorkerLost:
-            lost = self._lose()
-            self._release()
-            raise lost from None
-        except BaseException:
-            self._release()
-            raise
-        self._release()
-        return response
 
 
 class SequenceStream:
