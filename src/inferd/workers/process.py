@@ -256,7 +256,7 @@ class WorkerProcess:
 
     def serves(self, instance_id: int) -> bool:
         """Whether requests for the instance may be sent here now."""
-        return self._alive and self.book.holds(instance_id)
+        return self._alive and instance_id in self.book.serving_slots
 
     def slots(self, instance_id: int) -> int:
         """How many requests of the instance it may run at once (0 unless it serves it)."""
@@ -339,13 +339,11 @@ class WorkerProcess:
         sent.add_done_callback(functools.partial(_unheard, type(message).__name__))
 
     def _started(self, instance_id: int) -> None:
-        if not self.book.outstanding:
+        if self.book.started(instance_id):
             self.metrics.busy_from_now()
-        self.book.started(instance_id)
 
     def _finished(self, instance_id: int) -> None:
-        self.book.finished(instance_id)
-        if not self.book.outstanding:
+        if self.book.finished(instance_id):
             self.metrics.idle_from_now()
 
     def _call(

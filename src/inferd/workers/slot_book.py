@@ -18,7 +18,7 @@ class SlotBook:
 
     def __init__(self) -> None:
         # Instances loaded and serving here, each with its slots.
-        self._slots: dict[int, int] = {}
+        self.serving_slots: dict[int, int] = {}
         # Requests in flight, per instance and in all.
         self._busy: dict[int, int] = {}
         self.outstanding = 0
@@ -27,34 +27,35 @@ class SlotBook:
 
     def serving(self, instance_id: int, slots: int) -> None:
         """The instance is loaded here with ``slots``; no longer one to reload."""
-        self._slots[instance_id] = slots
+        self.serving_slots[instance_id] = slots
         self.cancel_reload(instance_id)
 
     def forget(self, instance_id: int) -> bool:
         """Serve the instance no more; whether it was served."""
-        return self._slots.pop(instance_id, None) is not None
-
-    def holds(self, instance_id: int) -> bool:
-        return instance_id in self._slots
+        return self.serving_slots.pop(instance_id, None) is not None
 
     def slots(self, instance_id: int) -> int:
-        return self._slots.get(instance_id, 0)
+        return self.serving_slots.get(instance_id, 0)
 
     def free_slots(self, instance_id: int) -> int:
-        return self._slots.get(instance_id, 0) - self._busy.get(instance_id, 0)
+        return self.serving_slots.get(instance_id, 0) - self._busy.get(instance_id, 0)
 
-    def started(self, instance_id: int) -> None:
+    def started(self, instance_id: int) -> bool:
+        """One more request in flight; whether it is the only one (the worker was idle)."""
         self.outstanding += 1
         self._busy[instance_id] = self._busy.get(instance_id, 0) + 1
+        return self.outstanding == 1
 
-    def finished(self, instance_id: int) -> None:
+    def finished(self, instance_id: int) -> bool:
+        """One request fewer in flight; whether none is left (the worker is idle)."""
         self.outstanding -= 1
         self._busy[instance_id] -= 1
+        return not self.outstanding
 
     def lost_all(self) -> None:
         """The process died: what it served is to be loaded again once it restarts."""
-        self._to_reload += [i for i in self._slots if i not in self._to_reload]
-        self._slots.clear()
+        self._to_reload += [i for i in self.serving_slots if i not in self._to_reload]
+        self.serving_slots.clear()
 
     def reload_later(self, instance_id: int) -> None:
         """Load the instance again after the next restart (it died as it loaded)."""
