@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import scale, soak
+from . import memory, scale, soak
 from .harness import run_rounds
 from .options import MLSERVER_PYTHON_ENV, Options, parse_options
 from .results import (
@@ -98,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale_options = scale.parse(args[1:])
         use_inferd_source(scale_options.inferd_src)
         return scale.run(scale_options)
+    if args[:1] == [memory.NAME]:  # one server per worker count, no load: its own command
+        memory_options = memory.parse(args[1:])
+        use_inferd_source(memory_options.inferd_src)
+        return memory.run(memory_options)
     options = parse_options(list(SCENARIOS.values()), argv)
     use_inferd_source(options.programs.inferd_src)
     scenario = SCENARIOS[options.scenario](options)

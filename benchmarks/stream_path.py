@@ -23,6 +23,7 @@ import numpy as np
 
 from inferd.observability.stats import ModelStatsTable
 from inferd.protocol import pb
+from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.servicer import InferenceServicer
 from inferd.serving.dataplane import DataPlane
@@ -59,7 +60,7 @@ async def measure(responses: int, calls: int, rounds: int) -> None:
         registry = Registry(pool, ModelStatsTable(observe=True))
         dataplane = DataPlane(ServerSettings(), registry, ModelRepository(repo))
         await registry.load("count", [settings])
-        servicer = InferenceServicer(dataplane, ShutdownSignal(), 1 << 30)
+        servicer = InferenceServicer(GrpcEdge(dataplane, 1 << 30), ShutdownSignal())
         paths = {
             "model alone": _model_alone(responses),
             "DataPlane.infer_stream": _dataplane(dataplane, responses),

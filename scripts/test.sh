@@ -28,10 +28,15 @@ make_kserve_venv() {
 # tests/unit/test_mlserver_codecs.py, tests/e2e/test_mlserver_differential.py); those tests
 # are skipped when it cannot be made (no network). About 4 minutes.
 make_mlserver_venv() {
-    local pandas
+    # mlserver-sklearn for the memory benchmark's side-by-side test; scikit-learn and joblib
+    # as in .venv, so both servers load the same pickled forest.
+    local pandas sklearn joblib
     pandas=$(.venv/bin/python -c 'import pandas; print(pandas.__version__)')
+    sklearn=$(.venv/bin/python -c 'import sklearn; print(sklearn.__version__)')
+    joblib=$(.venv/bin/python -c 'import joblib; print(joblib.__version__)')
     [ -x .mlserver-venv/bin/mlserver ] || { "$PYTHON" -m venv .mlserver-venv \
-        && .mlserver-venv/bin/pip install --quiet 'mlserver==1.7.1' 'uvloop<0.22' "pandas==$pandas"; }
+        && .mlserver-venv/bin/pip install --quiet 'mlserver==1.7.1' 'mlserver-sklearn==1.7.1' \
+            'uvloop<0.22' "pandas==$pandas" "scikit-learn==$sklearn" "joblib==$joblib"; }
 }
 
 # The lowest protobuf/grpcio inferd supports (pyproject.toml), in a venv of their own: the

@@ -1,15 +1,16 @@
 """What travels with one request besides its tensors.
 
-The server that receives a request makes one :class:`RequestContext` for it and
-hands it to :meth:`DataPlane.infer <inferd.serving.dataplane.DataPlane.infer>`; the layers
-below read what they need from it instead of taking one more argument each.
+The protocol edge that receives a request (server/rest/edge.py, server/grpc/edge.py)
+makes one :class:`RequestContext` for it and hands it to :meth:`DataPlane.infer
+<inferd.serving.dataplane.DataPlane.infer>` or ``infer_stream``; the layers below
+read what they need from it instead of taking one more argument each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from inferd.observability.trace_record import RequestTrace
@@ -27,9 +28,10 @@ class RequestContext:
     # A traced request's record (observability/tracing.py): its scheduler and pool note their times
     # there. None when tracing is off or the request was not sampled: nothing is noted.
     trace: RequestTrace | None = None
-    # The request's headers as the edge holds them (REST: the ASGI headers, gRPC: the
-    # call's context), read only for a runtime that asks for them (serving/runtime_headers.py).
-    headers: Any = None
+    # The request's headers (REST: its HTTP headers, gRPC: its metadata), names in
+    # lower case; a mapping the edge reads lazily: read only for a runtime that asks
+    # for them (serving/runtime_headers.py).
+    headers: Mapping[str, str] | None = None
     # Headers the runtime set on its answer, for the edge to send (REST) or trail (gRPC).
     response_headers: dict[str, str] | None = None
 

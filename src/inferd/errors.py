@@ -103,8 +103,8 @@ class WorkerLost(InferdError, code=ErrorCode.UNAVAILABLE):
 
 class StatusError(InferdError):
     """An error a runtime raised with an HTTP status of its own (MLServer's
-    ``MLServerError(msg, status_code)``): REST answers with that status, gRPC with
-    the code nearest to it."""
+    ``MLServerError(msg, status_code)``): REST's error mapper answers with that
+    status, gRPC's with the code nearest to it (server/errors.py)."""
 
     def __init__(self, message: str, http_status: int) -> None:
         super().__init__(message)

@@ -9,8 +9,11 @@ listening sockets. Ray places the replicas, restarts them, scales their number a
 routes requests to them: REST through Ray's HTTP proxy to the replica's ASGI app
 (the V2 paths unchanged), gRPC through Ray's gRPC proxy to the replica's methods
 named after the V2 service's RPCs (``ModelInfer``, ...), which answer what inferd's
-gRPC server answers. With one application Ray routes gRPC calls without the
-``application`` metadata, so tritonclient works unchanged through both proxies.
+gRPC server answers. Both go through inferd's protocol edges (server/rest/edge.py,
+server/grpc/edge.py), so ``restricted_apis`` and ``model_repository_api`` hold
+through Ray's proxies as they do on inferd's own ports. With one application Ray
+routes gRPC calls without the ``application`` metadata, so tritonclient works
+unchanged through both proxies.
 Ray's gRPC proxy must register the V2 service: ``grpc_options.grpc_servicer_functions:
 [inferd.ray.add_inference_service]`` (requests reach the replica as bytes). ``ModelStreamInfer`` (a
 bidirectional stream) is not served through Ray.
@@ -106,11 +109,19 @@ class _Aborted(Exception):
 
 
 class _RayGrpcContext:
-    """What inferd's servicer needs of a gRPC context, over Ray's: abort sets the
-    status code and details, which Ray's proxy then answers with."""
+    """What the gRPC edge needs of a call, over Ray's context: the client's metadata
+    (access, headers for runtimes, the caller's trace), trailing metadata, and abort,
+    which sets the status code and details Ray's proxy then answers with."""
 
     def __init__(self, grpc_context: Any) -> None:
         self._context = grpc_context
+
+    def invocation_metadata(self) -> Any:
+        return self._context.invocation_metadata() if self._context is not None else ()
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        if self._context is not None:
+            self._context.set_trailing_metadata(list(metadata))
 
     async def abort(self, code: Any, details: str, trailing_metadata: Any = ()) -> None:
         if self._context is not None:
@@ -151,14 +162,12 @@ class InferdReplica:
         await self.server.pool.start()
         await self.server.load_startup_models()
         self._parsers = request_parsers()
-        self.servicer = InferenceServicer(
-            self.server.dataplane,
-            ShutdownSignal(),
-            settings.grpc_max_message_length or settings.max_request_size,
-        )
+        # Through the gRPC edge, as inferd's gRPC server: the same access checks
+        # (restricted_apis, model_repository_api), spans and headers.
+        self.servicer = InferenceServicer(self.server.grpc_edge(), ShutdownSignal())
 
     def __serve_build_asgi_app__(self) -> Any:
-        return _Lifespan(self.server.rest_app())
+        return _Lifespan(self.server.served_rest_app())
 
     def check_health(self) -> None:
         """Ray restarts a replica whose worker pool died (not one with a broken model:
@@ -172,7 +181,7 @@ class InferdReplica:
     async def _grpc(self, method: str, data: bytes, grpc_context: Any) -> Any:
         handler = getattr(self.servicer, method)
         request = self._parsers[method](data)  # a malformed one is answered INVALID_ARGUMENT
-        # The servicer turns every error into a status code (through abort).
+        # The edge turns every error into a status code (through abort).
         return await handler(request, _RayGrpcContext(grpc_context))
 
     # The V2 service's unary RPCs, as Ray's gRPC proxy calls them (by method name).

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.errors import InvalidRequest
 from inferd.tensors.datatypes import datatype_of
 
 Parameters = dict[str, Any]
@@ -52,6 +53,15 @@ class RequestedOutput:
 
     name: str
     parameters: Parameters = field(default_factory=dict)
+
+
+def refuse_repeated_outputs(names: list[str]) -> None:
+    """One answer per output name: a repeat would only multiply the work (both codecs)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InvalidRequest(f"Output {name!r} appears more than once")
+        seen.add(name)
 
 
 @dataclass(slots=True)

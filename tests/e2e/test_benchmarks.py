@@ -1,12 +1,15 @@
-"""``python -m benchmarks`` end to end: the rest scenario, briefly, against inferd alone."""
+"""``python -m benchmarks`` end to end, briefly: the rest, shm, scale and memory commands
+against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +77,51 @@ def test_the_scale_command_measures_two_replicas_over_both_protocols(tmp_path: P
         assert all(server["requests"] > 0 for server in window["per_server"])
         assert window["cores_busy"] > 0 and 0 < window["main_share"] <= 1.5
     assert "| 2 x 0 (replicas) | **" in done.stdout
+
+
+def run_memory(tmp_path: Path, *servers: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    out = tmp_path / "memory.json"
+    brief = ["--workers", "1", "2", "--trees", "10", "--rows", "5000", "--requests", "4"]
+    command = [sys.executable, "-m", "benchmarks", "memory", *brief, *servers,
+               "--json-out", str(out)]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(out.read_text())
+
+
+def test_the_memory_command_reads_the_pss_of_inferd_s_workers(tmp_path: Path) -> None:
+    """parallel_workers 1 and 2: READY timed, answers checked, every worker's PSS (~10 s)."""
+    done, figures = run_memory(tmp_path, "--only", "inferd")
+    runs = {run["workers"]: run for run in figures["runs"]}
+    assert set(runs) == {1, 2} and figures["failures"] == []
+    for workers, run in runs.items():
+        assert run["server"] == "inferd" and run["answers"] == 4 * workers
+        assert 0 < run["ready_s"] < 120 and run["pss_mib"] > 0
+        assert run["processes"] >= workers + 1  # the server and its workers at least
+        assert all(p["pss_kib"] > 0 for p in run["served"]["processes"])
+    assert runs[2]["pss_mib"] > runs[1]["pss_mib"]  # a second worker holds something
+    one, two = figures["summary"]["inferd"]
+    assert two["per_added_worker_mib"] == pytest.approx(two["pss_mib"] - one["pss_mib"], abs=0.1)
+    assert "| 2 | " in done.stdout and "inferd +MiB/worker" in figures["markdown"]
+
+
+MLSERVER_PYTHON = os.environ.get("INFERD_BENCH_MLSERVER_PYTHON")
+
+
+def lacks_mlserver_sklearn(python: str) -> bool:
+    check = [python, "-c", "import mlserver_sklearn"]
+    return subprocess.run(check, capture_output=True, timeout=120).returncode != 0
+
+
+def test_the_memory_command_runs_mlserver_beside_inferd(tmp_path: Path) -> None:
+    """The same folder on MLServer 1.7.1: its tree measured too (~25 s)."""
+    if MLSERVER_PYTHON is None or lacks_mlserver_sklearn(MLSERVER_PYTHON):  # not at collection
+        pytest.skip("INFERD_BENCH_MLSERVER_PYTHON is not set or lacks mlserver-sklearn")
+    _, figures = run_memory(tmp_path, "--mlserver-python", MLSERVER_PYTHON)
+    assert figures["failures"] == []
+    assert set(figures["summary"]) == {"inferd", "mlserver"}
+    ml_runs = [run for run in figures["runs"] if run["server"] == "mlserver"]
+    assert sorted(run["workers"] for run in ml_runs) == [1, 2]
+    assert all(run["processes"] >= run["workers"] + 1 for run in ml_runs)

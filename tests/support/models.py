@@ -4,6 +4,8 @@
   files beside it (a runtime module, a model file). The only code in the tests that
   writes a model folder; a test writing a broken one on purpose writes it itself.
 - ``add_custom_model``: a folder served by a class of tests/e2e/runtimes/testmodels.py.
+- ``add_tagged_model``: an MLServer ``MLModel`` that answers the header ``x-tag``
+  it was sent (tests/e2e/runtimes/tagged.py).
 - ``train_iris`` / ``add_sklearn_model``: scikit-learn's LogisticRegression on iris,
   saved with joblib, and a folder that serves it.
 """
@@ -26,6 +28,7 @@ SKLEARN = "inferd.runtimes.sklearn.SKLearnModel"
 IRIS_FILE = "model.joblib"
 # The runtimes the end-to-end tests serve, copied into each model's folder.
 TEST_RUNTIMES = Path(__file__).resolve().parents[1] / "e2e" / "runtimes" / "testmodels.py"
+TAGGED_RUNTIME = TEST_RUNTIMES.with_name("tagged.py")
 
 # What a model folder holds besides its settings: a file to copy, or text/bytes to write.
 Content = Path | str | bytes
@@ -66,6 +69,14 @@ def add_custom_model(repository: Path, folder: str, runtime: str, **settings: An
     copied in: the server imports it from the model's folder)."""
     files = {TEST_RUNTIMES.name: TEST_RUNTIMES}
     return write_model_folder(repository, folder, f"testmodels.{runtime}", files=files, **settings)
+
+
+def add_tagged_model(repository: Path, folder: str = "tagged") -> Path:
+    """A folder served by tests/e2e/runtimes/tagged.py's ``Tagged`` (an MLServer
+    ``MLModel``), declaring its one BYTES input ``text`` (for flat generate bodies)."""
+    files = {TAGGED_RUNTIME.name: TAGGED_RUNTIME}
+    inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    return write_model_folder(repository, folder, "tagged.Tagged", files=files, inputs=inputs)
 
 
 @functools.cache

@@ -59,3 +59,29 @@ def usage(pid: int) -> Usage | None:
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     rss = int(fields["VmRSS"].split()[0])  # "123456 kB"
     return Usage(rss_kib=rss, fds=fds, threads=int(fields["Threads"]))
+
+
+def descendants(pid: int) -> set[int]:
+    """Live processes below ``pid``: its children, theirs, and so on."""
+    found = children(pid)
+    for child in list(found):
+        found |= descendants(child)
+    return found
+
+
+def pss_kib(pid: int) -> int:
+    """``pid``'s proportional set size in KiB (each shared page split among its sharers);
+    0 if it has gone."""
+    try:
+        rollup = (PROC / str(pid) / "smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in rollup.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
+def tree_pss_mib(pid: int) -> float:
+    """The PSS of ``pid`` and every process below it, in MiB: what the tree costs."""
+    return sum(pss_kib(each) for each in {pid, *descendants(pid)}) / 1024

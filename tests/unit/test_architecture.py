@@ -40,9 +40,6 @@ LAYERS: list[set[str]] = [
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 EDGE_ONLY = ("starlette", "uvicorn", "grpc", "grpc_health", "grpc_reflection", "google.protobuf")
 MAY_IMPORT_EDGE_LIBRARIES = {"server", "protocol", "tools"}
-# Being mended by issue 24's open item (the edge takes gRPC's status codes out of
-# tracing); the entry goes when it is.
-PENDING_EDGE_IMPORTS = {"observability/tracing.py"}
 
 
 def design_section(title: str) -> str:
@@ -114,7 +111,7 @@ def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_only_the_protocol_edges_import_web_and_rpc_frameworks(path: Path) -> None:
     relative = path.relative_to(PACKAGE)
-    if relative.parts[0] in MAY_IMPORT_EDGE_LIBRARIES or str(relative) in PENDING_EDGE_IMPORTS:
+    if relative.parts[0] in MAY_IMPORT_EDGE_LIBRARIES:
         return
     found = [
         f"line {line}: {module}"

@@ -36,7 +36,6 @@ from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 from opentelemetry import trace as otel_trace
@@ -55,18 +54,6 @@ GRPC_SERVICE = "inference.GRPCInferenceService"
 # Not traced: probes would fill the traces (MLServer leaves them out too).
 UNTRACED_PATHS = frozenset(("/v2/health/live", "/v2/health/ready"))
 UNTRACED_GRPC_METHODS = frozenset(("ServerLive", "ServerReady"))
-# gRPC codes that are the server's failure (OpenTelemetry's RPC conventions); the
-# others (a bad request, a missing model) are the caller's.
-_GRPC_SERVER_ERRORS = frozenset(
-    (
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNIMPLEMENTED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DATA_LOSS,
-    )
-)
 
 
 @dataclass(slots=True)
@@ -140,20 +127,23 @@ class Tracing:
             span.set_status(Status(StatusCode.ERROR, "no response was sent"))
         opened.close()
 
-    def grpc_span(self, method: str, context: Any, current: bool = True) -> ServerSpan | None:
-        """Open the span of one gRPC call (made current unless not ``current``);
-        None: not traced."""
+    def grpc_span(
+        self, method: str, metadata: Iterable[tuple[str, Any]], current: bool = True
+    ) -> ServerSpan | None:
+        """Open the span of one gRPC call, given its invocation metadata (made current
+        unless not ``current``); None: not traced."""
         if method in UNTRACED_GRPC_METHODS:
             return None
-        metadata: Iterable[tuple[str, Any]] = context.invocation_metadata() or ()
         carrier = {key: value for key, value in metadata if isinstance(value, str)}
         attributes = {"rpc.system": "grpc", "rpc.service": GRPC_SERVICE, "rpc.method": method}
         return self._open(f"{GRPC_SERVICE}/{method}", carrier, attributes, current)
 
-    def end_grpc(self, opened: ServerSpan, code: grpc.StatusCode) -> None:
-        opened.span.set_attribute("rpc.grpc.status_code", code.value[0])
-        if code in _GRPC_SERVER_ERRORS:
-            opened.span.set_status(Status(StatusCode.ERROR, code.name))
+    def end_grpc(self, opened: ServerSpan, code: int, server_failure: str | None) -> None:
+        """Close a call's span with its status ``code``; ``server_failure``: the code's
+        name when the gRPC edge counts it as the server's failure (server/grpc/edge.py)."""
+        opened.span.set_attribute("rpc.grpc.status_code", code)
+        if server_failure is not None:
+            opened.span.set_status(Status(StatusCode.ERROR, server_failure))
         opened.close()
 
     def _open(
@@ -170,10 +160,13 @@ class Tracing:
 
     # Inference: the children
 
-    def inference(self, model_name: str, model_version: str | None) -> RequestTrace | None:
-        """What the current request records on its way through its model; None if it
-        is not traced (no span, or one the sampler left out)."""
-        span = otel_trace.get_current_span()
+    def inference(
+        self, model_name: str, model_version: str | None, within: ServerSpan | None = None
+    ) -> RequestTrace | None:
+        """What a request records on its way through its model, under the current
+        span (or ``within``: a gRPC stream's, which is never current); None if it is
+        not traced (no span, or one the sampler left out)."""
+        span = within.span if within is not None else otel_trace.get_current_span()
         if not span.is_recording():
             return None
         span.set_attribute("inferd.model.name", model_name)

@@ -16,6 +16,7 @@ import uvicorn
 from inferd.errors import ConfigurationError
 from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
+from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.listener import EagerAcceptServer
 from inferd.server.rest.api import build_rest_app
@@ -138,9 +139,27 @@ class InferenceServer:
         """The REST API as an ASGI app, serving this server's DataPlane."""
         return build_rest_app(self.dataplane, self.settings, self.http_stats, tracing=self.tracing)
 
+    def served_rest_app(self) -> Any:
+        """The REST app as it is served: with a span per request when tracing is on."""
+        app: Any = self.rest_app()
+        if self.tracing is not None:
+            from inferd.server.traced import TracedApp
+
+            app = TracedApp(app, self.tracing)
+        return app
+
+    def grpc_edge(self) -> GrpcEdge:
+        """The gRPC edge of this server's DataPlane: what every gRPC entry calls
+        through (the gRPC server's servicer, Ray's gRPC proxy)."""
+        settings = self.settings
+        max_message_length = settings.grpc_max_message_length or settings.max_request_size
+        return GrpcEdge(
+            self.dataplane, max_message_length, tracing=self.tracing, grpc_stats=self.grpc_stats
+        )
+
     def grpc_server(self) -> GrpcServer:
         """The gRPC server (not started), serving this server's DataPlane."""
-        return GrpcServer(self.dataplane, self.settings, self.grpc_stats, tracing=self.tracing)
+        return GrpcServer(self.grpc_edge(), self.settings)
 
     async def load_startup_models(self) -> None:
         """Load the repository's models (if the settings say so); then the server is
@@ -194,13 +213,8 @@ class InferenceServer:
 
     def _rest_config(self) -> uvicorn.Config:
         settings = self.settings
-        app: Any = self.rest_app()
-        if self.tracing is not None:
-            from inferd.server.traced import TracedApp
-
-            app = TracedApp(app, self.tracing)
         return self._uvicorn_config(
-            app,
+            self.served_rest_app(),
             settings.http_port,
             root_path=settings.root_path,
             # Its connections, streams included, have been answered by then (shutdown.py).

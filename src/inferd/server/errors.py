@@ -15,7 +15,7 @@ import logging
 import grpc
 from starlette.requests import ClientDisconnect
 
-from inferd.errors import ErrorCode, InferdError
+from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, error_body
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,11 @@ def http_error(error: Exception, serving: str) -> tuple[int, bytes, HttpHeaders]
         headers = list(_JSON_HEADERS)
         if error.retry_after is not None:
             headers.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
-        status = getattr(error, "http_status", None) or HTTP_STATUS_BY_ERROR_CODE[error.code]
+        # A runtime's own status (MLServer's MLServerError) is answered as it is.
+        if isinstance(error, StatusError):
+            status = error.http_status
+        else:
+            status = HTTP_STATUS_BY_ERROR_CODE[error.code]
         return status, error_body(error.message), headers
     # Ours (the body reader, a request that left the queue) and Starlette's stream().
     if isinstance(error, ConnectionAbortedError | ClientDisconnect):

@@ -134,11 +134,14 @@ def _base64(text: str) -> bytes:
 
 def grpc_status(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryStatusResponse:
     answer = pb.SystemSharedMemoryStatusResponse()
-    for region in registry_of(dataplane).status(name, SYSTEM):
-        answer.regions[region["name"]].CopyFrom(
-            pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
-        )
+    _fill_status(answer, registry_of(dataplane).status(name, SYSTEM))
     return answer
+
+
+def _fill_status(answer: Any, regions: list[dict[str, Any]]) -> None:
+    """A status answer (system or CUDA: the same map of regions) holding ``regions``."""
+    for region in regions:
+        answer.regions[region["name"]].CopyFrom(type(answer).RegionStatus(**region))
 
 
 def grpc_register(
@@ -155,10 +158,7 @@ def grpc_unregister(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryUnr
 
 def grpc_cuda_status(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryStatusResponse:
     answer = pb.CudaSharedMemoryStatusResponse()
-    for region in registry_of(dataplane).status(name, CUDA):
-        answer.regions[region["name"]].CopyFrom(
-            pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
-        )
+    _fill_status(answer, registry_of(dataplane).status(name, CUDA))
     return answer
 
 

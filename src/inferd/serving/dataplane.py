@@ -19,9 +19,10 @@ from inferd.errors import (
     ShuttingDown,
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.answers import finish, record_end
 from inferd.serving.drain import STOPPED, Drain
 from inferd.serving.extensions import served_extensions
-from inferd.serving.registry import ModelVersion, Registry
+from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository, RepositoryScan
 from inferd.serving.runtime_headers import pass_headers, take_response_headers
 from inferd.settings import ServerSettings
@@ -36,14 +37,9 @@ from inferd.types import (
     ModelState,
     RepositoryEntry,
     ServerMetadata,
-    Tensor,
 )
-from inferd.workers.base import SetLogLevel
 
 logger = logging.getLogger(__name__)
-# One debug line per inference request; a logger of its own so that logging_settings
-# can turn request logs on or off without touching the rest.
-request_logger = logging.getLogger("inferd.requests")
 
 # The index's reason for a model that is on disk but not loaded.
 NOT_LOADED = "Not loaded (found in the model repository)"
@@ -80,6 +76,18 @@ class DataPlane:
         ``predict_stream`` (else with its one predict answer); raises if not ready."""
         instance = self.registry.get_ready(name, version).instance
         return instance is not None and instance.streams
+
+    def custom_route(self, method: str, path: str) -> tuple[str, str | None, str] | None:
+        """The ready model version serving the runtime's own route ``method path``
+        (MLServer's custom handlers): its name, version and handler; None if none does."""
+        for found in self.registry.versions():
+            instance = found.instance
+            if found.state is not ModelState.READY or instance is None:
+                continue
+            for route_method, route_path, handler in instance.custom_routes:
+                if route_path == path and route_method == method:
+                    return found.name, found.version, handler
+        return None
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether it is READY and taking requests (False for a repository model not loaded)."""
@@ -123,7 +131,7 @@ class DataPlane:
         (in the server process and, through the pool, in every worker process)."""
         if changes:
             updated = logsettings.update_log_settings(changes)
-            self.registry.pool.control(SetLogLevel(logging.getLogger().level))
+            self.registry.set_log_level(logging.getLogger().level)
             return updated
         return logsettings.log_settings()
 
@@ -165,20 +173,20 @@ class DataPlane:
         if cache is not None:  # before the headers join the parameters: not in the key
             cache_key, cached = cache.lookup(request)
             if cached is not None:
-                _record_end(stats, request, started)
+                record_end(stats, request, started)
                 if instance.wants_headers:
                     take_response_headers(cached, context)
                 return cached
         if instance.wants_headers:
             pass_headers(request, context)
         try:
-            response = _finish(await scheduler.submit(request, context), found, request)
+            response = finish(await scheduler.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too
-            _record_end(stats, request, started, type(error).__name__)
+            record_end(stats, request, started, type(error).__name__)
             raise
         if cache is not None and cache_key is not None:
             cache.store(cache_key, response)
-        _record_end(stats, request, started)
+        record_end(stats, request, started)
         if instance.wants_headers:
             take_response_headers(response, context)
         return response
@@ -229,16 +237,17 @@ class DataPlane:
                     if not sent:
                         stats.stream_first_response(time.perf_counter_ns() - started)
                     sent += len(ready)
-                    yield [_finish(response, found, request) for response in ready]
+                    # A streamed response's headers stay in it (its event), as in MLServer.
+                    yield [finish(response, found, request) for response in ready]
                     if stream.cut:  # cut while its reader was sending those responses
                         raise ShuttingDown(STOPPED)
         except BaseException as error:  # a client that left counts as failed, as in infer
-            _record_end(stats, request, started, type(error).__name__)
+            record_end(stats, request, started, type(error).__name__)
             raise
         finally:
             stats.stream_closed(sent)
             self.drain.close_stream(stream)
-        _record_end(stats, request, started)
+        record_end(stats, request, started)
 
     # Statistics
 
@@ -324,71 +333,11 @@ def _failed_load(name: str, error: InferdError) -> InferdError:
     return error
 
 
-def _finish(
-    response: InferenceResponse, found: ModelVersion, request: InferenceRequest
-) -> InferenceResponse:
-    """Stamp the response with the model's identity and keep only requested outputs."""
-    response.model_name = found.name
-    response.model_version = found.version
-    response.id = request.id
-    if request.outputs:
-        response.outputs = _select_outputs(response.outputs, request, found.name)
-    return response
-
-
-def _record_end(
-    stats: ModelStats, request: InferenceRequest, started_ns: int, failure: str = ""
-) -> None:
-    """Count a request that ended (``failure``: the error's name; empty: it succeeded)."""
-    ended = time.perf_counter_ns()
-    if failure:
-        stats.failed(started_ns, ended)
-    else:
-        stats.succeeded(started_ns, ended)
-    if request_logger.isEnabledFor(logging.DEBUG):
-        _log_request(stats, request, ended - started_ns, failure or "ok")
-
-
 def _only_streams(name: str) -> str:
     return (
         f"Model {name!r} answers only by streaming: use POST /v2/models/{name}/infer_stream "
         "or /generate_stream (REST), or ModelStreamInfer (gRPC)"
     )
-
-
-def _log_request(
-    stats: ModelStats, request: InferenceRequest, elapsed_ns: int, outcome: str
-) -> None:
-    milliseconds = elapsed_ns / 1e6
-    request_logger.debug(
-        "Inference on model %r version %r: %s in %.3f ms (id %s)",
-        stats.name,
-        stats.version,
-        outcome,
-        milliseconds,
-        request.id,
-        extra={
-            "model_name": stats.name,
-            "model_version": stats.version,
-            "outcome": outcome,
-            "duration_ms": round(milliseconds, 3),
-            "request_id": request.id,
-        },
-    )
-
-
-def _select_outputs(outputs: list[Tensor], request: InferenceRequest, model: str) -> list[Tensor]:
-    by_name = {tensor.name: tensor for tensor in outputs}
-    selected = []
-    for requested in request.outputs:
-        tensor = by_name.get(requested.name)
-        if tensor is None:
-            raise InvalidRequest(
-                f"Model {model!r} has no output named {requested.name!r}; "
-                f"it returned {sorted(by_name)}"
-            )
-        selected.append(tensor)
-    return selected
 
 
 def _by_name(found: list) -> dict[str, list]:

@@ -28,7 +28,7 @@ from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
 from inferd.types import ModelState, RepositoryEntry
-from inferd.workers.base import LoadedInstance, Pool
+from inferd.workers.base import LoadedInstance, Pool, SetLogLevel
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +74,10 @@ class Registry:
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
 
-    @property
-    def pool(self) -> Pool:
-        """Where the instances run (the logging extension reaches its processes)."""
-        return self._pool
+    def set_log_level(self, level: int) -> None:
+        """Log at ``level`` where the instances run (worker processes too): the
+        logging extension's change reaches every process serving a model."""
+        self._pool.control(SetLogLevel(level))
 
     def names(self) -> list[str]:
         return list(self._models)

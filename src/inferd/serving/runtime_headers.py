@@ -5,12 +5,12 @@ request's headers as ``request.parameters["headers"]`` (a dict of lower-case
 names: REST headers, gRPC metadata), as MLServer passes them; what it puts in
 ``response.parameters["headers"]`` is taken out of the answer and sent as HTTP
 headers (REST) or trailing metadata (gRPC). Other runtimes pay nothing: the edge
-only keeps a reference to the headers it already holds.
+hands a mapping that reads the headers it already holds only when asked.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from inferd.context import NO_CONTEXT, RequestContext
 from inferd.types import InferenceRequest, InferenceResponse
@@ -18,17 +18,9 @@ from inferd.types import InferenceRequest, InferenceResponse
 HEADERS = "headers"
 
 
-def header_dict(raw: Any) -> dict[str, str]:
-    """Headers as the edge held them: an ASGI dict or list of byte pairs, or a gRPC
-    servicer context (its invocation metadata; binary ``-bin`` entries left out)."""
-    if raw is None:
-        return {}
-    if hasattr(raw, "invocation_metadata"):
-        return {
-            key: value for key, value in (raw.invocation_metadata() or ()) if isinstance(value, str)
-        }
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    return {key.decode("latin-1"): value.decode("latin-1") for key, value in pairs}
+def header_dict(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The request's headers, as the runtime gets them."""
+    return dict(headers) if headers is not None else {}
 
 
 def pass_headers(request: InferenceRequest, context: RequestContext) -> None:

@@ -182,7 +182,9 @@ class ModelSettings(EnvFirstSettings):
     workers: int | None = Field(default=None, ge=1)
     """How many of the server's worker processes load this model (default: all of
     them). A heavy model can live in a few workers and a light one in all, so memory
-    is not models x workers. Has no effect with ``parallel_workers: 0``."""
+    is not models x workers. Has no effect with ``parallel_workers: 0``. With the
+    server's ``fork_workers``, a model forked from its own parent gets this many
+    workers of its own (default: ``parallel_workers``)."""
 
     threads_per_worker: int = Field(default=1, ge=1)
     """How many requests one worker runs at once for this model. Raise it for models

@@ -54,6 +54,13 @@ class ServerSettings(EnvFirstSettings):
     parallel_workers_timeout: int = 5
     """Seconds to wait for a worker process to stop before it is killed."""
 
+    fork_workers: bool = False
+    """Load each CPU model once, in a parent process of its own, and fork the model's
+    workers from it: they share the loaded model's memory (copy-on-write), start
+    together, and a worker that dies is forked again without loading the model again.
+    Models with a ``cuda:*`` device still load in each worker. See the README's
+    "Workers that share one copy of a model"."""
+
     shutdown_grace_seconds: float = Field(default=25.0, gt=0)
     """Seconds from SIGTERM to exit: requests in flight may finish within it, those
     still running near its end are stopped with an error, then the process exits.

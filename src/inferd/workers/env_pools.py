@@ -9,6 +9,10 @@ processes, started when its first model loads and stopped when its last model is
 unloaded. Models naming the same environment share its pool. Its workers are
 numbered after the server's (and each other's), so worker metrics and logs never
 mix them up. Everything else (restarts, retries, capacity) is the ProcessPool's.
+
+With ``fork_workers``, an instance goes first to :mod:`.forked_pools` (workers of
+its own, forked from a parent that loaded it); only one that is not forked comes
+to the pools above, and the server's pool starts when the first such one loads.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from inferd.workers.environments import (
     WorkerImportPath,
     environment_of,
 )
+from inferd.workers.forked_pools import ForkedPools
 from inferd.workers.pool import ProcessPool
 from inferd.workers.process import WorkerProcess
 
@@ -58,16 +63,32 @@ class EnvironmentPools:
         self._lock = asyncio.Lock()
         self._failure_handler: Callable[[int, str], None] | None = None
         self._log_level: SetLogLevel | None = None  # set at run time
+        # fork_workers: CPU models get workers of their own, forked from a parent that
+        # loaded them; the server's pool then starts when a model first needs it.
+        self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
+        self._default_started = False
 
     @property
     def workers(self) -> list[WorkerProcess]:
-        pools = [self.default, *self._pools.values()]
+        pools = [self.default, *self._pools.values(), *self._forked_pools()]
         return [worker for pool in pools for worker in pool.workers]
 
+    def _forked_pools(self) -> list[ProcessPool]:
+        return self._forked.pools if self._forked is not None else []
+
     async def start(self) -> None:
-        await self.default.start()
+        if self._forked is None:
+            await self._start_default()
+
+    async def _start_default(self) -> None:
+        async with self._lock:
+            if not self._default_started:
+                await self.default.start()
+                self._default_started = True
 
     async def close(self) -> None:
+        if self._forked is not None:
+            await self._forked.close()
         await asyncio.gather(*(pool.close() for pool in [self.default, *self._pools.values()]))
         self._pools.clear()
         self._import_path.remove()
@@ -76,13 +97,39 @@ class EnvironmentPools:
         environment = await asyncio.to_thread(
             environment_of, settings, self._settings.environments_dir
         )
-        if environment is None:
-            pool = self.default
-        else:
-            pool = await self._pool_for(environment, settings, instance_id)
+        pool = await self._forked_pool(instance_id, settings, environment)
+        if pool is None:
+            pool = await self._unforked_pool(instance_id, settings, environment)
+        if environment is not None:
             self._environment_of[instance_id] = environment
         self._by_instance[instance_id] = pool
         return await pool.load(instance_id, settings)
+
+    async def _unforked_pool(
+        self, instance_id: int, settings: ModelSettings, environment: Path | None
+    ) -> ProcessPool:
+        """The server's pool, or the environment's: workers that hold several models."""
+        if environment is not None:
+            return await self._pool_for(environment, settings, instance_id)
+        await self._start_default()
+        return self.default
+
+    async def _forked_pool(
+        self, instance_id: int, settings: ModelSettings, environment: Path | None
+    ) -> ProcessPool | None:
+        """The pool of workers forked for this instance (None: it is not forked)."""
+        if self._forked is None:
+            return None
+        where = None
+        if environment is not None:
+            where = WorkerEnvironment(environment, self._import_path.folder())
+        return await self._forked.pool_for(instance_id, settings, where, self._take_indices)
+
+    def _take_indices(self, count: int) -> int:
+        """The index of the first of ``count`` new workers (indices are never reused)."""
+        first = self._next_index
+        self._next_index += count
+        return first
 
     async def _pool_for(
         self, environment: Path, settings: ModelSettings, instance_id: int
@@ -109,8 +156,7 @@ class EnvironmentPools:
             return pool
 
     def _new_pool(self, environment: WorkerEnvironment) -> ProcessPool:
-        first = self._next_index
-        self._next_index += self._settings.parallel_workers
+        first = self._take_indices(self._settings.parallel_workers)
 
         def make_worker(
             index: int, settings: ServerSettings, on_death: Callable[[WorkerProcess], None]
@@ -129,6 +175,10 @@ class EnvironmentPools:
         if pool is None:
             return
         await pool.unload(instance_id)
+        if self._forked is not None and self._forked.holds(instance_id):
+            self._environment_of.pop(instance_id, None)
+            await self._forked.release(instance_id)  # a reload gets a new parent
+            return
         environment = self._environment_of.pop(instance_id, None)
         if environment is None:
             return
@@ -154,6 +204,8 @@ class EnvironmentPools:
             self._log_level = message  # for pools started later too
             for pool in [self.default, *self._pools.values()]:
                 pool.control(message)
+            if self._forked is not None:
+                self._forked.set_log_level(message)
         else:
             self._pool(message.instance_id).control(message)
 
@@ -170,3 +222,5 @@ class EnvironmentPools:
         self._failure_handler = handler
         for pool in [self.default, *self._pools.values()]:
             pool.on_instance_failed(handler)
+        if self._forked is not None:
+            self._forked.on_instance_failed(handler)

@@ -65,6 +65,14 @@ class LoadedModel:
             model = await load_runtime(settings, context)
         finally:
             custom_metrics.reset_model(token)
+        return await cls.adopt(model)
+
+    @classmethod
+    async def adopt(cls, model: Model) -> LoadedModel:
+        """A runtime loaded already (here, or in the fork parent this worker was forked
+        from), after its warmup requests ran here; as :meth:`load` for the errors."""
+        settings = model.settings
+        labels = custom_metrics.model_labels(settings.name, settings.version)
         try:
             loaded = cls.of(model, labels)
         except ConfigurationError:

@@ -76,8 +76,10 @@ class ProcessPool:
         policy: RestartPolicy = DEFAULT_RESTART_POLICY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,  # tests skip the back-off
         stats: ModelStatsTable | None = None,  # where inference timeouts are counted
+        load_together: bool = False,  # forked workers: see _load_all
     ) -> None:
         self._settings = settings
+        self._load_together = load_together
         self._policy = policy
         self._sleep = sleep
         # Requests followed until answered: retried if their worker dies, or timed.
@@ -123,17 +125,41 @@ class ProcessPool:
         self._instances[instance_id] = instance
         loaded: LoadedInstance | None = None
         try:
-            for worker in holders:
-                if worker.alive:
-                    loaded = await self._load_into(worker, instance_id, instance)
-                else:  # died since it was chosen: not this model's fault
-                    instance.holders.remove(worker)
+            if self._load_together:
+                loaded = await self._load_all(instance_id, instance)
+            else:
+                loaded = await self._load_one_by_one(instance_id, instance)
         except BaseException:
             await self.unload(instance_id)
             raise
         if loaded is None:
             await self.unload(instance_id)
             raise self._no_worker_error(settings.name)
+        return loaded
+
+    async def _load_one_by_one(self, instance_id: int, instance: Instance) -> LoadedInstance | None:
+        """Load the instance into its holders one after another (peak memory: one load)."""
+        loaded: LoadedInstance | None = None
+        for worker in list(instance.holders):
+            if worker.alive:
+                loaded = await self._load_into(worker, instance_id, instance)
+            else:  # died since it was chosen: not this model's fault
+                instance.holders.remove(worker)
+        return loaded
+
+    async def _load_all(self, instance_id: int, instance: Instance) -> LoadedInstance | None:
+        """Load the instance into all its holders at once: workers forked from a parent
+        holding the model only adopt it and warm up, so memory does not multiply."""
+        instance.holders = [worker for worker in instance.holders if worker.alive]
+        results = await asyncio.gather(
+            *(self._load_into(worker, instance_id, instance) for worker in instance.holders),
+            return_exceptions=True,
+        )
+        loaded: LoadedInstance | None = None
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            loaded = result
         return loaded
 
     def _no_worker_error(self, name: str) -> WorkerLost:

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from inferd.workers import ipc, spawn
 from inferd.workers.base import Call, Control, EndSequence, LoadedInstance
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.process_handle import ProcessHandle
 from inferd.workers.remote_stream import RemoteStream
 from inferd.workers.slot_book import SlotBook
 from inferd.workers.worker_metrics import WorkerMetrics
@@ -62,7 +62,7 @@ class WorkerProcess:
         self.environment = environment
         self._settings = settings
         self._on_death = on_death
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ProcessHandle | None = None  # a Popen, or a forked worker's handle
         self._channel: Channel | None = None
         self._exit: asyncio.Task[str] | None = None
         self._alive = False

@@ -18,6 +18,7 @@ import sys
 import time
 
 from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.process_handle import ProcessHandle
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def spawn(environment: WorkerEnvironment | None) -> tuple[subprocess.Popen[bytes
     return process, ours
 
 
-async def reap(process: subprocess.Popen[bytes], grace: float, label: str) -> str:
+async def reap(process: ProcessHandle, grace: float, label: str) -> str:
     """How the process ended, once it has; killed if still running after ``grace``."""
     deadline = time.monotonic() + grace
     while process.poll() is None:

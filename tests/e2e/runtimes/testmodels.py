@@ -424,3 +424,35 @@ class StreamingAccumulator(Accumulator):
                     Tensor("pid", np.array([os.getpid()], dtype=np.int64)),
                 ]
             )
+
+
+class HeavyWeights(Model):
+    """Holds a float64 weight matrix of ``extra["megabytes"]`` MiB (default 128), made
+    in load as a big model's weights are read (which takes ``extra["load_seconds"]``
+    longer, default 0); answers ``y`` = the input ``x`` (rows of the matrix's width)
+    times the matrix, its first 4 columns, and ``pid``."""
+
+    async def load(self) -> bool:
+        await asyncio.sleep(float(self.settings.extra.get("load_seconds", 0)))
+        megabytes = int(self.settings.extra.get("megabytes", 128))
+        width = 4096
+        rows = megabytes * (1 << 20) // (8 * width)
+        self.weights = np.random.default_rng(0).random((rows, width))
+        return True
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        x = np.asarray(request.input("x").data, dtype=np.float64)
+        y = x @ self.weights.T  # reads every page of the weights
+        pid = np.array([os.getpid()], dtype=np.int64)
+        return InferenceResponse(outputs=[Tensor("y", y[:, :4]), Tensor("pid", pid)])
+
+
+class ThreadOnLoad(Echo):
+    """Echo whose load leaves a thread running, as some client libraries do."""
+
+    async def load(self) -> bool:
+        import threading
+
+        self.stop = threading.Event()
+        threading.Thread(target=self.stop.wait, name="left-by-load", daemon=True).start()
+        return True

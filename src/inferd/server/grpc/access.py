@@ -1,10 +1,13 @@
 """Restricted API groups over gRPC: each method's group, and the interceptor that checks.
 
 :data:`METHOD_GROUPS` gives every method the server answers its API group, as
-routes.API_ROUTES does for REST. :func:`access_interceptors` is empty when no
-group has a guard, so an unrestricted server runs no interceptor at all; else one
-interceptor looks up the called method's guard and, if the call's metadata does
-not pass it, answers PERMISSION_DENIED before the method runs.
+routes.API_ROUTES does for REST, and :class:`RestrictedMethods` each method's guard.
+The V2 service's methods are checked by the gRPC edge (server/grpc/edge.py), which
+every entry reaches, Ray's gRPC proxy included; the health and reflection services
+by the interceptor. :func:`access_interceptors` is empty when no group has a guard,
+so an unrestricted server runs no interceptor at all; else the interceptor looks up
+a health or reflection call's guard and, if the call's metadata does not pass it,
+answers PERMISSION_DENIED before the method runs.
 """
 
 from __future__ import annotations
@@ -64,22 +67,34 @@ METHOD_GROUPS: dict[str, str] = {
     f"/{reflection.SERVICE_NAME}/ServerReflectionInfo": METADATA,
 }
 
+# The methods the gRPC edge checks itself (server/grpc/edge.py).
+_EDGE_CHECKS = f"/{SERVICE.full_name}/"
+
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
 
 
 class RestrictedMethods(grpc.aio.ServerInterceptor):
-    """Refuses the calls of guarded API groups whose metadata the guard does not pass."""
+    """Each method's guard; as an interceptor, refuses the health and reflection calls
+    of guarded API groups whose metadata the guard does not pass."""
 
     def __init__(self, guards: dict[str, ApiGuard]) -> None:
         self._guards = {
             method: guards[group] for method, group in METHOD_GROUPS.items() if group in guards
         }
 
+    @property
+    def guards(self) -> dict[str, ApiGuard]:
+        """The guard of each guarded method, by its full name."""
+        return self._guards
+
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
-        guard = self._guards.get(handler_call_details.method)
+        method = handler_call_details.method
+        if method.startswith(_EDGE_CHECKS):  # the V2 service: the gRPC edge checks it
+            return handler
+        guard = self._guards.get(method)
         if guard is None or handler is None:
             return handler
         try:
@@ -90,8 +105,11 @@ class RestrictedMethods(grpc.aio.ServerInterceptor):
 
 
 def access_interceptors(guards: dict[str, ApiGuard]) -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors that enforce ``guards``: none when no group has one."""
-    return [RestrictedMethods(guards)] if guards else []
+    """The interceptors that enforce ``guards`` on health and reflection: none when
+    no group of theirs has one."""
+    methods = RestrictedMethods(guards)
+    checked_here = any(not method.startswith(_EDGE_CHECKS) for method in methods.guards)
+    return [methods] if checked_here else []
 
 
 def _refusing(handler: grpc.RpcMethodHandler, error: PermissionDenied) -> grpc.RpcMethodHandler:

@@ -40,6 +40,7 @@ from inferd.types import (
     RequestedOutput,
     ServerMetadata,
     Tensor,
+    refuse_repeated_outputs,
 )
 
 # Request parameter that picks the output encoding: true (default) = raw bytes.
@@ -141,14 +142,9 @@ def _array_from_shared_memory(
 
 
 def _requested_outputs(outputs: Iterable[Any]) -> list[RequestedOutput]:
-    requested = []
-    seen: set[str] = set()
-    for output in outputs:
-        if output.name in seen:  # one answer per name: repeats would only multiply work
-            raise InvalidRequest(f"Output {output.name!r} appears more than once")
-        seen.add(output.name)
-        requested.append(RequestedOutput(output.name, decode_parameters(output.parameters)))
-    return requested
+    outputs = list(outputs)
+    refuse_repeated_outputs([output.name for output in outputs])
+    return [RequestedOutput(o.name, decode_parameters(o.parameters)) for o in outputs]
 
 
 def _array_from_raw(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> np.ndarray:

@@ -1,11 +1,10 @@
-"""The gRPC server of one ``inferd start``: the V2 service (server/grpc/servicer.py), health and
-reflection on ``grpc_port``, with the access and tracing interceptors, started and
-stopped gracefully."""
+"""The gRPC server of one ``inferd start``: the V2 service (server/grpc/servicer.py, through
+the gRPC edge, server/grpc/edge.py), health and reflection on ``grpc_port`` (those two
+behind the access interceptor), started and stopped gracefully."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -13,19 +12,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.errors import ConfigurationError
-from inferd.observability.stats import GrpcStats
 from inferd.protocol import pb
-from inferd.server.access import ApiGuard, api_guards
 from inferd.server.grpc.access import access_interceptors
+from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
 from inferd.server.grpc.registration import add_inference_service
 from inferd.server.grpc.servicer import InferenceServicer
 from inferd.server.transport import add_grpc_port, grpc_options, grpc_port_credentials
-from inferd.serving.dataplane import DataPlane
 from inferd.settings import ServerSettings
-
-if TYPE_CHECKING:
-    from inferd.observability.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -41,28 +35,18 @@ def _reflection_pool() -> descriptor_pool.DescriptorPool:
 class GrpcServer:
     """The gRPC server of one ``inferd start``: start it, then stop it gracefully."""
 
-    def __init__(
-        self,
-        dataplane: DataPlane,
-        settings: ServerSettings,
-        grpc_stats: GrpcStats | None = None,
-        guards: dict[str, ApiGuard] | None = None,
-        tracing: Tracing | None = None,
-    ) -> None:
-        """``guards``: the API groups' guards (default: as the settings say, access.py).
-        ``tracing``: a span for each call (server/traced.py), its model work under it."""
+    def __init__(self, edge: GrpcEdge, settings: ServerSettings) -> None:
+        """``edge``: what the V2 service's calls go through (access, spans, counters);
+        health and reflection are checked by the access interceptor, with the same
+        guards (as the settings say, access.py)."""
         self.settings = settings
         self.address = _address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
+        dataplane = edge.dataplane
         self._shutdown = ShutdownSignal()
         self._credentials = grpc_port_credentials(settings)  # None: plain
-        interceptors = access_interceptors(api_guards(settings) if guards is None else guards)
-        if tracing is not None:  # first: calls refused by the others are traced too
-            from inferd.server.traced import TracingInterceptor
-
-            interceptors.insert(0, TracingInterceptor(tracing))
         self._server = grpc.aio.server(
-            interceptors=interceptors,
+            interceptors=access_interceptors(edge.guards),
             options=[
                 ("grpc.max_receive_message_length", self.max_message_length),
                 ("grpc.max_send_message_length", self.max_message_length),
@@ -71,12 +55,7 @@ class GrpcServer:
                 *grpc_options(settings),
             ],
         )
-        add_inference_service(
-            InferenceServicer(
-                dataplane, self._shutdown, self.max_message_length, grpc_stats, tracing
-            ),
-            self._server,
-        )
+        add_inference_service(InferenceServicer(edge, self._shutdown), self._server)
         health_pb2_grpc.add_HealthServicer_to_server(
             HealthServicer(dataplane, self._shutdown), self._server
         )

@@ -3,6 +3,8 @@
 Its routes are routes.API_ROUTES. Inference is answered by fastpath.InferEndpoint,
 which RestApp calls before Starlette; Starlette reaches it only for CORS requests.
 Streaming and generate routes are answered by the endpoints of server/rest/streaming.py.
+All of them, and runtimes' own routes, reach the core through the REST edge
+(server/rest/edge.py), which also holds every API group's guard.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from inferd.server.errors import http_error
 from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, decode_index_request, error_body
 from inferd.server.rest.custom_routes import CustomRoutes
+from inferd.server.rest.edge import RestEdge
 from inferd.server.rest.fastpath import InferEndpoint, RestApp
 from inferd.server.rest.streaming import stream_endpoints
-from inferd.server.routes import API_ROUTES, INFERENCE
+from inferd.server.routes import API_ROUTES
 from inferd.server.shm_api import SharedMemoryEndpoints
 from inferd.serving.dataplane import DataPlane
 from inferd.settings import ServerSettings
@@ -150,18 +153,12 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
 
 
 def _routes(
-    endpoints: RestEndpoints,
-    docs: DocsEndpoints,
-    infer: InferEndpoint,
-    guards: dict[str, ApiGuard],
+    endpoints: RestEndpoints, docs: DocsEndpoints, infer: InferEndpoint, edge: RestEdge
 ) -> list[Route]:
     """Starlette's routes: routes.API_ROUTES, each answered by the handler it names,
-    behind its API group's guard if it has one."""
-    # ASGI apps, which answer their own errors.
-    asgi_endpoints: dict[str, Any] = {
-        "infer": infer,
-        **stream_endpoints(endpoints.dataplane, endpoints.body_reader, infer),
-    }
+    behind its API group's guard if it has one (the edge's)."""
+    # ASGI apps that run models, which answer their own errors and go through the edge.
+    asgi_endpoints: dict[str, Any] = {"infer": infer, **stream_endpoints(edge, infer)}
     shared_memory = SharedMemoryEndpoints(endpoints.dataplane, endpoints.read_body)
     routes = []
     for route in API_ROUTES:
@@ -173,9 +170,9 @@ def _routes(
                 or getattr(docs, route.handler)
             )
             endpoint = _handles_errors(handler)
-        guard = guards.get(route.api)
+        guard = edge.guard(route.api)
         middleware = None
-        # InferEndpoint checks its own guard: the fast path reaches it without Starlette.
+        # InferEndpoint has the edge admit it: the fast path reaches it without Starlette.
         if guard is not None and endpoint is not infer:
             middleware = [Middleware(GuardedRoute, guard=guard)]
         routes.append(
@@ -223,16 +220,15 @@ def build_rest_app(
     if guards is None:
         guards = api_guards(settings)
     endpoints = RestEndpoints(dataplane, settings)
-    infer = InferEndpoint(dataplane, endpoints.body_reader, guards.get(INFERENCE), tracing)
+    edge = RestEdge(dataplane, endpoints.body_reader, guards, tracing)
+    infer = InferEndpoint(edge)
     app = Starlette(
-        routes=_routes(endpoints, DocsEndpoints(dataplane), infer, guards),
+        routes=_routes(endpoints, DocsEndpoints(dataplane), infer, edge),
         middleware=_cors(settings),
         exception_handlers={404: _not_found, 405: _method_not_allowed},
     )
     # Paths no V2 route matches may be a runtime's own (MLServer's custom handlers).
-    app.router.default = CustomRoutes(
-        dataplane, endpoints.body_reader, app.router.default, guards.get(INFERENCE)
-    )
+    app.router.default = CustomRoutes(edge, app.router.default)
     return RestApp(
         app,
         infer,

@@ -22,7 +22,13 @@ from inferd.triton.shm import (
     read_input,
     without_location,
 )
-from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferd.types import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    Tensor,
+    refuse_repeated_outputs,
+)
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_CONTENT_TYPE = "application/octet-stream"
@@ -104,12 +110,9 @@ def decode_infer_request(
 
 
 def _requested_outputs(outputs: list[_OutputBody]) -> list[RequestedOutput]:
+    refuse_repeated_outputs([output.name for output in outputs])
     requested = []
-    seen: set[str] = set()
     for output in outputs:
-        if output.name in seen:  # one answer per name: repeats would only multiply work
-            raise InvalidRequest(f"Output {output.name!r} appears more than once")
-        seen.add(output.name)
         if output.parameters:
             check_parameters(output.parameters, f"Output {output.name!r}: parameters")
         requested.append(RequestedOutput(output.name, output.parameters or {}))

@@ -11,7 +11,6 @@ RestApp also records every request's metrics and compresses answers (server/rest
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -19,25 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.routing import compile_path
 
-from inferd.context import RequestContext
 from inferd.observability.stats import HttpStats, RouteStats
-from inferd.server.access import ApiGuard
 from inferd.server.errors import http_error
-from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import (
     BINARY_CONTENT_TYPE,
-    HEADER_LENGTH,
     JSON_CONTENT_TYPE,
-    decode_infer_request,
     encode_infer_response,
 )
 from inferd.server.rest.compression import GzipSend
-from inferd.server.routes import INFER_ROUTES
-from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import write_outputs
+from inferd.server.routes import INFER_ROUTES, INFERENCE
 
 if TYPE_CHECKING:
-    from inferd.observability.tracing import Tracing
+    from inferd.server.access import ApiGuard
+    from inferd.server.rest.edge import RestEdge
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -47,30 +40,23 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Other methods are counted as OTHER: clients choose them, metrics must not grow with them.
 HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
-_HEADER_LENGTH = HEADER_LENGTH.encode()
 _JSON_HEADERS = ((b"content-type", JSON_CONTENT_TYPE.encode()),)
 _BINARY_TYPE = (b"content-type", BINARY_CONTENT_TYPE.encode())
 
 
 class InferEndpoint:
-    """Answers one inference request: read the body, decode, infer, encode, send.
+    """Answers one inference request: read the body, decode, infer, encode, send,
+    through the REST edge (server/rest/edge.py): access, context, shared memory and
+    response headers are the edge's. Both the fast path and Starlette call ``answer``."""
 
-    With a ``guard`` (the inference API group is restricted), only requests it lets
-    through; it is checked here, as both the fast path and Starlette call ``answer``.
-    With ``tracing``, a traced request's model work shows under its span
-    (observability/tracing.py)."""
+    def __init__(self, edge: RestEdge) -> None:
+        self.edge = edge
+        self.dataplane = edge.dataplane
 
-    def __init__(
-        self,
-        dataplane: DataPlane,
-        body_reader: BodyReader,
-        guard: ApiGuard | None = None,
-        tracing: Tracing | None = None,
-    ) -> None:
-        self.dataplane = dataplane
-        self.body_reader = body_reader
-        self.guard = guard
-        self.tracing = tracing
+    @property
+    def guard(self) -> ApiGuard | None:
+        """The guard the edge admits these requests with (None: inference is open)."""
+        return self.edge.guard(INFERENCE)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """As a Starlette route's endpoint, which put the path's parts in the scope."""
@@ -92,33 +78,17 @@ class InferEndpoint:
 
         ``receive`` is read (only if the request has to queue) to notice a client
         that disconnects: its request then leaves the queue unrun. ``body``: the
-        whole body, read (and the guard passed) already by a route that answers as
-        this one does (/generate with a V2 body)."""
+        whole body, read (and the request admitted) already by a route that answers
+        as this one does (/generate with a V2 body)."""
+        edge = self.edge
         try:
             if body is None:
-                if self.guard is not None:
-                    self.guard.check_headers(headers)
-                body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
-            header_length = headers.get(_HEADER_LENGTH)
-            regions = self.dataplane.shared_memory
-            request = decode_infer_request(
-                body,
-                header_length.decode("latin-1") if header_length is not None else None,
-                regions,
-            )
-            tracing = self.tracing
-            trace = tracing.inference(name, version) if tracing is not None else None
-            context = RequestContext(
-                disconnected=functools.partial(wait_for_disconnect, receive),
-                trace=trace,
-                headers=headers,
-            )
+                edge.admit(headers)
+                body = await edge.read_body(headers, receive)
+            request = edge.decode_v2(body, headers)
+            context = edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
-            if trace is not None and tracing is not None:
-                tracing.answered(trace, response)
-            shared = None
-            if regions is not None and request.outputs:
-                shared = write_outputs(regions, request.outputs, response.outputs)
+            shared = edge.answered(context, request, response)
             content, json_length = encode_infer_response(response, request, shared)
         except Exception as error:
             status, content, answer_headers = http_error(error, f"inference on model {name!r}")
@@ -129,11 +99,7 @@ class InferEndpoint:
             else:
                 length = (b"inference-header-content-length", str(json_length).encode())
                 answer_headers = [_BINARY_TYPE, length]
-            if context.response_headers:  # a runtime set some (serving/runtime_headers.py)
-                answer_headers += [
-                    (key.encode("latin-1"), value.encode("latin-1"))
-                    for key, value in context.response_headers.items()
-                ]
+            edge.response_headers(context, answer_headers)
         # As send_whole does, inline: one coroutine less on the hot path.
         answer_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": answer_headers})
@@ -218,25 +184,34 @@ class RestApp:
             await self.app(scope, receive, send)
             return
         method = scope["method"] if scope["method"] in HTTP_METHODS else "OTHER"
-        status = 0
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        observed = ObservedSend(send)
         in_progress = http_stats.in_progress_of(method)
         in_progress.count += 1
         started = time.perf_counter()
         try:
-            await self.app(scope, receive, send_observed)
+            await self.app(scope, receive, observed)
         finally:
             in_progress.count -= 1
-            if status:
+            if observed.status:
                 # Starlette leaves the matched route in the scope.
                 path = getattr(scope.get("route"), "path", None) or HttpStats.UNMATCHED
-                http_stats.route(method, path).finished(status, time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                http_stats.route(method, path).finished(observed.status, elapsed)
+
+
+class ObservedSend:
+    """An ASGI send that remembers the status it answered (0 until the head is sent)."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
 
 
 async def send_whole(

@@ -16,23 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.context import RequestContext
 from inferd.server.errors import CLIENT_DISCONNECTED, http_error
-from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.fastpath import (
     Message,
     Receive,
     Scope,
     Send,
-    body_headers,
-    receive_chunks,
     send_error,
     wait_for_disconnect,
 )
-from inferd.serving.dataplane import DataPlane
 from inferd.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from inferd.server.rest.edge import RestEdge
 
 EVENT_STREAM_TYPE = "text/event-stream; charset=utf-8"
 _EVENT_STREAM_HEADERS = (
@@ -66,24 +65,27 @@ def error_event(error_body: bytes) -> bytes:
 
 class BodyEndpoint:
     """An ASGI endpoint of a model's route that reads a whole request body and decodes
-    it with its :class:`Bodies` (the streaming and generate endpoints)."""
+    it with its :class:`Bodies` (the streaming and generate endpoints), through the
+    REST edge (server/rest/edge.py)."""
 
-    def __init__(self, dataplane: DataPlane, body_reader: BodyReader, bodies: Bodies) -> None:
-        self.dataplane = dataplane
-        self.body_reader = body_reader
+    def __init__(self, edge: RestEdge, bodies: Bodies) -> None:
+        self.edge = edge
+        self.dataplane = edge.dataplane
         self.bodies = bodies
 
     async def read_body(self, scope: Scope, receive: Receive) -> tuple[dict[bytes, bytes], bytes]:
-        """The request's headers and whole body."""
+        """The request's headers and whole body (admitted already: its Starlette
+        route is behind its group's guard, server/rest/api.py)."""
         headers = dict(scope["headers"])
-        body = await self.body_reader.read(receive_chunks(receive), body_headers(headers))
+        body = await self.edge.read_body(headers, receive)
         return headers, body
 
     async def read_request(
         self, scope: Scope, receive: Receive, name: str, version: str | None
-    ) -> tuple[InferenceRequest, Encoder]:
+    ) -> tuple[InferenceRequest, Encoder, dict[bytes, bytes]]:
         headers, body = await self.read_body(scope, receive)
-        return self.bodies.decode(body, headers, name, version)
+        request, encode = self.bodies.decode(body, headers, name, version)
+        return request, encode, headers
 
 
 def model_of(scope: Scope) -> tuple[str, str | None]:
@@ -99,12 +101,13 @@ class EventStreamEndpoint(BodyEndpoint):
         name, version = model_of(scope)
         serving = f"streaming inference on model {name!r}"
         try:
-            request, encode = await self.read_request(scope, receive, name, version)
+            request, encode, headers = await self.read_request(scope, receive, name, version)
         except Exception as error:
             await send_error(send, error, serving)
             return
         answer = _StartWatch(send)
-        context = RequestContext(headers=scope["headers"])
+        # No disconnect to watch in the context: run_until_disconnect watches it.
+        context = self.edge.context(name, version, headers, None)
         stream = self._stream(name, version, request, encode, answer, serving, context)
         if await run_until_disconnect(stream, receive) and not answer.started:
             # Nobody reads it; it shows in the metrics as the client's doing (499).
@@ -121,6 +124,7 @@ class EventStreamEndpoint(BodyEndpoint):
         context: RequestContext,
     ) -> None:
         responses = self.dataplane.infer_stream(name, version, request, context)
+        last = None
         async with contextlib.aclosing(responses):
             try:
                 first: list[InferenceResponse] = await anext(responses, [])
@@ -128,16 +132,21 @@ class EventStreamEndpoint(BodyEndpoint):
             except Exception as error:
                 await send_error(send, error, serving)
                 return
-            headers = list(_EVENT_STREAM_HEADERS)
+            # The headers a runtime set by its first response (events follow at once).
+            headers = self.edge.response_headers(context, list(_EVENT_STREAM_HEADERS))
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             try:
                 if events:
+                    last = first[-1]
                     await _send_chunk(send, events)
                     async for ready in responses:
                         await _send_chunk(send, _events(ready, request, encode))
+                        last = ready[-1] if ready else last
             except Exception as error:
                 _, error_body, _ = http_error(error, serving)
                 await _send_chunk(send, error_event(error_body))
+        if last is not None:
+            self.edge.traced(context, last)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

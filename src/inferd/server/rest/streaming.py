@@ -9,19 +9,17 @@
   ``/infer_stream`` answer it.
 
 Each is an ASGI endpoint of its Starlette route (server/rest/api.py), so CORS and the
-per-route metrics apply to them as to every other route.
+per-route metrics apply to them as to every other route; each reaches the core
+through the REST edge (server/rest/edge.py), as /infer does.
 """
 
 from __future__ import annotations
 
-import functools
+from typing import TYPE_CHECKING
 
-from inferd.context import RequestContext
-from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import (
     HEADER_LENGTH,
     JSON_CONTENT_TYPE,
-    decode_infer_request,
     encode_infer_response,
 )
 from inferd.server.rest.codec_generate import (
@@ -37,12 +35,13 @@ from inferd.server.rest.fastpath import (
     Send,
     send_error,
     send_whole,
-    wait_for_disconnect,
 )
 from inferd.server.rest.sse import BodyEndpoint, Encoder, EventStreamEndpoint, model_of
 from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import write_outputs
 from inferd.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from inferd.server.rest.edge import RestEdge
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
@@ -50,30 +49,20 @@ _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
 
 class StreamedV2Bodies:
     """V2 requests (binary tensor data accepted), each response as V2 JSON; tensors
-    in the dataplane's shared memory regions (None: off) as /infer takes and answers them."""
+    in shared memory as /infer takes and answers them (through the edge)."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
-        # Read per request, as /infer does: the app's routes are built before (and
-        # without) a running dataplane, e.g. to list them for the docs.
-        self.dataplane = dataplane
+    def __init__(self, edge: RestEdge) -> None:
+        self.edge = edge
 
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
     ) -> tuple[InferenceRequest, Encoder]:
-        header_length = headers.get(_HEADER_LENGTH)
-        request = decode_infer_request(
-            body,
-            header_length.decode("latin-1") if header_length is not None else None,
-            self.dataplane.shared_memory,
-        )
+        request = self.edge.decode_v2(body, headers)
         _answer_in_json(request)
         return request, self.encode
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
-        shared = None
-        regions = self.dataplane.shared_memory
-        if regions is not None and request.outputs:
-            shared = write_outputs(regions, request.outputs, response.outputs)
+        shared = self.edge.shared_outputs(request, response)
         content, _ = encode_infer_response(response, request, shared)  # JSON: _answer_in_json
         return content
 
@@ -82,6 +71,8 @@ class FlatBodies:
     """Flat generate objects, read against the model's declared inputs."""
 
     def __init__(self, dataplane: DataPlane) -> None:
+        # Read per request: the app's routes are built before (and without) a
+        # running dataplane, e.g. to list them for the docs.
         self.dataplane = dataplane
 
     def decode(
@@ -113,8 +104,8 @@ class GenerateEndpoint(BodyEndpoint):
     """``/generate``: one flat request, one flat answer; a V2 request is answered as
     ``/infer`` answers it (MLServer's alias)."""
 
-    def __init__(self, dataplane: DataPlane, body_reader: BodyReader, infer: InferEndpoint) -> None:
-        super().__init__(dataplane, body_reader, FlatBodies(dataplane))
+    def __init__(self, edge: RestEdge, infer: InferEndpoint) -> None:
+        super().__init__(edge, FlatBodies(edge.dataplane))
         self.infer = infer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -128,33 +119,29 @@ class GenerateEndpoint(BodyEndpoint):
         if is_v2_body(body, _HEADER_LENGTH in headers):
             await self.infer.answer(name, version, headers, receive, send, body)
             return
-        # As /infer: a client that leaves while its request is queued takes it out.
-        disconnected = functools.partial(wait_for_disconnect, receive)
-        context = RequestContext(disconnected=disconnected, headers=headers)
         try:
             request, encode = self.bodies.decode(body, headers, name, version)
+            # As /infer: a client that leaves while its request is queued takes it out.
+            context = self.edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
+            self.edge.traced(context, response)
             content = encode(response, request)
         except Exception as error:
             await send_error(send, error, serving)
             return
-        answer = [_JSON_TYPE]
-        for key, value in (context.response_headers or {}).items():  # runtime_headers.py
-            answer.append((key.encode("latin-1"), value.encode("latin-1")))
+        answer = self.edge.response_headers(context, [_JSON_TYPE])
         await send_whole(send, 200, answer, content)
 
 
-def stream_endpoints(
-    dataplane: DataPlane, body_reader: BodyReader, infer: InferEndpoint
-) -> dict[str, ASGIApp]:
+def stream_endpoints(edge: RestEdge, infer: InferEndpoint) -> dict[str, ASGIApp]:
     """The endpoints of the streaming and generate routes, by handler name (routes.py);
     ``infer`` answers /generate's V2 requests."""
-    v2 = StreamedV2Bodies(dataplane)
-    either = GenerateStreamBodies(v2, FlatBodies(dataplane))
+    v2 = StreamedV2Bodies(edge)
+    either = GenerateStreamBodies(v2, FlatBodies(edge.dataplane))
     return {
-        "infer_stream": EventStreamEndpoint(dataplane, body_reader, v2),
-        "generate": GenerateEndpoint(dataplane, body_reader, infer),
-        "generate_stream": EventStreamEndpoint(dataplane, body_reader, either),
+        "infer_stream": EventStreamEndpoint(edge, v2),
+        "generate": GenerateEndpoint(edge, infer),
+        "generate_stream": EventStreamEndpoint(edge, either),
     }
 
 

@@ -1,0 +1,120 @@
+"""One run: start a server with some ``parallel_workers``, time it to the model READY,
+read its tree's memory, have it answer, read the memory again, stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.serverproc import ServerProcess, free_ports
+
+from ..repository import settings_json, write_json
+from ..scenarios.base import VerificationError
+from ..servers import Programs, start
+from .model import MODEL_NAME, ForestModel
+from .options import MemoryOptions, MemoryServer
+from .pss import TreeMemory, tree_memory
+
+ANSWER_TIMEOUT_S = 30.0
+READY_PATH = f"/v2/models/{MODEL_NAME}/ready"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One server at one ``parallel_workers`` value, in one round."""
+
+    round: int
+    server: str
+    workers: int
+    ready_s: float  # from the process's start to the model's ready endpoint answering 200
+    answers: int  # checked answers between the two readings
+    answer_p50_ms: float
+    at_ready: TreeMemory  # the tree as the model became READY
+    served: TreeMemory  # the tree after the answers: the figure reported
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "server": self.server,
+            "workers": self.workers,
+            "ready_s": round(self.ready_s, 3),
+            "answers": self.answers,
+            "answer_p50_ms": round(self.answer_p50_ms, 2),
+            "pss_mib": round(self.served.pss_mib, 1),
+            "processes": len(self.served.processes),
+            "at_ready": self.at_ready.to_dict(),
+            "served": self.served.to_dict(),
+        }
+
+
+def run_one(
+    options: MemoryOptions,
+    server: MemoryServer,
+    workers: int,
+    model: ForestModel,
+    round_index: int,
+    repo: Path,
+) -> RunRecord:
+    ports = free_ports(3)
+    settings: dict[str, Any] = {"parallel_workers": workers}
+    if server.fork_workers:
+        settings["fork_workers"] = True
+    write_json(repo / "settings.json", settings_json(ports, settings))
+    model.write(repo, server.implementation)
+    programs = Programs(options.inferd_python, options.inferd_src, options.mlserver_python)
+    process = start(server.contender, programs, repo, ports)
+    try:
+        ready_s = process.wait_until(READY_PATH, timeout=options.ready_timeout)
+        at_ready = tree_memory(process.process.pid)
+        connections = max(1, workers)  # enough at once that every worker may get some
+        times = asyncio.run(answer(process, model, connections, options.requests_per_worker))
+        served = tree_memory(process.process.pid)
+        if process.process.poll() is not None:
+            raise RuntimeError(f"{process.describe()} exited:\n{process.log()[-2000:]}")
+    finally:
+        process.stop()
+    return RunRecord(
+        round=round_index,
+        server=server.label,
+        workers=workers,
+        ready_s=ready_s,
+        answers=len(times),
+        answer_p50_ms=statistics.median(times) * 1000,
+        at_ready=at_ready,
+        served=served,
+    )
+
+
+async def answer(
+    server: ServerProcess, model: ForestModel, connections: int, each: int
+) -> list[float]:
+    """``each`` requests over each of ``connections`` connections at once, every answer
+    checked; the seconds each took."""
+    # Imported here: ``python -m benchmarks`` picks the inferd tree before inferd loads.
+    from inferd.tools.leanhttp import LeanHttpConnection
+    from inferd.tools.v2client import Endpoint, http_post, infer_path
+
+    endpoint = Endpoint("127.0.0.1", server.http_port)
+    request = http_post(endpoint, infer_path(MODEL_NAME), model.request_body())
+
+    async def one_connection() -> list[float]:
+        connection = LeanHttpConnection(endpoint, ANSWER_TIMEOUT_S)
+        took: list[float] = []
+        try:
+            for _ in range(each):
+                began = time.perf_counter()
+                reply = await connection.exchange(request)
+                took.append(time.perf_counter() - began)
+                if reply.error:
+                    raise VerificationError(f"{MODEL_NAME}: no answer: {reply.error}")
+                model.check(reply.status, reply.body)
+        finally:
+            await connection.close()
+        return took
+
+    tallies = await asyncio.gather(*(one_connection() for _ in range(connections)))
+    return [seconds for tally in tallies for seconds in tally]

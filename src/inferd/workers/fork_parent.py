@@ -1,0 +1,287 @@
+"""The main process's side of a model's fork parent (``fork_workers``).
+
+:class:`ForkParent` spawns the fork parent (:mod:`inferd.workers.forkserver`),
+has it load the model, and asks it for workers; :class:`ForkedWorkerProcess` is a
+:class:`~inferd.workers.process.WorkerProcess` whose process is forked there
+instead of spawned, so everything else about a worker (its channel, its books,
+its restarts by the pool) is as for any worker.
+
+A worker's socket pair is made here, as for a spawned worker; its other end
+travels to the fork parent beside the FORK command and is closed here at once,
+so the worker's socket reaches end-of-file when the main process closes its end
+(or dies). The worker is the fork parent's child: the fork parent reaps it and
+reports its exit code (:class:`ForkedChild` holds it). If the fork parent itself
+dies, its workers die with it (``PR_SET_PDEATHSIG``) and the next fork starts a
+new fork parent, which loads the model again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from inferd.errors import WorkerLost
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.workers import forkserver, ipc
+from inferd.workers.channel import Channel
+from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.process import WorkerProcess
+from inferd.workers.spawn import describe_exit
+
+logger = logging.getLogger(__name__)
+
+# How long a fork parent whose socket closed may take to exit before it is killed.
+EXIT_GRACE = 2.0
+EXIT_POLL_INTERVAL = 0.005
+
+
+class ForkedChild:
+    """A worker forked by a fork parent: its pid, and its exit code once reported."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:  # reaped: its pid may be someone else's by now
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class ForkParent:
+    """One model's fork parent, as the main process drives it."""
+
+    def __init__(
+        self, server: ServerSettings, settings: ModelSettings, environment: WorkerEnvironment | None
+    ) -> None:
+        self.settings = settings
+        self.environment = environment
+        self._server = server
+        self._process: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._loaded: asyncio.Future[tuple[str, Any]] | None = None
+        self._forks: dict[int, asyncio.Future[int]] = {}
+        self._children: dict[int, ForkedChild] = {}
+        self._tokens = itertools.count()
+        self._restart_lock = asyncio.Lock()
+        self._closing = False
+        self._reaping: asyncio.Future[None] | None = None  # a parent that died unasked
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._sock is not None
+
+    async def start(self) -> str:
+        """Start the fork parent and load the model there: "" when workers can be forked
+        from it, else why not (it is closed then). Raises the load's error (ModelError,
+        ConfigurationError) after closing it."""
+        begun = time.monotonic()
+        self._spawn()
+        loop = asyncio.get_running_loop()
+        self._loaded = loaded = loop.create_future()
+        import_path = list(sys.path) if self.environment is None else []
+        try:
+            self._send((forkserver.LOAD, import_path, self._server, self.settings))
+            kind, detail = await loaded
+        except WorkerLost:
+            await self.close()
+            raise WorkerLost(
+                f"Loading model {self.settings.name!r} failed: its fork parent (pid "
+                f"{self.pid}) {self._exit_status()} while loading it"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+        if kind == forkserver.FAILED:
+            await self.close()
+            raise ipc.error_from_wire(detail)
+        if kind == forkserver.UNFORKABLE:
+            await self.close()
+            return str(detail)
+        logger.info("Loaded model %r in its fork parent (pid %s) in %.2fs",
+                    self.settings.name, self.pid, time.monotonic() - begun)  # fmt: skip
+        return ""
+
+    def _exit_status(self) -> str:
+        """How the fork parent ended, once reaped ("exited with code 3")."""
+        process = self._process
+        if process is None or process.returncode is None:
+            return "stopped"
+        return describe_exit(process.returncode)
+
+    def _spawn(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        environment = self.environment
+        python = sys.executable if environment is None else environment.python
+        command = [python, "-m", "inferd.workers.forkserver", str(theirs.fileno()),
+                   str(os.getpid())]  # fmt: skip
+        variables = None if environment is None else environment.process_environment()
+        try:
+            self._process = subprocess.Popen(
+                command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=variables
+            )
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)
+
+    async def fork(self, worker_socket: socket.socket) -> ForkedChild:
+        """A new worker serving ``worker_socket``'s other end, the model adopted on its
+        first LOAD; WorkerLost if no fork parent can give one."""
+        await self._ensure_running()
+        token = next(self._tokens)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._forks[token] = future
+        try:
+            self._send((forkserver.FORK, token), worker_socket.fileno())
+            pid = await future
+        finally:
+            self._forks.pop(token, None)
+        child = self._children[pid] = ForkedChild(pid)
+        return child
+
+    async def _ensure_running(self) -> None:
+        """Start a new fork parent (loading the model again) if the last one died."""
+        async with self._restart_lock:
+            if self.running or self._closing:
+                return
+            logger.error("The fork parent of model %r died; starting a new one",
+                         self.settings.name)  # fmt: skip
+            why = await self.start()
+            if why:
+                raise WorkerLost(f"Model {self.settings.name!r} cannot be forked any more: {why}")
+
+    def _send(self, message: tuple[Any, ...], fd: int | None = None) -> None:
+        sock = self._sock
+        if sock is None:
+            raise WorkerLost(f"The fork parent of model {self.settings.name!r} has stopped")
+        data = pickle.dumps(message)
+        try:
+            if fd is None:
+                sock.send(data)
+            else:
+                socket.send_fds(sock, [data], [fd])
+        except OSError as error:  # a full buffer too: it has stopped reading
+            self._lost()
+            raise WorkerLost(
+                f"Cannot reach the fork parent of model {self.settings.name!r}: {error}"
+            ) from None
+
+    def _readable(self) -> None:
+        sock = self._sock
+        while sock is not None:
+            try:
+                data = sock.recv(forkserver.MAX_MESSAGE)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                return
+            self._received(pickle.loads(data))
+
+    def _received(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind in (forkserver.LOADED, forkserver.FAILED, forkserver.UNFORKABLE):
+            _settle(self._loaded, lambda future: future.set_result((kind, message[1])))
+        elif kind == forkserver.FORKED:
+            _settle(self._forks.get(message[1]), lambda future: future.set_result(message[2]))
+        elif kind == forkserver.FORK_FAILED:
+            name = self.settings.name
+            error = WorkerLost(f"Cannot fork a worker of model {name!r}: {message[2]}")
+            _settle(self._forks.get(message[1]), lambda future: future.set_exception(error))
+        elif kind == forkserver.EXITED:
+            child = self._children.pop(message[1], None)
+            if child is not None:
+                child.returncode = message[2]
+
+    def _lost(self) -> None:
+        """The fork parent's socket closed: it exited (or died), and its workers with it."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        sock.close()
+        error = WorkerLost(f"The fork parent of model {self.settings.name!r} stopped")
+        for future in [self._loaded, *self._forks.values()]:
+            _settle(future, lambda waiting: waiting.set_exception(error))
+        children, self._children = self._children, {}
+        for child in children.values():  # killed by the kernel with their parent
+            if child.returncode is None:
+                child.returncode = -signal.SIGKILL
+        if self._process is not None and not self._closing:
+            self._reaping = asyncio.ensure_future(self._reap(EXIT_GRACE))
+
+    async def close(self) -> None:
+        """Stop the fork parent (its workers should have stopped first)."""
+        self._closing = True
+        self._lost()
+        await self._reap(EXIT_GRACE)
+
+    async def _reap(self, grace: float) -> None:
+        process = self._process
+        if process is None:
+            return
+        deadline = time.monotonic() + grace
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                deadline = float("inf")
+            await asyncio.sleep(EXIT_POLL_INTERVAL)
+
+
+def _settle(
+    future: asyncio.Future[Any] | None, settle: Callable[[asyncio.Future[Any]], None]
+) -> None:
+    if future is not None and not future.done():
+        settle(future)
+
+
+class ForkedWorkerProcess(WorkerProcess):
+    """A worker of one model, forked from that model's fork parent."""
+
+    def __init__(
+        self,
+        index: int,
+        settings: ServerSettings,
+        on_death: Callable[[WorkerProcess], None],
+        parent: ForkParent,
+    ) -> None:
+        super().__init__(index, settings, on_death, parent.environment)
+        self._parent = parent
+
+    async def _spawn(self) -> Channel:
+        ours, theirs = socket.socketpair()
+        try:
+            self._process = await self._parent.fork(theirs)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return await Channel.open(
+            ours, self._describe_loss, self._channel_closed, self._describe_stream_loss
+        )

@@ -1,0 +1,238 @@
+"""A model's fork parent (``fork_workers``): load the model once, fork its workers.
+
+Started by the main process as ``python -m inferd.workers.forkserver FD PARENT_PID``
+(the model environment's interpreter for a model with its own environment), with
+one end of a UNIX ``SOCK_SEQPACKET`` pair as file descriptor FD: one pickled
+message per packet, and a worker's socket travels as ``SCM_RIGHTS`` beside the
+command that forks it.
+
+The process stays clean so that forking it is safe (:mod:`.fork_safety`): one
+Python thread, no event loop running, no CUDA, no grpc core running. It blocks in
+``select`` on its socket and on the wake-up pipe of ``SIGCHLD``, and does three
+things:
+
+- ``LOAD``: import and load the model (its ``load()`` runs to the end on an event
+  loop that is closed afterwards), then ``gc.freeze()``, so the collector never
+  writes to the model's objects and their pages stay shared with the workers.
+  Answered ``LOADED``, ``FAILED`` (the load's error) or ``UNFORKABLE`` (why the
+  model must be loaded in each worker instead).
+- ``FORK``: check again that forking is safe, fork; the child becomes a worker
+  (:class:`PreloadedWorker`) on the socket that came with the command. Answered
+  ``FORKED`` with the child's pid.
+- A child that exits is reaped and reported (``EXITED``: pid, exit code as
+  ``Popen.returncode`` gives it): the main process cannot wait for its grandchildren.
+
+It exits when its socket reaches end-of-file, and is killed by the kernel when
+the main process dies (``PR_SET_PDEATHSIG``); each child is likewise killed when
+its fork parent dies, so nothing outlives the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+from inferd import custom_metrics
+from inferd.model import Model, WorkerContext
+from inferd.observability.logs import configure_logging
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.workers import ipc
+from inferd.workers.base import LoadedInstance
+from inferd.workers.fork_safety import fork_hazards, openmp_hazard
+from inferd.workers.loaded_model import LoadedModel
+from inferd.workers.runtime_loader import load_runtime
+from inferd.workers.worker import Worker, _die_with_parent
+
+logger = logging.getLogger(__name__)
+
+# Main process -> fork parent.
+LOAD = "load"  # (LOAD, sys.path or [], ServerSettings, ModelSettings)
+FORK = "fork"  # (FORK, token), the worker's socket as SCM_RIGHTS
+# Fork parent -> main process.
+LOADED = "loaded"  # (LOADED, pid)
+FAILED = "failed"  # (FAILED, ipc.WireError)
+UNFORKABLE = "unforkable"  # (UNFORKABLE, why)
+FORKED = "forked"  # (FORKED, token, pid)
+FORK_FAILED = "fork-failed"  # (FORK_FAILED, token, why)
+EXITED = "exited"  # (EXITED, pid, exit code: negative for a signal)
+# The largest message (a packet): settings and error messages are far smaller.
+MAX_MESSAGE = 1 << 20
+
+
+class ForkServer:
+    """Serves the main process's commands until its socket closes."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self._control = control
+        self._model: Model | None = None
+        self._children: set[int] = set()
+        # SIGCHLD wakes select() through this pipe; the handler itself does nothing.
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
+        signal.signal(signal.SIGCHLD, _note_signal)
+        signal.set_wakeup_fd(self._wake_write, warn_on_full_buffer=False)
+
+    def serve(self) -> None:
+        while True:
+            waited: list[int] = [self._control.fileno(), self._wake_read]
+            readable, _, _ = select.select(waited, [], [])
+            if self._wake_read in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_read, 4096)
+                self._reap()
+            if self._control.fileno() in readable:
+                data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+                if not data:
+                    return  # the main process closed its end (or died)
+                self._handle(pickle.loads(data), fds)
+
+    def _handle(self, message: tuple[Any, ...], fds: list[int]) -> None:
+        if message[0] == LOAD:
+            _, sys_path, server, settings = message
+            self._load(sys_path, server, settings)
+        elif message[0] == FORK:
+            self._fork(message[1], fds)
+        for fd in fds:  # a fork closed its own; anything else is not ours to keep
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _load(self, sys_path: list[str], server: ServerSettings, settings: ModelSettings) -> None:
+        if sys_path:  # the main process's, as a worker's INIT gives it
+            sys.path[:] = sys_path
+        configure_logging(server)
+        if server.metrics_enabled:
+            # Metrics defined in load() go out with each worker's first reply.
+            custom_metrics.start_buffering()
+        try:
+            self._model = asyncio.run(_load_model(settings))
+        except Exception as error:
+            self._send((FAILED, ipc.error_to_wire(error)))
+            return
+        gc.collect()
+        gc.freeze()  # the collector never touches these objects: their pages stay shared
+        hazards = fork_hazards()
+        if not hazards and (openmp := openmp_hazard()):
+            hazards.append(openmp)
+        if hazards:
+            self._send((UNFORKABLE, "; ".join(hazards)))
+        else:
+            self._send((LOADED, os.getpid()))
+
+    def _fork(self, token: int, fds: list[int]) -> None:
+        hazards = fork_hazards()
+        if self._model is None or len(fds) != 1 or hazards:
+            why = "; ".join(hazards) or "no model loaded, or no socket came with the command"
+            self._send((FORK_FAILED, token, why))
+            return
+        try:
+            pid = os.fork()
+        except OSError as error:  # out of processes or memory: the pool backs off
+            self._send((FORK_FAILED, token, f"fork failed: {error}"))
+            return
+        if pid == 0:
+            self._become_worker(fds.pop())
+        self._children.add(pid)
+        self._send((FORKED, token, pid))
+
+    def _become_worker(self, fd: int) -> None:
+        """In the child: drop what is the fork parent's, serve the worker's socket, exit."""
+        code = 0
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+            self._control.close()  # the main process must see EOF when the parent dies
+            _die_with_parent(os.getppid())
+            _reseed_numpy()
+            sock = socket.socket(fileno=fd)
+            os.set_inheritable(fd, False)  # processes a runtime starts must not hold it open
+            assert self._model is not None
+            PreloadedWorker(sock, self._model).serve()
+        except BaseException:
+            logger.exception("A forked worker failed")
+            code = 1
+        finally:
+            os._exit(code)  # never back into the fork parent's loop, nor its atexit
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self._children:
+                self._children.discard(pid)
+                self._send((EXITED, pid, os.waitstatus_to_exitcode(status)))
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        with contextlib.suppress(OSError):  # the main process is gone: EOF ends the loop
+            self._control.send(pickle.dumps(message))
+
+
+async def _load_model(settings: ModelSettings) -> Model:
+    """Load the runtime as a worker would (its metrics labelled with its model)."""
+    token = custom_metrics.set_model(custom_metrics.model_labels(settings.name, settings.version))
+    try:
+        # No worker index yet: each worker's context is set when it adopts the model.
+        return await load_runtime(settings, WorkerContext())
+    finally:
+        custom_metrics.reset_model(token)
+
+
+class PreloadedWorker(Worker):
+    """A worker forked from a fork parent: its first LOAD adopts the model loaded there
+    (no import, no load: only the warm-up runs here)."""
+
+    def __init__(self, sock: socket.socket, model: Model) -> None:
+        super().__init__(sock)
+        self._preloaded: Model | None = model
+
+    async def _load(
+        self, instance_id: int, settings: ModelSettings, device: str | None
+    ) -> LoadedInstance:
+        model, self._preloaded = self._preloaded, None
+        if model is None:  # not the model it was forked for: load it as any worker does
+            return await super()._load(instance_id, settings, device)
+        model.context = WorkerContext(self._index, device)
+        loaded = await LoadedModel.adopt(model)
+        self._models[instance_id] = loaded
+        return loaded.instance()
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """SIGCHLD's handler: the wake-up fd carries the news to select()."""
+
+
+def _reseed_numpy() -> None:
+    """Give each worker its own numpy global random state (a fork copies the parent's)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def main(argv: list[str] | None = None) -> None:
+    fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
+    _die_with_parent(parent_pid)
+    # The main process decides when the fork parent stops (by closing its socket).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    control = socket.socket(fileno=fd)
+    os.set_inheritable(fd, False)
+    ForkServer(control).serve()
+
+
+if __name__ == "__main__":
+    main()

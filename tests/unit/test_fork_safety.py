@@ -1,0 +1,113 @@
+"""The fork parent's check, right before each fork, that forking it is safe."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from inferd.workers import fork_safety
+from inferd.workers.fork_safety import cuda_initialized, fork_hazards
+
+
+def _hazards_in_a_fresh_interpreter(prelude: str) -> str:
+    """What fork_hazards() says in a new interpreter after running ``prelude``
+    (this test process may have threads of its own)."""
+    code = textwrap.dedent(prelude) + (
+        "\nfrom inferd.workers.fork_safety import fork_hazards\nprint(fork_hazards())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_a_clean_process_may_fork() -> None:
+    # numpy's BLAS pool is native, not a Python thread, and re-creates itself after a fork.
+    assert _hazards_in_a_fresh_interpreter("import numpy") == "[]"
+
+
+def test_a_thread_left_running_forbids_the_fork() -> None:
+    said = _hazards_in_a_fresh_interpreter(
+        """
+        import threading
+        threading.Thread(target=threading.Event().wait, name="poller", daemon=True).start()
+        """
+    )
+    assert "threads are running (poller)" in said
+
+
+def test_grpc_imported_is_no_hazard_but_its_core_started_is() -> None:
+    assert _hazards_in_a_fresh_interpreter("import grpc") == "[]"
+    said = _hazards_in_a_fresh_interpreter(
+        """
+        import grpc
+        channel = grpc.insecure_channel("127.0.0.1:1")
+        """
+    )
+    assert "native threads are running" in said and "grpc_global_tim" in said
+
+
+def test_a_running_event_loop_forbids_the_fork() -> None:
+    async def check() -> list[str]:
+        return fork_hazards()
+
+    assert "an event loop is running" in asyncio.run(check())
+
+
+def test_cuda_initialized_by_torch_forbids_the_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert cuda_initialized()
+    assert "CUDA is initialized" in fork_hazards()
+
+
+def test_the_cuda_driver_loaded_counts_as_cuda_initialized(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(fork_safety, "CUDA_DRIVER", "libno-such-driver.so")
+    assert not cuda_initialized()
+    monkeypatch.setattr(fork_safety, "CUDA_DRIVER", "libc.so")  # loaded in every process
+    assert cuda_initialized()
+
+
+def _openmp_hazard_in_a_fresh_interpreter(prelude: str) -> str:
+    code = textwrap.dedent(prelude) + (
+        "\nfrom inferd.workers.fork_safety import openmp_hazard\n"
+        "print(repr(openmp_hazard(timeout=1.5)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_an_openmp_pool_that_ran_forbids_the_fork() -> None:
+    # LightGBM runs OpenMP parallel regions (here training; loading a model does too):
+    # libgomp's pool then hangs every forked child in its first parallel region.
+    said = _openmp_hazard_in_a_fresh_interpreter(
+        """
+        import numpy, lightgbm
+        data = numpy.random.default_rng(0).random((200, 4))
+        lightgbm.train({"verbose": -1}, lightgbm.Dataset(data, data[:, 0] > 0.5), 2)
+        """
+    )
+    assert "an OpenMP thread pool" in said and "libgomp" in said
+
+
+def test_openmp_loaded_but_never_run_allows_the_fork() -> None:
+    # scikit-learn carries libgomp; importing it and predicting with a forest runs none.
+    said = _openmp_hazard_in_a_fresh_interpreter(
+        """
+        import numpy
+        from sklearn.ensemble import RandomForestClassifier
+        data = numpy.random.default_rng(0).random((50, 4))
+        RandomForestClassifier(3).fit(data, data[:, 0] > 0.5).predict(data)
+        """
+    )
+    assert said == "''"
