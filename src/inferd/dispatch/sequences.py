@@ -18,7 +18,7 @@ Triton's (with two stricter ones, marked):
   expires.
 
 The table also counts, per sequence, its requests waiting and whether one runs, so
-the scheduler (:mod:`inferd.dispatch.sequence_scheduler`) runs them one at a time, in order.
+its dispatch policy (:mod:`inferd.dispatch.sequence_dispatch`) runs them one at a time, in order.
 Tested with a fake clock, without an event loop.
 """
 

@@ -24,10 +24,16 @@ from pathlib import Path
 
 from inferd.errors import ConfigurationError
 from inferd.observability.stats import ModelStatsTable
-from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.types import InferenceRequest
-from inferd.workers.base import Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.base import (
+    Call,
+    Control,
+    Execution,
+    Holder,
+    LoadedInstance,
+    ResponseStream,
+    SetLogLevel,
+)
 from inferd.workers.environments import (
     WORKER_REQUIREMENTS,
     WorkerEnvironment,
@@ -56,7 +62,7 @@ class EnvironmentPools:
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
         self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: int | None = None  # set at run time: for pools started later too
+        self._log_level: SetLogLevel | None = None  # set at run time
         # fork_workers: CPU models get workers of their own, forked from a parent that
         # loaded them; the server's pool then starts when a model first needs it.
         self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
@@ -161,7 +167,7 @@ class EnvironmentPools:
         if self._failure_handler is not None:
             pool.on_instance_failed(self._failure_handler)
         if self._log_level is not None:
-            pool.set_log_level(self._log_level)
+            pool.control(self._log_level)
         return pool
 
     async def unload(self, instance_id: int) -> None:
@@ -187,46 +193,30 @@ class EnvironmentPools:
     def _pool(self, instance_id: int) -> ProcessPool:
         return self._by_instance.get(instance_id, self.default)
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
-    ) -> Execution:
-        return self._pool(instance_id).predict(instance_id, request, run)
+    def predict(self, call: Call) -> Execution:
+        return self._pool(call.instance_id).predict(call)
 
-    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
-        return self._pool(instance_id).stream(instance_id, request)
+    def stream(self, call: Call) -> ResponseStream:
+        return self._pool(call.instance_id).stream(call)
+
+    def control(self, message: Control) -> None:
+        if isinstance(message, SetLogLevel):
+            self._log_level = message  # for pools started later too
+            for pool in [self.default, *self._pools.values()]:
+                pool.control(message)
+            if self._forked is not None:
+                self._forked.set_log_level(message)
+        else:
+            self._pool(message.instance_id).control(message)
 
     def holders(self, instance_id: int) -> list[Holder]:
         return self._pool(instance_id).holders(instance_id)
 
-    def predict_on(
-        self,
-        instance_id: int,
-        holder: Holder,
-        request: InferenceRequest,
-        run: BatchRun | None = None,
-    ) -> Execution:
-        return self._pool(instance_id).predict_on(instance_id, holder, request, run)
-
-    def stream_on(
-        self, instance_id: int, holder: Holder, request: InferenceRequest
-    ) -> ResponseStream:
-        return self._pool(instance_id).stream_on(instance_id, holder, request)
-
-    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
-        self._pool(instance_id).end_sequence(instance_id, holder, sequence_id)
-
     def capacity(self, instance_id: int) -> int:
         return self._pool(instance_id).capacity(instance_id)
 
-    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
-        self._pool(instance_id).watch(instance_id, on_capacity_change)
-
-    def set_log_level(self, level: int) -> None:
-        self._log_level = level
-        for pool in [self.default, *self._pools.values()]:
-            pool.set_log_level(level)
-        if self._forked is not None:
-            self._forked.set_log_level(level)
+    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
+        self._pool(instance_id).watch(instance_id, on_change)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         self._failure_handler = handler

@@ -36,7 +36,8 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers import forkserver, ipc
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
-from inferd.workers.process import WorkerProcess, describe_exit
+from inferd.workers.process import WorkerProcess
+from inferd.workers.spawn import describe_exit
 
 logger = logging.getLogger(__name__)
 

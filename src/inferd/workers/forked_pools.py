@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from inferd.errors import ConfigurationError, WorkerLost
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.workers.base import SetLogLevel
 from inferd.workers.environments import WORKER_REQUIREMENTS, WorkerEnvironment
 from inferd.workers.fork_parent import ForkedWorkerProcess, ForkParent
 from inferd.workers.pool import ProcessPool
@@ -51,7 +52,7 @@ class ForkedPools:
         self._stats = stats
         self._forked: dict[int, _Forked] = {}
         self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: int | None = None
+        self._log_level: SetLogLevel | None = None
 
     @property
     def pools(self) -> list[ProcessPool]:
@@ -112,7 +113,7 @@ class ForkedPools:
         if self._failure_handler is not None:
             pool.on_instance_failed(self._failure_handler)
         if self._log_level is not None:
-            pool.set_log_level(self._log_level)
+            pool.control(self._log_level)
         return pool
 
     async def release(self, instance_id: int) -> None:
@@ -126,10 +127,11 @@ class ForkedPools:
         for instance_id in list(self._forked):
             await self.release(instance_id)
 
-    def set_log_level(self, level: int) -> None:
-        self._log_level = level
+    def set_log_level(self, message: SetLogLevel) -> None:
+        """Give every forked worker this log level, now and when they (re)start."""
+        self._log_level = message
         for pool in self.pools:
-            pool.set_log_level(level)
+            pool.control(message)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         self._failure_handler = handler
