@@ -27,8 +27,9 @@ from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
+from inferd.triton.logsettings import SetLogLevel
 from inferd.types import ModelState, RepositoryEntry
-from inferd.workers.base import LoadedInstance, Pool, SetLogLevel
+from inferd.workers.base import LoadedInstance, Pool
 
 logger = logging.getLogger(__name__)
 

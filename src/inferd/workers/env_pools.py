@@ -32,7 +32,6 @@ from inferd.workers.base import (
     Holder,
     LoadedInstance,
     ResponseStream,
-    SetLogLevel,
 )
 from inferd.workers.environments import (
     WORKER_REQUIREMENTS,
@@ -62,7 +61,9 @@ class EnvironmentPools:
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
         self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: SetLogLevel | None = None  # set at run time
+        # The latest control message of each type for every process, for pools
+        # started later (a log level set at run time).
+        self._kept: dict[type, Control] = {}
         # fork_workers: CPU models get workers of their own, forked from a parent that
         # loaded them; the server's pool then starts when a model first needs it.
         self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
@@ -166,8 +167,8 @@ class EnvironmentPools:
         pool = ProcessPool(self._settings, make_worker, stats=self._stats)
         if self._failure_handler is not None:
             pool.on_instance_failed(self._failure_handler)
-        if self._log_level is not None:
-            pool.control(self._log_level)
+        for message in self._kept.values():
+            pool.control(message)
         return pool
 
     async def unload(self, instance_id: int) -> None:
@@ -200,14 +201,15 @@ class EnvironmentPools:
         return self._pool(call.instance_id).stream(call)
 
     def control(self, message: Control) -> None:
-        if isinstance(message, SetLogLevel):
-            self._log_level = message  # for pools started later too
-            for pool in [self.default, *self._pools.values()]:
-                pool.control(message)
-            if self._forked is not None:
-                self._forked.set_log_level(message)
-        else:
-            self._pool(message.instance_id).control(message)
+        destination = message.destination()
+        if destination is not None:
+            self._pool(destination.instance_id).control(message)
+            return
+        self._kept[type(message)] = message
+        for pool in [self.default, *self._pools.values()]:
+            pool.control(message)
+        if self._forked is not None:
+            self._forked.control(message)
 
     def holders(self, instance_id: int) -> list[Holder]:
         return self._pool(instance_id).holders(instance_id)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from inferd.errors import ConfigurationError, WorkerLost
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.workers.base import SetLogLevel
+from inferd.workers.base import Control
 from inferd.workers.environments import WORKER_REQUIREMENTS, WorkerEnvironment
 from inferd.workers.fork_parent import ForkedWorkerProcess, ForkParent
 from inferd.workers.pool import ProcessPool
@@ -52,7 +52,7 @@ class ForkedPools:
         self._stats = stats
         self._forked: dict[int, _Forked] = {}
         self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: SetLogLevel | None = None
+        self._kept: dict[type, Control] = {}  # for every process: see EnvironmentPools
 
     @property
     def pools(self) -> list[ProcessPool]:
@@ -112,8 +112,8 @@ class ForkedPools:
         pool = ProcessPool(settings, make_worker, stats=self._stats, load_together=True)
         if self._failure_handler is not None:
             pool.on_instance_failed(self._failure_handler)
-        if self._log_level is not None:
-            pool.control(self._log_level)
+        for message in self._kept.values():
+            pool.control(message)
         return pool
 
     async def release(self, instance_id: int) -> None:
@@ -127,9 +127,10 @@ class ForkedPools:
         for instance_id in list(self._forked):
             await self.release(instance_id)
 
-    def set_log_level(self, message: SetLogLevel) -> None:
-        """Give every forked worker this log level, now and when they (re)start."""
-        self._log_level = message
+    def control(self, message: Control) -> None:
+        """Give every forked worker this message (one for every process), now and when
+        they (re)start."""
+        self._kept[type(message)] = message
         for pool in self.pools:
             pool.control(message)
 
