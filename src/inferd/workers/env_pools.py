@@ -41,6 +41,7 @@ from inferd.workers.environments import (
 )
 from inferd.workers.forked_pools import ForkedPools
 from inferd.workers.pool import ProcessPool
+from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -60,10 +61,7 @@ class EnvironmentPools:
         self._next_index = settings.parallel_workers  # the first environment worker's
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
-        self._failure_handler: Callable[[int, str], None] | None = None
-        # The latest control message of each type for every process, for pools
-        # started later (a log level set at run time).
-        self._kept: dict[type, Control] = {}
+        self._later = LaterPools()  # what environment pools started later are told
         # fork_workers: CPU models get workers of their own, forked from a parent that
         # loaded them; the server's pool then starts when a model first needs it.
         self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
@@ -164,12 +162,7 @@ class EnvironmentPools:
         ) -> WorkerProcess:
             return WorkerProcess(first + index, settings, on_death, environment)
 
-        pool = ProcessPool(self._settings, make_worker, stats=self._stats)
-        if self._failure_handler is not None:
-            pool.on_instance_failed(self._failure_handler)
-        for message in self._kept.values():
-            pool.control(message)
-        return pool
+        return self._later.started(ProcessPool(self._settings, make_worker, stats=self._stats))
 
     async def unload(self, instance_id: int) -> None:
         pool = self._by_instance.pop(instance_id, None)
@@ -205,9 +198,7 @@ class EnvironmentPools:
         if destination is not None:
             self._pool(destination.instance_id).control(message)
             return
-        self._kept[type(message)] = message
-        for pool in [self.default, *self._pools.values()]:
-            pool.control(message)
+        self._later.control(message, [self.default, *self._pools.values()])
         if self._forked is not None:
             self._forked.control(message)
 
@@ -221,8 +212,6 @@ class EnvironmentPools:
         self._pool(instance_id).watch(instance_id, on_change)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        self._failure_handler = handler
-        for pool in [self.default, *self._pools.values()]:
-            pool.on_instance_failed(handler)
+        self._later.on_instance_failed(handler, [self.default, *self._pools.values()])
         if self._forked is not None:
             self._forked.on_instance_failed(handler)

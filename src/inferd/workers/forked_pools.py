@@ -29,6 +29,7 @@ from inferd.workers.base import Control
 from inferd.workers.environments import WORKER_REQUIREMENTS, WorkerEnvironment
 from inferd.workers.fork_parent import ForkedWorkerProcess, ForkParent
 from inferd.workers.pool import ProcessPool
+from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -51,8 +52,7 @@ class ForkedPools:
         self._settings = settings
         self._stats = stats
         self._forked: dict[int, _Forked] = {}
-        self._failure_handler: Callable[[int, str], None] | None = None
-        self._kept: dict[type, Control] = {}  # for every process: see EnvironmentPools
+        self._later = LaterPools()  # what the pools of models forked later are told
 
     @property
     def pools(self) -> list[ProcessPool]:
@@ -110,11 +110,7 @@ class ForkedPools:
 
         settings = self._settings.model_copy(update={"parallel_workers": count})
         pool = ProcessPool(settings, make_worker, stats=self._stats, load_together=True)
-        if self._failure_handler is not None:
-            pool.on_instance_failed(self._failure_handler)
-        for message in self._kept.values():
-            pool.control(message)
-        return pool
+        return self._later.started(pool)
 
     async def release(self, instance_id: int) -> None:
         """Stop the instance's workers, then its parent (after the pool unloaded it)."""
@@ -130,11 +126,7 @@ class ForkedPools:
     def control(self, message: Control) -> None:
         """Give every forked worker this message (one for every process), now and when
         they (re)start."""
-        self._kept[type(message)] = message
-        for pool in self.pools:
-            pool.control(message)
+        self._later.control(message, self.pools)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        self._failure_handler = handler
-        for pool in self.pools:
-            pool.on_instance_failed(handler)
+        self._later.on_instance_failed(handler, self.pools)
