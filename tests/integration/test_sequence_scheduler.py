@@ -12,11 +12,12 @@ import pytest
 
 from inferd.context import RequestContext
 from inferd.dispatch.scheduler import Scheduler
+from inferd.dispatch.sequences import EndSequence
 from inferd.errors import InvalidRequest, Overloaded, WorkerLost
 from inferd.observability.trace_record import RequestTrace
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers.base import Call, EndSequence, Execution, Holder, StreamBase
+from inferd.workers.base import Call, Execution, Holder, StreamBase
 from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio

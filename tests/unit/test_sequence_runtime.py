@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from inferd.dispatch.sequences import EndSequence
 from inferd.errors import ConfigurationError
 from inferd.model import Model
 from inferd.settings.loader import model_settings_from_dict
-from inferd.workers.base import EndSequence
 from inferd.workers.inprocess import IN_PROCESS, InProcessPool
 
 pytestmark = pytest.mark.anyio

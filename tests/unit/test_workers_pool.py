@@ -20,9 +20,10 @@ import pytest
 from inferd.errors import ConfigurationError, ModelError, ModelNotReady, WorkerLost
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.triton.logsettings import SetLogLevel
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers import ipc
-from inferd.workers.base import Call, LoadedInstance, SetLogLevel
+from inferd.workers.base import Call, LoadedInstance
 from inferd.workers.pool import ProcessPool, RestartPolicy
 from inferd.workers.process import WorkerProcess
 from inferd.workers.spawn import describe_exit
@@ -87,6 +88,7 @@ class FakeWorker(WorkerProcess):
         self.lived = 0.0  # what uptime says: young unless a test makes it old
         self.spawns = 0
         self.log_levels: list[tuple[str, int | None]] = []  # ("init" or "set", level)
+        self.controls: list[Any] = []  # the control messages received, in order
 
     @property
     def uptime(self) -> float:
@@ -105,11 +107,13 @@ class FakeWorker(WorkerProcess):
 
     def received(self, kind: int, instance_id: int, body: Any, future: asyncio.Future[Any]) -> None:
         self.commands.append((kind, instance_id))
-        if kind == ipc.LOG_LEVEL:
-            self.log_levels.append(("set", body))
+        if kind == ipc.CONTROL:
+            self.controls.append(body)
+            if isinstance(body, SetLogLevel):
+                self.log_levels.append(("set", body.level))
             future.set_result(None)
         elif kind == ipc.INIT:
-            self.log_levels.append(("init", body[3]))
+            self.log_levels.append(("init", _kept_level(body[3])))
             if self.failed_starts_to_come:
                 self.failed_starts_to_come -= 1
                 asyncio.get_running_loop().call_soon(self.die)
@@ -426,3 +430,10 @@ async def test_a_worker_that_does_not_start_fails_the_pool_start(pools: Pools) -
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         await pool.start()
     assert all(worker.channel.closed for worker in fakes(pool))
+
+
+def _kept_level(kept: list[Any]) -> int | None:
+    """The log level a worker's INIT carries among its kept control messages."""
+    levels = [message.level for message in kept if isinstance(message, SetLogLevel)]
+    assert len(kept) == len(levels) <= 1, kept
+    return levels[0] if levels else None

@@ -35,12 +35,18 @@ from inferd.dispatch.launch import Launcher
 from inferd.dispatch.policy import unloading_error
 from inferd.dispatch.queueing import QueuePolicy
 from inferd.dispatch.sequence_turns import SequenceStream, Turn
-from inferd.dispatch.sequences import Clock, Sequence, SequenceTable, sequence_control
+from inferd.dispatch.sequences import (
+    Clock,
+    EndSequence,
+    Sequence,
+    SequenceTable,
+    sequence_control,
+)
 from inferd.errors import Overloaded, WorkerLost
 from inferd.observability.stats import rows_of
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers.base import EndSequence, Execution, Holder, ResponseStream
+from inferd.workers.base import Execution, Holder, ResponseStream
 
 logger = logging.getLogger(__name__)
 

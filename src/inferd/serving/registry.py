@@ -28,7 +28,7 @@ from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
 from inferd.types import ModelState, RepositoryEntry
-from inferd.workers.base import LoadedInstance, Pool, SetLogLevel
+from inferd.workers.base import Control, LoadedInstance, Pool
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +74,10 @@ class Registry:
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
 
-    def set_log_level(self, level: int) -> None:
-        """Log at ``level`` where the instances run (worker processes too): the
-        logging extension's change reaches every process serving a model."""
-        self._pool.control(SetLogLevel(level))
+    def control(self, message: Control) -> None:
+        """Deliver a feature's control message where the instances run (worker
+        processes too; see workers.base.Control), e.g. the logging extension's level."""
+        self._pool.control(message)
 
     def names(self) -> list[str]:
         return list(self._models)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata
+
+if TYPE_CHECKING:
+    from inferd.workers.loaded_model import LoadedModel
 
 Answer = Coroutine[Any, Any, InferenceResponse]
 # One live holder of an instance, for sequences that must stay where their state is:
@@ -177,25 +180,44 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class SetLogLevel:
-    """Give the processes running runtimes this root logger level, now and when they
-    (re)start (Triton's logging extension changed the server's)."""
-
-    level: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndSequence:
-    """Have the runtime on ``holder`` drop the sequence's state (its ``sequence_end``),
-    soon, after what was sent there before; a holder that stopped took it along."""
+class OnHolder:
+    """Where a control message for one holder goes: the runtime of ``instance_id`` on
+    ``holder`` (a sequence's). A holder that stopped meanwhile took its state along,
+    so the message is dropped there."""
 
     instance_id: int
     holder: Holder
-    sequence_id: int | str
 
 
-# What a pool is told outside any call; it answers nothing, failures are logged.
-Control = SetLogLevel | EndSequence
+class WorkerState(Protocol):
+    """What a control message reaches where runtimes run (a worker process, or the
+    main process for the in-process pool)."""
+
+    def loaded(self, instance_id: int) -> LoadedModel | None:
+        """The runtime loaded there as ``instance_id``; None if it is not (any more)."""
+        ...
+
+
+class Control(Protocol):
+    """A message for where runtimes run, outside any call: it answers nothing, and
+    failures are logged. A feature defines its own (pickled to worker processes), so
+    adding one touches the feature, not the pools or the worker IPC.
+
+    Two routes, which :meth:`destination` picks:
+
+    - ``None``: every process running runtimes, now and each time one (re)starts;
+      the pools keep the latest message of each type and hand it to the processes
+      they start later (a setting, such as a log level);
+    - an :class:`OnHolder`: that holder only, after the commands sent there before
+      (a sequence's end).
+    """
+
+    def destination(self) -> OnHolder | None: ...
+
+    def apply_in_worker(self, worker: WorkerState) -> None:
+        """Take effect where runtimes run; in a worker process, on the thread that reads
+        commands, between the commands read before and after it."""
+        ...
 
 
 class Pool(Protocol):

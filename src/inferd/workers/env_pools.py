@@ -32,7 +32,6 @@ from inferd.workers.base import (
     Holder,
     LoadedInstance,
     ResponseStream,
-    SetLogLevel,
 )
 from inferd.workers.environments import (
     WORKER_REQUIREMENTS,
@@ -42,6 +41,7 @@ from inferd.workers.environments import (
 )
 from inferd.workers.forked_pools import ForkedPools
 from inferd.workers.pool import ProcessPool
+from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,7 @@ class EnvironmentPools:
         self._next_index = settings.parallel_workers  # the first environment worker's
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
-        self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: SetLogLevel | None = None  # set at run time
+        self._later = LaterPools()  # what environment pools started later are told
         # fork_workers: CPU models get workers of their own, forked from a parent that
         # loaded them; the server's pool then starts when a model first needs it.
         self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
@@ -163,12 +162,7 @@ class EnvironmentPools:
         ) -> WorkerProcess:
             return WorkerProcess(first + index, settings, on_death, environment)
 
-        pool = ProcessPool(self._settings, make_worker, stats=self._stats)
-        if self._failure_handler is not None:
-            pool.on_instance_failed(self._failure_handler)
-        if self._log_level is not None:
-            pool.control(self._log_level)
-        return pool
+        return self._later.started(ProcessPool(self._settings, make_worker, stats=self._stats))
 
     async def unload(self, instance_id: int) -> None:
         pool = self._by_instance.pop(instance_id, None)
@@ -200,14 +194,13 @@ class EnvironmentPools:
         return self._pool(call.instance_id).stream(call)
 
     def control(self, message: Control) -> None:
-        if isinstance(message, SetLogLevel):
-            self._log_level = message  # for pools started later too
-            for pool in [self.default, *self._pools.values()]:
-                pool.control(message)
-            if self._forked is not None:
-                self._forked.set_log_level(message)
-        else:
-            self._pool(message.instance_id).control(message)
+        destination = message.destination()
+        if destination is not None:
+            self._pool(destination.instance_id).control(message)
+            return
+        self._later.control(message, [self.default, *self._pools.values()])
+        if self._forked is not None:
+            self._forked.control(message)
 
     def holders(self, instance_id: int) -> list[Holder]:
         return self._pool(instance_id).holders(instance_id)
@@ -219,8 +212,6 @@ class EnvironmentPools:
         self._pool(instance_id).watch(instance_id, on_change)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        self._failure_handler = handler
-        for pool in [self.default, *self._pools.values()]:
-            pool.on_instance_failed(handler)
+        self._later.on_instance_failed(handler, [self.default, *self._pools.values()])
         if self._forked is not None:
             self._forked.on_instance_failed(handler)

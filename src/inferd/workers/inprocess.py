@@ -30,7 +30,6 @@ from inferd.workers.base import (
     Answer,
     Call,
     Control,
-    EndSequence,
     Execution,
     Holder,
     LoadedInstance,
@@ -85,12 +84,13 @@ class InProcessPool:
         return LocalStream(loaded, call.request, loaded.threads)
 
     def control(self, message: Control) -> None:
-        """A sequence's end reaches its runtime at once; a log level needs nothing:
-        runtimes log through the main process's loggers, already at that level."""
-        if isinstance(message, EndSequence):
-            loaded = self._models.get(message.instance_id)
-            if loaded is not None:
-                loaded.end_sequence(message.sequence_id)
+        """Applied here at once, whatever its destination: this process is the one
+        holder of every instance, and the only process running runtimes."""
+        message.apply_in_worker(self)
+
+    def loaded(self, instance_id: int) -> LoadedModel | None:
+        """What a control message reaches (base.WorkerState)."""
+        return self._models.get(instance_id)
 
     def holders(self, instance_id: int) -> list[Holder]:
         """One holder, this process (sequences)."""

@@ -43,7 +43,6 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers.base import (
     Call,
     Control,
-    EndSequence,
     Execution,
     Holder,
     LoadedInstance,
@@ -229,11 +228,12 @@ class ProcessPool:
         return worker.stream(call, holds_slot=not interleaved)
 
     def control(self, message: Control) -> None:
-        if isinstance(message, EndSequence):
+        destination = message.destination()
+        if destination is not None:
             with contextlib.suppress(WorkerLost):  # stopped: its state went with it
-                self._holding(message.instance_id, message.holder).control(message)
+                self._holding(destination.instance_id, destination.holder).control(message)
             return
-        for worker in self._workers:  # each keeps a log level for its restarts
+        for worker in self._workers:  # each keeps the message for its restarts
             worker.control(message)
 
     def holders(self, instance_id: int) -> list[Holder]:

@@ -30,7 +30,7 @@ from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceResponse
 from inferd.workers import ipc, spawn
-from inferd.workers.base import Call, Control, EndSequence, LoadedInstance
+from inferd.workers.base import Call, Control, LoadedInstance
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
 from inferd.workers.process_handle import ProcessHandle
@@ -73,9 +73,9 @@ class WorkerProcess:
         self._kill_reason = ""
         # One load at a time per worker, so peak memory stays one model's worth.
         self._load_lock = asyncio.Lock()
-        # The root logger's level set at run time (None: as the settings say); a
-        # (re)started process gets it at INIT.
-        self._log_level: int | None = None
+        # The latest control message of each type sent to every process (a log level
+        # set at run time): a (re)started process gets them at INIT.
+        self._kept: dict[type, Control] = {}
         self.book = SlotBook()
         self.metrics = WorkerMetrics()
 
@@ -143,7 +143,8 @@ class WorkerProcess:
         self._channel = channel = await self._spawn()
         # A worker in a model's environment keeps that environment's import path.
         import_path = list(sys.path) if self.environment is None else []
-        init: ipc.InitBody = (self.index, import_path, self._settings, self._log_level)
+        kept = list(self._kept.values())
+        init: ipc.InitBody = (self.index, import_path, self._settings, kept)
         try:
             await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
         except (WorkerLost, TimeoutError):
@@ -322,19 +323,16 @@ class WorkerProcess:
         return stream
 
     def control(self, message: Control) -> None:
-        """Tell the process ``message`` after the commands sent before it. A log level
-        is kept for its later starts too; a sequence's end reaching a process that died
-        meanwhile is moot (its state went with it)."""
-        if isinstance(message, EndSequence):
-            command, instance_id, body = ipc.SEQUENCE_END, message.instance_id, message.sequence_id
-        else:
-            self._log_level = message.level
+        """Tell the process ``message`` after the commands sent before it. One for every
+        process is kept for its later starts too; one for a holder reaching a process
+        that died meanwhile is moot (the holder's state went with it)."""
+        if message.destination() is None:
+            self._kept[type(message)] = message
             if self._channel is None:  # not started yet: INIT carries it
                 return
-            command, instance_id, body = ipc.LOG_LEVEL, 0, message.level
         try:
-            sent = self._call(command, instance_id, body)
-        except WorkerLost:  # dead: its restart's INIT carries a log level
+            sent = self._call(ipc.CONTROL, 0, message)
+        except WorkerLost:  # dead: its restart's INIT carries what is kept
             return
         sent.add_done_callback(functools.partial(_unheard, type(message).__name__))
 

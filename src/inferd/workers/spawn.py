@@ -1,7 +1,8 @@
 """Starting a worker process and seeing it end: the only code that spawns one.
 
 :func:`spawn` starts ``python -m inferd.workers.worker`` (the server's
-interpreter, or a model environment's) with one end of a socket pair, and
+interpreter, or a model environment's) with one end of a socket pair (the fork
+parent is started the same way, :func:`spawn_module`), and
 :func:`reap` waits for it to exit. Another way of starting workers (forking a
 warmed-up parent, starting them in parallel) replaces these two functions.
 """
@@ -27,11 +28,17 @@ EXIT_POLL_INTERVAL = 0.005
 
 def spawn(environment: WorkerEnvironment | None) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """A new worker process and the main process's end of its socket."""
-    ours, theirs = socket.socketpair()
+    return spawn_module("inferd.workers.worker", environment)
+
+
+def spawn_module(
+    module: str, environment: WorkerEnvironment | None, kind: int = socket.SOCK_STREAM
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """``python -m module FD PID`` (the server's interpreter, or the environment's) with
+    one end of a UNIX socket pair of ``kind`` as FD, and the main process's end."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, kind)
     python = sys.executable if environment is None else environment.python
-    command = [
-        python, "-m", "inferd.workers.worker", str(theirs.fileno()), str(os.getpid())
-    ]  # fmt: skip
+    command = [python, "-m", module, str(theirs.fileno()), str(os.getpid())]
     variables = None if environment is None else environment.process_environment()
     try:
         process = subprocess.Popen(
