@@ -138,6 +138,7 @@ async def time_pool(pool: Any, calls: int, samples: int = 5) -> dict[str, float]
     """p50 and mean of one request through ``pool``, median over ``samples``."""
     from inferd.settings.loader import model_settings_from_dict
     from inferd.types import InferenceRequest, Tensor
+    from inferd.workers.base import Call
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "noop.py").write_text(
@@ -152,20 +153,20 @@ async def time_pool(pool: Any, calls: int, samples: int = 5) -> dict[str, float]
         await pool.load(1, settings)
     request = InferenceRequest([Tensor("x", np.array([ROW], dtype=np.float32))])
     for _ in range(min(calls, 2000)):
-        await pool.predict(1, request).result()
+        await pool.predict(Call(1, request)).result()
     medians, means = [], []
     for _ in range(samples):
         timings = []
         for _ in range(calls):
             started = time.perf_counter_ns()
-            await pool.predict(1, request).result()
+            await pool.predict(Call(1, request)).result()
             timings.append(time.perf_counter_ns() - started)
         medians.append(statistics.median(timings) / 1e3)
         means.append(statistics.fmean(timings) / 1e3)
     large = InferenceRequest([Tensor("x", np.zeros((1024, 1024), dtype=np.float32))])
     large_started = time.perf_counter()
     for _ in range(20):
-        await pool.predict(1, large).result()
+        await pool.predict(Call(1, large)).result()
     large_ms = (time.perf_counter() - large_started) / 20 * 1e3
     await pool.unload(1)
     await pool.close()

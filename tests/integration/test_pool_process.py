@@ -16,6 +16,7 @@ from inferd.errors import WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
+from inferd.workers.base import Call
 from inferd.workers.pool import ProcessPool
 from tests.support.polling import wait_for_async
 
@@ -87,7 +88,7 @@ async def test_a_request_runs_in_a_worker_process_and_comes_back_whole(
     pool: ProcessPool,
 ) -> None:
     assert (pool.capacity(IN_BOTH), pool.capacity(IN_ONE)) == (4, 2)
-    response = await pool.predict(IN_BOTH, request()).result()
+    response = await pool.predict(Call(IN_BOTH, request())).result()
     doubled = response.outputs[0].data
     assert doubled.dtype == np.float32 and doubled.shape == (1, 3)
     np.testing.assert_array_equal(doubled, X * 2)
@@ -95,7 +96,7 @@ async def test_a_request_runs_in_a_worker_process_and_comes_back_whole(
 
 
 async def test_threads_per_worker_runs_that_many_requests_at_once(pool: ProcessPool) -> None:
-    both = [pool.predict(IN_ONE, request(do="together")).result() for _ in range(2)]
+    both = [pool.predict(Call(IN_ONE, request(do="together"))).result() for _ in range(2)]
     responses = await asyncio.wait_for(asyncio.gather(*both), 30)
     assert pid_of(responses[0]) == pid_of(responses[1]), "in the one worker holding it"
 
@@ -107,14 +108,14 @@ async def test_a_worker_killed_mid_request_fails_it_and_comes_back_to_serve(
     killed_pid = holder.pid
     assert killed_pid is not None
     started = folder / "started"
-    running = pool.predict(IN_ONE, request(do="hang", started=str(started)))
+    running = pool.predict(Call(IN_ONE, request(do="hang", started=str(started))))
     await wait_for_async(started.exists, "started.exists", timeout=60)
 
     os.kill(killed_pid, signal.SIGKILL)
     with pytest.raises(WorkerLost, match=r"stopped before answering; it is being restarted"):
         await asyncio.wait_for(running.result(), 10)
     assert pool.capacity(IN_BOTH) == 2, "the other worker serves on"
-    served = await pool.predict(IN_BOTH, request()).result()
+    served = await pool.predict(Call(IN_BOTH, request())).result()
     assert pid_of(served) != killed_pid
 
     await wait_for_async(
@@ -122,6 +123,6 @@ async def test_a_worker_killed_mid_request_fails_it_and_comes_back_to_serve(
         "pool.capacity(IN_ONE) == 2 and pool.capacity(IN_BOTH) == 4",
         timeout=60,
     )
-    response = await pool.predict(IN_ONE, request()).result()
+    response = await pool.predict(Call(IN_ONE, request())).result()
     assert pid_of(response) == holder.pid != killed_pid
     assert holder.restarts == 1

@@ -21,7 +21,7 @@ from inferd.errors import ModelError, WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers.base import ResponseStream
+from inferd.workers.base import Call, ResponseStream
 from inferd.workers.pool import ProcessPool
 from inferd.workers.remote_stream import STREAM_WINDOW
 from tests.support.polling import wait_for_async
@@ -150,7 +150,7 @@ async def finish(stream: ResponseStream) -> None:
 async def test_each_response_arrives_in_order_before_the_next_is_produced(
     pool: ProcessPool, instance_id: int
 ) -> None:
-    stream = pool.stream(instance_id, request(n=4, delay=0.15))
+    stream = pool.stream(Call(instance_id, request(n=4, delay=0.15)))
     arrivals: list[tuple[int, float, float]] = []  # (index, produced at, arrived at)
     async for response in stream:
         arrivals.append((index_of(response), float(response.outputs[1].data[0]), time.time()))
@@ -165,7 +165,7 @@ async def test_a_cancel_runs_the_generators_finally_in_the_worker_which_then_ser
     pool: ProcessPool, instance_id: int, tmp_path: Path
 ) -> None:
     closed = tmp_path / "closed"
-    stream = pool.stream(instance_id, request(n=1000, delay=0.01, closed=str(closed)))
+    stream = pool.stream(Call(instance_id, request(n=1000, delay=0.01, closed=str(closed))))
     assert [index_of(response) for response in await take(stream, 2)] == [0, 1]
     stream.cancel()
     stream.cancel()
@@ -176,9 +176,9 @@ async def test_a_cancel_runs_the_generators_finally_in_the_worker_which_then_ser
 
     (worker,) = pool.workers
     assert (worker.outstanding, worker.open_streams) == (0, 0)
-    again = pool.stream(instance_id, request(n=3))
+    again = pool.stream(Call(instance_id, request(n=3)))
     assert [index_of(response) async for response in again] == [0, 1, 2]
-    served = await pool.predict(ECHO, request()).result()
+    served = await pool.predict(Call(ECHO, request())).result()
     assert pid_of(served) == worker.pid
 
 
@@ -186,7 +186,7 @@ async def test_a_cancel_runs_the_generators_finally_in_the_worker_which_then_ser
 async def test_an_error_after_three_responses_reaches_the_reader_after_them(
     pool: ProcessPool, instance_id: int
 ) -> None:
-    stream = pool.stream(instance_id, request(n=10, fail_at=3))
+    stream = pool.stream(Call(instance_id, request(n=10, fail_at=3)))
     taken: list[int] = []
     with pytest.raises(ModelError, match=r"failed: ValueError: failed after 3$"):
         async for response in stream:
@@ -201,7 +201,7 @@ async def test_a_slow_reader_holds_the_generator_within_the_window(
 ) -> None:
     counter = tmp_path / "yielded"
     total = 300
-    stream = pool.stream(instance_id, request(n=total, record=str(counter)))
+    stream = pool.stream(Call(instance_id, request(n=total, record=str(counter))))
     batch = STREAM_WINDOW // 4  # credit goes back a quarter window at a time
     read = 0
     while read < 2 * STREAM_WINDOW:
@@ -224,12 +224,12 @@ async def test_the_worker_answers_other_requests_while_an_async_stream_waits(
     pool: ProcessPool, tmp_path: Path
 ) -> None:
     closed = tmp_path / "closed"
-    waiting = pool.stream(ASYNC, request(n=3, hang_at=1, closed=str(closed)))
+    waiting = pool.stream(Call(ASYNC, request(n=3, hang_at=1, closed=str(closed))))
     assert [index_of(response) for response in await take(waiting, 1)] == [0]
 
-    echoed = await asyncio.wait_for(pool.predict(ECHO, request()).result(), 30)
-    other = pool.stream(ASYNC, request(n=3))
-    plain = pool.stream(PLAIN, request(n=3))
+    echoed = await asyncio.wait_for(pool.predict(Call(ECHO, request())).result(), 30)
+    other = pool.stream(Call(ASYNC, request(n=3)))
+    plain = pool.stream(Call(PLAIN, request(n=3)))
     assert [index_of(response) async for response in other] == [0, 1, 2]
     assert [index_of(response) async for response in plain] == [0, 1, 2]
     assert pid_of(echoed) == pool.workers[0].pid
@@ -262,7 +262,7 @@ async def test_a_worker_killed_mid_stream_fails_it_with_worker_lost(pool: Proces
     (worker,) = pool.workers
     killed_pid = worker.pid
     assert killed_pid is not None
-    stream = pool.stream(PLAIN, request(n=3, hang_at=1))
+    stream = pool.stream(Call(PLAIN, request(n=3, hang_at=1)))
     assert [index_of(response) for response in await take(stream, 1)] == [0]
 
     os.kill(killed_pid, signal.SIGKILL)
@@ -276,6 +276,6 @@ async def test_a_worker_killed_mid_stream_fails_it_with_worker_lost(pool: Proces
         "pool.capacity(PLAIN) == 1 and pool.capacity(ASYNC) == 1",
         timeout=30,
     )
-    again = pool.stream(ASYNC, request(n=2))
+    again = pool.stream(Call(ASYNC, request(n=2)))
     responses = [response async for response in again]
     assert [index_of(r) for r in responses] == [0, 1] and pid_of(responses[0]) != killed_pid

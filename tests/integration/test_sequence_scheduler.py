@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from inferd.context import RequestContext
-from inferd.dispatch.sequence_scheduler import SequenceScheduler
+from inferd.dispatch.scheduler import Scheduler
+from inferd.dispatch.sequences import EndSequence
 from inferd.errors import InvalidRequest, Overloaded, WorkerLost
-from inferd.observability.trace_record import BatchRun, RequestTrace
+from inferd.observability.trace_record import RequestTrace
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers.base import Execution, Holder, StreamBase
+from inferd.workers.base import Call, Execution, Holder, StreamBase
 from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio
@@ -45,16 +46,12 @@ class HolderPool:
     def holders(self, instance_id: int) -> list[Holder]:
         return list(self.alive)
 
-    def predict_on(
-        self,
-        instance_id: int,
-        holder: Holder,
-        request: InferenceRequest,
-        run: BatchRun | None = None,
-    ) -> Execution:
+    def predict(self, call: Call) -> Execution:
+        holder, run = call.holder, call.run
+        assert holder is not None  # a sequence's call names its holder
         if holder not in self.alive:
             raise WorkerLost("that worker stopped")
-        tag = str(request.parameters["tag"])
+        tag = str(call.request.parameters["tag"])
         if run is not None:  # a traced request's: say where predict ran, as pools do
             run.predicted(holder[0], 1, 2)
         gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -69,16 +66,18 @@ class HolderPool:
             del self.running[tag]
         return InferenceResponse([Tensor("tag", np.array([tag.encode()], dtype=object))])
 
-    def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> Any:
+    def stream(self, call: Call) -> Any:
+        holder = call.holder
         if holder not in self.alive:
             raise WorkerLost("that worker stopped")
-        tag = str(request.parameters["tag"])
+        assert holder is not None
+        tag = str(call.request.parameters["tag"])
         self.ran.append((holder, tag))
         self.streams[tag] = stream = FakeStream()
         return stream
 
-    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: Any) -> None:
-        self.ended.append((holder, sequence_id))
+    def control(self, message: EndSequence) -> None:
+        self.ended.append((message.holder, message.sequence_id))
 
     def finish(self, tag: str) -> None:
         self.running[tag][1].set_result(None)
@@ -110,18 +109,18 @@ class FakeStream(StreamBase):
         self._finish()
 
 
-def make(pool: HolderPool, idle_us: int = 60_000_000, **settings: Any) -> SequenceScheduler:
+def make(pool: HolderPool, idle_us: int = 60_000_000, **settings: Any) -> Scheduler:
     model = ModelSettings(
         name="acc",
         threads_per_worker=settings.pop("threads_per_worker", 2),
         sequence_batching={"max_sequence_idle_microseconds": idle_us},
         **settings,
     )
-    return SequenceScheduler(pool, 1, model)  # type: ignore[arg-type]
+    return Scheduler(pool, 1, model)  # type: ignore[arg-type]
 
 
 def call(
-    scheduler: SequenceScheduler,
+    scheduler: Scheduler,
     tag: str,
     sequence_id: Any,
     trace: RequestTrace | None = None,
@@ -341,7 +340,7 @@ async def test_close_waits_for_what_was_admitted() -> None:
     assert not closing.done()
     await done(pool, "1a")
     await asyncio.gather(running, closing)
-    assert scheduler.open_sequences == 0
+    assert scheduler.policy.open_sequences == 0  # type: ignore[attr-defined]
 
 
 async def test_traced_requests_note_their_wait_and_their_run_on_the_holder() -> None:

@@ -40,9 +40,6 @@ LAYERS: list[set[str]] = [
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 EDGE_ONLY = ("starlette", "uvicorn", "grpc", "grpc_health", "grpc_reflection", "google.protobuf")
 MAY_IMPORT_EDGE_LIBRARIES = {"server", "protocol", "tools"}
-# Being mended by issue 24's open item (the pool's split shortens the worker
-# modules); each entry goes when it is.
-PENDING_SPLITS = {"dispatch/scheduler.py", "workers/pool.py", "workers/process.py"}
 
 
 def design_section(title: str) -> str:
@@ -129,6 +126,5 @@ def test_every_module_is_under_400_lines() -> None:
         str(p.relative_to(PACKAGE)): n
         for p in MODULES
         if (n := len(p.read_text().splitlines())) >= 400
-        and str(p.relative_to(PACKAGE)) not in PENDING_SPLITS
     }
     assert not long, f"modules of 400 lines or more: {long}"

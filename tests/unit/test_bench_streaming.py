@@ -22,6 +22,7 @@ from benchmarks.streamwire import grpc_reader
 from inferd.protocol import pb
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, Tensor
+from inferd.workers.base import Call
 from inferd.workers.inprocess import InProcessPool
 
 
@@ -104,7 +105,7 @@ async def test_the_count_model_streams_0_to_n_minus_1_in_inferd(tmp_path: Path) 
         loaded = await pool.load(1, settings)
         assert loaded.streams and loaded.interleaved_streams and not loaded.predicts
         request = InferenceRequest([Tensor("n", np.array([4], dtype=np.int32))])
-        responses = [response async for response in pool.stream(1, request)]
+        responses = [response async for response in pool.stream(Call(1, request))]
     finally:
         await pool.close()
     assert [r.outputs[0].data.tolist() for r in responses] == [[0], [1], [2], [3]]

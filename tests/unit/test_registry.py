@@ -14,7 +14,7 @@ from inferd.serving.registry import Registry
 from inferd.settings import ModelSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
-from inferd.workers.base import Execution, LoadedInstance
+from inferd.workers.base import Call, Execution, LoadedInstance
 
 pytestmark = pytest.mark.anyio
 
@@ -50,8 +50,8 @@ class FakePool:
         self.loaded.pop(instance_id, None)
         self.unloaded.append(instance_id)
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
-        return Execution.inline(self._answer(instance_id))
+    def predict(self, call: Call) -> Execution:
+        return Execution.inline(self._answer(call.instance_id))
 
     async def _answer(self, instance_id: int) -> InferenceResponse:
         return InferenceResponse([Tensor("instance", np.array([instance_id]))])

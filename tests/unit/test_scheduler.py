@@ -12,7 +12,7 @@ from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import WorkerLost
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
-from inferd.workers.base import Execution
+from inferd.workers.base import Call, Execution
 
 pytestmark = pytest.mark.anyio
 
@@ -41,10 +41,10 @@ class GatedPool:
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Not used here."""
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+    def predict(self, call: Call) -> Execution:
         if self._capacity == 0:
             raise WorkerLost("no worker")
-        return Execution.inline(self._run(int(request.inputs[0].data[0])))
+        return Execution.inline(self._run(int(call.request.inputs[0].data[0])))
 
     async def _run(self, number: int) -> InferenceResponse:
         gate = asyncio.Event()
@@ -205,8 +205,8 @@ class StartingPool(GatedPool):
         super().__init__(capacity)
         self.calls: dict[int, asyncio.Future[InferenceResponse]] = {}
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
-        number = int(request.inputs[0].data[0])
+    def predict(self, call: Call) -> Execution:
+        number = int(call.request.inputs[0].data[0])
         self.started.append(number)
         self.calls[number] = future = asyncio.get_running_loop().create_future()
         return Execution.sent(future)

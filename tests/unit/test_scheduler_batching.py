@@ -13,7 +13,7 @@ from inferd.errors import DeadlineExceeded, ModelError, Overloaded
 from inferd.observability.stats import ModelStats
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
-from inferd.workers.base import Execution
+from inferd.workers.base import Call, Execution
 
 pytestmark = pytest.mark.anyio
 
@@ -32,8 +32,8 @@ class BatchPool:
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         """Capacity never changes here."""
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
-        return Execution.inline(self._run(request))
+    def predict(self, call: Call) -> Execution:
+        return Execution.inline(self._run(call.request))
 
     async def _run(self, request: InferenceRequest) -> InferenceResponse:
         x = request.input("x").data

@@ -13,7 +13,7 @@ from inferd.errors import ModelError, Overloaded
 from inferd.observability.stats import ModelStats
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers.base import Execution, StreamBase
+from inferd.workers.base import Call, Execution, StreamBase
 
 pytestmark = pytest.mark.anyio
 
@@ -53,11 +53,11 @@ class StreamPool:
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         """Capacity never changes here."""
 
-    def stream(self, instance_id: int, request: InferenceRequest) -> FakeStream:
+    def stream(self, call: Call) -> FakeStream:
         self.streams.append(FakeStream())
         return self.streams[-1]
 
-    def predict(self, instance_id: int, request: InferenceRequest) -> Execution:
+    def predict(self, call: Call) -> Execution:
         raise AssertionError("streams only")
 
 

@@ -11,7 +11,7 @@ import pytest
 from inferd.context import RequestContext
 from inferd.observability.trace_record import BatchRun, RequestTrace
 from inferd.types import InferenceRequest
-from inferd.workers.base import Execution
+from inferd.workers.base import Call, Execution
 
 from .test_scheduler_batching import BatchPool, request, scheduler, settle
 
@@ -25,11 +25,9 @@ class TimedPool(BatchPool):
         super().__init__()
         self.runs: list[BatchRun | None] = []
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
-    ) -> Execution:
-        self.runs.append(run)
-        return Execution.inline(self._timed(request, run))
+    def predict(self, call: Call) -> Execution:
+        self.runs.append(call.run)
+        return Execution.inline(self._timed(call.request, call.run))
 
     async def _timed(self, request: InferenceRequest, run: BatchRun | None) -> object:
         started = time.time_ns()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from inferd.dispatch.sequences import EndSequence
 from inferd.errors import ConfigurationError
 from inferd.model import Model
 from inferd.settings.loader import model_settings_from_dict
@@ -80,10 +81,10 @@ async def test_the_pool_calls_sequence_end_and_logs_what_it_raises(
     pool = InProcessPool()
     await pool.load(1, settings(tmp_path, Stateful, sequence_batching={}))
     assert pool.holders(1) == [IN_PROCESS] and pool.holders(2) == []
-    pool.end_sequence(1, IN_PROCESS, 7)
+    pool.control(EndSequence(1, IN_PROCESS, 7))
     with caplog.at_level(logging.ERROR):
-        pool.end_sequence(1, IN_PROCESS, "bad")
-    pool.end_sequence(2, IN_PROCESS, 8)  # not loaded: nothing to drop
+        pool.control(EndSequence(1, IN_PROCESS, "bad"))
+    pool.control(EndSequence(2, IN_PROCESS, 8))  # not loaded: nothing to drop
     assert ENDED == [7]
     assert "sequence_end('bad') raised" in caplog.text
     await pool.close()
@@ -92,7 +93,7 @@ async def test_the_pool_calls_sequence_end_and_logs_what_it_raises(
 async def test_a_runtime_without_the_hook_is_left_alone(tmp_path: Path) -> None:
     pool = InProcessPool()
     await pool.load(1, settings(tmp_path, Stateless, sequence_batching={}))
-    pool.end_sequence(1, IN_PROCESS, 7)
+    pool.control(EndSequence(1, IN_PROCESS, 7))
     await pool.close()
 
 

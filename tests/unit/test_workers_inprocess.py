@@ -18,6 +18,7 @@ from inferd.errors import ConfigurationError, InvalidRequest, ModelError
 from inferd.model import Model
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
+from inferd.workers.base import Call
 from inferd.workers.inprocess import InProcessPool
 
 pytestmark = pytest.mark.anyio
@@ -85,7 +86,7 @@ async def loaded_pool(folder: Path, runtime: type[Model], threads: int = 1) -> I
 async def infer(pool: InProcessPool, do: str = "echo") -> InferenceResponse:
     TAG.set(f"caller-{do}")
     request = InferenceRequest([Tensor("x", np.zeros(1))], parameters={"do": do})
-    return await pool.predict(1, request).result()
+    return await pool.predict(Call(1, request)).result()
 
 
 async def test_a_plain_predict_runs_right_on_the_event_loop_with_its_metrics_labelled(

@@ -20,11 +20,13 @@ import pytest
 from inferd.errors import ConfigurationError, ModelError, ModelNotReady, WorkerLost
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.triton.logsettings import SetLogLevel
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers import ipc
-from inferd.workers.base import LoadedInstance
+from inferd.workers.base import Call, LoadedInstance
 from inferd.workers.pool import ProcessPool, RestartPolicy
-from inferd.workers.process import WorkerProcess, describe_exit
+from inferd.workers.process import WorkerProcess
+from inferd.workers.spawn import describe_exit
 from tests.support.polling import wait_for_async
 
 pytestmark = pytest.mark.anyio
@@ -86,6 +88,7 @@ class FakeWorker(WorkerProcess):
         self.lived = 0.0  # what uptime says: young unless a test makes it old
         self.spawns = 0
         self.log_levels: list[tuple[str, int | None]] = []  # ("init" or "set", level)
+        self.controls: list[Any] = []  # the control messages received, in order
 
     @property
     def uptime(self) -> float:
@@ -104,11 +107,13 @@ class FakeWorker(WorkerProcess):
 
     def received(self, kind: int, instance_id: int, body: Any, future: asyncio.Future[Any]) -> None:
         self.commands.append((kind, instance_id))
-        if kind == ipc.LOG_LEVEL:
-            self.log_levels.append(("set", body))
+        if kind == ipc.CONTROL:
+            self.controls.append(body)
+            if isinstance(body, SetLogLevel):
+                self.log_levels.append(("set", body.level))
             future.set_result(None)
         elif kind == ipc.INIT:
-            self.log_levels.append(("init", body[3]))
+            self.log_levels.append(("init", _kept_level(body[3])))
             if self.failed_starts_to_come:
                 self.failed_starts_to_come -= 1
                 asyncio.get_running_loop().call_soon(self.die)
@@ -210,14 +215,14 @@ async def test_instances_go_to_the_least_loaded_workers_and_requests_to_free_slo
     assert (w0.loads_of(1), w1.loads_of(1), w0.loads_of(2), w1.loads_of(2)) == (1, 0, 0, 1)
     assert (pool.capacity(1), pool.capacity(2), pool.capacity(3)) == (3, 1, 4)
 
-    sent = [pool.predict(1, REQUEST) for _ in range(3)]
-    sent += [pool.predict(3, REQUEST), pool.predict(3, REQUEST)]
+    sent = [pool.predict(Call(1, REQUEST)) for _ in range(3)]
+    sent += [pool.predict(Call(3, REQUEST)), pool.predict(Call(3, REQUEST))]
     assert (len(w0.requests), len(w1.requests)) == (3, 2), "c goes to the less busy worker"
-    sent.append(pool.predict(3, REQUEST))
+    sent.append(pool.predict(Call(3, REQUEST)))
     assert len(w0.requests) == 4, "the busier worker, as only it has a slot of c free"
     w1.answer()
     await asyncio.sleep(0)  # the answer's callback frees the slot
-    sent.append(pool.predict(3, REQUEST))
+    sent.append(pool.predict(Call(3, REQUEST)))
     assert len(w1.requests) == 3, "a slot free again, on the less busy worker"
     for worker, answered in ((w0, 0), (w1, 1)):
         for _ in range(len(worker.requests) - answered):
@@ -234,19 +239,19 @@ async def test_a_dead_worker_fails_its_requests_and_comes_back_with_its_instance
     await pool.load(2, model("b", workers=1))
     changes: list[int] = []
     pool.watch(1, lambda: changes.append(pool.capacity(1)))
-    in_flight = pool.predict(1, REQUEST)
+    in_flight = pool.predict(Call(1, REQUEST))
 
     w0.die()
     with pytest.raises(WorkerLost, match=r"\(worker 0 \(pid None\)\) stopped before answering"):
         await in_flight.result()
     assert changes[0] == 1, "only worker 1 serves it while worker 0 restarts"
     with pytest.raises(WorkerLost, match="No worker process holding model 'b' is running"):
-        pool.predict(2, REQUEST)
+        pool.predict(Call(2, REQUEST))
 
     await wait_for_async(lambda: pool.capacity(2) == 1, "pool.capacity(2) == 1", timeout=5)
     assert changes == [1, 2] and w0.restarts == 1 and w0.spawns == 2
     assert (w0.loads_of(1), w0.loads_of(2)) == (2, 2), "both loaded again"
-    served = pool.predict(2, REQUEST)
+    served = pool.predict(Call(2, REQUEST))
     w0.answer()
     assert (await served.result()).outputs[0].name == "y"
     assert w1.restarts == 0
@@ -257,10 +262,10 @@ async def test_a_log_level_set_reaches_each_worker_now_and_when_it_restarts(
 ) -> None:
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
-    pool.set_log_level(logging.DEBUG)
+    pool.control(SetLogLevel(logging.DEBUG))
     assert w0.log_levels == w1.log_levels == [("init", None), ("set", logging.DEBUG)]
     w0.die()
-    pool.set_log_level(logging.WARNING)  # while it is down: its next start carries it
+    pool.control(SetLogLevel(logging.WARNING))  # while it is down: its next start carries it
     await wait_for_async(restarted(w0, 1), "restarted(w0, 1)", timeout=5)
     assert w0.log_levels[2:] == [("init", logging.WARNING)]
     assert w1.log_levels[2:] == [("set", logging.WARNING)]
@@ -309,7 +314,7 @@ async def test_an_instance_whose_reload_keeps_crashing_its_worker_is_dropped_and
     assert failures == [(1, reason)]
     assert pool.capacity(1) == 0
     with pytest.raises(ModelNotReady, match=r"^Model 'a' is unavailable: Loading model 'a'"):
-        pool.predict(1, REQUEST)
+        pool.predict(Call(1, REQUEST))
 
 
 async def test_a_holder_that_cannot_reload_is_dropped_while_another_worker_serves_on(
@@ -325,7 +330,7 @@ async def test_a_holder_that_cannot_reload_is_dropped_while_another_worker_serve
     w0.die()
     await wait_for_async(restarted(w0, 1), "restarted(w0, 1)", timeout=5)
     assert w0.loads_of(1) == 2 and pool.capacity(1) == 1 and failures == []
-    in_flight = pool.predict(1, REQUEST)
+    in_flight = pool.predict(Call(1, REQUEST))
     assert len(w1.requests) == 1
 
     w1.refuse_loading = {"a": ModelError("the disk is gone")}
@@ -337,7 +342,7 @@ async def test_a_holder_that_cannot_reload_is_dropped_while_another_worker_serve
     with pytest.raises(ModelNotReady, match="Model 'a' is unavailable: reloading it"):
         await in_flight.result()  # it waited to be retried, in vain
     with pytest.raises(ModelNotReady, match="Model 'a' is unavailable: reloading it"):
-        pool.predict(1, REQUEST)
+        pool.predict(Call(1, REQUEST))
 
 
 async def test_a_load_that_crashes_a_worker_fails_with_how_it_ended_and_leaves_nothing(
@@ -352,7 +357,7 @@ async def test_a_load_that_crashes_a_worker_fails_with_how_it_ended_and_leaves_n
     assert (ipc.UNLOAD, 1) in w0.commands, "unloaded from the worker that had loaded it"
     assert pool.capacity(1) == 0
     with pytest.raises(ModelNotReady, match="no longer loaded"):
-        pool.predict(1, REQUEST)
+        pool.predict(Call(1, REQUEST))
     await wait_for_async(restarted(w1, 1), "restarted(w1, 1)", timeout=5)
     assert w1.loads_of(1) == 1, "a failed load is not retried"
 
@@ -401,7 +406,7 @@ async def test_while_no_worker_runs_loads_and_requests_fail_and_closing_stops_th
     with pytest.raises(WorkerLost, match="Cannot load model 'b': no worker process is running"):
         await pool.load(2, model("b"))
     with pytest.raises(WorkerLost, match="No worker process holding model 'a' is running"):
-        pool.predict(1, REQUEST)
+        pool.predict(Call(1, REQUEST))
 
     await wait_for_async(
         lambda: len(pools.sleep.delays) == 1, "len(pools.sleep.delays) == 1", timeout=5
@@ -425,3 +430,10 @@ async def test_a_worker_that_does_not_start_fails_the_pool_start(pools: Pools) -
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         await pool.start()
     assert all(worker.channel.closed for worker in fakes(pool))
+
+
+def _kept_level(kept: list[Any]) -> int | None:
+    """The log level a worker's INIT carries among its kept control messages."""
+    levels = [message.level for message in kept if isinstance(message, SetLogLevel)]
+    assert len(kept) == len(levels) <= 1, kept
+    return levels[0] if levels else None

@@ -15,6 +15,7 @@ from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import Overloaded
 from inferd.settings import ServerSettings
 from inferd.workers import ipc
+from inferd.workers.base import Call
 from inferd.workers.pool import ProcessPool
 from tests.support.polling import wait_for_async
 
@@ -75,7 +76,7 @@ async def test_a_worker_killed_with_requests_in_flight_comes_back_counting_only_
     pool = await pools.start(2)
     w0, w1 = counting(pool)
     await pool.load(1, model("a", threads_per_worker=2))
-    sent = [pool.predict(1, REQUEST) for _ in range(4)]
+    sent = [pool.predict(Call(1, REQUEST)) for _ in range(4)]
     assert (w0.running, w1.running) == (2, 2)
 
     pools.sleep.gate.clear()  # the restart waits, and the two lost requests with it
@@ -106,7 +107,7 @@ async def test_a_reply_read_as_its_worker_dies_counts_once_and_is_not_retried(
     pool = await pools.start(1)
     (worker,) = counting(pool)
     await pool.load(1, model("a", threads_per_worker=2))
-    answered, lost = pool.predict(1, REQUEST), pool.predict(1, REQUEST)
+    answered, lost = pool.predict(Call(1, REQUEST)), pool.predict(Call(1, REQUEST))
     worker.answer()  # its reply is read, then the socket closes, in the same turn
     worker.die()
     assert (await answered.result()).outputs[0].name == "y"

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from inferd.dispatch.sequences import EndSequence
 from inferd.errors import WorkerLost
 from inferd.workers import ipc
+from inferd.workers.base import Call
 from tests.support.polling import wait_for_async
 
 from .test_workers_pool import REQUEST, Pools, fakes, model, pools, restarted
@@ -26,7 +28,7 @@ async def test_a_request_goes_to_its_holder_and_is_never_retried_elsewhere(
     w0, w1 = fakes(pool)
     await pool.load(1, model("acc", threads_per_worker=2, sequence_batching={}, **timed))
     assert pool.holders(1) == [(0, 1), (1, 1)]
-    sent = pool.predict_on(1, (1, 1), REQUEST)
+    sent = pool.predict(Call(1, REQUEST, (1, 1)))
     assert (len(w0.requests), len(w1.requests)) == (0, 1)
     w1.die()
     with pytest.raises(WorkerLost):
@@ -35,17 +37,18 @@ async def test_a_request_goes_to_its_holder_and_is_never_retried_elsewhere(
     await wait_for_async(restarted(w1, 1), "restarted(w1, 1)", timeout=5)
     assert pool.holders(1) == [(0, 1), (1, 2)], "the restarted worker is a new holder"
     with pytest.raises(WorkerLost, match="worker 1 stopped since the sequence started"):
-        pool.predict_on(1, (1, 1), REQUEST)
+        pool.predict(Call(1, REQUEST, (1, 1)))
     with pytest.raises(WorkerLost, match="worker 1 stopped since the sequence started"):
-        pool.stream_on(1, (1, 1), REQUEST)
+        pool.stream(Call(1, REQUEST, (1, 1)))
 
 
 async def test_sequence_end_reaches_only_the_live_holder(pools: Pools) -> None:
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
     await pool.load(1, model("acc", sequence_batching={}))
-    pool.end_sequence(1, (0, 1), "chat-7")
-    pool.end_sequence(1, (1, 5), "chat-8")  # a holder that is not alive: nothing to tell
-    assert w0.commands[-1] == (ipc.SEQUENCE_END, 1)
-    assert (ipc.SEQUENCE_END, 1) not in w1.commands
+    pool.control(EndSequence(1, (0, 1), "chat-7"))
+    pool.control(EndSequence(1, (1, 5), "chat-8"))  # a holder that is not alive: nothing to tell
+    assert w0.commands[-1][0] == ipc.CONTROL
+    assert w0.controls == [EndSequence(1, (0, 1), "chat-7")]
+    assert w1.controls == []
     assert pool.holders(2) == []

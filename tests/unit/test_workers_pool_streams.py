@@ -15,7 +15,7 @@ from inferd.errors import ModelNotReady, WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers import ipc
-from inferd.workers.base import LoadedInstance
+from inferd.workers.base import Call, LoadedInstance
 from inferd.workers.pool import ProcessPool
 from inferd.workers.remote_stream import RemoteStream
 from tests.support.polling import wait_for_async
@@ -87,9 +87,9 @@ async def test_interleaved_streams_hold_no_slot_and_go_where_fewest_are_open(
 ) -> None:
     w0, w1 = workers(pool)
     await pool.load(1, model("async-chat", threads_per_worker=1))
-    first = pool.stream(1, REQUEST)
-    second = pool.stream(1, REQUEST)
-    third = pool.stream(1, REQUEST)
+    first = pool.stream(Call(1, REQUEST))
+    second = pool.stream(Call(1, REQUEST))
+    third = pool.stream(Call(1, REQUEST))
     assert (len(w0.streams()), len(w1.streams())) == (2, 1)
     assert (w0.open_streams, w1.open_streams) == (2, 1)
     assert (w0.free_slots(1), w1.free_slots(1), w0.outstanding) == (1, 1, 0), "no slot taken"
@@ -102,7 +102,7 @@ async def test_interleaved_streams_hold_no_slot_and_go_where_fewest_are_open(
         stream.ended()
     await asyncio.sleep(0)  # the finished callbacks run
     assert (w0.open_streams, w1.open_streams) == (0, 1)
-    pool.stream(1, REQUEST)
+    pool.stream(Call(1, REQUEST))
     assert len(w0.streams()) == 3, "now the one with fewer open"
     assert not second.finished.done()
 
@@ -112,11 +112,11 @@ async def test_a_plain_generators_stream_holds_a_slot_of_its_worker_until_finish
 ) -> None:
     w0, w1 = workers(pool)
     await pool.load(1, model("plain", threads_per_worker=1))
-    stream = pool.stream(1, REQUEST)
+    stream = pool.stream(Call(1, REQUEST))
     (busy,) = [worker for worker in (w0, w1) if worker.streams()]
     (idle,) = [worker for worker in (w0, w1) if worker is not busy]
     assert (busy.free_slots(1), busy.outstanding, busy.open_streams) == (0, 1, 0)
-    request = pool.predict(1, REQUEST)
+    request = pool.predict(Call(1, REQUEST))
     assert len(idle.requests) == 1, "a request goes to the worker with its slot free"
     idle.answer()
     assert (await request.result()).outputs[0].name == "y"
@@ -137,7 +137,7 @@ async def test_a_worker_that_dies_fails_its_streams_and_frees_what_they_held() -
         (worker,) = workers(pool)
         await pool.load(1, model("plain"))
         await pool.load(2, model("async-chat"))
-        plain, interleaved = pool.stream(1, REQUEST), pool.stream(2, REQUEST)
+        plain, interleaved = pool.stream(Call(1, REQUEST)), pool.stream(Call(2, REQUEST))
         worker.streams()[0].received([packed_response()])
         worker.die()
         assert (await anext(plain)).outputs[0].name == "y", "what arrived is read first"
@@ -149,15 +149,15 @@ async def test_a_worker_that_dies_fails_its_streams_and_frees_what_they_held() -
         await asyncio.sleep(0)  # the finished callbacks run
         assert (worker.outstanding, worker.open_streams) == (0, 0)
         with pytest.raises(WorkerLost, match="No worker process holding model"):
-            pool.stream(2, REQUEST)
+            pool.stream(Call(2, REQUEST))
         await wait_for_async(
             lambda: worker.alive and worker.serves(1) and worker.serves(2),
             "worker.alive and worker.serves(1) and worker.serves(2)",
             timeout=5,
         )
-        pool.stream(2, REQUEST)
+        pool.stream(Call(2, REQUEST))
         assert len(worker.streams()) == 1 and worker.open_streams == 1, "on its new channel"
         with pytest.raises(ModelNotReady, match="no longer loaded"):
-            pool.stream(99, REQUEST)
+            pool.stream(Call(99, REQUEST))
     finally:
         await pool.close()

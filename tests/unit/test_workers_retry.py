@@ -11,6 +11,7 @@ import pytest
 
 from inferd.errors import InferenceTimeout, ModelError, ModelNotReady, WorkerLost
 from inferd.observability.stats import ModelStatsTable
+from inferd.workers.base import Call
 from inferd.workers.pool import RestartPolicy
 from inferd.workers.retry import SentCall, failure_to_answer
 from tests.support.polling import wait_for_async
@@ -37,7 +38,7 @@ async def test_a_request_whose_worker_dies_is_answered_by_another_holder(pools: 
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
     await pool.load(1, model("a"))
-    first, second = pool.predict(1, REQUEST), pool.predict(1, REQUEST)
+    first, second = pool.predict(Call(1, REQUEST)), pool.predict(Call(1, REQUEST))
     assert (len(w0.requests), len(w1.requests)) == (1, 1)
     w1.answer()
     await asyncio.sleep(0)  # w1's slot is free again
@@ -54,7 +55,7 @@ async def test_a_retry_waits_for_a_free_slot_and_goes_before_new_requests(pools:
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
     await pool.load(1, model("a"))
-    lost, busy = pool.predict(1, REQUEST), pool.predict(1, REQUEST)
+    lost, busy = pool.predict(Call(1, REQUEST)), pool.predict(Call(1, REQUEST))
     w0.die()
     await asyncio.sleep(0)
     assert len(w1.requests) == 1, "w1's one slot is taken: the retry waits"
@@ -70,7 +71,7 @@ async def test_a_model_in_one_worker_is_retried_on_the_restarted_worker(pools: P
     pool = await pools.start(2)
     w0, _ = fakes(pool)
     await pool.load(1, model("a", workers=1))
-    lost = pool.predict(1, REQUEST)
+    lost = pool.predict(Call(1, REQUEST))
     pools.sleep.gate.clear()  # the restart waits: the retry with it
     w0.die()
     await wait_for_async(
@@ -89,7 +90,7 @@ async def test_a_request_is_retried_once_then_fails_with_both_reasons(pools: Poo
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
     await pool.load(1, model("a"))
-    lost = pool.predict(1, REQUEST)
+    lost = pool.predict(Call(1, REQUEST))
     w0.die()
     await wait_for_async(lambda: len(w1.requests) == 1, "len(w1.requests) == 1", timeout=5)
     w1.die()
@@ -106,7 +107,7 @@ async def test_a_model_that_opts_out_is_not_retried(pools: Pools) -> None:
     pool = await pools.start(2)
     w0, w1 = fakes(pool)
     await pool.load(1, model("a", retry_on_worker_failure=False, inference_timeout=60))
-    lost = pool.predict(1, REQUEST)
+    lost = pool.predict(Call(1, REQUEST))
     w0.die()
     with pytest.raises(WorkerLost, match=r"\(worker 0 \(pid None\)\) stopped before answering"):
         await lost.result()
@@ -117,7 +118,7 @@ async def test_a_retry_that_finds_no_slot_in_time_fails_saying_so(pools: Pools) 
     pool = await pools.start(1, RestartPolicy(retry_wait=0.05))
     (worker,) = fakes(pool)
     await pool.load(1, model("a"))
-    lost = pool.predict(1, REQUEST)
+    lost = pool.predict(Call(1, REQUEST))
     pools.sleep.gate.clear()  # the worker stays down
     worker.die()
     message = (
@@ -136,7 +137,7 @@ async def test_retries_waiting_when_the_model_goes_fail_with_why(pools: Pools) -
     (worker,) = fakes(pool)
     await pool.load(1, model("a"))
     await pool.load(2, model("b"))
-    unloaded, closed = pool.predict(1, REQUEST), pool.predict(2, REQUEST)
+    unloaded, closed = pool.predict(Call(1, REQUEST)), pool.predict(Call(2, REQUEST))
     pools.sleep.gate.clear()
     worker.die()
     await asyncio.sleep(0)
@@ -157,8 +158,8 @@ async def test_a_call_past_its_inference_timeout_is_answered_504_and_its_worker_
     settings = model("slow", threads_per_worker=2, inference_timeout=0.05)
     await pool.load(1, settings)
     await pool.load(2, model("other", workers=1))
-    stuck = pool.predict(1, REQUEST)
-    bystander = pool.predict(2, REQUEST)  # on w0 too: the least loaded
+    stuck = pool.predict(Call(1, REQUEST))
+    bystander = pool.predict(Call(2, REQUEST))  # on w0 too: the least loaded
     assert (len(w0.requests), len(w1.requests)) == (2, 0)
 
     message = (
@@ -178,7 +179,7 @@ async def test_a_call_past_its_inference_timeout_is_answered_504_and_its_worker_
 
 
 async def test_only_a_lost_worker_leads_to_one_retry_unless_the_model_or_shutdown_says_no() -> None:
-    call = SentCall(1, model("a"), REQUEST, asyncio.get_running_loop().create_future())
+    call = SentCall(Call(1, REQUEST), model("a"), asyncio.get_running_loop().create_future())
     lost = WorkerLost("worker 0 died.")
     own_fault = ModelError("the model failed")
     assert failure_to_answer(call, own_fault, closing=False) is own_fault

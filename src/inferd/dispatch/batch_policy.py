@@ -1,6 +1,7 @@
-"""When a model version's requests run together: one policy object per version.
+"""When a model version's queued requests run together: one policy object per version.
 
-The scheduler asks its policy three things, and nothing else about batching:
+The queued dispatch (:mod:`inferd.dispatch.queued`) asks its batch policy three
+things, and nothing else about batching:
 
 - :meth:`~BatchPolicy.admit`: may a request that arrives now skip the queue and go
   straight to a free slot?
@@ -10,7 +11,9 @@ The scheduler asks its policy three things, and nothing else about batching:
 
 :class:`NoBatching` runs every request on its own; :class:`AdaptiveBatching`
 (``max_batch_size`` > 1) stacks requests the model treats alike. A new way of
-grouping requests (sequences, streams) is a new class with these methods.
+grouping queued requests is a new class with these methods; a way of dispatching
+that does not queue this way (sequences) is a dispatch policy of its own
+(:mod:`inferd.dispatch.policy`).
 Pure logic with an injectable clock, tested without an event loop.
 """
 

@@ -1,76 +1,37 @@
 """Per-model-version dispatch from the main process to the pool.
 
-One :class:`Scheduler` exists per loaded model version. It never has more
-batches in flight than the pool can run at once for that instance (its
-capacity: the free slots of the workers that hold it); past that, requests wait
-in the version's :class:`~inferd.dispatch.queueing.RequestQueue` (priorities, a bound,
-deadlines). A request that finds a free slot and nobody waiting goes straight to
-the pool, with no task, thread or queue in between. A finished batch hands its
-slot to the next batch by starting it itself, before it goes on to answer its own
-clients: a worker is not left idle for a trip round the event loop. Which worker
-runs a batch is the pool's choice (the least loaded one that holds the model).
-
-Which requests run together, and when, is the version's
-:class:`~inferd.dispatch.batch_policy.BatchPolicy`: with adaptive batching
-(``max_batch_size`` > 1), what waits when a slot frees is merged into one batch
-of up to ``max_batch_size`` rows (:mod:`inferd.dispatch.batching`); while other batches
-run, a partial batch may wait ``max_batch_time`` for company.
-
-The slot contract with the pool is :class:`~inferd.workers.base.Execution`: each
-request started holds one slot until its execution says the slot is free.
-Counts (waits, executions, batch sizes) go to the version's ModelStats, bound
-when the version loaded.
+One :class:`Scheduler` exists per loaded model version: the one dispatcher
+whatever the version's dispatch policy (:mod:`inferd.dispatch.policy`). It
+refuses requests once the version is being unloaded, waits for those taken on
+to finish, and reads streams out. When and where each request starts is the
+policy's:
+:class:`~inferd.dispatch.queued.QueuedDispatch` (a bounded queue before the
+pool's free slots, with adaptive batching or none) or, for a version with
+``sequence_batching``, :class:`~inferd.dispatch.sequence_dispatch.SequenceDispatch`.
+Both start their calls through one :class:`~inferd.dispatch.launch.Launcher`,
+which counts executions, notes traced batches and records each request's wait
+and run in the version's ModelStats (bound when the version loaded) and trace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Coroutine
+from typing import Any
 
-from inferd.context import NO_CONTEXT, Disconnected, RequestContext
-from inferd.dispatch.batch_policy import batch_policy_of
-from inferd.dispatch.batching import merge, share_batch
-from inferd.dispatch.queueing import (
-    Pending,
-    QueuePolicy,
-    RequestQueue,
-    deadline_error,
-    request_priority,
-    request_timeout,
-)
-from inferd.dispatch.sequences import warn_unrouted
-from inferd.dispatch.stream_limit import StreamLimit
-from inferd.errors import ModelNotReady
-from inferd.observability.stats import ModelStats, rows_of
-from inferd.observability.trace_record import BatchRun, RequestTrace, shared_run
+from inferd.context import NO_CONTEXT, RequestContext
+from inferd.dispatch.grants import ClientGone
+from inferd.dispatch.launch import Launcher
+from inferd.dispatch.policy import DispatchPolicy, unloading_error
+from inferd.dispatch.queued import QueuedDispatch
+from inferd.dispatch.sequence_dispatch import SequenceDispatch
+from inferd.observability.stats import ModelStats
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers.base import Execution, Pool, ResponseStream
+from inferd.workers.base import Pool
 
-
-@dataclass(slots=True, frozen=True)
-class Grant:
-    """What a queued request receives when its batch starts."""
-
-    execution: Execution | None
-    # A batch of one runs in its own slot, which its waiter gives back; the members
-    # of a real batch share the batch's slot, which the batch gives back.
-    owns_slot: bool
-    # A queued stream's responses; its slot is given back when it has finished.
-    stream: ResponseStream | None = None
-
-    def abandon(self, release: Callable[[], None]) -> None:
-        """The waiter was cancelled as its request started: stop it, free its slot."""
-        if self.stream is not None:
-            self.stream.cancel()
-        elif self.execution is not None and self.owns_slot:
-            self.execution.when_free(release)
-
-
-class ClientGone(ConnectionAbortedError):
-    """The client left while its request waited in the queue; it was never run."""
+__all__ = ["ClientGone", "Scheduler"]
 
 
 class Scheduler:
@@ -83,103 +44,59 @@ class Scheduler:
         interleaved_streams: bool = False,
         server_max_queue_size: int = 0,
     ) -> None:
-        self._pool = pool
         self.instance_id = instance_id
-        self._in_flight = 0
-        self._batch_policy = batch_policy_of(settings)
-        self._label = settings.label if settings is not None else "the model"
-        # The version's own queue bound, or the server's when its settings set none.
-        policy = QueuePolicy.of(settings, server_max_queue_size)
-        self._queue = RequestQueue(policy, self._batch_policy, self._label, time.monotonic)
-        self._hold_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._drained: asyncio.Event | None = None
-        # Where waits, executions and batch sizes are counted (None: nowhere).
-        self._stats = stats
-        self._told_unrouted = False  # logged that requests name sequences it does not route
-        # Streams of an async-generator predict_stream hold no slot; a limit bounds them.
-        self._interleaved = (
-            StreamLimit(settings, self._label, self._notify_if_drained)
-            if interleaved_streams
-            else None
-        )
-        pool.watch(instance_id, self._capacity_changed)
+        self._launcher = launcher = Launcher(pool, instance_id, stats)
+        self.policy: DispatchPolicy
+        if settings is not None and settings.sequence_batching is not None:
+            self.policy = SequenceDispatch(
+                launcher, settings, self._notify_if_drained, server_max_queue_size
+            )
+        else:
+            self.policy = QueuedDispatch(
+                launcher,
+                settings,
+                self._notify_if_drained,
+                interleaved_streams,
+                server_max_queue_size,
+            )
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self.policy.in_flight
 
     @property
     def waiting(self) -> int:
-        return len(self._queue)
+        return self.policy.waiting
 
     @property
     def open_streams(self) -> int:
-        """Interleaved streams running (those of plain generators are in ``in_flight``)."""
-        return self._interleaved.open if self._interleaved is not None else 0
+        """Streams running that hold no slot (those that do are in ``in_flight``)."""
+        return self.policy.open_streams
 
-    async def submit(
+    def submit(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
-    ) -> InferenceResponse:
+    ) -> Coroutine[Any, Any, InferenceResponse]:
         """Run ``request``; record its wait and execution when it succeeds.
 
         ``context.disconnected`` is watched only if the request has to queue: a
         client that leaves meanwhile takes its request out of the queue (ClientGone).
+        The policy's coroutine itself, which refuses the request once the scheduler
+        is closing: no coroutine of the scheduler's own on every request's path.
         """
-        if self._closed:
-            raise ModelNotReady("The model is being unloaded; retry the request")
-        capacity = self._pool.capacity(self.instance_id)
-        trace = context.trace
-        if self._batch_policy.admit(self._in_flight, capacity, len(self._queue)):
-            if request.parameters:
-                self._check_queue_parameters(request)
-            self._in_flight += 1
-            queued = dispatched = time.perf_counter_ns()
-            rows = rows_of(request.inputs)
-            self._count_execution(rows, 1)
-            run = None if trace is None else shared_run((trace,), rows, 1)
-            response = await self._run_in_slot(self._start_one(request, run))
-        elif capacity == 0:
-            # No worker can run it now: the pool refuses it with the reason.
-            return await self._start_one(request).result()
-        else:
-            queued = time.perf_counter_ns()
-            grant = await self._wait_for_slot(request, context.disconnected, trace=trace)
-            dispatched = time.perf_counter_ns()
-            assert grant.execution is not None  # a request's grant carries its execution
-            if grant.owns_slot:
-                response = await self._run_in_slot(grant.execution)
-            else:
-                response = await grant.execution.result()
-        if self._stats is not None:
-            self._stats.waited(dispatched - queued)
-            self._stats.computed(time.perf_counter_ns() - dispatched)
-        if trace is not None:
-            trace.ran(queued, dispatched, time.perf_counter_ns())
-        return response
+        return self.policy.submit(request, context)
 
     async def stream(
         self, request: InferenceRequest, context: RequestContext = NO_CONTEXT
     ) -> AsyncGenerator[list[InferenceResponse], None]:
         """Run ``predict_stream``: its responses as the model yields them, in lists of
-        those ready together (:meth:`ResponseStream.take`).
-
-        A plain generator's stream waits for a slot as a request does (never merged
-        into a batch) and holds it until the generator has stopped; an interleaved
-        one starts at once, up to ``max_concurrent_streams``. Whoever stops reading
-        (a client that left) stops the generator where it runs.
-        """
+        those ready together (:meth:`ResponseStream.take`). Whoever stops reading (a
+        client that left) stops the generator where it runs."""
         if self._closed:
-            raise ModelNotReady("The model is being unloaded; retry the request")
+            raise unloading_error()
         queued = time.perf_counter_ns()
-        if self._interleaved is not None:
-            self._interleaved.check()
-            if request.parameters:
-                self._check_queue_parameters(request)
-            responses = self._interleaved.started(self._pool.stream(self.instance_id, request))
-            self._count_execution(rows_of(request.inputs), 1)
-        else:
-            responses = await self._stream_in_slot(request, context)
+        responses = await self.policy.open_stream(request, context)
         dispatched = time.perf_counter_ns()
         try:
             while True:
@@ -190,216 +107,17 @@ class Scheduler:
                 yield ready
         finally:
             responses.cancel()
-        if self._stats is not None:
-            self._stats.waited(dispatched - queued)
-            self._stats.computed(time.perf_counter_ns() - dispatched)
-
-    async def _stream_in_slot(
-        self, request: InferenceRequest, context: RequestContext
-    ) -> ResponseStream:
-        capacity = self._pool.capacity(self.instance_id)
-        if not self._queue and self._in_flight < capacity:
-            if request.parameters:
-                self._check_queue_parameters(request)
-            self._in_flight += 1
-            try:
-                return self._start_stream(request)
-            except BaseException:
-                self._release_slot()
-                raise
-        if capacity == 0:
-            return self._pool.stream(self.instance_id, request)  # refused, with the reason
-        grant = await self._wait_for_slot(request, context.disconnected, streams=True)
-        assert grant.stream is not None  # a stream's grant carries it
-        return grant.stream
-
-    def _start_stream(self, request: InferenceRequest) -> ResponseStream:
-        """Start a stream in a slot already taken; the slot is free when it finishes."""
-        responses = self._pool.stream(self.instance_id, request)
-        self._count_execution(rows_of(request.inputs), 1)
-        responses.finished.add_done_callback(lambda _: self._release_slot())
-        return responses
+        self._launcher.streamed(queued, dispatched)
 
     async def close(self) -> None:
-        """Stop taking requests; wait until those already submitted have finished."""
+        """Stop taking requests; wait until those already taken on have finished."""
         self._closed = True
-        if self._in_flight or self._queue or self.open_streams:
+        self.policy.closing()
+        if not self.policy.idle:
             self._drained = asyncio.Event()
             await self._drained.wait()
-
-    def _check_queue_parameters(self, request: InferenceRequest) -> None:
-        policy = self._queue.policy
-        request_priority(request, policy.default_priority_level)
-        request_timeout(request, policy.timeout)
-        if not self._told_unrouted and request.parameters.get("sequence_id"):
-            self._told_unrouted = warn_unrouted(self._label)
-
-    async def _wait_for_slot(
-        self,
-        request: InferenceRequest,
-        disconnected: Disconnected | None,
-        streams: bool = False,
-        trace: RequestTrace | None = None,
-    ) -> Grant:
-        loop = asyncio.get_running_loop()
-        pending = self._queue.pending(request, streams)
-        slot: asyncio.Future[Grant] = loop.create_future()
-        pending.waiter = slot
-        pending.trace = trace
-        self._queue.push(pending)  # Overloaded when full
-        if pending.deadline is not None:
-            try:
-                pending.timer = loop.call_later(
-                    pending.deadline - time.monotonic(), self._expire, pending
-                )
-            except BaseException:
-                self._leave_queue(pending)  # never leave a request nobody waits for
-                raise
-        self._hand_out_slots()  # a slot may be free while a partial batch waited
-        try:
-            if disconnected is None or slot.done():
-                return await slot
-            return await self._slot_unless_gone(slot, pending, disconnected)
-        except asyncio.CancelledError:
-            if slot.done() and not slot.cancelled():
-                slot.result().abandon(self._release_slot)  # started as we were cancelled
-            else:
-                self._leave_queue(pending)
-            raise
-
-    async def _slot_unless_gone(
-        self, slot: asyncio.Future[Grant], pending: Pending, disconnected: Disconnected
-    ) -> Grant:
-        watcher = asyncio.ensure_future(disconnected())
-        try:
-            await asyncio.wait((slot, watcher), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-        if slot.done():  # started (or failed) before the client left: it stands
-            return slot.result()
-        self._leave_queue(pending)
-        slot.cancel()
-        raise ClientGone("The client disconnected while its request was queued")
-
-    def _leave_queue(self, pending: Pending) -> None:
-        if pending.timer is not None:
-            pending.timer.cancel()
-        self._queue.remove(pending)
-        self._notify_if_drained()
-
-    def _expire(self, pending: Pending) -> None:
-        if self._queue.remove(pending) and not pending.waiter.done():
-            pending.waiter.set_exception(deadline_error(pending, time.monotonic()))
-        self._notify_if_drained()
-
-    async def _run_in_slot(self, execution: Execution) -> InferenceResponse:
-        """The answer of a request holding a slot, giving the slot back once it is free."""
-        try:
-            response = await execution.result()
-        except asyncio.CancelledError:
-            execution.when_free(self._release_slot)
-            raise
-        except BaseException:
-            self._release_slot()
-            raise
-        self._release_slot()
-        return response
-
-    def _release_slot(self) -> None:
-        self._in_flight -= 1
-        if self._queue:
-            self._hand_out_slots()
-        else:
-            self._notify_if_drained()
-
-    def _hand_out_slots(self) -> None:
-        capacity = self._pool.capacity(self.instance_id)
-        if capacity == 0:
-            # Nothing will free a slot: let every waiter through to get the pool's error.
-            capacity = self._in_flight + len(self._queue)
-        for pending in self._queue.pop_expired():
-            _settle_expired(pending)
-        while self._queue and self._in_flight < capacity:
-            batch, held_until = self._queue.next_batch(self._in_flight)
-            if held_until is not None:
-                self._hold(held_until)
-                return
-            batch = [p for p in batch if _still_waiting(p)]
-            if batch:
-                self._in_flight += 1
-                self._start(batch)
-        self._notify_if_drained()
-
-    def _hold(self, until: float) -> None:
-        """Look again when the waiting partial batch may wait no longer."""
-        if self._hold_timer is not None:
-            return
-        delay = max(0.0, until - time.monotonic())
-        self._hold_timer = asyncio.get_running_loop().call_later(delay, self._hold_over)
-
-    def _hold_over(self) -> None:
-        self._hold_timer = None
-        if self._queue:
-            self._hand_out_slots()
-
-    def _start(self, batch: list[Pending]) -> None:
-        if batch[0].streams:  # a stream always leaves the queue alone
-            self._start_queued_stream(batch[0])
-            return
-        rows = sum(p.rows or rows_of(p.request.inputs) for p in batch)
-        self._count_execution(rows, len(batch))
-        run = shared_run((p.trace for p in batch), rows, len(batch))
-        if len(batch) == 1:
-            batch[0].waiter.set_result(
-                Grant(self._start_one(batch[0].request, run), owns_slot=True)
-            )
-            return
-        requests = [pending.request for pending in batch]
-        running = self._start_one(merge(requests), run).as_future()
-        shares = share_batch(running, requests, [p.rows or 0 for p in batch], self._release_slot)
-        for pending, share in zip(batch, shares, strict=True):
-            pending.waiter.set_result(Grant(Execution.sent(share), owns_slot=False))
-
-    def _start_queued_stream(self, pending: Pending) -> None:
-        try:
-            responses = self._start_stream(pending.request)
-        except Exception as error:  # could not start: the waiter gets why, the slot is free
-            pending.waiter.set_exception(error)
-            self._release_slot()
-            return
-        pending.waiter.set_result(Grant(None, owns_slot=True, stream=responses))
-
-    def _start_one(self, request: InferenceRequest, run: BatchRun | None = None) -> Execution:
-        try:
-            if run is not None:  # a traced request's: the pool notes when predict ran
-                return self._pool.predict(self.instance_id, request, run)
-            return self._pool.predict(self.instance_id, request)
-        except Exception as error:  # raised before it started: the waiter gets it
-            return Execution.failed(error)
-
-    def _count_execution(self, rows: int, requests: int) -> None:
-        if self._stats is not None:
-            self._stats.executed(rows, requests)
-
-    def _capacity_changed(self) -> None:
-        if self._queue:
-            self._hand_out_slots()
+        self.policy.closed()
 
     def _notify_if_drained(self) -> None:
-        drained = not (self._in_flight or self._queue or self.open_streams)
-        if self._drained is not None and drained:
+        if self._drained is not None and self.policy.idle:
             self._drained.set()
-
-
-def _still_waiting(pending: Pending) -> bool:
-    """Whether anyone still waits for this request (its client may have gone)."""
-    if pending.timer is not None:
-        pending.timer.cancel()
-    return not pending.waiter.done()
-
-
-def _settle_expired(pending: Pending) -> None:
-    if pending.timer is not None:
-        pending.timer.cancel()
-    if not pending.waiter.done():
-        pending.waiter.set_exception(deadline_error(pending, time.monotonic()))

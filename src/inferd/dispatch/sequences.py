@@ -18,7 +18,7 @@ Triton's (with two stricter ones, marked):
   expires.
 
 The table also counts, per sequence, its requests waiting and whether one runs, so
-the scheduler (:mod:`inferd.dispatch.sequence_scheduler`) runs them one at a time, in order.
+its dispatch policy (:mod:`inferd.dispatch.sequence_dispatch`) runs them one at a time, in order.
 Tested with a fake clock, without an event loop.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.errors import InvalidRequest
-from inferd.workers.base import Holder
+from inferd.workers.base import Holder, OnHolder, WorkerState
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,25 @@ def warn_unrouted(label: str) -> bool:
         label[0].upper() + label[1:],
     )
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class EndSequence:
+    """Have the runtime on ``holder`` drop the sequence's state (its ``sequence_end``),
+    after what was sent there before; a holder that stopped took it along. A control
+    message (workers.base.Control), pickled to the worker keeping the state."""
+
+    instance_id: int
+    holder: Holder
+    sequence_id: SequenceId
+
+    def destination(self) -> OnHolder:
+        return OnHolder(self.instance_id, self.holder)
+
+    def apply_in_worker(self, worker: WorkerState) -> None:
+        loaded = worker.loaded(self.instance_id)
+        if loaded is not None:  # unloaded: its state is gone already
+            loaded.end_sequence(self.sequence_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from inferd.workers.inprocess import InProcessPool
 
 if TYPE_CHECKING:
     from inferd.observability.tracing import Tracing
+    from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +66,18 @@ def start_tracing(settings: ServerSettings) -> Tracing | None:
     return Tracing.start(settings)
 
 
-def build_pool(settings: ServerSettings, stats: ModelStatsTable | None = None) -> Pool:
-    """Worker processes for ``parallel_workers: N > 0``, else the main process.
+def build_pool(
+    settings: ServerSettings, stats: ModelStatsTable | None = None
+) -> tuple[Pool, Callable[[], Sequence[WorkerProcess]]]:
+    """Worker processes for ``parallel_workers: N > 0``, else the main process, and
+    how to list the pool's worker processes for the metrics (none in process).
     ``stats``: where the process pool counts inference timeouts."""
     if settings.parallel_workers == 0:
-        return InProcessPool()
+        return InProcessPool(), tuple
     from inferd.workers.env_pools import EnvironmentPools
 
-    return EnvironmentPools(settings, stats=stats)
+    pools = EnvironmentPools(settings, stats=stats)
+    return pools, lambda: pools.workers
 
 
 def build_response_cache(settings: ServerSettings) -> ResponseCache | None:
@@ -87,7 +92,7 @@ class InferenceServer:
         self.settings = settings
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         model_stats = ModelStatsTable(observe=settings.metrics_enabled)
-        self.pool = build_pool(settings, model_stats)
+        self.pool, self._worker_processes = build_pool(settings, model_stats)
         self.registry = Registry(
             self.pool, model_stats, settings.max_queue_size, build_response_cache(settings)
         )
@@ -228,8 +233,7 @@ class InferenceServer:
         sources = Sources(
             self.dataplane.model_stats,
             versions=self.registry.versions,
-            # Worker processes (busy time, restarts); the in-process pool has none.
-            workers=lambda: getattr(self.pool, "workers", ()),
+            workers=self._worker_processes,  # busy time, restarts
             http=self.http_stats,
             grpc=self.grpc_stats,
         )

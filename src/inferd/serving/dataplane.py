@@ -131,7 +131,7 @@ class DataPlane:
         (in the server process and, through the pool, in every worker process)."""
         if changes:
             updated = logsettings.update_log_settings(changes)
-            self.registry.set_log_level(logging.getLogger().level)
+            self.registry.control(logsettings.SetLogLevel(logging.getLogger().level))
             return updated
         return logsettings.log_settings()
 

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 
 from inferd.dispatch.scheduler import Scheduler
-from inferd.dispatch.sequence_scheduler import SequenceScheduler
 from inferd.errors import (
     ConfigurationError,
     InferdError,
@@ -29,7 +28,7 @@ from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
 from inferd.types import ModelState, RepositoryEntry
-from inferd.workers.base import LoadedInstance, Pool
+from inferd.workers.base import Control, LoadedInstance, Pool
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +74,10 @@ class Registry:
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
 
-    def set_log_level(self, level: int) -> None:
-        """Log at ``level`` where the instances run (worker processes too): the
-        logging extension's change reaches every process serving a model."""
-        self._pool.set_log_level(level)
+    def control(self, message: Control) -> None:
+        """Deliver a feature's control message where the instances run (worker
+        processes too; see workers.base.Control), e.g. the logging extension's level."""
+        self._pool.control(message)
 
     def names(self) -> list[str]:
         return list(self._models)
@@ -184,9 +183,7 @@ class Registry:
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
         new.stats = self.stats.of(settings.name, settings.version)
-        # Sequence batching (Triton's): each sequence's requests stay on one worker.
-        scheduler_class = Scheduler if settings.sequence_batching is None else SequenceScheduler
-        new.scheduler = scheduler_class(
+        new.scheduler = Scheduler(
             self._pool,
             instance_id,
             settings,

@@ -17,6 +17,7 @@ server to write. Asking for anything else is refused, and nothing changes.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from inferd.errors import InvalidRequest
@@ -26,6 +27,20 @@ SETTINGS = ("log_file", *FLAGS, "log_verbose_level", "log_format")
 DEFAULT_FORMAT = "default"
 # Above CRITICAL: no record passes.
 SILENT = logging.CRITICAL + 10
+
+
+@dataclass(frozen=True, slots=True)
+class SetLogLevel:
+    """Give the processes running runtimes this root logger level, now and when they
+    (re)start. A control message (workers.base.Control) for every process."""
+
+    level: int
+
+    def destination(self) -> None:
+        return None
+
+    def apply_in_worker(self, worker: object) -> None:
+        logging.getLogger().setLevel(self.level)
 
 
 def log_settings() -> dict[str, Any]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata
+
+if TYPE_CHECKING:
+    from inferd.workers.loaded_model import LoadedModel
 
 Answer = Coroutine[Any, Any, InferenceResponse]
 # One live holder of an instance, for sequences that must stay where their state is:
@@ -158,8 +161,73 @@ class StreamBase:
             self._finished.set_result(None)
 
 
+@dataclass(slots=True)
+class Call:
+    """One request for an instance, with what travels with it to the runtime.
+
+    What a feature needs from the pool for one call goes here, not into a new
+    parameter or method of the pool: a sequence names its holder, a traced request
+    carries its record.
+    """
+
+    instance_id: int
+    request: InferenceRequest
+    # Run on this holder only, never retried elsewhere (a sequence's state lives
+    # there); WorkerLost if it is not serving the instance any more. None: any.
+    holder: Holder | None = None
+    # A traced request's record of its batch: where and when predict ran is noted there.
+    run: BatchRun | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OnHolder:
+    """Where a control message for one holder goes: the runtime of ``instance_id`` on
+    ``holder`` (a sequence's). A holder that stopped meanwhile took its state along,
+    so the message is dropped there."""
+
+    instance_id: int
+    holder: Holder
+
+
+class WorkerState(Protocol):
+    """What a control message reaches where runtimes run (a worker process, or the
+    main process for the in-process pool)."""
+
+    def loaded(self, instance_id: int) -> LoadedModel | None:
+        """The runtime loaded there as ``instance_id``; None if it is not (any more)."""
+        ...
+
+
+class Control(Protocol):
+    """A message for where runtimes run, outside any call: it answers nothing, and
+    failures are logged. A feature defines its own (pickled to worker processes), so
+    adding one touches the feature, not the pools or the worker IPC.
+
+    Two routes, which :meth:`destination` picks:
+
+    - ``None``: every process running runtimes, now and each time one (re)starts;
+      the pools keep the latest message of each type and hand it to the processes
+      they start later (a setting, such as a log level);
+    - an :class:`OnHolder`: that holder only, after the commands sent there before
+      (a sequence's end).
+    """
+
+    def destination(self) -> OnHolder | None: ...
+
+    def apply_in_worker(self, worker: WorkerState) -> None:
+        """Take effect where runtimes run; in a worker process, on the thread that reads
+        commands, between the commands read before and after it."""
+        ...
+
+
 class Pool(Protocol):
-    """Runs model instances, each known by an id the registry hands out."""
+    """Runs model instances, each known by an id the registry hands out.
+
+    Its operations: the lifecycle (start, close, load, unload), starting a call
+    (:meth:`predict`, :meth:`stream`), a control message (:meth:`control`), and
+    what the dispatcher reads of an instance (its capacity, its holders, changes
+    to them, and that the pool gave up on it).
+    """
 
     async def start(self) -> None: ...
 
@@ -173,66 +241,38 @@ class Pool(Protocol):
         """Unload an instance; one that is not loaded (or failed to load) is ignored."""
         ...
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
-    ) -> Execution:
-        """Start one request on a free slot of the instance (the scheduler keeps within
-        its capacity) and return at once. A request that cannot start raises (an
-        InferdError saying why) and takes no slot. With ``run`` (the request is
-        traced), note there where and when the runtime's predict ran."""
+    def predict(self, call: Call) -> Execution:
+        """Start the call on a free slot of its instance (the dispatcher keeps within
+        its capacity; on ``call.holder``, within that holder's slots) and return at
+        once. A call that cannot start raises (an InferdError saying why) and takes
+        no slot."""
         ...
 
-    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
-        """Start ``predict_stream`` on the instance now and return its responses. A
-        stream of a plain generator needs a free slot (the scheduler keeps within the
-        capacity); an interleaved one does not. A stream that cannot start raises."""
+    def stream(self, call: Call) -> ResponseStream:
+        """Start ``predict_stream`` for the call now and return its responses. A
+        stream of a plain generator needs a free slot (the dispatcher keeps within
+        the capacity); an interleaved one does not. Never retried elsewhere; a stream
+        that cannot start raises."""
+        ...
+
+    def control(self, message: Control) -> None:
+        """Deliver ``message`` where it applies, soon; failures are logged."""
         ...
 
     def capacity(self, instance_id: int) -> int:
         """How many requests the instance can run at once right now; 0 if none."""
         ...
 
-    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
-        """Call ``on_capacity_change`` whenever the instance's capacity changes
+    def holders(self, instance_id: int) -> list[Holder]:
+        """The live holders serving the instance now (empty: none)."""
+        ...
+
+    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
+        """Call ``on_change`` whenever the instance's capacity or holders change
         (a worker holding it died, or came back), until it is unloaded."""
         ...
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Call ``handler(instance_id, reason)`` when the pool gives up serving an
         instance on its own (e.g. its load keeps crashing the worker process)."""
-        ...
-
-    def set_log_level(self, level: int) -> None:
-        """Give the processes running runtimes this root logger level, now and when
-        they (re)start (Triton's logging extension changed the server's)."""
-        ...
-
-    # Sequences (sequence_batching): requests that must run where their state is.
-
-    def holders(self, instance_id: int) -> list[Holder]:
-        """The live holders serving the instance now (empty: none)."""
-        ...
-
-    def predict_on(
-        self,
-        instance_id: int,
-        holder: Holder,
-        request: InferenceRequest,
-        run: BatchRun | None = None,
-    ) -> Execution:
-        """As :meth:`predict` (``run`` too), on that holder (the caller keeps within
-        its ``threads_per_worker`` slots); never retried elsewhere. WorkerLost if the
-        holder is not serving the instance any more."""
-        ...
-
-    def stream_on(
-        self, instance_id: int, holder: Holder, request: InferenceRequest
-    ) -> ResponseStream:
-        """As :meth:`stream`, on that holder; WorkerLost if it is not serving the
-        instance any more."""
-        ...
-
-    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
-        """Have the runtime on ``holder`` drop the sequence's state (its
-        ``sequence_end``), soon, after what was sent there before; failures are logged."""
         ...

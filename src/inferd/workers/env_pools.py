@@ -24,10 +24,15 @@ from pathlib import Path
 
 from inferd.errors import ConfigurationError
 from inferd.observability.stats import ModelStatsTable
-from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.types import InferenceRequest
-from inferd.workers.base import Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.base import (
+    Call,
+    Control,
+    Execution,
+    Holder,
+    LoadedInstance,
+    ResponseStream,
+)
 from inferd.workers.environments import (
     WORKER_REQUIREMENTS,
     WorkerEnvironment,
@@ -36,6 +41,7 @@ from inferd.workers.environments import (
 )
 from inferd.workers.forked_pools import ForkedPools
 from inferd.workers.pool import ProcessPool
+from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -55,8 +61,7 @@ class EnvironmentPools:
         self._next_index = settings.parallel_workers  # the first environment worker's
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
-        self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: int | None = None  # set at run time: for pools started later too
+        self._later = LaterPools()  # what environment pools started later are told
         # fork_workers: CPU models get workers of their own, forked from a parent that
         # loaded them; the server's pool then starts when a model first needs it.
         self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
@@ -157,12 +162,7 @@ class EnvironmentPools:
         ) -> WorkerProcess:
             return WorkerProcess(first + index, settings, on_death, environment)
 
-        pool = ProcessPool(self._settings, make_worker, stats=self._stats)
-        if self._failure_handler is not None:
-            pool.on_instance_failed(self._failure_handler)
-        if self._log_level is not None:
-            pool.set_log_level(self._log_level)
-        return pool
+        return self._later.started(ProcessPool(self._settings, make_worker, stats=self._stats))
 
     async def unload(self, instance_id: int) -> None:
         pool = self._by_instance.pop(instance_id, None)
@@ -187,50 +187,31 @@ class EnvironmentPools:
     def _pool(self, instance_id: int) -> ProcessPool:
         return self._by_instance.get(instance_id, self.default)
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
-    ) -> Execution:
-        return self._pool(instance_id).predict(instance_id, request, run)
+    def predict(self, call: Call) -> Execution:
+        return self._pool(call.instance_id).predict(call)
 
-    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
-        return self._pool(instance_id).stream(instance_id, request)
+    def stream(self, call: Call) -> ResponseStream:
+        return self._pool(call.instance_id).stream(call)
+
+    def control(self, message: Control) -> None:
+        destination = message.destination()
+        if destination is not None:
+            self._pool(destination.instance_id).control(message)
+            return
+        self._later.control(message, [self.default, *self._pools.values()])
+        if self._forked is not None:
+            self._forked.control(message)
 
     def holders(self, instance_id: int) -> list[Holder]:
         return self._pool(instance_id).holders(instance_id)
 
-    def predict_on(
-        self,
-        instance_id: int,
-        holder: Holder,
-        request: InferenceRequest,
-        run: BatchRun | None = None,
-    ) -> Execution:
-        return self._pool(instance_id).predict_on(instance_id, holder, request, run)
-
-    def stream_on(
-        self, instance_id: int, holder: Holder, request: InferenceRequest
-    ) -> ResponseStream:
-        return self._pool(instance_id).stream_on(instance_id, holder, request)
-
-    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
-        self._pool(instance_id).end_sequence(instance_id, holder, sequence_id)
-
     def capacity(self, instance_id: int) -> int:
         return self._pool(instance_id).capacity(instance_id)
 
-    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
-        self._pool(instance_id).watch(instance_id, on_capacity_change)
-
-    def set_log_level(self, level: int) -> None:
-        self._log_level = level
-        for pool in [self.default, *self._pools.values()]:
-            pool.set_log_level(level)
-        if self._forked is not None:
-            self._forked.set_log_level(level)
+    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
+        self._pool(instance_id).watch(instance_id, on_change)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        self._failure_handler = handler
-        for pool in [self.default, *self._pools.values()]:
-            pool.on_instance_failed(handler)
+        self._later.on_instance_failed(handler, [self.default, *self._pools.values()])
         if self._forked is not None:
             self._forked.on_instance_failed(handler)

@@ -36,7 +36,8 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers import forkserver, ipc
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
-from inferd.workers.process import WorkerProcess, describe_exit
+from inferd.workers.process import WorkerProcess
+from inferd.workers.spawn import describe_exit, spawn_module
 
 logger = logging.getLogger(__name__)
 
@@ -127,21 +128,10 @@ class ForkParent:
         return describe_exit(process.returncode)
 
     def _spawn(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        environment = self.environment
-        python = sys.executable if environment is None else environment.python
-        command = [python, "-m", "inferd.workers.forkserver", str(theirs.fileno()),
-                   str(os.getpid())]  # fmt: skip
-        variables = None if environment is None else environment.process_environment()
-        try:
-            self._process = subprocess.Popen(
-                command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=variables
-            )
-        except OSError:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
+        # Datagram-like messages: a FORK command travels with the worker's socket.
+        self._process, ours = spawn_module(
+            "inferd.workers.forkserver", self.environment, socket.SOCK_SEQPACKET
+        )
         ours.setblocking(False)
         self._sock = ours
         asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)

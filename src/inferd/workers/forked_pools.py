@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from inferd.errors import ConfigurationError, WorkerLost
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.workers.base import Control
 from inferd.workers.environments import WORKER_REQUIREMENTS, WorkerEnvironment
 from inferd.workers.fork_parent import ForkedWorkerProcess, ForkParent
 from inferd.workers.pool import ProcessPool
+from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -50,8 +52,7 @@ class ForkedPools:
         self._settings = settings
         self._stats = stats
         self._forked: dict[int, _Forked] = {}
-        self._failure_handler: Callable[[int, str], None] | None = None
-        self._log_level: int | None = None
+        self._later = LaterPools()  # what the pools of models forked later are told
 
     @property
     def pools(self) -> list[ProcessPool]:
@@ -109,11 +110,7 @@ class ForkedPools:
 
         settings = self._settings.model_copy(update={"parallel_workers": count})
         pool = ProcessPool(settings, make_worker, stats=self._stats, load_together=True)
-        if self._failure_handler is not None:
-            pool.on_instance_failed(self._failure_handler)
-        if self._log_level is not None:
-            pool.set_log_level(self._log_level)
-        return pool
+        return self._later.started(pool)
 
     async def release(self, instance_id: int) -> None:
         """Stop the instance's workers, then its parent (after the pool unloaded it)."""
@@ -126,12 +123,10 @@ class ForkedPools:
         for instance_id in list(self._forked):
             await self.release(instance_id)
 
-    def set_log_level(self, level: int) -> None:
-        self._log_level = level
-        for pool in self.pools:
-            pool.set_log_level(level)
+    def control(self, message: Control) -> None:
+        """Give every forked worker this message (one for every process), now and when
+        they (re)start."""
+        self._later.control(message, self.pools)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        self._failure_handler = handler
-        for pool in self.pools:
-            pool.on_instance_failed(handler)
+        self._later.on_instance_failed(handler, self.pools)

@@ -26,7 +26,14 @@ from inferd.model import WorkerContext
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers.base import Answer, Execution, Holder, LoadedInstance
+from inferd.workers.base import (
+    Answer,
+    Call,
+    Control,
+    Execution,
+    Holder,
+    LoadedInstance,
+)
 from inferd.workers.environments import refuse_in_process_environment
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.local_stream import LocalStream
@@ -61,43 +68,33 @@ class InProcessPool:
         if loaded is not None:
             await loaded.release()
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
-    ) -> Execution:
-        loaded = self._loaded(instance_id)
+    def predict(self, call: Call) -> Execution:
+        loaded = self._loaded(call.instance_id)
+        request = call.request
         if loaded.is_async:
             answer = loaded.call_async(request)
         elif loaded.threads is None:
             answer = _on_the_loop(loaded, request)
         else:
             answer = _in_a_thread(loaded, request)
-        return Execution.inline(answer if run is None else _timed(answer, run))
+        return Execution.inline(answer if call.run is None else _timed(answer, call.run))
 
-    def stream(self, instance_id: int, request: InferenceRequest) -> LocalStream:
-        loaded = self._loaded(instance_id)
-        return LocalStream(loaded, request, loaded.threads)
+    def stream(self, call: Call) -> LocalStream:
+        loaded = self._loaded(call.instance_id)
+        return LocalStream(loaded, call.request, loaded.threads)
 
-    # Sequences: one holder, this process.
+    def control(self, message: Control) -> None:
+        """Applied here at once, whatever its destination: this process is the one
+        holder of every instance, and the only process running runtimes."""
+        message.apply_in_worker(self)
+
+    def loaded(self, instance_id: int) -> LoadedModel | None:
+        """What a control message reaches (base.WorkerState)."""
+        return self._models.get(instance_id)
 
     def holders(self, instance_id: int) -> list[Holder]:
+        """One holder, this process (sequences)."""
         return [IN_PROCESS] if instance_id in self._models else []
-
-    def predict_on(
-        self,
-        instance_id: int,
-        holder: Holder,
-        request: InferenceRequest,
-        run: BatchRun | None = None,
-    ) -> Execution:
-        return self.predict(instance_id, request, run)
-
-    def stream_on(self, instance_id: int, holder: Holder, request: InferenceRequest) -> LocalStream:
-        return self.stream(instance_id, request)
-
-    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
-        loaded = self._models.get(instance_id)
-        if loaded is not None:
-            loaded.end_sequence(sequence_id)
 
     def _loaded(self, instance_id: int) -> LoadedModel:
         loaded = self._models.get(instance_id)
@@ -109,14 +106,11 @@ class InProcessPool:
         loaded = self._models.get(instance_id)
         return loaded.capacity if loaded is not None else 0
 
-    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
+    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
         """Capacity here is fixed at load time: there is nothing to report."""
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         """Runtimes in the main process never fail on their own: nothing to report."""
-
-    def set_log_level(self, level: int) -> None:
-        """Runtimes log through the main process's loggers, already at that level."""
 
 
 def refuse_unstoppable(settings: ModelSettings) -> None:

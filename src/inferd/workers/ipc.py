@@ -32,6 +32,7 @@ from inferd.errors import ConfigurationError, InferdError, ModelError
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.triton import shm_system
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferd.workers.base import Control
 
 # Command kinds, and the body each carries.
 INIT = 1  # InitBody; the worker answers with its pid
@@ -43,10 +44,9 @@ CREDIT = 6  # int: the stream (by its call id) may send that many more responses
 CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
 # As PREDICT, for a traced request: answered with a TimedResponse.
 PREDICT_TIMED = 8
-SEQUENCE_END = 9  # the sequence id: call the runtime's sequence_end; answered with None
-# int: the root logger's level from now on (Triton's logging extension changed the
-# server's); answered with None. 15: 10-14 are reply kinds.
-LOG_LEVEL = 15
+# A base.Control message (a feature's own class): the worker applies it; answered
+# with None. Features add messages, not command kinds.
+CONTROL = 9
 # Reply kinds.
 RESULT = 10  # what the command returned
 ERROR = 11  # a WireError: what the command raised (for a stream: its end)
@@ -64,9 +64,10 @@ Command = tuple[int, int, int, Any]
 """(kind, call_id, instance_id, body): main -> worker."""
 Reply = tuple[int, int, Any]
 """(kind, call_id, body): worker -> main."""
-InitBody = tuple[int, list[str], ServerSettings, int | None]
-"""(worker index, the main process's sys.path, the server's settings, the root logger's
-level set at run time, if it was: it overrides what the settings give)."""
+InitBody = tuple[int, list[str], ServerSettings, list[Control]]
+"""(worker index, the main process's sys.path, the server's settings, the control
+messages every process gets, kept since they were sent: applied after the settings,
+they override them, e.g. a log level set at run time)."""
 LoadBody = tuple[ModelSettings, str | None]
 """(the model's settings, the device it gets)."""
 Message = TypeVar("Message", Command, Reply)

@@ -21,8 +21,8 @@ with WorkerLost too (streams are never retried). An instance whose load crashes
 its worker ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once
 no worker holds it, the registry is told to mark it UNAVAILABLE with the reason.
 
-A request of a sequence (sequence batching) goes to the worker holding the
-sequence (:meth:`ProcessPool.predict_on`) and is never retried elsewhere.
+A call naming its holder (a sequence's) goes to that worker, as long as it is
+the same process, and is never retried elsewhere.
 
 A call of a model with an ``inference_timeout`` that runs past it is answered
 with InferenceTimeout (504) and the worker running it is killed; its death then
@@ -36,63 +36,33 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from inferd.errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from inferd.observability.stats import ModelStatsTable
-from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.types import InferenceRequest
-from inferd.workers.base import Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.base import (
+    Call,
+    Control,
+    Execution,
+    Holder,
+    LoadedInstance,
+    ResponseStream,
+)
+from inferd.workers.placement import (
+    DEFAULT_RESTART_POLICY,
+    Instance,
+    RestartPolicy,
+    choose_holders,
+    pick,
+    pick_for_stream,
+)
 from inferd.workers.process import WorkerProcess
 from inferd.workers.retry import SentCalls
 
 logger = logging.getLogger(__name__)
 
-# Delay before restarting a worker, by how many times in a row it died young.
-RESTART_BACKOFF = (0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
-# A worker that served this long before dying is restarted without delay.
-STABLE_AFTER = 30.0
-# An instance whose load crashes a worker this many times in a row is dropped there.
-MAX_LOAD_CRASHES = 3
-# Longest a request whose worker died waits for a free slot to be sent again (a
-# restart and the reload of its model included), in seconds.
-RETRY_WAIT = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class RestartPolicy:
-    """When a dead worker starts again, and when a worker gives up on an instance."""
-
-    backoff: tuple[float, ...] = RESTART_BACKOFF
-    stable_after: float = STABLE_AFTER
-    max_load_crashes: int = MAX_LOAD_CRASHES
-    retry_wait: float = RETRY_WAIT
-
-    def delay(self, quick_deaths: int) -> float:
-        """Seconds to wait before restarting a worker that died young this many times."""
-        return self.backoff[min(quick_deaths, len(self.backoff) - 1)]
-
-
 # Makes worker ``index``, which calls ``on_death(worker)`` when its process dies.
 WorkerFactory = Callable[[int, ServerSettings, Callable[[WorkerProcess], None]], WorkerProcess]
-
-
-@dataclass(slots=True, eq=False)
-class _Instance:
-    settings: ModelSettings
-    holders: list[WorkerProcess]
-    capacity: int = 0
-    listeners: list[Callable[[], None]] = field(default_factory=list)
-    load_crashes: dict[int, int] = field(default_factory=dict)
-    failed: str = ""  # why no worker serves it any more
-    interleaved_streams: bool = False  # its predict_stream is an async generator
-    # Its settings with retries off, for sequence requests that have a timeout (made once).
-    sequence_settings: ModelSettings | None = None
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
 
 
 class ProcessPool:
@@ -102,7 +72,7 @@ class ProcessPool:
         self,
         settings: ServerSettings,
         make_worker: WorkerFactory = WorkerProcess,
-        policy: RestartPolicy = RestartPolicy(),  # frozen: safe to share
+        policy: RestartPolicy = DEFAULT_RESTART_POLICY,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,  # tests skip the back-off
         stats: ModelStatsTable | None = None,  # where inference timeouts are counted
         load_together: bool = False,  # forked workers: see _load_all
@@ -117,7 +87,7 @@ class ProcessPool:
             make_worker(index, settings, self._worker_died)
             for index in range(settings.parallel_workers)
         ]
-        self._instances: dict[int, _Instance] = {}
+        self._instances: dict[int, Instance] = {}
         self._restart_tasks: dict[int, asyncio.Task[None]] = {}
         self._failure_handler: Callable[[int, str], None] | None = None
         self._closing = False
@@ -146,8 +116,11 @@ class ProcessPool:
     # Loading
 
     async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
-        holders = self._choose_holders(settings)
-        instance = _Instance(settings, list(holders))
+        alive = [worker for worker in self._workers if worker.alive]
+        if not alive:
+            raise self._no_worker_error(settings.name)
+        holders = choose_holders(settings, alive, len(self._workers), self._instances.values())
+        instance = Instance(settings, list(holders))
         self._instances[instance_id] = instance
         loaded: LoadedInstance | None = None
         try:
@@ -163,9 +136,7 @@ class ProcessPool:
             raise self._no_worker_error(settings.name)
         return loaded
 
-    async def _load_one_by_one(
-        self, instance_id: int, instance: _Instance
-    ) -> LoadedInstance | None:
+    async def _load_one_by_one(self, instance_id: int, instance: Instance) -> LoadedInstance | None:
         """Load the instance into its holders one after another (peak memory: one load)."""
         loaded: LoadedInstance | None = None
         for worker in list(instance.holders):
@@ -175,7 +146,7 @@ class ProcessPool:
                 instance.holders.remove(worker)
         return loaded
 
-    async def _load_all(self, instance_id: int, instance: _Instance) -> LoadedInstance | None:
+    async def _load_all(self, instance_id: int, instance: Instance) -> LoadedInstance | None:
         """Load the instance into all its holders at once: workers forked from a parent
         holding the model only adopt it and warm up, so memory does not multiply."""
         instance.holders = [worker for worker in instance.holders if worker.alive]
@@ -190,24 +161,6 @@ class ProcessPool:
             loaded = result
         return loaded
 
-    def _choose_holders(self, settings: ModelSettings) -> list[WorkerProcess]:
-        alive = [worker for worker in self._workers if worker.alive]
-        if not alive:
-            raise self._no_worker_error(settings.name)
-        wanted = settings.workers or len(self._workers)
-        if wanted > len(self._workers):
-            logger.warning(
-                "Model %r asks for %d workers but the server has %d; it is loaded in all",
-                settings.name,
-                wanted,
-                len(self._workers),
-            )
-
-        def models_held(worker: WorkerProcess) -> int:
-            return sum(worker in instance.holders for instance in self._instances.values())
-
-        return sorted(alive, key=lambda worker: (models_held(worker), worker.index))[:wanted]
-
     def _no_worker_error(self, name: str) -> WorkerLost:
         return WorkerLost(
             f"Cannot load model {name!r}: no worker process is running right now "
@@ -215,7 +168,7 @@ class ProcessPool:
         )
 
     async def _load_into(
-        self, worker: WorkerProcess, instance_id: int, instance: _Instance
+        self, worker: WorkerProcess, instance_id: int, instance: Instance
     ) -> LoadedInstance:
         devices = instance.settings.devices
         device = devices[worker.index % len(devices)] if devices else None
@@ -235,62 +188,60 @@ class ProcessPool:
 
     # Serving
 
-    def predict(
-        self, instance_id: int, request: InferenceRequest, run: BatchRun | None = None
-    ) -> Execution:
-        """Send the request to a worker now (so a slot handed on is used at once)."""
-        instance = self._serving(instance_id)
-        worker = self._pick(instance_id, instance)
+    def predict(self, call: Call) -> Execution:
+        """Send the call to a worker now (so a slot handed on is used at once)."""
+        instance = self._serving(call.instance_id)
+        if call.holder is not None:
+            return self._predict_on(instance, call)
+        worker = pick(call.instance_id, instance)
         if worker is None:
             raise self._unavailable_error(instance)
         settings = instance.settings
         if settings.retry_on_worker_failure or settings.inference_timeout:
-            return Execution.sent(self._sent.send(instance_id, settings, request, worker, run))
-        return Execution.sent(worker.predict(instance_id, request, run=run))
+            return Execution.sent(self._sent.send(call, settings, worker))
+        return Execution.sent(worker.predict(call))
 
-    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
-        """Start the stream in a worker now; it is never retried elsewhere."""
-        instance = self._serving(instance_id)
-        interleaved = instance.interleaved_streams
-        if interleaved:
-            worker = self._pick_for_stream(instance_id, instance)
-        else:
-            worker = self._pick(instance_id, instance)
-        if worker is None:
-            raise self._unavailable_error(instance)
-        return worker.stream(instance_id, request, holds_slot=not interleaved)
-
-    # Sequences: each runs on one holder, (worker index, starts), never retried elsewhere.
-
-    def holders(self, instance_id: int) -> list[Holder]:
-        instance = self._instances.get(instance_id)
-        serving = instance.holders if instance is not None else []
-        return [(w.index, w.starts) for w in serving if w.serves(instance_id)]
-
-    def predict_on(
-        self,
-        instance_id: int,
-        holder: Holder,
-        request: InferenceRequest,
-        run: BatchRun | None = None,
-    ) -> Execution:
-        instance = self._serving(instance_id)
-        worker = self._holding(instance_id, holder)
+    def _predict_on(self, instance: Instance, call: Call) -> Execution:
+        """On the call's holder (a sequence's), never retried elsewhere."""
+        assert call.holder is not None
+        worker = self._holding(call.instance_id, call.holder)
         if not instance.settings.inference_timeout:
-            return Execution.sent(worker.predict(instance_id, request, run=run))
+            return Execution.sent(worker.predict(call))
         if instance.sequence_settings is None:
             once = {"retry_on_worker_failure": False}  # its state lives in the worker that died
             instance.sequence_settings = instance.settings.model_copy(update=once)
-        return Execution.sent(
-            self._sent.send(instance_id, instance.sequence_settings, request, worker, run)
-        )
+        return Execution.sent(self._sent.send(call, instance.sequence_settings, worker))
 
-    def stream_on(
-        self, instance_id: int, holder: Holder, request: InferenceRequest
-    ) -> ResponseStream:
-        interleaved = self._serving(instance_id).interleaved_streams
-        worker = self._holding(instance_id, holder)
-        return worker.stream(instance_id, request, holds_slot=not interleaved)
+    def stream(self, call: Call) -> ResponseStream:
+        """Start the stream in a worker now; it is never retried elsewhere."""
+        instance_id = call.instance_id
+        instance = self._serving(instance_id)
+        interleaved = instance.interleaved_streams
+        if call.holder is not None:
+            worker: WorkerProcess | None = self._holding(instance_id, call.holder)
+        elif interleaved:
+            worker = pick_for_stream(instance_id, instance)
+        else:
+            worker = pick(instance_id, instance)
+        if worker is None:
+            raise self._unavailable_error(instance)
+        return worker.stream(call, holds_slot=not interleaved)
+
+    def control(self, message: Control) -> None:
+        destination = message.destination()
+        if destination is not None:
+            with contextlib.suppress(WorkerLost):  # stopped: its state went with it
+                self._holding(destination.instance_id, destination.holder).control(message)
+            return
+        for worker in self._workers:  # each keeps the message for its restarts
+            worker.control(message)
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        """Each live worker serving the instance, as (index, starts): a restarted
+        worker is a new holder (the state its previous process kept is gone)."""
+        instance = self._instances.get(instance_id)
+        serving = instance.holders if instance is not None else []
+        return [(w.index, w.starts) for w in serving if w.serves(instance_id)]
 
     def _holding(self, instance_id: int, holder: Holder) -> WorkerProcess:
         """The live worker that is ``holder``; WorkerLost if it stopped since."""
@@ -300,11 +251,7 @@ class ProcessPool:
                 return worker
         raise WorkerLost(f"worker {index} stopped since the sequence started")
 
-    def end_sequence(self, instance_id: int, holder: Holder, sequence_id: int | str) -> None:
-        with contextlib.suppress(WorkerLost):  # stopped: its state went with it
-            self._holding(instance_id, holder).end_sequence(instance_id, sequence_id)
-
-    def _serving(self, instance_id: int) -> _Instance:
+    def _serving(self, instance_id: int) -> Instance:
         instance = self._instances.get(instance_id)
         if instance is None:
             raise self._gone_error()
@@ -316,7 +263,7 @@ class ProcessPool:
     def _free_holder(self, instance_id: int) -> WorkerProcess | None:
         """A live worker holding the instance with a free slot, if any (for a retry)."""
         instance = self._instances.get(instance_id)
-        worker = self._pick(instance_id, instance) if instance is not None else None
+        worker = pick(instance_id, instance) if instance is not None else None
         return worker if worker is not None and worker.free_slots(instance_id) > 0 else None
 
     def _unservable(self, instance_id: int) -> InferdError | None:
@@ -328,28 +275,7 @@ class ProcessPool:
             return WorkerLost("The server is shutting down")
         return self._unavailable_error(instance) if instance.failed else None
 
-    def _pick(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
-        """The least loaded live worker holding the instance, with a free slot if any has."""
-        best: WorkerProcess | None = None
-        best_free = False
-        for worker in instance.holders:
-            if not worker.serves(instance_id):
-                continue
-            free = worker.free_slots(instance_id) > 0
-            if (
-                best is None
-                or (free and not best_free)
-                or (free == best_free and worker.outstanding < best.outstanding)
-            ):
-                best, best_free = worker, free
-        return best
-
-    def _pick_for_stream(self, instance_id: int, instance: _Instance) -> WorkerProcess | None:
-        """The live worker holding the instance with the fewest open interleaved streams."""
-        serving = [worker for worker in instance.holders if worker.serves(instance_id)]
-        return min(serving, key=lambda worker: worker.open_streams, default=None)
-
-    def _unavailable_error(self, instance: _Instance) -> InferdError:
+    def _unavailable_error(self, instance: Instance) -> InferdError:
         if instance.failed:
             return ModelNotReady(f"Model {instance.name!r} is unavailable: {instance.failed}")
         return WorkerLost(
@@ -361,17 +287,13 @@ class ProcessPool:
         instance = self._instances.get(instance_id)
         return instance.capacity if instance is not None else 0
 
-    def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
+    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
         instance = self._instances.get(instance_id)
         if instance is not None:
-            instance.listeners.append(on_capacity_change)
+            instance.listeners.append(on_change)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
         self._failure_handler = handler
-
-    def set_log_level(self, level: int) -> None:
-        for worker in self._workers:  # each keeps it for its restarts
-            worker.set_log_level(level)
 
     def _update_capacity(self, instance_id: int) -> None:
         instance = self._instances.get(instance_id)
@@ -442,7 +364,7 @@ class ProcessPool:
                 await worker.unload(instance_id)  # unloaded meanwhile
 
     def _load_crashed(
-        self, worker: WorkerProcess, instance_id: int, instance: _Instance, error: WorkerLost
+        self, worker: WorkerProcess, instance_id: int, instance: Instance, error: WorkerLost
     ) -> None:
         crashes = instance.load_crashes.get(worker.index, 0) + 1
         instance.load_crashes[worker.index] = crashes
@@ -455,7 +377,7 @@ class ProcessPool:
             self._drop_holder(worker, instance_id, instance, reason)
 
     def _drop_holder(
-        self, worker: WorkerProcess, instance_id: int, instance: _Instance, reason: str
+        self, worker: WorkerProcess, instance_id: int, instance: Instance, reason: str
     ) -> None:
         with contextlib.suppress(ValueError):
             instance.holders.remove(worker)

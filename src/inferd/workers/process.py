@@ -1,12 +1,13 @@
 """One worker process as the main process sees it: start, command, notice death, stop.
 
-It also keeps the books the pool dispatches on (which instances it serves and
-with how many slots, its requests in flight, its open streams, the instances to
-load again after a restart, how often in a row it died young). A stream of a
-plain generator counts as a request in flight (a busy slot) until it has
-finished; an interleaved one (async generator) holds no slot and counts among
-the open streams instead. The pool reads and updates them
-through methods only, so each rule about them lives here once.
+The process is started and reaped by :mod:`inferd.workers.spawn`, reached
+through its :class:`~inferd.workers.channel.Channel`. Beside it sit its books:
+the :class:`~inferd.workers.slot_book.SlotBook` the pool dispatches on (slots,
+requests in flight, the instances to load again after a restart) and its
+:class:`~inferd.workers.worker_metrics.WorkerMetrics` (busy time, open
+interleaved streams). A stream of a plain generator counts as a request in
+flight until it has finished; an interleaved one holds no slot and counts among
+the open streams instead. The pool reads them through this class only.
 
 The process itself is reached through two methods, :meth:`WorkerProcess._spawn`
 and :meth:`WorkerProcess._reap`; tests replace just those (and ``uptime``, to
@@ -19,10 +20,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -31,13 +28,15 @@ from typing import Any
 from inferd.errors import WorkerLost
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers import ipc
-from inferd.workers.base import LoadedInstance
+from inferd.types import InferenceResponse
+from inferd.workers import ipc, spawn
+from inferd.workers.base import Call, Control, LoadedInstance
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
 from inferd.workers.process_handle import ProcessHandle
 from inferd.workers.remote_stream import RemoteStream
+from inferd.workers.slot_book import SlotBook
+from inferd.workers.worker_metrics import WorkerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +45,10 @@ logger = logging.getLogger(__name__)
 START_TIMEOUT = 60.0
 # How long a worker whose socket closed may take to exit before it is killed.
 EXIT_GRACE = 2.0
-EXIT_POLL_INTERVAL = 0.005
 
 
 class WorkerProcess:
-    """A worker process, its channel and the bookkeeping the pool dispatches on."""
+    """A worker process, its channel, and its books (slots, metrics)."""
 
     def __init__(
         self,
@@ -70,26 +68,16 @@ class WorkerProcess:
         self._alive = False
         self._started_at = 0.0
         self._starts = 0
-        # Instances loaded and serving here, each with its slots (threads_per_worker).
-        self._slots: dict[int, int] = {}
-        # Requests in flight, per instance and in all.
-        self._busy: dict[int, int] = {}
-        self._outstanding = 0
-        # Interleaved streams running, of all its instances.
-        self._open_streams = 0
-        # Instances to load again after a restart, in the order they were loaded.
-        self._to_reload: list[int] = []
         self._quick_deaths = 0
         # Why the server killed the process, if it did (a call ran past its time).
         self._kill_reason = ""
-        # Metrics: time with requests in flight (up to _busy_since).
-        self._busy_total = 0.0
-        self._busy_since = 0.0
         # One load at a time per worker, so peak memory stays one model's worth.
         self._load_lock = asyncio.Lock()
-        # The root logger's level set at run time (None: as the settings say); a
-        # (re)started process gets it at INIT.
-        self._log_level: int | None = None
+        # The latest control message of each type sent to every process (a log level
+        # set at run time): a (re)started process gets them at INIT.
+        self._kept: dict[type, Control] = {}
+        self.book = SlotBook()
+        self.metrics = WorkerMetrics()
 
     @property
     def pid(self) -> int | None:
@@ -132,12 +120,17 @@ class WorkerProcess:
     @property
     def outstanding(self) -> int:
         """Requests sent to it and not answered yet."""
-        return self._outstanding
+        return self.book.outstanding
 
     @property
     def open_streams(self) -> int:
         """Interleaved streams (which hold no slot) started here and not finished."""
-        return self._open_streams
+        return self.metrics.open_streams
+
+    @property
+    def busy_seconds(self) -> float:
+        """Time this worker had at least one request in flight, since the server started."""
+        return self.metrics.busy_seconds
 
     # Lifetime
 
@@ -150,7 +143,8 @@ class WorkerProcess:
         self._channel = channel = await self._spawn()
         # A worker in a model's environment keeps that environment's import path.
         import_path = list(sys.path) if self.environment is None else []
-        init: ipc.InitBody = (self.index, import_path, self._settings, self._log_level)
+        kept = list(self._kept.values())
+        init: ipc.InitBody = (self.index, import_path, self._settings, kept)
         try:
             await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
         except (WorkerLost, TimeoutError):
@@ -164,25 +158,14 @@ class WorkerProcess:
 
     async def _spawn(self) -> Channel:
         """Start the process; the channel to it (not yet initialized)."""
-        ours, theirs = socket.socketpair()
-        environment = self.environment
-        python = sys.executable if environment is None else environment.python
-        command = [
-            python, "-m", "inferd.workers.worker", str(theirs.fileno()), str(os.getpid())
-        ]  # fmt: skip
-        variables = None if environment is None else environment.process_environment()
-        try:
-            self._process = subprocess.Popen(
-                command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=variables
-            )
-        except OSError:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
+        self._process, ours = spawn.spawn(self.environment)
         return await Channel.open(
             ours, self._describe_loss, self._channel_closed, self._describe_stream_loss
         )
+
+    async def _reap(self, grace: float) -> str:
+        assert self._process is not None
+        return await spawn.reap(self._process, grace, self.label)
 
     async def stop(self, timeout: float) -> None:
         """Close the channel (the worker exits on end-of-file); kill it after ``timeout``."""
@@ -239,22 +222,8 @@ class WorkerProcess:
         was_alive, self._alive = self._alive, False
         self.exit_status()
         if was_alive:  # a worker that dies while starting is start()'s to report
-            self._to_reload += [i for i in self._slots if i not in self._to_reload]
-            self._slots.clear()
+            self.book.lost_all()
             self._on_death(self)
-
-    async def _reap(self, grace: float) -> str:
-        process = self._process
-        assert process is not None
-        deadline = time.monotonic() + grace
-        while process.poll() is None:
-            if time.monotonic() > deadline:
-                logger.warning("%s did not exit %.0fs after its socket closed; killing it",
-                               self.label, grace)  # fmt: skip
-                process.kill()
-                deadline = float("inf")
-            await asyncio.sleep(EXIT_POLL_INTERVAL)
-        return describe_exit(process.returncode)
 
     # Instances
 
@@ -274,53 +243,51 @@ class WorkerProcess:
                     "loading it"
                 ) from None
         if self._alive:
-            self._slots[instance_id] = settings.threads_per_worker
-            self.cancel_reload(instance_id)
-        elif instance_id not in self._to_reload:  # it died right after answering
-            self._to_reload.append(instance_id)
+            self.book.serving(instance_id, settings.threads_per_worker)
+        else:  # it died right after answering
+            self.book.reload_later(instance_id)
         return loaded
 
     async def unload(self, instance_id: int) -> None:
         """Unload an instance it serves; one it does not serve is ignored."""
-        if self._slots.pop(instance_id, None) is None:
+        if not self.book.forget(instance_id):
             return
         with contextlib.suppress(WorkerLost):  # a dead worker holds nothing
             await self._call(ipc.UNLOAD, instance_id, None)
 
     def serves(self, instance_id: int) -> bool:
         """Whether requests for the instance may be sent here now."""
-        return self._alive and instance_id in self._slots
+        return self._alive and instance_id in self.book.serving_slots
 
     def slots(self, instance_id: int) -> int:
         """How many requests of the instance it may run at once (0 unless it serves it)."""
-        return self._slots.get(instance_id, 0) if self._alive else 0
+        return self.book.slots(instance_id) if self._alive else 0
 
     def free_slots(self, instance_id: int) -> int:
-        return self.slots(instance_id) - self._busy.get(instance_id, 0)
+        return self.book.free_slots(instance_id)
 
     def next_to_reload(self) -> int | None:
         """The instance to load again first now that it restarted, if any is left."""
-        return self._to_reload[0] if self._to_reload else None
+        return self.book.next_to_reload()
 
     def cancel_reload(self, instance_id: int) -> None:
         """Load the instance here no more after a restart (gone, or it keeps failing)."""
-        with contextlib.suppress(ValueError):
-            self._to_reload.remove(instance_id)
+        self.book.cancel_reload(instance_id)
 
-    # Requests
+    # Calls
 
     def predict(
         self,
-        instance_id: int,
-        request: InferenceRequest,
+        call: Call,
         then: Callable[[asyncio.Future[InferenceResponse]], None] | None = None,
-        run: BatchRun | None = None,
     ) -> asyncio.Future[InferenceResponse]:
-        """Send the request now; the future gets the response. ``then(future)`` is
-        called once it is done, right after the books here are (in the same callback:
-        a caller following its requests costs no extra turn of the event loop). With
-        ``run`` (a traced request), the worker says when its predict ran, noted there."""
-        packed = ipc.pack_request(request)
+        """Send the call now; the future gets the response. ``then(future)`` is called
+        once it is done, right after the books here are (in the same callback: a
+        caller following its calls costs no extra turn of the event loop). A traced
+        call's worker says when its predict ran, noted in ``call.run``."""
+        instance_id = call.instance_id
+        packed = ipc.pack_request(call.request)
+        run = call.run
         if run is None:
             future: asyncio.Future[InferenceResponse] = self._call(
                 ipc.PREDICT, instance_id, packed, ipc.unpack_response
@@ -340,58 +307,42 @@ class WorkerProcess:
             future.add_done_callback(finished)
         return future
 
-    def stream(
-        self, instance_id: int, request: InferenceRequest, *, holds_slot: bool
-    ) -> RemoteStream:
+    def stream(self, call: Call, *, holds_slot: bool) -> RemoteStream:
         """Start ``predict_stream`` here now; its responses as they come. A stream that
         ``holds_slot`` (a plain generator's) is busy work here until it has finished."""
         if self._channel is None:
             raise WorkerLost(self._describe_stream_loss())
-        stream = self._channel.open_stream(instance_id, request)
+        instance_id = call.instance_id
+        stream = self._channel.open_stream(instance_id, call.request)
         if holds_slot:
             self._started(instance_id)
             stream.finished.add_done_callback(lambda _: self._finished(instance_id))
         else:
-            self._open_streams += 1
-            stream.finished.add_done_callback(self._stream_closed)
+            self.metrics.stream_opened()
+            stream.finished.add_done_callback(self.metrics.stream_closed)
         return stream
 
-    def end_sequence(self, instance_id: int, sequence_id: int | str) -> None:
-        """Have the runtime drop a sequence's state (its ``sequence_end``), after the
-        commands sent before; a process that died meanwhile took the state with it."""
-        unheard = functools.partial(_unheard, "sequence_end")
-        self._call(ipc.SEQUENCE_END, instance_id, sequence_id).add_done_callback(unheard)
-
-    def set_log_level(self, level: int) -> None:
-        """Set the process's root logger level now, and at each later start."""
-        self._log_level = level
-        if self._channel is None:  # not started yet: INIT carries it
+    def control(self, message: Control) -> None:
+        """Tell the process ``message`` after the commands sent before it. One for every
+        process is kept for its later starts too; one for a holder reaching a process
+        that died meanwhile is moot (the holder's state went with it)."""
+        if message.destination() is None:
+            self._kept[type(message)] = message
+            if self._channel is None:  # not started yet: INIT carries it
+                return
+        try:
+            sent = self._call(ipc.CONTROL, 0, message)
+        except WorkerLost:  # dead: its restart's INIT carries what is kept
             return
-        with contextlib.suppress(WorkerLost):  # dead: its restart's INIT carries it
-            unheard = functools.partial(_unheard, "log level change")
-            self._channel.start_call(ipc.LOG_LEVEL, 0, level).add_done_callback(unheard)
-
-    def _stream_closed(self, _: asyncio.Future[None]) -> None:
-        self._open_streams -= 1
+        sent.add_done_callback(functools.partial(_unheard, type(message).__name__))
 
     def _started(self, instance_id: int) -> None:
-        if not self._outstanding:
-            self._busy_since = time.perf_counter()
-        self._outstanding += 1
-        self._busy[instance_id] = self._busy.get(instance_id, 0) + 1
+        if self.book.started(instance_id):
+            self.metrics.busy_from_now()
 
     def _finished(self, instance_id: int) -> None:
-        self._outstanding -= 1
-        self._busy[instance_id] -= 1
-        if not self._outstanding:
-            self._busy_total += time.perf_counter() - self._busy_since
-
-    @property
-    def busy_seconds(self) -> float:
-        """Time this worker had at least one request in flight, since the server started."""
-        if self._outstanding:
-            return self._busy_total + time.perf_counter() - self._busy_since
-        return self._busy_total
+        if self.book.finished(instance_id):
+            self.metrics.idle_from_now()
 
     def _call(
         self, kind: int, instance_id: int, body: Any, decode: Callable[[Any], Any] | None = None
@@ -410,15 +361,3 @@ def _unpack_timed(run: BatchRun, worker: int, timed: ipc.TimedResponse) -> Infer
 def _unheard(what: str, done: asyncio.Future[None]) -> None:
     if not done.cancelled() and done.exception() is not None:
         logger.debug("A %s did not reach its worker: %s", what, done.exception())
-
-
-def describe_exit(returncode: int) -> str:
-    if returncode >= 0:
-        return f"exited with code {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = f"signal {-returncode}"
-    if name == "SIGKILL":
-        return "was killed by SIGKILL (by someone, or by the out-of-memory killer)"
-    return f"was killed by {name}"

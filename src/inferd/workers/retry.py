@@ -29,9 +29,9 @@ from functools import partial
 
 from inferd.errors import InferdError, InferenceTimeout, WorkerLost
 from inferd.observability.stats import ModelStatsTable
-from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
-from inferd.types import InferenceRequest, InferenceResponse
+from inferd.types import InferenceResponse
+from inferd.workers.base import Call
 from inferd.workers.overrun import InferenceTimer
 from inferd.workers.process import WorkerProcess
 
@@ -46,9 +46,8 @@ class SentCall:
     a ``running`` future of the worker it was sent to.
     """
 
-    instance_id: int
+    call: Call
     settings: ModelSettings
-    request: InferenceRequest
     answer: asyncio.Future[InferenceResponse]
     worker: WorkerProcess | None = None
     running: asyncio.Future[InferenceResponse] | None = None
@@ -56,21 +55,19 @@ class SentCall:
     lost_on: str = ""
     # While it waits for a free slot to be sent again: the bound on that wait.
     expiry: asyncio.TimerHandle | None = None
-    # A traced request's record of where and when predict ran (its last attempt).
-    run: BatchRun | None = None
 
 
-def failure_to_answer(call: SentCall, error: BaseException, closing: bool) -> BaseException | None:
-    """What ``call`` answers now that its attempt failed with ``error``; None: it is
+def failure_to_answer(sent: SentCall, error: BaseException, closing: bool) -> BaseException | None:
+    """What ``sent`` answers now that its attempt failed with ``error``; None: it is
     retried instead (its worker died, its model allows it, it was not retried yet,
     and the server is not shutting down)."""
     if not isinstance(error, WorkerLost) or closing:
         return error
-    if not call.settings.retry_on_worker_failure:
+    if not sent.settings.retry_on_worker_failure:
         return error
-    if call.lost_on:
+    if sent.lost_on:
         return WorkerLost(
-            f"{error.message} It had already been sent again once, after {call.lost_on} "
+            f"{error.message} It had already been sent again once, after {sent.lost_on} "
             "stopped while running it; a request is retried only once."
         )
     return None
@@ -101,16 +98,11 @@ class SentCalls:
         self._closing = False
 
     def send(
-        self,
-        instance_id: int,
-        settings: ModelSettings,
-        request: InferenceRequest,
-        worker: WorkerProcess,
-        run: BatchRun | None = None,
+        self, call: Call, settings: ModelSettings, worker: WorkerProcess
     ) -> asyncio.Future[InferenceResponse]:
-        """Send the request to ``worker`` now; the future gets its final answer."""
+        """Send the call to ``worker`` now; the future gets its final answer."""
         answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self._send(SentCall(instance_id, settings, request, answer, run=run), worker)
+        self._send(SentCall(call, settings, answer), worker)
         return answer
 
     def send_retries(self, instance_id: int) -> None:
@@ -120,23 +112,23 @@ class SentCalls:
             worker = self._free_holder(instance_id)
             if worker is None:
                 return
-            call = retries.popleft()
-            if call.expiry is not None:
-                call.expiry.cancel()
+            sent = retries.popleft()
+            if sent.expiry is not None:
+                sent.expiry.cancel()
             try:
-                self._send(call, worker)
+                self._send(sent, worker)
             except InferdError as error:  # it died just now: this runs in callbacks,
-                call.answer.set_exception(error)  # where a raise would leave it hanging
+                sent.answer.set_exception(error)  # where a raise would leave it hanging
         if retries is not None and not retries:
             del self._retries[instance_id]  # so that a finished call checks one empty dict
 
     def unservable(self, instance_id: int, error: InferdError) -> None:
         """The instance will not be served again: its waiting retries fail with ``error``."""
-        for call in self._retries.pop(instance_id, ()):
-            if call.expiry is not None:
-                call.expiry.cancel()
-            if not call.answer.done():
-                call.answer.set_exception(error)
+        for sent in self._retries.pop(instance_id, ()):
+            if sent.expiry is not None:
+                sent.expiry.cancel()
+            if not sent.answer.done():
+                sent.answer.set_exception(error)
 
     def close(self) -> None:
         """The server is shutting down: nothing more is retried or timed."""
@@ -145,82 +137,82 @@ class SentCalls:
         for instance_id in list(self._retries):
             self.unservable(instance_id, WorkerLost("The server is shutting down"))
 
-    def _send(self, call: SentCall, worker: WorkerProcess) -> None:
-        call.worker = worker
-        ended = partial(self._attempt_ended, call)
-        call.running = worker.predict(call.instance_id, call.request, ended, call.run)
-        limit = call.settings.inference_timeout
+    def _send(self, sent: SentCall, worker: WorkerProcess) -> None:
+        sent.worker = worker
+        ended = partial(self._attempt_ended, sent)
+        sent.running = worker.predict(sent.call, ended)
+        limit = sent.settings.inference_timeout
         if limit:
-            self._timer.started(call, call.instance_id, limit)
+            self._timer.started(sent, sent.call.instance_id, limit)
 
-    def _attempt_ended(self, call: SentCall, running: asyncio.Future[InferenceResponse]) -> None:
-        if call.settings.inference_timeout:
-            self._timer.finished(call, call.instance_id)
-        if self._retries and self._retries.get(call.instance_id):
-            self.send_retries(call.instance_id)  # its slot is free now
+    def _attempt_ended(self, sent: SentCall, running: asyncio.Future[InferenceResponse]) -> None:
+        if sent.settings.inference_timeout:
+            self._timer.finished(sent, sent.call.instance_id)
+        if self._retries and self._retries.get(sent.call.instance_id):
+            self.send_retries(sent.call.instance_id)  # its slot is free now
         if running.cancelled():
-            call.answer.cancel()
+            sent.answer.cancel()
             return
         error = running.exception()
-        if call.answer.done():
+        if sent.answer.done():
             return  # it ran past its time and was answered then
         if error is None:
-            call.answer.set_result(running.result())
+            sent.answer.set_result(running.result())
             return
-        answer = failure_to_answer(call, error, self._closing)
+        answer = failure_to_answer(sent, error, self._closing)
         if answer is None:
-            self._retry(call)
+            self._retry(sent)
         else:
-            call.answer.set_exception(answer)
+            sent.answer.set_exception(answer)
 
-    def _retry(self, call: SentCall) -> None:
-        assert call.worker is not None  # it was sent
-        call.lost_on = call.worker.label
+    def _retry(self, sent: SentCall) -> None:
+        assert sent.worker is not None  # it was sent
+        sent.lost_on = sent.worker.label
         logger.warning(
             "%s stopped while running a request of %s; sending it again",
-            call.worker.label,
-            call.settings.label,
+            sent.worker.label,
+            sent.settings.label,
         )
-        error = self._unservable(call.instance_id)
+        error = self._unservable(sent.call.instance_id)
         if error is not None:
-            call.answer.set_exception(error)
+            sent.answer.set_exception(error)
             return
-        call.expiry = asyncio.get_running_loop().call_later(
-            self._retry_wait, self._retry_expired, call
+        sent.expiry = asyncio.get_running_loop().call_later(
+            self._retry_wait, self._retry_expired, sent
         )
-        self._retries.setdefault(call.instance_id, deque()).append(call)
-        self.send_retries(call.instance_id)
+        self._retries.setdefault(sent.call.instance_id, deque()).append(sent)
+        self.send_retries(sent.call.instance_id)
 
-    def _retry_expired(self, call: SentCall) -> None:
-        retries = self._retries.get(call.instance_id)
+    def _retry_expired(self, sent: SentCall) -> None:
+        retries = self._retries.get(sent.call.instance_id)
         if retries is not None:
             with contextlib.suppress(ValueError):
-                retries.remove(call)
+                retries.remove(sent)
             if not retries:
-                del self._retries[call.instance_id]
-        if not call.answer.done():
-            call.answer.set_exception(
+                del self._retries[sent.call.instance_id]
+        if not sent.answer.done():
+            sent.answer.set_exception(
                 WorkerLost(
-                    f"{call.lost_on} stopped while running this request, and no worker "
-                    f"process holding {call.settings.label} was free to run it again "
+                    f"{sent.lost_on} stopped while running this request, and no worker "
+                    f"process holding {sent.settings.label} was free to run it again "
                     f"within {self._retry_wait:g}s; retry the request"
                 )
             )
 
-    def _overran(self, call: SentCall) -> None:
+    def _overran(self, sent: SentCall) -> None:
         """The call ran past its inference_timeout: answer 504 and kill its worker."""
-        worker, running = call.worker, call.running
-        if worker is None or running is None or running.done() or call.answer.done():
+        worker, running = sent.worker, sent.running
+        if worker is None or running is None or running.done() or sent.answer.done():
             return  # answered as the timer fired: that stands
         if not worker.alive:
             return  # it died as the timer fired: the call is retried or failed as such
-        settings = call.settings
+        settings = sent.settings
         reason = (
             f"{settings.label} ran past its inference_timeout of {settings.inference_timeout:g}s"
         )
         if self._stats is not None:
             self._stats.of(settings.name, settings.version).timed_out()
-        call.answer.set_exception(
+        sent.answer.set_exception(
             InferenceTimeout(
                 f"{reason[:1].upper()}{reason[1:]}; the worker process running it "
                 f"({worker.label}) was killed and is being restarted"

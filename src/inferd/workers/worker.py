@@ -21,9 +21,9 @@ Threads, and why:
   threads of their model's own (plain generators), never on the main thread,
   which reads on: a stream's credit and cancel arrive while it runs
   (:mod:`inferd.workers.worker_streams`).
-- A runtime's ``sequence_end`` (sequence batching) runs on the main thread, in
-  the order of the commands: after the requests of the sequence, before anything
-  sent after it. So does a change of the log level (Triton's logging extension).
+- Control messages (``base.Control``, each a feature's own: a sequence's end, a
+  log level) apply on the main thread, in the order of the commands: after the
+  requests sent before them (a sequence's), before anything sent after them.
 
 The main process never sends a model more requests than its
 ``threads_per_worker``, so none of these needs a queue of its own. Replies are
@@ -56,7 +56,7 @@ from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceRequest
 from inferd.workers import ipc
-from inferd.workers.base import LoadedInstance
+from inferd.workers.base import Control, LoadedInstance
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.worker_streams import WorkerStreams
 
@@ -101,11 +101,8 @@ class Worker:
             self._stream(call_id, instance_id, body)
         elif kind == ipc.CANCEL:
             self._streams.cancel(call_id)
-        elif kind == ipc.SEQUENCE_END:
-            self._end_sequence(call_id, instance_id, body)
-        elif kind == ipc.LOG_LEVEL:
-            logging.getLogger().setLevel(body)
-            self._reply(call_id, None)
+        elif kind == ipc.CONTROL:
+            self._control(call_id, body)
         elif kind == ipc.LOAD:
             settings, device = cast(ipc.LoadBody, body)
             self._on_loop(call_id, self._load(instance_id, settings, device))
@@ -122,7 +119,7 @@ class Worker:
         index: int,
         sys_path: list[str],
         settings: ServerSettings,
-        log_level: int | None,
+        kept: list[Control],
     ) -> None:
         # The main process's import path, so runtimes import the same modules there and
         # here; none for a worker in a model's own environment, which keeps its own.
@@ -130,8 +127,8 @@ class Worker:
             sys.path[:] = sys_path
         self._index = index
         configure_logging(settings)
-        if log_level is not None:  # changed at run time (the logging extension)
-            logging.getLogger().setLevel(log_level)
+        for message in kept:  # e.g. a log level changed at run time: over the settings
+            message.apply_in_worker(self)
         if settings.metrics_enabled:
             # Custom metrics travel to the main process in front of the next reply.
             custom_metrics.start_buffering()
@@ -190,13 +187,19 @@ class Worker:
             return
         self._streams.start(call_id, loaded, request, credit)
 
-    def _end_sequence(self, call_id: int, instance_id: int, sequence_id: int | str) -> None:
-        """On this thread, so that it runs after the requests read before it and before
-        those read after it (no request of the sequence runs meanwhile)."""
-        loaded = self._models.get(instance_id)
-        if loaded is not None:  # unloaded: its state is gone already
-            loaded.end_sequence(sequence_id)
+    def _control(self, call_id: int, message: Control) -> None:
+        """On this thread, so that it takes effect after the requests read before it and
+        before those read after it (a sequence's end: no request of it runs meanwhile)."""
+        try:
+            message.apply_in_worker(self)
+        except Exception as error:
+            self._reply_error(call_id, ModelError(f"{type(message).__name__}: {error}"))
+            return
         self._reply(call_id, None)
+
+    def loaded(self, instance_id: int) -> LoadedModel | None:
+        """What a control message reaches (base.WorkerState)."""
+        return self._models.get(instance_id)
 
     def _not_held(self, instance_id: int) -> ModelError:
         return ModelError(f"Worker {self._index} does not hold model instance {instance_id}")
