@@ -14,7 +14,7 @@ from tests.support.serverproc import ServerProcess, free_ports
 
 from ..repository import settings_json, write_json
 from ..scenarios.base import VerificationError
-from ..servers import Programs, start
+from ..servers import INFERD, Programs, start
 from .model import MODEL_NAME, ForestModel
 from .options import MemoryOptions, MemoryServer
 from .pss import TreeMemory, tree_memory
@@ -61,8 +61,8 @@ def run_one(
 ) -> RunRecord:
     ports = free_ports(3)
     settings: dict[str, Any] = {"parallel_workers": workers}
-    if server.fork_workers:
-        settings["fork_workers"] = True
+    if server.kind == INFERD:  # named both ways: the comparison must not follow the default
+        settings["fork_workers"] = server.fork_workers
     write_json(repo / "settings.json", settings_json(ports, settings))
     model.write(repo, server.implementation)
     programs = Programs(options.inferd_python, options.inferd_src, options.mlserver_python)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,6 +195,25 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_worker(
     body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
     response = httpx.post(f"{server.url}/v2/models/threads/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
+
+
+def test_a_model_whose_load_keeps_a_connection_is_loaded_in_each_worker(
+    start: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    # Forked workers would share the one connection, and read each other's replies.
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # connects queue, unaccepted
+        port = listener.getsockname()[1]
+        add_custom_model(
+            tmp_path, "connected", "ConnectsOnLoad", parameters={"extra": {"port": port}}
+        )
+        server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": True})
+        assert "not forked from one parent" in server.log()
+        assert "socket(s) it opened are still open" in server.log()
+        workers = children(server.process.pid)
+        assert len(workers) == 2 and not any(children(pid) for pid in workers)
+        body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
+        response = httpx.post(f"{server.url}/v2/models/connected/infer", json=body, timeout=10)
+        assert response.status_code == 200, response.text
 
 
 def test_a_dead_fork_parent_is_replaced_and_its_model_served_again(forest: Measured) -> None:

@@ -22,7 +22,7 @@ import tritonclient.http as triton_http
 
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import children
+from tests.support.procstat import workers as worker_pids
 from tests.support.serverproc import ServerProcess, start_server
 
 from .test_environments import make_environment
@@ -71,7 +71,7 @@ def test_the_log_level_reaches_every_worker_and_their_restarts(
 
     # Killed, the worker is restarted, and its model loaded again: the new process
     # logs at the level set before it started.
-    workers = children(server.process.pid)
+    workers = worker_pids(server.process.pid)  # spawned or forked
     assert len(workers) == 2 and pid in workers
     os.kill(pid, signal.SIGKILL)
     request_id, new_pid = wait_for(

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
+from tests.support.procstat import workers
 from tests.support.serverproc import ServerProcess
 
 REQUEST_DEADLINE = 15.0
@@ -86,7 +87,7 @@ def test_a_worker_killed_under_load_fails_only_its_requests_and_comes_back(
     two_workers: ServerProcess,
 ) -> None:
     server = two_workers
-    before = children(server.process.pid)
+    before = workers(server.process.pid)  # spawned or forked
     stop, answers = threading.Event(), []
     clients = [threading.Thread(target=hammer, args=(server, stop, answers)) for _ in range(6)]
     for client in clients:
@@ -95,8 +96,8 @@ def test_a_worker_killed_under_load_fails_only_its_requests_and_comes_back(
         wait_for(lambda: len(answers) > 10, "requests flowing")
         victim = pid_of(answers[0])  # both workers are busy: 6 clients, 2 workers
         os.kill(victim, signal.SIGKILL)
-        wait_for(lambda: children(server.process.pid) - before, "a new worker")
-        (restarted,) = children(server.process.pid) - before
+        wait_for(lambda: workers(server.process.pid) - before, "a new worker")
+        (restarted,) = workers(server.process.pid) - before
         count = len(answers)
 
         def restarted_serves() -> bool:

@@ -19,11 +19,11 @@ import pytest
 from inferd.protocol import pb, pb_grpc
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
+from tests.support.procstat import workers
 from tests.support.serverproc import ServerProcess, write_settings
 
 from .metrics_helpers import model, scrape, value
 from .test_settings_e2e import assert_refused, run_inferd
-from .test_workers_failures import children
 
 REQUEST_DEADLINE = 30.0
 CLIENTS = 16
@@ -72,7 +72,7 @@ def test_a_worker_killed_under_16_clients_loses_no_request(
     echo = {"threads_per_worker": 4, "parameters": {"extra": {"sleep": 0.02}}}
     add_custom_model(tmp_path, "echo", "SlowEcho", **echo)
     server = start(tmp_path, settings={"parallel_workers": 2})
-    before = wait_for(lambda: len(found := children(server.process.pid)) == 2 and found, "workers")
+    before = wait_for(lambda: len(found := workers(server.process.pid)) == 2 and found, "workers")
     stop = threading.Event()
     clients = [Client(server, number, stop) for number in range(CLIENTS)]
     for client in clients:
@@ -89,7 +89,7 @@ def test_a_worker_killed_under_16_clients_loses_no_request(
         os.kill(victim, signal.SIGSTOP)
         time.sleep(0.2)
         os.kill(victim, signal.SIGKILL)
-        (restarted,) = wait_for(lambda: children(server.process.pid) - before, "a new worker")
+        (restarted,) = wait_for(lambda: workers(server.process.pid) - before, "a new worker")
         wait_for(
             lambda: any(echoed(a)[1] == restarted for a in answers()),
             "the restarted worker serving",

@@ -85,3 +85,23 @@ def pss_kib(pid: int) -> int:
 def tree_pss_mib(pid: int) -> float:
     """The PSS of ``pid`` and every process below it, in MiB: what the tree costs."""
     return sum(pss_kib(each) for each in {pid, *descendants(pid)}) / 1024
+
+
+FORK_PARENT_MODULE = b"inferd.workers.forkserver"  # how a fork parent is started
+
+
+def is_fork_parent(pid: int) -> bool:
+    """Whether ``pid`` is a model's fork parent (``fork_workers``), not a worker."""
+    try:
+        return FORK_PARENT_MODULE in (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def workers(server_pid: int) -> set[int]:
+    """The server's live worker processes, spawned or forked: its children that are not
+    fork parents, and the children of its fork parents (``fork_workers``)."""
+    found = set()
+    for child in children(server_pid):
+        found |= children(child) if is_fork_parent(child) else {child}
+    return found

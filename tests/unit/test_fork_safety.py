@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,16 @@ def test_a_thread_left_running_forbids_the_fork() -> None:
         """
     )
     assert "threads are running (poller)" in said
+
+
+def test_a_socket_opened_since_and_kept_forbids_the_fork() -> None:
+    before = fork_safety.open_sockets()
+    assert fork_safety.sockets_left_open(before) == ""
+    first, second = socket.socketpair()
+    with first, second:
+        assert len(fork_safety.open_sockets() - before) == 2
+        assert fork_safety.sockets_left_open(before).startswith("2 socket(s) it opened")
+    assert fork_safety.sockets_left_open(before) == ""  # closed: nothing shared
 
 
 def test_grpc_imported_is_no_hazard_but_its_core_started_is() -> None:

@@ -58,8 +58,11 @@ class ServerSettings(EnvFirstSettings):
     """Load each CPU model once, in a parent process of its own, and fork the model's
     workers from it: they share the loaded model's memory (copy-on-write), start
     together, and a worker that dies is forked again without loading the model again.
-    Models with a ``cuda:*`` device still load in each worker. See the README's
-    "Workers that share one copy of a model"."""
+    Models with a ``cuda:*`` device still load in each worker. Off by default: each
+    forked model gets a parent and ``workers`` processes of its own, so a server of
+    many small models runs (and pays an interpreter for) models x workers processes
+    where it would run ``parallel_workers``. See the README's "Workers that share
+    one copy of a model"."""
 
     shutdown_grace_seconds: float = Field(default=25.0, gt=0)
     """Seconds from SIGTERM to exit: requests in flight may finish within it, those

@@ -13,6 +13,12 @@ libraries that keep threads of their own name them (grpc's do), while pools
 that re-create themselves after a fork (OpenBLAS, through ``pthread_atfork``)
 leave theirs unnamed.
 
+A socket the load opened and kept (a runtime's connection to a database or a
+feature store) would be one connection shared by every forked worker: their
+requests and replies would interleave on it, and a worker could read another's
+answer. So the parent notes its sockets before the load and refuses to fork if
+the load left any open (:func:`sockets_left_open`).
+
 GNU OpenMP (libgomp, which scikit-learn, XGBoost, LightGBM and torch wheels carry)
 is not fork-safe: once a parallel region has run in a process, a child forked
 from it hangs in its first parallel region. XGBoost's and LightGBM's model loading
@@ -76,6 +82,35 @@ def named_native_threads() -> list[str]:
         except OSError:  # ended meanwhile
             continue
     return sorted(names - {main})
+
+
+def open_sockets() -> set[str]:
+    """The sockets this process holds, by inode (``socket:[1234]``); empty off Linux."""
+    try:
+        fds = list(Path("/proc/self/fd").iterdir())
+    except OSError:
+        return set()
+    found = set()
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            continue
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
+
+
+def sockets_left_open(before: set[str]) -> str:
+    """Why a child forked now would share a connection ("" when it would not): sockets
+    open now that were not in ``before`` (taken before the model's load)."""
+    left = open_sockets() - before
+    if not left:
+        return ""
+    return (
+        f"{len(left)} socket(s) it opened are still open, which every forked worker "
+        "would share (their replies would mix)"
+    )
 
 
 def cuda_initialized() -> bool:

@@ -47,7 +47,12 @@ from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
-from inferd.workers.fork_safety import fork_hazards, openmp_hazard
+from inferd.workers.fork_safety import (
+    fork_hazards,
+    open_sockets,
+    openmp_hazard,
+    sockets_left_open,
+)
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.runtime_loader import load_runtime
 from inferd.workers.worker import Worker, _die_with_parent
@@ -113,6 +118,7 @@ class ForkServer:
         if server.metrics_enabled:
             # Metrics defined in load() go out with each worker's first reply.
             custom_metrics.start_buffering()
+        sockets_before = open_sockets()  # this process's own: its control socket
         try:
             self._model = asyncio.run(_load_model(settings))
         except Exception as error:
@@ -121,6 +127,8 @@ class ForkServer:
         gc.collect()
         gc.freeze()  # the collector never touches these objects: their pages stay shared
         hazards = fork_hazards()
+        if sockets := sockets_left_open(sockets_before):
+            hazards.append(sockets)
         if not hazards and (openmp := openmp_hazard()):
             hazards.append(openmp)
         if hazards:

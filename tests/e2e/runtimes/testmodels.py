@@ -456,3 +456,15 @@ class ThreadOnLoad(Echo):
         self.stop = threading.Event()
         threading.Thread(target=self.stop.wait, name="left-by-load", daemon=True).start()
         return True
+
+
+class ConnectsOnLoad(Echo):
+    """Echo whose load opens a TCP connection to ``extra["port"]`` and keeps it, as a
+    runtime holding a database or feature-store client does."""
+
+    async def load(self) -> bool:
+        import socket
+
+        port = int(self.settings.parameters.extra["port"])
+        self.connection = socket.create_connection(("127.0.0.1", port), timeout=10)
+        return True
