@@ -207,3 +207,12 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         json_out=args.json_out,
         args=args,
     )
+
+
+def command_parser(name: str, description: str | None) -> argparse.ArgumentParser:
+    """The parser of ``python -m benchmarks NAME``, its help text the command's docstring."""
+    return argparse.ArgumentParser(
+        prog=f"python -m benchmarks {name}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )

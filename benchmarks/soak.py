@@ -45,6 +45,7 @@ from typing import Any
 from tests.support.procstat import Usage, children, usage
 from tests.support.serverproc import ServerProcess, start_server
 
+from .options import command_parser
 from .servers import CHECKOUT_SRC, resolve_source
 
 NAME = "soak"
@@ -62,11 +63,7 @@ class Sample:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m benchmarks {NAME}",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(NAME, __doc__)
     add = parser.add_argument
     add("--requests", type=int, default=1_000_000, help="requests to send in all")
     add("--concurrency", type=int, default=16, help="requests in flight at once")

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..options import MLSERVER_PYTHON_ENV, ONLY_CHOICES, check_executable, choose_servers
+from ..options import (
+    MLSERVER_PYTHON_ENV,
+    ONLY_CHOICES,
+    check_executable,
+    choose_servers,
+    command_parser,
+)
 from ..repository import SKLEARN_IMPLEMENTATION
 from ..servers import CHECKOUT_SRC, INFERD, MLSERVER, Contender, resolve_source
 
@@ -52,11 +58,7 @@ class MemoryOptions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m benchmarks {NAME}",
-        description=sys.modules[__package__ or __name__].__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(NAME, sys.modules[__package__ or __name__].__doc__)
     add = parser.add_argument
     add("--workers", type=int, nargs="+", default=[1, 2, 4], metavar="P",
         help="parallel_workers values (default 1 2 4; on 16 cores: 1 2 4 8 12)")  # fmt: skip

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..options import command_parser
 from ..servers import CHECKOUT_SRC, resolve_source
 
 NAME = "scale"
@@ -194,11 +195,7 @@ def build_layouts(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m benchmarks {NAME}",
-        description=sys.modules[__package__ or __name__].__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(NAME, sys.modules[__package__ or __name__].__doc__)
     add = parser.add_argument
     add("--server-cores", metavar="CPUS", help="cores of the servers, e.g. 0-11 (default: "
         "all but a quarter with 4+ cores, else all)")  # fmt: skip

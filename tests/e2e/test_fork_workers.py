@@ -187,13 +187,17 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_worker(
 ) -> None:
     add_custom_model(tmp_path, "threads", "ThreadOnLoad")
     server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": True})
-    # The parent refused to fork: it said why, and the server's own workers serve.
+    assert_loaded_in_each_worker(server, "threads", "threads are running (left-by-load)")
+
+
+def assert_loaded_in_each_worker(server: ServerProcess, model: str, why: str) -> None:
+    """The parent refused to fork, said why, and the server's own 2 workers serve."""
     assert "not forked from one parent" in server.log()
-    assert "threads are running (left-by-load)" in server.log()
+    assert why in server.log()
     workers = children(server.process.pid)
     assert len(workers) == 2 and not any(children(pid) for pid in workers)
     body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
-    response = httpx.post(f"{server.url}/v2/models/threads/infer", json=body, timeout=10)
+    response = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
 
 
@@ -207,13 +211,7 @@ def test_a_model_whose_load_keeps_a_connection_is_loaded_in_each_worker(
             tmp_path, "connected", "ConnectsOnLoad", parameters={"extra": {"port": port}}
         )
         server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": True})
-        assert "not forked from one parent" in server.log()
-        assert "socket(s) it opened are still open" in server.log()
-        workers = children(server.process.pid)
-        assert len(workers) == 2 and not any(children(pid) for pid in workers)
-        body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
-        response = httpx.post(f"{server.url}/v2/models/connected/infer", json=body, timeout=10)
-        assert response.status_code == 200, response.text
+        assert_loaded_in_each_worker(server, "connected", "socket(s) it opened are still open")
 
 
 def test_a_dead_fork_parent_is_replaced_and_its_model_served_again(forest: Measured) -> None:
