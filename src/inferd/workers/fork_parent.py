@@ -74,7 +74,7 @@ class ForkParent:
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._loaded: asyncio.Future[tuple[str, Any]] | None = None
-        self._forks: dict[int, asyncio.Future[int]] = {}
+        self._forks: dict[int, asyncio.Future[ForkedChild]] = {}
         self._children: dict[int, ForkedChild] = {}
         self._tokens = itertools.count()
         self._restart_lock = asyncio.Lock()
@@ -141,15 +141,13 @@ class ForkParent:
         first LOAD; WorkerLost if no fork parent can give one."""
         await self._ensure_running()
         token = next(self._tokens)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ForkedChild] = asyncio.get_running_loop().create_future()
         self._forks[token] = future
         try:
             self._send((forkserver.FORK, token), worker_socket.fileno())
-            pid = await future
+            return await future
         finally:
             self._forks.pop(token, None)
-        child = self._children[pid] = ForkedChild(pid)
-        return child
 
     async def _ensure_running(self) -> None:
         """Start a new fork parent (loading the model again) if the last one died."""
@@ -197,7 +195,9 @@ class ForkParent:
         if kind in (forkserver.LOADED, forkserver.FAILED, forkserver.UNFORKABLE):
             _settle(self._loaded, lambda future: future.set_result((kind, message[1])))
         elif kind == forkserver.FORKED:
-            _settle(self._forks.get(message[1]), lambda future: future.set_result(message[2]))
+            # Booked now: its EXITED may be read in this same pass, before fork() resumes.
+            child = self._children[message[2]] = ForkedChild(message[2])
+            _settle(self._forks.get(message[1]), lambda future: future.set_result(child))
         elif kind == forkserver.FORK_FAILED:
             name = self.settings.name
             error = WorkerLost(f"Cannot fork a worker of model {name!r}: {message[2]}")
