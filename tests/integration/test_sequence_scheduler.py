@@ -262,6 +262,24 @@ async def test_a_cancelled_waiting_request_leaves_its_turn() -> None:
     assert [tag for _, tag in pool.ran] == ["1a"]
 
 
+async def test_a_waiting_request_cancelled_as_its_holder_dies_is_counted_once() -> None:
+    # Its cancellation is handled when its task runs again, after the holder's death
+    # failed the turns waiting there: it must not leave the count a second time, or
+    # the version never looks idle and its unload waits for ever.
+    pool = HolderPool()
+    scheduler = make(pool)
+    running = call(scheduler, "1a", 1, start=True)
+    waiting = call(scheduler, "1b", 1)
+    await settle()
+    waiting.cancel()
+    pool.die(A)  # in the same turn of the loop, before the cancelled task runs
+    await settle()
+    assert scheduler.waiting == 0
+    with pytest.raises(WorkerLost):
+        await running
+    await asyncio.wait_for(scheduler.close(), 5)
+
+
 async def test_a_full_queue_refuses_at_once() -> None:
     pool = HolderPool()
     scheduler = make(pool, max_queue_size=1)

@@ -276,6 +276,9 @@ class SequenceDispatch:
                 self._waiting -= 1
                 if turn.waiter is not None and not turn.waiter.done():
                     turn.waiter.set_exception(self._lost(turn.sequence))
+            # Counted out: a turn cancelled before this, whose task has not run yet, must
+            # not find itself waiting there and leave the count again.
+            load.waiting.clear()
         if lost:
             ids = ", ".join(str(s.sequence_id) for s in lost[:10])
             more = "..." if len(lost) > 10 else ""

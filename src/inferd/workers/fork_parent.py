@@ -74,11 +74,12 @@ class ForkParent:
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._loaded: asyncio.Future[tuple[str, Any]] | None = None
-        self._forks: dict[int, asyncio.Future[int]] = {}
+        self._forks: dict[int, asyncio.Future[ForkedChild]] = {}
         self._children: dict[int, ForkedChild] = {}
         self._tokens = itertools.count()
         self._restart_lock = asyncio.Lock()
-        self._closing = False
+        self._closing = False  # stopping, or stopped: its death is not news
+        self._released = False  # closed for good: no fork starts a new parent
         self._reaping: asyncio.Future[None] | None = None  # a parent that died unasked
 
     @property
@@ -94,6 +95,7 @@ class ForkParent:
         from it, else why not (it is closed then). Raises the load's error (ModelError,
         ConfigurationError) after closing it."""
         begun = time.monotonic()
+        self._closing = False  # a parent that failed to start before is started afresh
         self._spawn()
         loop = asyncio.get_running_loop()
         self._loaded = loaded = loop.create_future()
@@ -102,19 +104,19 @@ class ForkParent:
             self._send((forkserver.LOAD, import_path, self._server, self.settings))
             kind, detail = await loaded
         except WorkerLost:
-            await self.close()
+            await self._stop()
             raise WorkerLost(
                 f"Loading model {self.settings.name!r} failed: its fork parent (pid "
                 f"{self.pid}) {self._exit_status()} while loading it"
             ) from None
         except BaseException:
-            await self.close()
+            await self._stop()
             raise
         if kind == forkserver.FAILED:
-            await self.close()
+            await self._stop()
             raise ipc.error_from_wire(detail)
         if kind == forkserver.UNFORKABLE:
-            await self.close()
+            await self._stop()
             return str(detail)
         logger.info("Loaded model %r in its fork parent (pid %s) in %.2fs",
                     self.settings.name, self.pid, time.monotonic() - begun)  # fmt: skip
@@ -141,25 +143,32 @@ class ForkParent:
         first LOAD; WorkerLost if no fork parent can give one."""
         await self._ensure_running()
         token = next(self._tokens)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ForkedChild] = asyncio.get_running_loop().create_future()
         self._forks[token] = future
         try:
             self._send((forkserver.FORK, token), worker_socket.fileno())
-            pid = await future
+            return await future
         finally:
             self._forks.pop(token, None)
-        child = self._children[pid] = ForkedChild(pid)
-        return child
 
     async def _ensure_running(self) -> None:
         """Start a new fork parent (loading the model again) if the last one died."""
         async with self._restart_lock:
-            if self.running or self._closing:
+            if self.running or self._released:
                 return
             logger.error("The fork parent of model %r died; starting a new one",
                          self.settings.name)  # fmt: skip
-            why = await self.start()
-            if why:
+            try:
+                why = await self.start()
+            except WorkerLost:
+                raise
+            except Exception as error:  # its load failed: the pool's next restart tries again
+                raise WorkerLost(
+                    f"The fork parent of model {self.settings.name!r} did not load it "
+                    f"again: {error}"
+                ) from None
+            if why:  # what its load does, not a passing failure: no new parent again
+                self._released = True
                 raise WorkerLost(f"Model {self.settings.name!r} cannot be forked any more: {why}")
 
     def _send(self, message: tuple[Any, ...], fd: int | None = None) -> None:
@@ -197,15 +206,17 @@ class ForkParent:
         if kind in (forkserver.LOADED, forkserver.FAILED, forkserver.UNFORKABLE):
             _settle(self._loaded, lambda future: future.set_result((kind, message[1])))
         elif kind == forkserver.FORKED:
-            _settle(self._forks.get(message[1]), lambda future: future.set_result(message[2]))
+            # Booked now: its EXITED may be read in this same pass, before fork() resumes.
+            child = self._children[message[2]] = ForkedChild(message[2])
+            _settle(self._forks.get(message[1]), lambda future: future.set_result(child))
         elif kind == forkserver.FORK_FAILED:
             name = self.settings.name
             error = WorkerLost(f"Cannot fork a worker of model {name!r}: {message[2]}")
             _settle(self._forks.get(message[1]), lambda future: future.set_exception(error))
         elif kind == forkserver.EXITED:
-            child = self._children.pop(message[1], None)
-            if child is not None:
-                child.returncode = message[2]
+            exited = self._children.pop(message[1], None)
+            if exited is not None:
+                exited.returncode = message[2]
 
     def _lost(self) -> None:
         """The fork parent's socket closed: it exited (or died), and its workers with it."""
@@ -225,7 +236,12 @@ class ForkParent:
             self._reaping = asyncio.ensure_future(self._reap(EXIT_GRACE))
 
     async def close(self) -> None:
-        """Stop the fork parent (its workers should have stopped first)."""
+        """Stop the fork parent for good (its workers should have stopped first)."""
+        self._released = True
+        await self._stop()
+
+    async def _stop(self) -> None:
+        """Stop this parent process; a later fork may start a new one unless released."""
         self._closing = True
         self._lost()
         await self._reap(EXIT_GRACE)

@@ -1,0 +1,83 @@
+"""The main process's books of the workers its fork parents fork (no processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from inferd.errors import ModelError, WorkerLost
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.workers import forkserver, ipc
+from inferd.workers.fork_parent import ForkParent
+from tests.support.polling import wait_for_async
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_worker_that_exits_as_soon_as_it_is_forked_still_reports_its_exit() -> None:
+    # FORKED and EXITED can be read in one pass over the socket, before the forking
+    # call resumes: the exit must not be lost, or reaping the worker never ends.
+    parent = ForkParent(ServerSettings(), ModelSettings(name="m"), None)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker_ours, worker_theirs = socket.socketpair()
+    parent._sock = ours
+    try:
+        forking = asyncio.ensure_future(parent.fork(worker_theirs))
+        await wait_for_async(lambda: parent._forks, "the FORK command to be sent")
+        token = next(iter(parent._forks))
+        parent._received((forkserver.FORKED, token, 4242))
+        parent._received((forkserver.EXITED, 4242, 3))
+        child = await forking
+        assert child.poll() == 3
+    finally:
+        for sock in (ours, theirs, worker_ours, worker_theirs):
+            sock.close()
+
+
+class _Answering:
+    """Stands in for the fork parent's process: each spawn opens a socket pair, and
+    each LOAD is answered with the next of ``answers`` (FAILED or LOADED)."""
+
+    def __init__(self, parent: ForkParent, answers: list[tuple[object, ...]]) -> None:
+        self.parent = parent
+        self.answers = answers
+        self.spawns = 0
+        self.sockets: list[socket.socket] = []
+
+    def spawn(self) -> None:
+        self.spawns += 1
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sockets += [ours, theirs]
+        self.parent._sock = ours
+        answer = self.answers.pop(0)
+        asyncio.get_running_loop().call_soon(self.parent._received, answer)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+async def test_a_fork_parent_that_fails_to_start_again_is_tried_again_at_the_next_fork() -> None:
+    # A dead parent is started again at the next fork; if that load fails (a weight
+    # store briefly down), the worker's restart must fail as WorkerLost (the pool
+    # backs off and tries again), and the next try must start a parent again.
+    parent = ForkParent(ServerSettings(), ModelSettings(name="m"), None)
+    failed = (forkserver.FAILED, ipc.error_to_wire(ModelError("weights unreachable")))
+    fake = _Answering(parent, [failed, (forkserver.LOADED, 4000)])
+    parent._spawn = fake.spawn  # type: ignore[method-assign]
+    worker_ours, worker_theirs = socket.socketpair()
+    try:
+        with pytest.raises(WorkerLost, match="weights unreachable"):
+            await parent.fork(worker_theirs)
+        forking = asyncio.ensure_future(parent.fork(worker_theirs))
+        await wait_for_async(lambda: parent._forks, "a new parent, then its FORK command")
+        parent._received((forkserver.FORKED, next(iter(parent._forks)), 4243))
+        assert (await forking).pid == 4243
+        assert fake.spawns == 2
+    finally:
+        parent._sock = None
+        fake.close()
+        worker_ours.close()
+        worker_theirs.close()
