@@ -239,6 +239,16 @@ def check_outputs(regions: SharedMemoryRegistry | None, outputs: Any) -> bool:
     return shared
 
 
+def write_requested_outputs(
+    regions: SharedMemoryRegistry | None, request: Any, response: Any
+) -> dict[str, dict[str, Any]] | None:
+    """The outputs ``request`` asked for in shared memory written there (both edges);
+    what their answer carries instead of data (None: shared memory off, or no outputs asked for)."""
+    if regions is None or not request.outputs:
+        return None
+    return write_outputs(regions, request.outputs, response.outputs)
+
+
 def write_outputs(
     regions: SharedMemoryRegistry, outputs: Any, tensors: Any
 ) -> dict[str, dict[str, Any]]:

@@ -38,7 +38,7 @@ from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.registration import SERVICE, MalformedMessage
 from inferd.server.grpc.stream import StreamRequest, answer_stream
 from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import write_outputs
+from inferd.triton.shm import write_requested_outputs
 from inferd.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -210,12 +210,10 @@ class GrpcEdge:
     async def infer(self, message: pb.ModelInferRequest, call: Any) -> pb.ModelInferResponse:
         """One ``ModelInfer`` (its access checked by :meth:`unary` already)."""
         request = self._decoded(message)
-        name, version, tracing = message.model_name, message.model_version or None, self.tracing
-        trace = tracing.inference(name, version) if tracing is not None else None
-        context = RequestContext(headers=MetadataHeaders(call), trace=trace)
+        name, version = message.model_name, message.model_version or None
+        context = self._context(name, version, call)
         response = await self.dataplane.infer(name, version, request, context)
-        if trace is not None and tracing is not None:
-            tracing.answered(trace, response)
+        self._traced(context, response)
         if context.response_headers:  # a runtime set some: MLServer trails them
             call.set_trailing_metadata(_trailing(context.response_headers))
         return self._encoded(message, request, response)
@@ -226,9 +224,8 @@ class GrpcEdge:
         """One request of a stream: its answers as soon as the model yields them, in
         lists of those ready together, each with the request's context."""
         request = self._decoded(message)
-        name, version, tracing = message.model_name, message.model_version or None, self.tracing
-        trace = tracing.inference(name, version, span) if tracing is not None else None
-        context = RequestContext(headers=MetadataHeaders(call), trace=trace)
+        name, version = message.model_name, message.model_version or None
+        context = self._context(name, version, call, span)
         responses = self.dataplane.infer_stream(name, version, request, context)
         last = None
         async with contextlib.aclosing(responses):
@@ -240,8 +237,22 @@ class GrpcEdge:
                     answers.append(answer)
                     last = response
                 yield answers, context
-        if trace is not None and tracing is not None and last is not None:
-            tracing.answered(trace, last)
+        if last is not None:
+            self._traced(context, last)
+
+    def _context(
+        self, name: str, version: str | None, call: Any, span: ServerSpan | None = None
+    ) -> RequestContext:
+        """A request's context: the call's metadata as headers, its trace under the
+        call's span (``span``: a stream's, which is never current)."""
+        tracing = self.tracing
+        trace = tracing.inference(name, version, span) if tracing is not None else None
+        return RequestContext(headers=MetadataHeaders(call), trace=trace)
+
+    def _traced(self, context: RequestContext, response: InferenceResponse) -> None:
+        """Add a request's model work under its span (a stream's: once, at its end)."""
+        if context.trace is not None and self.tracing is not None:
+            self.tracing.answered(context.trace, response)
 
     def streams(self, message: pb.ModelInferRequest) -> bool:
         """Whether the request goes to a ready model that streams (the stream sends
@@ -265,10 +276,7 @@ class GrpcEdge:
     ) -> pb.ModelInferResponse:
         """The answer: outputs the client asked for in its shared memory written there
         (the only place gRPC writes them), the rest encoded, the size checked."""
-        regions = self.dataplane.shared_memory
-        shared = None
-        if regions is not None and request.outputs:
-            shared = write_outputs(regions, request.outputs, response.outputs)
+        shared = write_requested_outputs(self.dataplane.shared_memory, request, response)
         raw = wants_raw_output(request)
         answer = encode_infer_response(response, raw, into, shared)
         if self.max_answer_size is None:

@@ -37,7 +37,7 @@ from inferd.server.rest.fastpath import (
 )
 from inferd.server.routes import INFERENCE
 from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import write_outputs
+from inferd.triton.shm import write_requested_outputs
 from inferd.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -147,10 +147,7 @@ class RestEdge:
     ) -> dict[str, dict[str, Any]] | None:
         """Write the outputs the client asked for in its shared memory regions there;
         what the encoder says of them (None: none asked for)."""
-        regions = self.dataplane.shared_memory
-        if regions is not None and request.outputs:
-            return write_outputs(regions, request.outputs, response.outputs)
-        return None
+        return write_requested_outputs(self.dataplane.shared_memory, request, response)
 
     @staticmethod
     def response_headers(
