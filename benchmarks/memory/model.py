@@ -10,7 +10,6 @@ request is one FP32 row whose class is known.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,11 @@ from sklearn.ensemble import RandomForestClassifier
 
 from tests.support.models import write_model_folder
 
-from ..repository import MODEL_FILE, predicted_class, v2_request
+from ..repository import MODEL_FILE, predict_ms, predicted_class, v2_request
 from ..scenarios.base import VerificationError
 
 MODEL_NAME = "forest"
 FEATURES = 20
-TIMED_CALLS = 20
 
 
 @dataclass(frozen=True)
@@ -99,13 +97,3 @@ def train_forest(trees: int, rows: int, folder: Path) -> ForestModel:
     joblib.dump(forest, path)
     expected, cpu_ms = predicted_class(forest, row), predict_ms(forest, row)
     return ForestModel(trees, rows, path, row, expected, cpu_ms, path.stat().st_size / 2**20)
-
-
-def predict_ms(forest: Any, row: tuple[float, ...]) -> float:
-    """CPU milliseconds of this thread per one-row predict (one job)."""
-    batch = np.asarray([row], dtype=np.float32)
-    forest.predict(batch)
-    began = time.thread_time()
-    for _ in range(TIMED_CALLS):
-        forest.predict(batch)
-    return (time.thread_time() - began) / TIMED_CALLS * 1000

@@ -10,7 +10,6 @@ runtime; each request is one FP32 row.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,11 @@ from sklearn.ensemble import RandomForestClassifier
 
 from tests.support.models import train_iris
 
-from ..repository import ROW, predicted_class, v2_request, write_sklearn_model
+from ..repository import ROW, predict_ms, predicted_class, v2_request, write_sklearn_model
 
 HEAVY_FEATURES = 20
 HEAVY_DEPTH = 12
 HEAVY_SAMPLES = 2000  # the predict time comes from the trees, not from the data's size
-TIMED_CALLS = 20
 
 
 @dataclass(frozen=True)
@@ -89,14 +87,3 @@ def _model(name: str, title: str, estimator: Any, row: Sequence[float]) -> Scale
     values = tuple(float(value) for value in row)
     expected = predicted_class(estimator, values)
     return ScaleModel(name, title, estimator, values, expected, predict_ms(estimator, values))
-
-
-def predict_ms(estimator: Any, row: Sequence[float], calls: int = TIMED_CALLS) -> float:
-    """CPU milliseconds per one-row predict, of this thread (the estimators run one job):
-    unlike the time on the clock, other work on the machine does not inflate it."""
-    batch = np.asarray([row], dtype=np.float32)
-    estimator.predict(batch)
-    began = time.thread_time()
-    for _ in range(calls):
-        estimator.predict(batch)
-    return (time.thread_time() - began) / calls * 1000
