@@ -69,8 +69,12 @@ class EnvironmentPools:
 
     @property
     def workers(self) -> list[WorkerProcess]:
-        pools = [self.default, *self._pools.values(), *self._forked_pools()]
+        pools = [*self._shared_pools(), *self._forked_pools()]
         return [worker for pool in pools for worker in pool.workers]
+
+    def _shared_pools(self) -> list[ProcessPool]:
+        """The server's pool and the environments': workers that hold several models."""
+        return [self.default, *self._pools.values()]
 
     def _forked_pools(self) -> list[ProcessPool]:
         return self._forked.pools if self._forked is not None else []
@@ -88,7 +92,7 @@ class EnvironmentPools:
     async def close(self) -> None:
         if self._forked is not None:
             await self._forked.close()
-        await asyncio.gather(*(pool.close() for pool in [self.default, *self._pools.values()]))
+        await asyncio.gather(*(pool.close() for pool in self._shared_pools()))
         self._pools.clear()
         self._import_path.remove()
 
@@ -198,7 +202,7 @@ class EnvironmentPools:
         if destination is not None:
             self._pool(destination.instance_id).control(message)
             return
-        self._later.control(message, [self.default, *self._pools.values()])
+        self._later.control(message, self._shared_pools())
         if self._forked is not None:
             self._forked.control(message)
 
@@ -212,6 +216,6 @@ class EnvironmentPools:
         self._pool(instance_id).watch(instance_id, on_change)
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        self._later.on_instance_failed(handler, [self.default, *self._pools.values()])
+        self._later.on_instance_failed(handler, self._shared_pools())
         if self._forked is not None:
             self._forked.on_instance_failed(handler)

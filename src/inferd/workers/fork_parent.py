@@ -80,7 +80,8 @@ class ForkParent:
         self._restart_lock = asyncio.Lock()
         self._closing = False  # stopping, or stopped: its death is not news
         self._released = False  # closed for good: no fork starts a new parent
-        self._reaping: asyncio.Future[None] | None = None  # a parent that died unasked
+        # Reaping a parent that died unasked (held: the loop keeps only weak references).
+        self._reaping: asyncio.Future[None] | None = None
 
     @property
     def pid(self) -> int | None:

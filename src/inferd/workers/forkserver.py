@@ -55,7 +55,7 @@ from inferd.workers.fork_safety import (
 )
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.runtime_loader import load_runtime
-from inferd.workers.worker import Worker, _die_with_parent
+from inferd.workers.worker import Worker, die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class ForkServer:
             os.close(self._wake_read)
             os.close(self._wake_write)
             self._control.close()  # the main process must see EOF when the parent dies
-            _die_with_parent(os.getppid())
+            die_with_parent(os.getppid())
             _reseed_numpy()
             sock = socket.socket(fileno=fd)
             os.set_inheritable(fd, False)  # processes a runtime starts must not hold it open
@@ -233,7 +233,7 @@ def _reseed_numpy() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     # The main process decides when the fork parent stops (by closing its socket).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

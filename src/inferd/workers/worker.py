@@ -293,7 +293,7 @@ def cuda_visible_devices(device: str | None) -> str | None:
     return None
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Have the kernel kill this process when the main process dies (Linux)."""
     if sys.platform.startswith("linux"):
         import ctypes
@@ -306,7 +306,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group: the main process decides when workers
     # stop (it drains requests first), by closing their sockets.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
