@@ -212,7 +212,13 @@ def start_server(
     """
     http_port, grpc_port, metrics_port = free_ports(3)
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
-    full_settings = {"host": "127.0.0.1", "parallel_workers": 0, **ports, **(settings or {})}
+    full_settings = {
+        "host": "127.0.0.1",
+        "parallel_workers": 0,
+        "protocol_processes": 1,
+        **ports,
+        **(settings or {}),
+    }
     write_settings(repository, full_settings)
     server = spawn(
         [sys.executable, "-m", "inferd", "start", str(repository)],

@@ -51,6 +51,13 @@ class ServerSettings(EnvFirstSettings):
     ``"cpu_count"`` means the number of cores this process may use: its CPU affinity,
     capped by its container's CPU quota (cgroup ``cpu.max``), rounded up."""
 
+    protocol_processes: int = Field(default_factory=available_cpus, ge=1)
+    """Processes that take requests: each accepts REST and gRPC connections on the
+    same ports (``SO_REUSEPORT``), decodes, runs the models that can run in it, and
+    encodes. Default (and ``"cpu_count"``): the CPUs this process may use, as for
+    ``parallel_workers``. 1 serves everything from one process. See the README's
+    "Using every core"."""
+
     parallel_workers_timeout: int = 5
     """Seconds to wait for a worker process to stop before it is killed."""
 
@@ -229,7 +236,7 @@ class ServerSettings(EnvFirstSettings):
     """Most responses the cache keeps, for all models together; past it the least
     recently used goes."""
 
-    @field_validator("parallel_workers", mode="before")
+    @field_validator("parallel_workers", "protocol_processes", mode="before")
     @classmethod
     def _cpu_count(cls, value: Any) -> Any:
         if value == "cpu_count":

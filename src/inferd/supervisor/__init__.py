@@ -1,0 +1,1 @@
+"""Several protocol processes behind one ``inferd start`` (``protocol_processes``)."""
