@@ -1,0 +1,73 @@
+"""One HTTP request sent to each protocol process's private socket, answers gathered.
+
+The coordinator and the supervisor's metrics endpoint speak to the protocol
+processes through the same REST API the public ports serve, on unix sockets only
+these processes can open (see ``paths.py``): a load fanned out is a load in each
+process, a log-level change a log-level change, and so on. httpx carries it
+(its transport speaks HTTP over a unix socket); this traffic is a handful of
+requests per operator action, not the request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+# A private request's host: any name does, the socket decides where it goes.
+_BASE_URL = "http://inferd.internal"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One process's answer; ``error`` says why there is none (status 0)."""
+
+    socket: Path
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+async def send(
+    socket: Path,
+    method: str,
+    path: str,
+    content: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> Answer:
+    """``method path`` on one process's socket (``timeout_s`` None: no limit, for
+    loads that take as long as the model takes)."""
+    transport = httpx.AsyncHTTPTransport(uds=str(socket))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=_BASE_URL, timeout=timeout_s
+        ) as client:
+            response = await client.request(method, path, content=content, headers=headers)
+    except httpx.HTTPError as error:
+        return Answer(socket, 0, {}, b"", f"{type(error).__name__}: {error}")
+    return Answer(socket, response.status_code, response.headers, response.content)
+
+
+async def fan_out(
+    sockets: Sequence[Path],
+    method: str,
+    path: str,
+    content: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> list[Answer]:
+    """The same request to every socket at once; answers in the sockets' order."""
+    return list(
+        await asyncio.gather(
+            *(send(socket, method, path, content, headers, timeout_s) for socket in sockets)
+        )
+    )
