@@ -12,8 +12,10 @@ from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging
 from inferd.server.app import InferenceServer
 from inferd.serving.repository import ModelRepository
-from inferd.settings import ServerSettings
+from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import default_models_dir, load_server_settings
+from inferd.supervisor.main import Supervisor, run_supervisor
+from inferd.supervisor.placement import effective_protocol_processes
 from inferd.tools.commands import bench, infer, tune
 from inferd.version import __version__
 from inferd.workers.environments import refuse_in_process_environment
@@ -43,17 +45,25 @@ def start(model_repository: Path | None) -> None:
     overridden by an environment variable: INFERD_<NAME> or MLSERVER_<NAME> for
     server settings, INFERD_MODEL_<NAME> or MLSERVER_MODEL_<NAME> for models.
     """
+    repository = model_repository or default_models_dir()
     try:
-        settings = load_server_settings(model_repository or default_models_dir())
+        settings = load_server_settings(repository)
         configure_logging(settings)
-        _check_repository(settings)
-        _run(InferenceServer(settings))
+        startup_models = _check_repository(settings)
+        count = effective_protocol_processes(settings.protocol_processes, startup_models)
+        if count == 1:
+            _run(InferenceServer(settings))
+        else:
+            # The lead plugs the supervisor's services (the coordinator, the summed
+            # metrics) in here: Supervisor(..., services=[...]).
+            run_supervisor(Supervisor(settings, repository, count))
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
 
 
-def _check_repository(settings: ServerSettings) -> None:
-    """Refuse to start on a repository the server would only half serve.
+def _check_repository(settings: ServerSettings) -> list[ModelSettings]:
+    """Refuse to start on a repository the server would only half serve; the models
+    it loads at start-up.
 
     Runs before any port is opened. Files that break later only fail their own
     model's load (see the repository API).
@@ -68,15 +78,16 @@ def _check_repository(settings: ServerSettings) -> None:
             for model in models:
                 refuse_unstoppable(model)
                 refuse_in_process_environment(model)
-    else:
-        # Files are read when a model is loaded; the folder may not exist yet (ModelMesh).
-        if not repository.root.exists():
-            logger.warning(
-                "Model repository %s does not exist yet: serving no models until they are "
-                "loaded into it through the repository API",
-                repository.root,
-            )
-        repository.scan()
+        return models
+    # Files are read when a model is loaded; the folder may not exist yet (ModelMesh).
+    if not repository.root.exists():
+        logger.warning(
+            "Model repository %s does not exist yet: serving no models until they are "
+            "loaded into it through the repository API",
+            repository.root,
+        )
+    repository.scan()
+    return []
 
 
 def _run(server: InferenceServer) -> None:

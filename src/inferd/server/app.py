@@ -19,6 +19,7 @@ from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.listener import EagerAcceptServer
+from inferd.server.protocol_role import ProtocolProcess, bind_unix
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.server.shutdown import Shutdown, servers_stop_after
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# One HTTP server to run: what it is, the server, its bound socket.
+_Listening = tuple[str, uvicorn.Server, socket.socket]
 # One HTTP server running: what it is, the server, its task.
 _Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
 
@@ -88,13 +91,19 @@ def build_response_cache(settings: ServerSettings) -> ResponseCache | None:
 class InferenceServer:
     """Everything one ``inferd start`` runs, wired together."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, role: ProtocolProcess | None = None) -> None:
+        """``role``: set in a supervisor's protocol process (see protocol_role.py)."""
         self.settings = settings
+        self.role = role
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         model_stats = ModelStatsTable(observe=settings.metrics_enabled)
         self.pool, self._worker_processes = build_pool(settings, model_stats)
         self.registry = Registry(
-            self.pool, model_stats, settings.max_queue_size, build_response_cache(settings)
+            self.pool,
+            model_stats,
+            settings.max_queue_size,
+            build_response_cache(settings),
+            refuse_load=role.refuse_load if role is not None else None,
         )
         # Without a load at start the folder may come later (ModelMesh's adapter makes it).
         self.repository = ModelRepository(
@@ -118,17 +127,17 @@ class InferenceServer:
         shutdown = Shutdown(self.dataplane.drain, self.settings.shutdown_grace_seconds, self.stop)
         shutdown.install_signal_handlers()
         try:
-            await self._serve(shutdown)
+            if self.role is None:
+                await self._serve(shutdown)
+            else:
+                await self._serve_in_role(shutdown, self.role)
         finally:
             shutdown.restore_signal_handlers()
 
     async def _serve(self, shutdown: Shutdown) -> None:
         listening = self._listen()  # first: a port in use is a clear error, nothing started
         await self.pool.start()
-        servers = [
-            (what, server, asyncio.create_task(server.serve([sock]), name=what))
-            for what, server, sock in listening
-        ]
+        servers = self._run_servers(listening)
         grpc_server = self.grpc_server()
         try:
             await grpc_server.start()
@@ -137,8 +146,57 @@ class InferenceServer:
             await self.load_startup_models()
             await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
-            await self._shutdown(shutdown, servers, grpc_server)
+            await self._shutdown(shutdown, servers[:1], servers[1:], grpc_server)
             shutdown.finished()
+
+    async def _serve_in_role(self, shutdown: Shutdown, role: ProtocolProcess) -> None:
+        """A protocol process: private sockets, models, ``before_public``, then the
+        shared public ports (protocol_role.py says why in that order)."""
+        private = self._run_servers(self._private_servers(role))
+        public: list[_Running] = []
+        grpc_server: GrpcServer | None = None
+        try:
+            await self.pool.start()
+            for what, server, task in private:
+                await self._wait_started(what, server, task)
+            await self.load_models()
+            if role.before_public is not None:
+                await role.before_public()
+            if not self._stop.is_set():  # a SIGTERM while starting: never open them
+                public = self._run_servers(self._listen(shared=True))
+                grpc_server = GrpcServer(self.grpc_edge(), self.settings, reuse_port=True)
+                await grpc_server.start()
+                for what, server, task in public:
+                    await self._wait_started(what, server, task)
+                self.mark_ready()
+            await self._wait_for_stop(*(task for _, _, task in [*public, *private]))
+        finally:
+            await self._shutdown(shutdown, public, private, grpc_server)
+            shutdown.finished()
+
+    def _private_servers(self, role: ProtocolProcess) -> list[_Listening]:
+        """The whole REST app without access rules (nor HTTP statistics: these are the
+        coordinator's requests, not clients'), and the metrics exposition, each on its
+        own unix socket."""
+        rest_app = build_rest_app(self.dataplane, self.settings, guards={})
+        apps = [("Private REST server", rest_app, role.rest_socket)]
+        if self.settings.metrics_enabled:
+            apps.append(("Private metrics server", self._metrics_app(), role.metrics_socket))
+        return [
+            (
+                what,
+                _Server(self._uvicorn_config(app, 0, uds=str(path), server_header=False)),
+                bind_unix(path),
+            )
+            for what, app, path in apps
+        ]
+
+    @staticmethod
+    def _run_servers(listening: list[_Listening]) -> list[_Running]:
+        return [
+            (what, server, asyncio.create_task(server.serve([sock]), name=what))
+            for what, server, sock in listening
+        ]
 
     def rest_app(self) -> RestApp:
         """The REST API as an ASGI app, serving this server's DataPlane."""
@@ -169,10 +227,19 @@ class InferenceServer:
     async def load_startup_models(self) -> None:
         """Load the repository's models (if the settings say so); then the server is
         ready, and the repository is polled for changes (if the settings say so)."""
+        await self.load_models()
+        self.mark_ready()
+
+    async def load_models(self) -> None:
+        """Load the repository's models (if the settings say so)."""
         if self.poller is not None:
             self.poller.watch_from_now()  # a change made during the load is seen after it
         if self.settings.load_models_at_startup:
             await self.dataplane.load_all()
+
+    def mark_ready(self) -> None:
+        """The server is ready; the repository is polled for changes from now on (if
+        the settings say so)."""
         self.dataplane.started = True
         self._log_readiness()
         if self.poller is not None:
@@ -202,17 +269,16 @@ class InferenceServer:
     def stop(self) -> None:
         self._stop.set()
 
-    def _listen(self) -> list[tuple[str, uvicorn.Server, socket.socket]]:
-        """The HTTP servers to run (REST, and metrics if on), each with its bound socket."""
+    def _listen(self, shared: bool = False) -> list[_Listening]:
+        """The HTTP servers to run (REST, and metrics if on), each with its bound socket.
+        ``shared``: a protocol process's REST port alone, bound with SO_REUSEPORT."""
         settings = self.settings
         fix = "set http_port to a free port"
-        rest = _listen(settings.host, settings.http_port, "the REST server", fix)
-        servers: list[tuple[str, uvicorn.Server, socket.socket]] = [
-            ("REST server", _Server(self._rest_config()), rest)
-        ]
-        if settings.metrics_enabled:
+        rest = listen_tcp(settings.host, settings.http_port, "the REST server", fix, shared)
+        servers: list[_Listening] = [("REST server", _Server(self._rest_config()), rest)]
+        if settings.metrics_enabled and not shared:
             fix = 'set metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
-            metrics = _listen(settings.host, settings.metrics_port, "metrics", fix)
+            metrics = listen_tcp(settings.host, settings.metrics_port, "metrics", fix)
             servers.append(("Metrics server", _Server(self._metrics_config()), metrics))
         return servers
 
@@ -230,6 +296,12 @@ class InferenceServer:
     def _metrics_config(self) -> uvicorn.Config:
         """The Prometheus endpoint: its own small server, on this event loop."""
         settings = self.settings
+        return self._uvicorn_config(
+            self._metrics_app(), settings.metrics_port, **metrics_options(settings)
+        )
+
+    def _metrics_app(self) -> Any:
+        settings = self.settings
         sources = Sources(
             self.dataplane.model_stats,
             versions=self.registry.versions,
@@ -238,11 +310,7 @@ class InferenceServer:
             grpc=self.grpc_stats,
         )
         registry = build_registry(sources, settings.metrics_rest_server_prefix)
-        return self._uvicorn_config(
-            metrics_app(registry, settings.metrics_endpoint or "/metrics"),
-            settings.metrics_port,
-            **metrics_options(settings),
-        )
+        return metrics_app(registry, settings.metrics_endpoint or "/metrics")
 
     def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:
         """One of this process's HTTP servers, on this event loop, logging through ours.
@@ -262,13 +330,14 @@ class InferenceServer:
     async def _wait_started(
         self, what: str, server: uvicorn.Server, task: asyncio.Task[None]
     ) -> None:
-        port = server.config.port
+        config = server.config
+        where = config.uds or f"{self.settings.host}:{config.port}"
         while not server.started:
             if task.done():
                 await task  # re-raises why it stopped
-                raise RuntimeError(f"The {what} on port {port} stopped")
+                raise RuntimeError(f"The {what} on {where} stopped")
             await asyncio.sleep(0.01)
-        logger.info("%s listening on %s:%d", what, self.settings.host, port)
+        logger.info("%s listening on %s", what, where)
 
     async def _wait_for_stop(self, *tasks: asyncio.Task[None]) -> None:
         stop = asyncio.create_task(self._stop.wait())
@@ -280,17 +349,22 @@ class InferenceServer:
                 raise RuntimeError(f"{task.get_name()} stopped unexpectedly")
 
     async def _shutdown(
-        self, shutdown: Shutdown, servers: list[_Running], grpc_server: GrpcServer
+        self,
+        shutdown: Shutdown,
+        public: list[_Running],
+        others: list[_Running],
+        grpc_server: GrpcServer | None,
     ) -> None:
-        """Drain the REST and gRPC servers, then unload the models and stop the
-        workers while the metrics server stops (it serves scrapes until then)."""
+        """Drain the public REST and gRPC servers, then unload the models and stop the
+        workers while the other servers stop (metrics serves scrapes until then)."""
         shutdown.begin("The server stopped serving")  # begun already, unless it failed
         if self.poller is not None:  # no model loads while the server drains
             await self.poller.stop()
-        rest, *others = servers
-        grpc_stopped = asyncio.create_task(grpc_server.stop(shutdown.seconds_until_servers_stop()))
-        await _stop_servers([rest])
-        await grpc_stopped
+        if grpc_server is not None:
+            grpc_stopped = grpc_server.stop(shutdown.seconds_until_servers_stop())
+            await asyncio.gather(_stop_servers(public), grpc_stopped)
+        else:
+            await _stop_servers(public)
         closing = asyncio.gather(self.close(), _stop_servers(others))
         try:
             await asyncio.wait_for(closing, shutdown.seconds_until_close_ends())
@@ -303,10 +377,12 @@ class InferenceServer:
             self.tracing.shutdown(max(shutdown.seconds_until_close_ends(), 0.5))
 
 
-def _listen(host: str, port: int, what: str, fix: str) -> socket.socket:
+def listen_tcp(host: str, port: int, what: str, fix: str, shared: bool = False) -> socket.socket:
+    """A socket listening on ``host:port``; ConfigurationError saying what to ``fix``
+    when it cannot. ``shared``: with SO_REUSEPORT, beside the other protocol processes."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host, port), family=family)
+        return socket.create_server((host, port), family=family, reuse_port=shared)
     except OSError as error:
         reason = os.strerror(error.errno) if error.errno else str(error)
         raise ConfigurationError(

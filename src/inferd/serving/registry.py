@@ -12,6 +12,7 @@ import itertools
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inferd.dispatch.scheduler import Scheduler
@@ -63,8 +64,13 @@ class Registry:
         stats: ModelStatsTable,
         max_queue_size: int = 0,
         cache: ResponseCache | None = None,
+        refuse_load: Callable[[ModelSettings], None] | None = None,
     ) -> None:
+        """``refuse_load``: raises (an InferdError) for a model this server must not
+        load, before anything of it is touched (a protocol process refuses a model it
+        cannot hold a copy of, supervisor/placement.py)."""
         self._pool = pool
+        self._refuse_load = refuse_load
         self.stats = stats
         # The server's response cache (cache_enabled in settings.json), if on.
         self._cache = cache
@@ -144,6 +150,9 @@ class Registry:
         Raises the first load error after every version has been tried; versions
         that loaded keep serving and a failed reload keeps the old instance.
         """
+        if self._refuse_load is not None:
+            for version_settings in settings:
+                self._refuse_load(version_settings)
         while True:
             model = self._models.setdefault(name, _Model())
             async with model.lock:

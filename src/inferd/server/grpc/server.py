@@ -35,10 +35,11 @@ def _reflection_pool() -> descriptor_pool.DescriptorPool:
 class GrpcServer:
     """The gRPC server of one ``inferd start``: start it, then stop it gracefully."""
 
-    def __init__(self, edge: GrpcEdge, settings: ServerSettings) -> None:
+    def __init__(self, edge: GrpcEdge, settings: ServerSettings, reuse_port: bool = False) -> None:
         """``edge``: what the V2 service's calls go through (access, spans, counters);
         health and reflection are checked by the access interceptor, with the same
-        guards (as the settings say, access.py)."""
+        guards (as the settings say, access.py). ``reuse_port``: share the port with
+        the other protocol processes (SO_REUSEPORT; server/protocol_role.py)."""
         self.settings = settings
         self.address = _address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
@@ -50,8 +51,8 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", self.max_message_length),
                 ("grpc.max_send_message_length", self.max_message_length),
-                # Without this a second server could bind the same port and share it.
-                ("grpc.so_reuseport", 0),
+                # Off, a second server cannot bind the same port and share it unasked.
+                ("grpc.so_reuseport", int(reuse_port)),
                 *grpc_options(settings),
             ],
         )

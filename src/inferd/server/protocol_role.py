@@ -1,0 +1,53 @@
+"""What changes when a server is one of several protocol processes (``protocol_processes`` > 1).
+
+The supervisor (``inferd/supervisor/``) starts each protocol process as a whole
+:class:`~inferd.server.app.InferenceServer` given a :class:`ProtocolProcess`. Then the
+server:
+
+- serves its whole REST app, without access rules, on a private unix socket
+  (``rest_socket``) as well: the supervisor's coordinator applies server-wide
+  operations in every process through it, and only these processes can open the
+  folder it is in; and its metrics exposition on another (``metrics_socket``), which
+  the supervisor sums on ``metrics_port`` (it opens no TCP metrics port itself);
+- opens the public REST and gRPC ports last, with ``SO_REUSEPORT`` (every protocol
+  process binds them and the kernel spreads connections): after its private sockets,
+  its models and ``before_public`` (a restarted process catches up there), so a
+  connection never waits on a process still starting;
+- refuses a model it must not hold a copy of (``refuse_load``, raised before the
+  registry touches it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.settings import ModelSettings
+
+
+@dataclass(frozen=True)
+class ProtocolProcess:
+    """What makes an InferenceServer one of a supervisor's protocol processes."""
+
+    rest_socket: Path
+    metrics_socket: Path
+    refuse_load: Callable[[ModelSettings], None]
+    # Awaited after the models loaded, before the public ports open.
+    before_public: Callable[[], Awaitable[None]] | None = None
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A unix socket bound at ``path`` (not listening yet), replacing the file a
+    previous process of the same index left behind when it died."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,82 @@
+"""A protocol process: ``python -m inferd.supervisor.child SUPERVISOR_PID MODEL_REPOSITORY``.
+
+Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR`` and
+``INFERD_PROTOCOL_INDEX`` set. It reads the server settings the way ``inferd
+start`` did (the same files, the same environment) and runs a whole
+InferenceServer in its protocol role (server/protocol_role.py) whose models run in
+this process (``parallel_workers: 0``): every model here is loaded once per
+protocol process, which placement.py allows only for models that can be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from inferd.errors import ConfigurationError
+from inferd.observability.logs import configure_logging
+from inferd.server.app import InferenceServer
+from inferd.server.protocol_role import ProtocolProcess
+from inferd.settings import ServerSettings
+from inferd.settings.loader import load_server_settings
+from inferd.supervisor.paths import ProtocolRole, protocol_role
+from inferd.supervisor.placement import refuse_unreplicated
+from inferd.workers.worker import die_with_parent
+
+# A protocol process that cannot start (a broken settings file): as `inferd start`.
+CONFIGURATION_EXIT_STATUS = 1
+
+
+def protocol_settings(settings: ServerSettings) -> ServerSettings:
+    """A protocol process's settings: the server's, its models run in this process."""
+    return settings.model_copy(update={"parallel_workers": 0})
+
+
+def protocol_server(
+    settings: ServerSettings,
+    role: ProtocolRole,
+    before_public: Callable[[], Awaitable[None]] | None = None,
+) -> InferenceServer:
+    """The InferenceServer of protocol process ``role.index``. ``before_public``:
+    awaited once its models loaded, before its public ports open (where a process
+    restarted after a death catches up on what the others were told meanwhile)."""
+    process = ProtocolProcess(
+        rest_socket=role.paths.rest(role.index),
+        metrics_socket=role.paths.metrics(role.index),
+        refuse_load=refuse_unreplicated,
+        before_public=before_public,
+    )
+    return InferenceServer(protocol_settings(settings), process)
+
+
+def main(argv: list[str] | None = None) -> None:
+    supervisor_pid, repository = (argv or sys.argv[1:])[:2]
+    die_with_parent(int(supervisor_pid))
+    role = protocol_role()
+    if role is None:
+        sys.exit("inferd.supervisor.child is started by `inferd start`, which sets its role")
+    try:
+        settings = load_server_settings(Path(repository))
+        configure_logging(settings)
+        _run(protocol_server(settings, role).run())
+    except ConfigurationError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        sys.exit(CONFIGURATION_EXIT_STATUS)
+
+
+def _run(serving: Awaitable[None]) -> None:
+    async def serve() -> None:
+        await serving
+
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve())
+    else:
+        uvloop.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The supervisor's protocol processes: each started, watched, restarted when it dies.
+
+A protocol process that exits while the supervisor is not stopping is started
+again with the same index (so the same private sockets), after a pause that
+doubles from 0.5 s up to 10 s while it keeps dying soon after its start, and is
+back to 0.5 s once a process ran a minute: a process that fails at start (a port
+taken, a broken repository) does not spin the CPU, and one that dies once in a
+while comes back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from inferd.supervisor import fanout
+from inferd.supervisor.paths import PRIVATE_DIR_ENV, PROTOCOL_INDEX_ENV, PrivatePaths
+
+logger = logging.getLogger(__name__)
+
+FIRST_PAUSE_SECONDS = 0.5
+LONGEST_PAUSE_SECONDS = 10.0
+# Up this long, a process that dies is restarted after the first pause again.
+STEADY_SECONDS = 60.0
+READY_POLL_SECONDS = 0.05
+READY_REQUEST_TIMEOUT = 2.0
+
+
+@dataclass
+class Backoff:
+    """The pause before restarting a process that exited after ``uptime`` seconds."""
+
+    first: float = FIRST_PAUSE_SECONDS
+    longest: float = LONGEST_PAUSE_SECONDS
+    steady_after: float = STEADY_SECONDS
+    _next: float = 0.0
+
+    def pause_after(self, uptime: float) -> float:
+        if uptime >= self.steady_after or self._next == 0.0:
+            self._next = self.first
+        pause = self._next
+        self._next = min(self._next * 2, self.longest)
+        return pause
+
+
+def describe_exit(returncode: int) -> str:
+    """``exit code 3`` or ``signal SIGKILL`` (a negative return code)."""
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class Child:
+    """Protocol process ``index``, kept running until :meth:`stop`."""
+
+    def __init__(
+        self,
+        index: int,
+        command: Sequence[str],
+        environment: Mapping[str, str],
+        paths: PrivatePaths,
+    ) -> None:
+        self.index = index
+        self._command = list(command)
+        self._environment = {**environment, PROTOCOL_INDEX_ENV: str(index)}
+        self._paths = paths
+        self._backoff = Backoff()
+        self._stopping = asyncio.Event()
+        self.process: asyncio.subprocess.Process | None = None
+        self.ready = asyncio.Event()  # set each time a start answers ready
+
+    async def keep_running(self) -> None:
+        """Start the process, and again whenever it exits, until :meth:`stop`."""
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            process = self.process = await self._start()
+            if self._stopping.is_set():  # stopped while it was starting
+                self.signal(signal.SIGTERM)
+            waiting = asyncio.create_task(self._announce_ready(process))
+            returncode = await process.wait()
+            waiting.cancel()
+            self.ready.clear()
+            if self._stopping.is_set():
+                logger.info(
+                    "Protocol process %d stopped (%s)", self.index, describe_exit(returncode)
+                )
+                return
+            pause = self._backoff.pause_after(time.monotonic() - started)
+            logger.error(
+                "Protocol process %d (pid %d) exited with %s; starting it again in %.1fs",
+                self.index,
+                process.pid,
+                describe_exit(returncode),
+                pause,
+            )
+            await self._pause(pause)
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the process, if it runs."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            # It may have exited already: keep_running sees it.
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+
+    def stop(self) -> None:
+        """No more restarts; the process is asked to drain (SIGTERM)."""
+        self._stopping.set()
+        self.signal(signal.SIGTERM)
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        # Its own session (so process group): a Ctrl-C on the terminal reaches the
+        # supervisor alone, which forwards one SIGTERM (a second signal would cut
+        # requests at once). It still dies with the supervisor (child.py).
+        process = await asyncio.create_subprocess_exec(
+            *self._command,
+            env=self._environment,
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        logger.debug("Started protocol process %d (pid %d)", self.index, process.pid)
+        return process
+
+    async def _announce_ready(self, process: asyncio.subprocess.Process) -> None:
+        """Poll the process's private socket until it answers ready; then say so."""
+        socket = self._paths.rest(self.index)
+        while True:
+            answer = await fanout.send(
+                socket, "GET", "/v2/health/ready", timeout_s=READY_REQUEST_TIMEOUT
+            )
+            if answer.ok:
+                break
+            await asyncio.sleep(READY_POLL_SECONDS)
+        self.ready.set()
+        logger.info("Protocol process %d (pid %d) is serving", self.index, process.pid)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+def environment_of_children(paths: PrivatePaths) -> dict[str, str]:
+    """This process's environment plus where the private folder is."""
+    return {**os.environ, PRIVATE_DIR_ENV: str(paths.folder)}

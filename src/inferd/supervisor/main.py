@@ -1,0 +1,222 @@
+"""The supervisor: what ``inferd start`` runs when several protocol processes serve.
+
+It holds no client connection. It checks the public ports are free, makes the
+private folder (mode 0700, removed when it exits), serves what the server shares
+(:class:`Service`s: the coordinator, the summed metrics), starts the protocol
+processes (``children.py``) and keeps them running; on SIGTERM or SIGINT it
+forwards SIGTERM to each (each drains as a lone server does), waits for them
+within ``shutdown_grace_seconds`` and a margin, kills what is left and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from inferd.server.app import listen_tcp
+from inferd.server.listener import EagerAcceptServer
+from inferd.settings import ServerSettings
+from inferd.supervisor.children import Child, environment_of_children
+from inferd.supervisor.paths import PrivatePaths
+
+logger = logging.getLogger(__name__)
+
+# Past shutdown_grace_seconds, how long the supervisor still waits for a protocol
+# process to exit on its own (its own deadline ends it at the grace) before killing it.
+EXIT_MARGIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Service:
+    """An ASGI app the supervisor serves, on a socket bound for it."""
+
+    what: str
+    app: Any
+    sock: socket.socket
+
+
+@dataclass(frozen=True)
+class Supervised:
+    """What a service is told about the protocol processes it serves beside."""
+
+    paths: PrivatePaths
+    count: int
+    settings: ServerSettings
+
+
+# Where the supervisor's own services plug in: each factory is called once the private
+# folder exists and before any protocol process starts (a restarted process may ask
+# the coordinator to catch up before it serves). The coordinator (coordinator.sock)
+# and the summed metrics (metrics_port) are such services.
+ServiceFactory = Callable[[Supervised], Sequence[Service]]
+
+
+class Supervisor:
+    """``count`` protocol processes of the repository at ``repository``."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        repository: Path,
+        count: int,
+        services: Sequence[ServiceFactory] = (),
+    ) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.count = count
+        self._service_factories = list(services)
+        self._stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        """Serve until SIGTERM/SIGINT, then stop every protocol process."""
+        check_public_ports(self.settings)
+        # httpx logs each request at INFO: here that is every readiness poll.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        with private_folder() as paths:
+            supervised = Supervised(paths, self.count, self.settings)
+            services = [s for factory in self._service_factories for s in factory(supervised)]
+            running = [_serve(service) for service in services]
+            try:
+                await self._supervise(paths)
+            finally:
+                await _stop_services(running)
+
+    async def _supervise(self, paths: PrivatePaths) -> None:
+        command = [*child_command(), str(self.repository)]
+        environment = environment_of_children(paths)
+        children = [Child(i, command, environment, paths) for i in range(self.count)]
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum, children)
+        kept = [asyncio.create_task(child.keep_running()) for child in children]
+        announced = asyncio.create_task(self._announce(children))
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
+            failed = [task for task in kept if task.done()]  # none, unless a bug
+            if failed:
+                self._on_signal(signal.SIGTERM, children)
+            await self._wait_for_exits(children, kept)
+            for task in failed:
+                await task  # re-raises why it stopped watching its process
+        finally:
+            stopping.cancel()
+            announced.cancel()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: int, children: Sequence[Child]) -> None:
+        """Every signal is forwarded as SIGTERM: the first drains each process, a
+        second cuts what still runs (as for a lone server)."""
+        name = signal.Signals(signum).name
+        if not self._stopping.is_set():
+            logger.info(
+                "Received %s: stopping %d protocol processes (each drains within %gs)",
+                name,
+                len(children),
+                self.settings.shutdown_grace_seconds,
+            )
+            self._stopping.set()
+            for child in children:
+                child.stop()
+        else:
+            logger.info("Received %s again: protocol processes stop what still runs", name)
+            for child in children:
+                child.signal(signal.SIGTERM)
+
+    async def _announce(self, children: Sequence[Child]) -> None:
+        await asyncio.gather(*(child.ready.wait() for child in children))
+        logger.info("inferd is serving with %d protocol processes", len(children))
+
+    async def _wait_for_exits(
+        self, children: Sequence[Child], kept: Sequence[asyncio.Task[None]]
+    ) -> None:
+        limit = self.settings.shutdown_grace_seconds + EXIT_MARGIN_SECONDS
+        _, pending = await asyncio.wait(kept, timeout=limit)
+        if pending:
+            logger.error(
+                "%d protocol process(es) did not stop within %gs; killing them",
+                len(pending),
+                limit,
+            )
+            for child in children:
+                child.signal(signal.SIGKILL)
+            await asyncio.wait(pending)
+
+
+def child_command() -> list[str]:
+    """How a protocol process is started: this interpreter, the child module, and this
+    process's pid (the child dies with it)."""
+    return [sys.executable, "-m", "inferd.supervisor.child", str(os.getpid())]
+
+
+def check_public_ports(settings: ServerSettings) -> None:
+    """ConfigurationError, before anything starts, when the REST or gRPC port is taken
+    (the protocol processes bind them with SO_REUSEPORT, which alone would not say so
+    when another server of this user holds them the same way)."""
+    host = settings.host
+    checks = (
+        (settings.http_port, "the REST server", "set http_port to a free port"),
+        (settings.grpc_port, "gRPC", "set grpc_port (or host) to a free one"),
+    )
+    for port, what, fix in checks:
+        listen_tcp(host, port, what, fix).close()
+
+
+@contextlib.contextmanager
+def private_folder() -> Generator[PrivatePaths, None, None]:
+    """A folder only this user can open (mkdtemp makes it 0700), removed at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="inferd-"))
+    try:
+        yield PrivatePaths(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _QuietServer(EagerAcceptServer):
+    """A uvicorn server that leaves the signals to the supervisor."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+_Running = tuple[uvicorn.Server, asyncio.Task[None]]
+
+
+def _serve(service: Service) -> _Running:
+    config = uvicorn.Config(
+        service.app, lifespan="off", access_log=False, log_config=None, server_header=False
+    )
+    server = _QuietServer(config)
+    return server, asyncio.create_task(server.serve([service.sock]), name=service.what)
+
+
+async def _stop_services(running: Sequence[_Running]) -> None:
+    for server, task in running:
+        server.should_exit = True
+        with contextlib.suppress(Exception, SystemExit):
+            await task
+
+
+def run_supervisor(supervisor: Supervisor) -> None:
+    """Run the supervisor on an event loop (uvloop when installed)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(supervisor.run())
+    else:
+        uvloop.run(supervisor.run())

@@ -1,0 +1,94 @@
+"""Which models every protocol process may load a copy of, and so how many processes run.
+
+With ``protocol_processes`` N > 1 each protocol process is a whole server whose
+models run in its own process (``parallel_workers: 0``): a model is loaded N
+times. That is right for a model on the CPU that any copy can answer, and wrong
+for one that must exist once or needs a worker process:
+
+- a cuda device (``devices``, or a ``device`` parameter naming cuda): N copies of
+  its weights on one GPU, each with its own CUDA context;
+- ``sequence_batching``: a sequence's state lives in one copy, but its requests
+  arrive on whichever process took their connection;
+- ``inference_timeout``: a call is stopped by killing its worker process, which a
+  model in the protocol process does not have;
+- its own Python environment (``environment_path``/``environment_tarball``): it
+  runs in a worker process of that environment's interpreter;
+- an explicit ``workers`` count: the operator sized its processes by hand.
+
+One such model at start and the server runs one protocol process, as before
+(:func:`effective_protocol_processes`); one loaded later is refused
+(``child.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from inferd.errors import InvalidRequest
+from inferd.settings import ModelSettings
+
+logger = logging.getLogger(__name__)
+
+
+def why_not_replicated(model: ModelSettings) -> str | None:
+    """Why ``model`` cannot be loaded once per protocol process; None if it can."""
+    cuda = [device for device in model.devices if device.startswith("cuda")]
+    if cuda:
+        return f"it runs on a GPU (devices: {', '.join(cuda)})"
+    device = _device_parameter(model)
+    if device is not None:
+        return f"it runs on a GPU (parameters.extra.device: {device})"
+    if model.sequence_batching is not None:
+        return "it sets sequence_batching (a sequence's state lives in one process)"
+    if model.inference_timeout:
+        return "it sets inference_timeout (a call is stopped by killing its worker process)"
+    parameters = model.parameters
+    if parameters is not None and (parameters.environment_path or parameters.environment_tarball):
+        return "it runs in its own Python environment (environment_path/environment_tarball)"
+    if model.workers is not None:
+        return f"it sets workers: {model.workers} (its worker processes are sized by hand)"
+    return None
+
+
+def _device_parameter(model: ModelSettings) -> str | None:
+    """A runtime's own device parameter when it names a GPU (Hugging Face's
+    ``device``: "cuda", "cuda:1", or a GPU's index), else None."""
+    extra = model.parameters.extra if model.parameters is not None else {}
+    device = extra.get("device")
+    if isinstance(device, str) and device.startswith("cuda"):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return str(device)
+    return None
+
+
+def effective_protocol_processes(wanted: int, startup_models: Iterable[ModelSettings]) -> int:
+    """``wanted`` when every model loaded at start can be replicated, else 1 (logging
+    the first model that cannot, and why)."""
+    if wanted <= 1:
+        return wanted
+    for model in startup_models:
+        reason = why_not_replicated(model)
+        if reason is not None:
+            logger.warning(
+                "Serving with one protocol process instead of %d: model %s cannot be loaded "
+                "in every protocol process because %s. Set protocol_processes: 1 to say so, "
+                "or change the model's settings to use every core for the protocol",
+                wanted,
+                model.label,
+                reason,
+            )
+            return 1
+    return wanted
+
+
+def refuse_unreplicated(model: ModelSettings) -> None:
+    """InvalidRequest (400, gRPC INVALID_ARGUMENT) for a model loaded while several
+    protocol processes run that cannot be loaded in each of them."""
+    reason = why_not_replicated(model)
+    if reason is not None:
+        raise InvalidRequest(
+            f"{model.label} cannot be loaded while several protocol processes serve "
+            f"(protocol_processes > 1): {reason}. Set protocol_processes: 1 to serve it"
+        )
