@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from inferd.errors import ModelError, ModelNotFound, ModelNotReady
+from inferd.errors import InvalidRequest, ModelError, ModelNotFound, ModelNotReady
 from inferd.observability.stats import ModelStatsTable
 from inferd.serving.registry import Registry
 from inferd.settings import ModelSettings
@@ -249,3 +249,16 @@ async def test_an_instance_the_pool_gives_up_on_becomes_unavailable(
         ModelState.UNAVAILABLE,
         "its worker crashed three times",
     )
+
+
+async def test_a_refused_model_is_not_touched(pool: FakePool) -> None:
+    def refuse_v2(settings: ModelSettings) -> None:
+        if settings.version == "2":
+            raise InvalidRequest(f"{settings.label} is refused here")
+
+    registry = Registry(pool, ModelStatsTable(), refuse_load=refuse_v2)
+    await registry.load("m", [version("m", "1")])
+    with pytest.raises(InvalidRequest, match="refused here"):
+        await registry.load("m", [version("m", "1"), version("m", "2")])
+    assert [found.version for found in registry.versions()] == ["1"]  # v1 kept, v2 unknown
+    assert len(pool.loaded) == 1 and pool.unloaded == []

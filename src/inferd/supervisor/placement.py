@@ -72,7 +72,7 @@ def effective_protocol_processes(wanted: int, startup_models: Iterable[ModelSett
         reason = why_not_replicated(model)
         if reason is not None:
             logger.warning(
-                "Serving with one protocol process instead of %d: model %s cannot be loaded "
+                "Serving with one protocol process instead of %d: %s cannot be loaded "
                 "in every protocol process because %s. Set protocol_processes: 1 to say so, "
                 "or change the model's settings to use every core for the protocol",
                 wanted,

@@ -1,0 +1,232 @@
+"""``protocol_processes: 2``: a supervisor and two protocol processes sharing the ports.
+
+Which process answered is read from the answer itself: the ``slow`` model
+(testmodels.SlowEcho) runs in the protocol process that took the connection
+(``parallel_workers: 0`` there) and returns its pid. Each request goes on a fresh
+connection, so the kernel picks a process for each (SO_REUSEPORT).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from inferd.protocol import pb, pb_grpc
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
+from tests.support.procstat import children
+from tests.support.serverproc import ServerProcess
+
+TWO = {"protocol_processes": 2, "shutdown_grace_seconds": 6}
+# A request that takes longer than this hangs: the tests fail it.
+REQUEST_TIMEOUT = 15.0
+CLIENT_THREADS = 4
+
+
+def slow_body(sleep: float = 0.0, **parameters: Any) -> dict[str, Any]:
+    x = {"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}
+    return {"inputs": [x], "parameters": {"sleep": sleep, **parameters}}
+
+
+def answered_by(response: httpx.Response) -> int:
+    """The pid of the protocol process whose model answered."""
+    assert response.status_code == 200, response.text
+    outputs = {output["name"]: output for output in response.json()["outputs"]}
+    return int(outputs["pid"]["data"][0])
+
+
+def rest_pid(server: ServerProcess) -> int:
+    """Which process answers a request on a new connection."""
+    url = f"{server.url}/v2/models/slow/infer"
+    return answered_by(httpx.post(url, json=slow_body(), timeout=REQUEST_TIMEOUT))
+
+
+def grpc_pid(server: ServerProcess) -> int:
+    """The same over gRPC, on a new channel (so a new connection)."""
+    x = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[1])
+    x.contents.fp32_contents.append(1.0)
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+            pb.ModelInferRequest(model_name="slow", inputs=[x]), timeout=REQUEST_TIMEOUT
+        )
+    index = next(i for i, output in enumerate(reply.outputs) if output.name == "pid")
+    return int(np.frombuffer(reply.raw_output_contents[index], np.int64)[0])
+
+
+def pids_seen(ask: Callable[[], int], count: int, timeout: float = 30.0) -> set[int]:
+    """Ask on fresh connections until ``count`` different processes have answered."""
+    seen: set[int] = set()
+
+    def enough() -> bool:
+        seen.add(ask())
+        return len(seen) >= count
+
+    wait_for(enough, lambda: f"{count} processes to answer (saw {seen})", timeout, 0.0)
+    return seen
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    add_custom_model(tmp_path, "slow", "SlowEcho")
+    return tmp_path
+
+
+@pytest.fixture
+def two(start: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
+    server = start(repository, settings=TWO)
+    wait_for(lambda: "serving with 2 protocol processes" in server.log(), server.log, 30)
+    return server
+
+
+def test_both_processes_take_connections_over_rest_and_grpc(two: ServerProcess) -> None:
+    processes = children(two.process.pid)
+    assert len(processes) == 2
+    assert pids_seen(lambda: rest_pid(two), 2) == processes
+    assert pids_seen(lambda: grpc_pid(two), 2) == processes
+
+
+def test_a_model_that_cannot_be_replicated_keeps_one_process(
+    start: Callable[..., ServerProcess], repository: Path
+) -> None:
+    add_custom_model(repository, "pinned", "SlowEcho", workers=1)
+    server = start(repository, settings=TWO)
+    assert "one protocol process instead of 2: model 'pinned'" in server.log()
+    assert "it sets workers: 1" in server.log()
+    assert {rest_pid(server) for _ in range(6)} == {server.process.pid}
+
+
+def test_a_later_load_of_a_model_that_cannot_be_replicated_is_refused(
+    two: ServerProcess, repository: Path
+) -> None:
+    add_custom_model(repository, "sequences", "SlowEcho", sequence_batching={})
+    response = httpx.post(f"{two.url}/v2/repository/models/sequences/load", timeout=30)
+    assert response.status_code == 400
+    assert "sequence_batching" in response.text and "protocol_processes: 1" in response.text
+    with grpc.insecure_channel(two.grpc_address) as channel, pytest.raises(grpc.RpcError) as error:
+        pb_grpc.GRPCInferenceServiceStub(channel).RepositoryModelLoad(
+            pb.RepositoryModelLoadRequest(model_name="sequences"), timeout=30
+        )
+    assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "protocol_processes: 1" in str(error.value.details())
+
+
+class Load:
+    """Client threads sending requests on fresh connections until stopped; each
+    outcome is 200, 503 (refused: shutting down), a connection error (refused or
+    reset: no process, or the one that had it died) or, what must never happen,
+    a hang past REQUEST_TIMEOUT."""
+
+    def __init__(self, server: ServerProcess, sleep: float) -> None:
+        self._url = f"{server.url}/v2/models/slow/infer"
+        self._body = slow_body(sleep)
+        self._stop = threading.Event()
+        self.outcomes: Counter[str] = Counter()
+        self.pids: set[int] = set()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(CLIENT_THREADS)
+        self._running = [self._pool.submit(self._send) for _ in range(CLIENT_THREADS)]
+
+    def _send(self) -> None:
+        while not self._stop.is_set():
+            outcome, pid = self._one()
+            with self._lock:
+                self.outcomes[outcome] += 1
+                if pid is not None:
+                    self.pids.add(pid)
+
+    def _one(self) -> tuple[str, int | None]:
+        try:
+            response = httpx.post(self._url, json=self._body, timeout=REQUEST_TIMEOUT)
+        except httpx.TimeoutException:
+            return "hung", None
+        except httpx.TransportError:
+            return "connection error", None
+        if response.status_code == 200:
+            return "200", answered_by(response)
+        return str(response.status_code), None
+
+    def answered(self, count: int) -> bool:
+        with self._lock:
+            return self.outcomes["200"] >= count
+
+    def stop(self) -> Counter[str]:
+        self._stop.set()
+        for running in self._running:
+            running.result(timeout=REQUEST_TIMEOUT * 2)
+        self._pool.shutdown()
+        return self.outcomes
+
+
+@pytest.fixture
+def load_on() -> Iterator[Callable[[ServerProcess, float], Load]]:
+    started: list[Load] = []
+
+    def start_load(server: ServerProcess, sleep: float) -> Load:
+        started.append(Load(server, sleep))
+        return started[-1]
+
+    yield start_load
+    for load in started:
+        load.stop()
+
+
+def test_sigterm_under_load_loses_nothing(
+    two: ServerProcess, load_on: Callable[[ServerProcess, float], Load], tmp_path: Path
+) -> None:
+    processes = children(two.process.pid)
+    load = load_on(two, 0.02)
+    wait_for(lambda: load.answered(20), "the load to be answered", 30)
+    # Requests running when the signal comes, on both processes, are answered.
+    marks = tmp_path / "started"
+    marks.mkdir()
+    body = slow_body(1.0)
+    with ThreadPoolExecutor(6) as pool:
+        running = [
+            pool.submit(
+                httpx.post,
+                f"{two.url}/v2/models/slow/infer",
+                json={**body, "parameters": {**body["parameters"], "started": str(marks / str(i))}},
+                timeout=REQUEST_TIMEOUT,
+            )
+            for i in range(6)
+        ]
+        wait_for(lambda: len(list(marks.iterdir())) == 6, "the slow requests to start", 30)
+        signalled = time.monotonic()
+        two.process.send_signal(signal.SIGTERM)
+        pids = {answered_by(future.result()) for future in running}
+    assert two.process.wait(timeout=TWO["shutdown_grace_seconds"] + 10) == 0
+    assert time.monotonic() - signalled < TWO["shutdown_grace_seconds"]
+    outcomes = load.stop()
+    assert set(outcomes) <= {"200", "503", "connection error"}, outcomes
+    assert pids <= processes
+    assert two.log().count("stopped (exit code 0)") == 2
+
+
+def test_a_killed_process_is_restarted_and_serves_again(
+    two: ServerProcess, load_on: Callable[[ServerProcess, float], Load]
+) -> None:
+    first = children(two.process.pid)
+    load = load_on(two, 0.01)
+    wait_for(lambda: load.pids == first, "both processes to answer the load", 30)
+    killed = min(first)
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: f"(pid {killed}) exited with signal SIGKILL" in two.log(), two.log, 30)
+    restarted = wait_for(
+        lambda: (children(two.process.pid) - first) or None, "a new protocol process", 30
+    )
+    wait_for(lambda: restarted <= load.pids, lambda: f"{restarted} to answer ({load.pids})", 30)
+    assert len(children(two.process.pid)) == 2
+    outcomes = load.stop()
+    assert set(outcomes) <= {"200", "connection error"}, outcomes
