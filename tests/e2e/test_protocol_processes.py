@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -26,7 +27,7 @@ import pytest
 from inferd.protocol import pb, pb_grpc
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import children
+from tests.support.procstat import children, is_running
 from tests.support.serverproc import ServerProcess
 
 TWO = {"protocol_processes": 2, "shutdown_grace_seconds": 6}
@@ -230,3 +231,23 @@ def test_a_killed_process_is_restarted_and_serves_again(
     assert len(children(two.process.pid)) == 2
     outcomes = load.stop()
     assert set(outcomes) <= {"200", "connection error"}, outcomes
+
+
+def test_a_taken_port_is_a_clear_error_before_any_process_starts(
+    start: Callable[..., ServerProcess], repository: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = start(repository, settings={**TWO, "http_port": port}, wait=None)
+        assert server.process.wait(timeout=30) != 0
+    assert f"Cannot listen for the REST server on 127.0.0.1:{port}" in server.log()
+    assert "Protocol process" not in server.log()
+
+
+def test_the_processes_die_with_the_supervisor(two: ServerProcess) -> None:
+    processes = children(two.process.pid)
+    two.process.kill()
+    two.process.wait(timeout=10)
+    wait_for(lambda: not any(is_running(pid) for pid in processes), "the children to exit", 10)
