@@ -251,3 +251,12 @@ def test_the_processes_die_with_the_supervisor(two: ServerProcess) -> None:
     two.process.kill()
     two.process.wait(timeout=10)
     wait_for(lambda: not any(is_running(pid) for pid in processes), "the children to exit", 10)
+
+
+def test_a_ctrl_c_to_the_process_group_drains_each_process_once(two: ServerProcess) -> None:
+    os.killpg(two.process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    assert two.process.wait(timeout=TWO["shutdown_grace_seconds"] + 10) == 0
+    log = two.log()
+    assert log.count("Received SIGTERM: shutting down") == 2
+    assert "again" not in log and "stopped 0 request" not in log
+    assert log.count("stopped (exit code 0)") == 2

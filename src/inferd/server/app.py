@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
+import signal
 import socket
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -18,11 +18,11 @@ from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
-from inferd.server.listener import EagerAcceptServer
+from inferd.server.listener import EagerAcceptServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
-from inferd.server.shutdown import Shutdown, servers_stop_after
+from inferd.server.shutdown import SIGNALS, Shutdown, servers_stop_after
 from inferd.server.transport import metrics_options, rest_options
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
@@ -125,7 +125,9 @@ class InferenceServer:
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
         shutdown = Shutdown(self.dataplane.drain, self.settings.shutdown_grace_seconds, self.stop)
-        shutdown.install_signal_handlers()
+        # A protocol process drains on SIGTERM alone: a Ctrl-C reaches its whole
+        # process group, and the supervisor forwards it as SIGTERM (two would cut).
+        shutdown.install_signal_handlers(SIGNALS if self.role is None else (signal.SIGTERM,))
         try:
             if self.role is None:
                 await self._serve(shutdown)
@@ -375,19 +377,6 @@ class InferenceServer:
             )
         if self.tracing is not None:  # the last spans, within what is left of the grace
             self.tracing.shutdown(max(shutdown.seconds_until_close_ends(), 0.5))
-
-
-def listen_tcp(host: str, port: int, what: str, fix: str, shared: bool = False) -> socket.socket:
-    """A socket listening on ``host:port``; ConfigurationError saying what to ``fix``
-    when it cannot. ``shared``: with SO_REUSEPORT, beside the other protocol processes."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host, port), family=family, reuse_port=shared)
-    except OSError as error:
-        reason = os.strerror(error.errno) if error.errno else str(error)
-        raise ConfigurationError(
-            f"Cannot listen for {what} on {host}:{port}: {reason}; {fix}"
-        ) from None
 
 
 async def _stop_servers(servers: Sequence[_Running]) -> None:

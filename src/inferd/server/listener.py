@@ -10,7 +10,8 @@ every waiting connection each time the socket is readable, as asyncio's own
 loop does, and hands each to the loop as an accepted socket.
 
 :class:`EagerAcceptServer` is a uvicorn server that listens that way; it
-serves the sockets passed to ``serve`` and nothing else.
+serves the sockets passed to ``serve`` and nothing else. :func:`listen_tcp`
+opens such a socket, or says clearly why it cannot.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+
+from inferd.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -126,3 +130,16 @@ class EagerAcceptServer(uvicorn.Server):
             config=config, server_state=self.server_state, app_state=self.lifespan.state
         )
         return protocol
+
+
+def listen_tcp(host: str, port: int, what: str, fix: str, shared: bool = False) -> socket.socket:
+    """A socket listening on ``host:port``; ConfigurationError saying what to ``fix``
+    when it cannot. ``shared``: with SO_REUSEPORT, beside the other protocol processes."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, reuse_port=shared)
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise ConfigurationError(
+            f"Cannot listen for {what} on {host}:{port}: {reason}; {fix}"
+        ) from None

@@ -89,10 +89,10 @@ class Shutdown:
         self._previous_handlers: dict[signal.Signals, Any] = {}
         self._exit = ExitDeadline(self._in_flight)
 
-    def install_signal_handlers(self) -> None:
-        """Handle SIGTERM and SIGINT from now on (call it on the event loop)."""
+    def install_signal_handlers(self, signals: tuple[signal.Signals, ...] = SIGNALS) -> None:
+        """Handle ``signals`` (SIGTERM and SIGINT) from now on (call it on the event loop)."""
         self._loop = asyncio.get_running_loop()
-        for sig in SIGNALS:
+        for sig in signals:
             self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def restore_signal_handlers(self) -> None:

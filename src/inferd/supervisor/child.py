@@ -11,6 +11,7 @@ protocol process, which placement.py allows only for models that can be.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -54,6 +55,8 @@ def protocol_server(
 def main(argv: list[str] | None = None) -> None:
     supervisor_pid, repository = (argv or sys.argv[1:])[:2]
     die_with_parent(int(supervisor_pid))
+    # A Ctrl-C reaches the whole process group: the supervisor forwards it as SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     role = protocol_role()
     if role is None:
         sys.exit("inferd.supervisor.child is started by `inferd start`, which sets its role")

@@ -118,14 +118,11 @@ class Child:
         self.signal(signal.SIGTERM)
 
     async def _start(self) -> asyncio.subprocess.Process:
-        # Its own session (so process group): a Ctrl-C on the terminal reaches the
-        # supervisor alone, which forwards one SIGTERM (a second signal would cut
-        # requests at once). It still dies with the supervisor (child.py).
+        # In the supervisor's process group, so whoever stops or measures the group
+        # (a Ctrl-C, a process manager, a benchmark) reaches it too; it ignores SIGINT
+        # and drains on the SIGTERM the supervisor forwards (child.py).
         process = await asyncio.create_subprocess_exec(
-            *self._command,
-            env=self._environment,
-            stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
+            *self._command, env=self._environment, stdin=asyncio.subprocess.DEVNULL
         )
         logger.debug("Started protocol process %d (pid %d)", self.index, process.pid)
         return process

@@ -26,8 +26,7 @@ from typing import Any
 
 import uvicorn
 
-from inferd.server.app import listen_tcp
-from inferd.server.listener import EagerAcceptServer
+from inferd.server.listener import EagerAcceptServer, listen_tcp
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, environment_of_children
 from inferd.supervisor.paths import PrivatePaths
