@@ -260,3 +260,21 @@ def test_a_ctrl_c_to_the_process_group_drains_each_process_once(two: ServerProce
     assert log.count("Received SIGTERM: shutting down") == 2
     assert "again" not in log and "stopped 0 request" not in log
     assert log.count("stopped (exit code 0)") == 2
+
+
+def test_the_private_sockets_skip_the_access_rules_the_public_ports_keep(
+    start: Callable[..., ServerProcess], repository: Path
+) -> None:
+    restricted = {"apis": ["inference"], "header": "x-key", "values_from_env": "TEST_KEY"}
+    server = start(
+        repository, settings={**TWO, "restricted_apis": [restricted]}, env={"TEST_KEY": "k"}
+    )
+    public = httpx.post(f"{server.url}/v2/models/slow/infer", json=slow_body(), timeout=30)
+    assert public.status_code == 403
+    line = next(line for line in server.log().splitlines() if "rest-0.sock" in line)
+    private_socket = line.rsplit(" ", 1)[1]
+    transport = httpx.HTTPTransport(uds=private_socket)
+    with httpx.Client(transport=transport, base_url="http://inferd.internal") as private:
+        assert answered_by(private.post("/v2/models/slow/infer", json=slow_body())) in (
+            children(server.process.pid)
+        )

@@ -26,6 +26,7 @@ from typing import Any
 
 import uvicorn
 
+from inferd.errors import ConfigurationError
 from inferd.server.listener import EagerAcceptServer, listen_tcp
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, environment_of_children
@@ -107,7 +108,7 @@ class Supervisor:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
             failed = [task for task in kept if task.done()]  # none, unless a bug
             if failed:
-                self._on_signal(signal.SIGTERM, children)
+                self._stop(children, "A protocol process could not be watched")
             await self._wait_for_exits(children, kept)
             for task in failed:
                 await task  # re-raises why it stopped watching its process
@@ -122,19 +123,22 @@ class Supervisor:
         second cuts what still runs (as for a lone server)."""
         name = signal.Signals(signum).name
         if not self._stopping.is_set():
-            logger.info(
-                "Received %s: stopping %d protocol processes (each drains within %gs)",
-                name,
-                len(children),
-                self.settings.shutdown_grace_seconds,
-            )
-            self._stopping.set()
-            for child in children:
-                child.stop()
+            self._stop(children, f"Received {name}")
         else:
             logger.info("Received %s again: protocol processes stop what still runs", name)
             for child in children:
                 child.signal(signal.SIGTERM)
+
+    def _stop(self, children: Sequence[Child], why: str) -> None:
+        logger.info(
+            "%s: stopping %d protocol processes (each drains within %gs)",
+            why,
+            len(children),
+            self.settings.shutdown_grace_seconds,
+        )
+        self._stopping.set()
+        for child in children:
+            child.stop()
 
     async def _announce(self, children: Sequence[Child]) -> None:
         await asyncio.gather(*(child.ready.wait() for child in children))
@@ -168,11 +172,16 @@ def check_public_ports(settings: ServerSettings) -> None:
     when another server of this user holds them the same way)."""
     host = settings.host
     checks = (
-        (settings.http_port, "the REST server", "set http_port to a free port"),
-        (settings.grpc_port, "gRPC", "set grpc_port (or host) to a free one"),
+        (settings.http_port, "the REST server", "http_port"),
+        (settings.grpc_port, "gRPC", "grpc_port"),
     )
-    for port, what, fix in checks:
-        listen_tcp(host, port, what, fix).close()
+    for port, what, setting in checks:
+        if port == 0:
+            raise ConfigurationError(
+                f"{setting} is 0 (any free port), which several protocol processes cannot "
+                f"share: set {setting} to a port, or protocol_processes: 1"
+            )
+        listen_tcp(host, port, what, f"set {setting} (or host) to a free port").close()
 
 
 @contextlib.contextmanager
