@@ -11,6 +11,7 @@ has it catch up from the journal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -127,6 +128,18 @@ def root_level() -> Iterator[None]:
     logging.getLogger().setLevel(level)
 
 
+@contextlib.asynccontextmanager
+async def grpc_stub(process: Process) -> AsyncIterator[pb_grpc.GRPCInferenceServiceStub]:
+    """A stub of the process's public gRPC server (its edge forwards too)."""
+    server = process.server.grpc_server()
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            yield pb_grpc.GRPCInferenceServiceStub(channel)
+    finally:
+        await server.stop(0)
+
+
 def regions_of(process: Process) -> SharedMemoryRegistry:
     regions = process.server.dataplane.shared_memory
     assert regions is not None
@@ -219,19 +232,29 @@ async def test_statistics_are_the_sum_of_every_process(cluster: Cluster) -> None
         found = (await process.public.get("/v2/models/echo/stats")).json()["model_stats"]
         assert [model["inference_stats"]["success"]["count"] for model in found] == [5]
         assert found[0]["inference_count"] == 5
-    grpc_server = second.server.grpc_server()
-    await grpc_server.start()
-    try:
-        async with grpc.aio.insecure_channel(grpc_server.address) as channel:
-            stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            answer = await stub.ModelStatistics(pb.ModelStatisticsRequest(name="echo"))
-            assert [model.inference_stats.success.count for model in answer.model_stats] == [5]
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await stub.ModelStatistics(pb.ModelStatisticsRequest(name="nothing"))
-            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
-            assert refused.value.details() == "Request for unknown model: 'nothing' is not found"
-    finally:
-        await grpc_server.stop(0)
+    async with grpc_stub(second) as stub:
+        answer = await stub.ModelStatistics(pb.ModelStatisticsRequest(name="echo"))
+        assert [model.inference_stats.success.count for model in answer.model_stats] == [5]
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ModelStatistics(pb.ModelStatisticsRequest(name="nothing"))
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        assert refused.value.details() == "Request for unknown model: 'nothing' is not found"
+
+
+async def test_grpc_loads_and_unloads_go_through_the_coordinator_too(
+    cluster: Cluster, repository: Path
+) -> None:
+    first, second = cluster.processes
+    write_model_folder(repository, "late", f"{RUNTIMES}.Echo")
+    load = pb.RepositoryModelLoadRequest(model_name="late")
+    load.parameters["config"].string_param = '{"max_batch_size": 4}'
+    async with grpc_stub(first) as stub:
+        await stub.RepositoryModelLoad(load)
+        for process in (first, second):
+            assert process.server.registry.find("late").settings.max_batch_size == 4
+        await stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="late"))
+        for process in (first, second):
+            assert (await infer(process, "late")).status_code == 404
 
 
 @pytest.mark.parametrize(

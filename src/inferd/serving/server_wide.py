@@ -61,7 +61,7 @@ def shared_memory_of(dataplane: DataPlane) -> SharedMemoryRegistry:
     return dataplane.shared_memory
 
 
-class LocalServerWide:
+class LocalServerWide(ServerWide):
     """Server-wide operations applied to one DataPlane: the whole server when it is
     the only process, or this process's share when the coordinator fans them out."""
 

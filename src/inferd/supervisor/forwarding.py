@@ -28,7 +28,7 @@ from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.serving.dataplane import DataPlane
-from inferd.serving.server_wide import LocalServerWide
+from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.supervisor.coordinator import CATCH_UP_PREFIX
 from inferd.supervisor.fanout import Answer, send
 from inferd.supervisor.journal import LOGGING_PATH
@@ -43,7 +43,7 @@ class CoordinatorUnreachable(InferdError, code=ErrorCode.UNAVAILABLE):
     """The supervisor's coordinator did not answer (the server is stopping)."""
 
 
-class ForwardingServerWide:
+class ForwardingServerWide(ServerWide):
     """Server-wide operations sent to the coordinator at ``coordinator`` (its socket)."""
 
     def __init__(self, coordinator: Path) -> None:
