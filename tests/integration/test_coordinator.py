@@ -76,8 +76,10 @@ class Cluster:
             await task
             raise RuntimeError(f"uvicorn on {socket} stopped")
 
-    async def start_process(self, start_inferd: StartServer, index: int) -> Process:
-        server = await start_inferd(shared_memory_enabled=True)
+    async def start_process(
+        self, start_inferd: StartServer, index: int, **settings: Any
+    ) -> Process:
+        server = await start_inferd(shared_memory_enabled=True, **settings)
         told: list[Any] = []
         tell = server.pool.control
 
@@ -340,3 +342,12 @@ async def test_a_process_that_starts_later_catches_up_from_the_journal(
         unregister_every_region(cluster)
         memory.close()
         memory.unlink()
+
+
+async def test_a_replayed_unload_of_a_model_never_loaded_there_is_no_failure(
+    cluster: Cluster, start_inferd: StartServer
+) -> None:
+    unloaded = await cluster.processes[0].public.post("/v2/repository/models/echo/unload")
+    assert unloaded.status_code == 200
+    await cluster.start_process(start_inferd, 2, load_models_at_startup=False)
+    assert await catch_up(ProtocolRole(cluster.paths, 2)) == {"applied": 1, "failed": []}

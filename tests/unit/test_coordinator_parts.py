@@ -20,9 +20,15 @@ from inferd.errors import (
 )
 from inferd.server.errors import grpc_error, http_error
 from inferd.supervisor.fanout import Answer
-from inferd.supervisor.forwarding import CoordinatorUnreachable, answered_error
+from inferd.supervisor.forwarding import (
+    CoordinatorUnreachable,
+    ForwardingServerWide,
+    answered_error,
+    catch_up,
+)
 from inferd.supervisor.journal import Call, Journal, is_server_wide
 from inferd.supervisor.merging import merge_statistics, settle
+from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 
 LOAD = Call("POST", "/v2/repository/models/iris/load", b'{"parameters":{"config":"{}"}}')
 UNLOAD = Call("POST", "/v2/repository/models/iris/unload")
@@ -166,3 +172,14 @@ def test_a_coordinator_that_does_not_answer_is_unavailable() -> None:
     assert isinstance(error, CoordinatorUnreachable)
     assert http_error(error, "test")[0] == 503
     assert "could not reach the coordinator" in error.message and "refused" in error.message
+
+
+@pytest.mark.anyio
+async def test_without_a_coordinator_operations_and_catching_up_are_unavailable(
+    tmp_path: Path,
+) -> None:
+    paths = PrivatePaths(tmp_path)  # nothing serves its coordinator.sock
+    with pytest.raises(CoordinatorUnreachable, match="POST /v2/repository/models/m/unload"):
+        await ForwardingServerWide(paths.coordinator).unload("m")
+    with pytest.raises(CoordinatorUnreachable, match="/coordinator/catch-up/1"):
+        await catch_up(ProtocolRole(paths, 1))

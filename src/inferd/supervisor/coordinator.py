@@ -37,7 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferd.supervisor.fanout import Answer, fan_out, send
-from inferd.supervisor.journal import Call, Journal, is_server_wide
+from inferd.supervisor.journal import Call, Journal, is_server_wide, unloads_a_model
 from inferd.supervisor.merging import NO_PROCESS, Settled, merge_statistics, settle
 from inferd.supervisor.paths import PrivatePaths
 
@@ -94,11 +94,17 @@ class Coordinator:
             calls = self.journal.calls()
             for call in calls:
                 answer = await send(socket, call.method, call.path, call.body, _JSON_HEADERS)
-                if not answer.ok:
+                if not _reached(call, answer):
                     why = answer.error or answer.body.decode("utf-8", "replace")
                     logger.warning("Protocol process %d catching up: %s: %s", index, call, why)
                     failed.append({"call": str(call), "status": answer.status, "error": why})
         return {"applied": len(calls) - len(failed), "failed": failed}
+
+
+def _reached(call: Call, answer: Answer) -> bool:
+    """Whether the process is where ``call`` leaves it: it applied the call, or the
+    call unloads a model it does not hold (it did not load it at start-up)."""
+    return answer.ok or (answer.status == 404 and unloads_a_model(call.path))
 
 
 def _log_settled(call: Call, settled: Settled, answers: list[Answer]) -> None:
