@@ -11,6 +11,7 @@ has it catch up from the journal.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import shutil
@@ -41,6 +42,11 @@ from .conftest import RUNTIMES, StartServer, rest_client
 pytestmark = pytest.mark.anyio
 
 ROW = [1, 2, 3, 4]
+CUDA_REGION = {
+    "raw_handle": {"b64": base64.b64encode(bytes(64)).decode()},
+    "device_id": 0,
+    "byte_size": 16,
+}
 
 
 def write_models(repository: Path) -> Path:
@@ -267,6 +273,8 @@ async def test_grpc_loads_and_unloads_go_through_the_coordinator_too(
         ("POST", "/v2/logging", {"log_format": "xml"}),
         ("POST", "/v2/systemsharedmemory/region/r/register", {"key": "/x", "byte_size": 0}),
         ("GET", "/v2/models/nothing/stats", None),
+        # A handle that opens nothing (and no GPU here): refused by each process.
+        ("POST", "/v2/cudasharedmemory/region/c/register", CUDA_REGION),
     ],
 )
 async def test_a_refused_operation_answers_as_one_process_would(
@@ -278,7 +286,7 @@ async def test_a_refused_operation_answers_as_one_process_would(
     ) as private:
         alone = await private.request(method, path, json=body)
     forwarded = await first.public.request(method, path, json=body)
-    assert alone.status_code >= 400
+    assert alone.status_code >= 400, alone.text
     assert (forwarded.status_code, forwarded.json()) == (alone.status_code, alone.json())
 
 
