@@ -21,6 +21,7 @@ from inferd.supervisor.fanout import Answer
 from inferd.supervisor.metrics import (
     ANSWERED,
     EXPECTED,
+    Totals,
     build_metrics_app,
     merge,
     server_metrics,
@@ -272,3 +273,43 @@ def test_the_app_answers_other_paths_with_a_404_without_asking_anyone(tmp_path: 
     asyncio.run(app(scope, receive, send))
     assert sent[0]["status"] == 404
     assert sent[1]["body"] == b"Not found; Prometheus metrics are served at /prom\n"
+
+
+def process(started: float, requests: float, streams: float) -> str:
+    return f"""# TYPE process_start_time_seconds gauge
+process_start_time_seconds {started}
+# TYPE model_infer_request_success counter
+model_infer_request_success_total{{model_name="m",model_version="1"}} {requests}
+# TYPE model_infer_batch_size histogram
+model_infer_batch_size_bucket{{le="1.0",model_name="m",model_version="1"}} {requests}
+model_infer_batch_size_bucket{{le="+Inf",model_name="m",model_version="1"}} {requests}
+model_infer_batch_size_count{{model_name="m",model_version="1"}} {requests}
+model_infer_batch_size_sum{{model_name="m",model_version="1"}} {requests}
+# TYPE model_streams_in_flight gauge
+model_streams_in_flight{{model_name="m",model_version="1"}} {streams}
+# EOF
+"""
+
+
+def test_counters_stay_whole_while_a_process_is_missing_and_after_it_restarted() -> None:
+    totals = Totals()
+    gone = answer("metrics-0.sock", status=0, error="ConnectError")
+
+    def scrape(*answers: Answer) -> tuple[float, float, float, float]:
+        found = samples(server_metrics(answers, totals))
+        return (
+            found[("model_infer_request_success_total", M1)],
+            found[("model_infer_batch_size_bucket", (("le", "+Inf"), *M1))],
+            found[("model_streams_in_flight", M1)],
+            found[(ANSWERED, ())],
+        )
+
+    second = answer("metrics-1.sock", process(started=50, requests=3, streams=1))
+    assert scrape(answer("metrics-0.sock", process(100, 5, 2)), second) == (8, 8, 3, 2)
+    # process 0 died: its counts stay until it is back, its open streams do not
+    assert scrape(gone, second) == (8, 8, 1, 1)
+    # restarted (another start time), counting from zero: what it had is kept
+    assert scrape(answer("metrics-0.sock", process(200, 1, 0)), second) == (9, 9, 1, 2)
+    assert scrape(answer("metrics-0.sock", process(200, 4, 0)), second) == (12, 12, 1, 2)
+    # and a second restart keeps both lives' counts
+    assert scrape(answer("metrics-0.sock", process(300, 2, 0)), second) == (14, 14, 1, 2)

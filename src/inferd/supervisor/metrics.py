@@ -21,7 +21,9 @@ How a sample is merged, per metric name and label set:
 
 A process that does not answer (restarting, or too busy within ``SCRAPE_TIMEOUT_S``)
 is left out and logged; the answer's ``protocol_processes_answered`` gauge says how
-many are in it, beside ``protocol_processes``, how many there are. Children are asked
+many are in it, beside ``protocol_processes``, how many there are. Its counts are
+not: the counters stay whole (never lower than the last answer) while a process is
+missing or after it restarted, see :class:`Totals`. Children are asked
 for OpenMetrics, whose parser keeps each family whole (a counter's ``_created`` stays
 in its family), and the answer is negotiated with the scraper as one server's is
 (text format or OpenMetrics, gzip, ``name[]``), by prometheus_client's own app.
@@ -149,10 +151,80 @@ def answered_gauges(answered: int, expected: int) -> list[Metric]:
     ]
 
 
-def server_metrics(answers: Sequence[Answer]) -> list[Metric]:
-    """The merged families of ``answers`` (one per protocol process) and how many answered."""
-    expositions = [families for answer in answers if (families := parse(answer)) is not None]
-    ours = answered_gauges(len(expositions), len(answers))
+# The samples of each type that only grow while their process lives.
+MONOTONIC = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+}
+START_TIME = "process_start_time_seconds"
+
+
+def monotonic_part(families: Iterable[Metric]) -> list[Metric]:
+    """The counts of one exposition that a restart of its process would take back."""
+    kept = []
+    for metric in families:
+        names = {metric.name + suffix for suffix in MONOTONIC.get(metric.type, ())}
+        samples = [sample for sample in metric.samples if sample.name in names]
+        if samples:
+            counts = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            counts.samples = samples
+            kept.append(counts)
+    return kept
+
+
+def start_time(families: Iterable[Metric]) -> float | None:
+    for metric in families:
+        if metric.name == START_TIME and metric.samples:
+            return float(metric.samples[0].value)
+    return None
+
+
+@dataclass
+class _Seen:
+    started: float | None
+    counts: list[Metric]
+
+
+class Totals:
+    """Keeps the server's counters from going down when a protocol process restarts or
+    misses a scrape: Prometheus reads any drop as a reset, and its ``rate`` would count
+    the whole total again. A process that does not answer is counted with what it had
+    at its last answer; one whose ``process_start_time_seconds`` changed (restarted,
+    its counts from zero) has what it had before kept in ``retired``, added to every
+    later answer. Counts since a process's last answer before it died are lost."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, _Seen] = {}
+        self._retired: list[Metric] = []
+
+    def expositions(self, parsed: Sequence[list[Metric] | None]) -> list[list[Metric]]:
+        """What to merge for one answer, from each process's families (None: no answer)."""
+        merged: list[list[Metric]] = []
+        for index, families in enumerate(parsed):
+            seen = self._seen.get(index)
+            if families is None:
+                if seen is not None:
+                    merged.append(seen.counts)
+                continue
+            started = start_time(families)
+            if seen is not None and started is not None and started != seen.started:
+                self._retired = merge([self._retired, seen.counts])
+            self._seen[index] = _Seen(started, monotonic_part(families))
+            merged.append(families)
+        return [*merged, self._retired]
+
+
+def server_metrics(answers: Sequence[Answer], totals: Totals | None = None) -> list[Metric]:
+    """The merged families of ``answers`` (one per protocol process, in index order) and
+    how many answered; with ``totals``, counters kept whole across restarts."""
+    parsed = [parse(answer) for answer in answers]
+    answered = sum(families is not None for families in parsed)
+    if totals is None:
+        expositions = [families for families in parsed if families is not None]
+    else:
+        expositions = totals.expositions(parsed)
+    ours = answered_gauges(answered, len(answers))
     names = {metric.name for metric in ours}
     merged = [metric for metric in merge(expositions) if metric.name not in names]
     return merged + ours
@@ -176,11 +248,12 @@ def build_metrics_app(
     ``metrics-<i>.sock``; any other path is a 404 that says where."""
     sockets = [paths.metrics(index) for index in range(count)]
     path = "/" + endpoint.strip("/")
+    totals = Totals()
 
     async def scrape(scope: Scope, receive: Receive, send: Send) -> None:
         answers = await fan_out(sockets, "GET", path, headers=_ASK, timeout_s=timeout_s)
         registry = CollectorRegistry(auto_describe=True)  # names known, for name[]
-        registry.register(_Snapshot(server_metrics(answers)))
+        registry.register(_Snapshot(server_metrics(answers, totals)))
         await make_asgi_app(registry)(scope, receive, send)
 
     return endpoint_app(endpoint, scrape)
