@@ -113,3 +113,15 @@ def test_wrk_runs_whole_seconds_h2load_any(capsys: pytest.CaptureFixture[str]) -
             parse("rest", *argv)
         assert "wrk runs whole seconds" in capsys.readouterr().err
     assert parse("grpc", "--duration", "1.5", "--warmup", "0.5").duration == 1.5
+
+
+def test_inferd_runs_one_protocol_process_unless_told_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse("rest").protocol_processes == 1
+    assert parse("grpc", "--protocol-processes", "4").protocol_processes == 4
+    assert parse("rest", "--protocol-processes", "default").protocol_processes is None
+    for bad in ("0", "cpu_count", "-1"):
+        with pytest.raises(SystemExit):
+            parse("rest", "--protocol-processes", bad)
+        assert "is not a count >= 1 or 'default'" in capsys.readouterr().err
