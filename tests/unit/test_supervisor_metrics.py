@@ -1,4 +1,6 @@
-"""The supervisor's /metrics: several protocol processes' expositions merged into one."""
+"""The supervisor's /metrics: several protocol processes' expositions merged into one.
+
+The merged text is read back with prometheus_client's own parsers, the reference."""
 
 from __future__ import annotations
 
@@ -11,21 +13,15 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
+from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from inferd import custom_metrics
 from inferd.custom_metrics import Definition
 from inferd.observability.metrics import CustomMetrics, Sources, build_registry
 from inferd.observability.stats import HttpStats, ModelStatsTable
+from inferd.supervisor.exposition import Exposition, merge, read, write
 from inferd.supervisor.fanout import Answer
-from inferd.supervisor.metrics import (
-    ANSWERED,
-    EXPECTED,
-    Totals,
-    build_metrics_app,
-    merge,
-    server_metrics,
-)
+from inferd.supervisor.metrics import ANSWERED, EXPECTED, Totals, build_metrics_app, server_metrics
 from inferd.supervisor.paths import PrivatePaths
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -37,16 +33,17 @@ def fresh_custom_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(custom_metrics, "_state", custom_metrics._State())
 
 
-def families(text: str) -> list[Any]:
-    return list(text_string_to_metric_families(text))
-
-
-def samples(metrics: list[Any]) -> Samples:
+def samples(metrics: Any) -> Samples:
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for metric in metrics
         for sample in metric.samples
     }
+
+
+def found(merged: Exposition) -> Samples:
+    """The samples of a merged OpenMetrics exposition, as prometheus_client reads them."""
+    return samples(text_string_to_metric_families(write(merged.values(), openmetrics=True)))
 
 
 M1 = (("model_name", "m"), ("model_version", "1"))
@@ -133,7 +130,7 @@ temperature{model_name="m",model_version="1"} 0.5
 
 
 def merged() -> Samples:
-    return samples(merge([families(FIRST), families(SECOND)]))
+    return found(merge([read(FIRST), read(SECOND)]))
 
 
 def test_counters_are_summed_per_label_set_and_a_label_set_of_one_process_kept() -> None:
@@ -172,40 +169,35 @@ def test_gauges_every_process_reports_alike_are_the_largest_and_starts_the_earli
     assert found[("tokens_created", M1)] == 100
 
 
-def test_help_and_type_are_kept_in_both_formats() -> None:
-    metrics = merge([families(FIRST), families(SECOND)])
-    text = generate_latest(_Fixed(metrics)).decode()
-    assert "# HELP tokens_total Tokens\n# TYPE tokens_total counter\n" in text
-    assert "# TYPE model_infer_request_duration histogram\n" in text
+def test_help_and_type_are_kept() -> None:
+    text = write(merge([read(FIRST), read(SECOND)]).values(), openmetrics=True)
+    assert "# HELP tokens Tokens\n# TYPE tokens counter\n" in text
     assert 'tokens_total{model_name="m",model_version="1"} 15.0\n' in text
-    openmetrics = generate_openmetrics(_Fixed(metrics)).decode()
-    assert "# TYPE tokens counter\n" in openmetrics
-    assert 'tokens_created{model_name="m",model_version="1"} 100.0\n' in openmetrics
+    assert "# TYPE model_infer_request_duration histogram\n" in text
+    assert text.endswith("\n# EOF\n") and text.count("# EOF") == 1
 
 
 def test_a_family_of_another_type_in_one_process_is_left_out_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clashing = "# TYPE loaded_models counter\nloaded_models_total 9.0\n# EOF\n"
-    found = samples(merge([families(FIRST), families(clashing)]))
-    assert found[("loaded_models", ())] == 2
+    assert found(merge([read(FIRST), read(clashing)]))[("loaded_models", ())] == 2
     assert "loaded_models is a gauge in one protocol process and a counter" in caplog.text
 
 
-class _Fixed(Collector):
-    def __init__(self, metrics: list[Any]) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list[Any]:
-        return self.metrics
+def test_a_line_that_is_no_sample_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a sample line"):
+        read('# TYPE x gauge\nx{a="1" 2.0\n')
 
 
 def real_registry() -> Any:
-    """A protocol process's registry (observability/metrics.py) with counts in it."""
+    """A protocol process's registry (observability/metrics.py) with counts in it, a
+    route template with braces and a label value with a space and a quote among them."""
     models, http = ModelStatsTable(), HttpStats()
     now = time.perf_counter_ns()
     models.of("m", "1").succeeded(now - 2_000_000, now)
     models.of("m", "1").executed(rows=2, requests=1)
+    models.of('my "model" v2', None).failed(now - 1_000_000, now)
     http.route("POST", "/v2/models/{model_name}/infer").finished(200, 0.002)
     registry = build_registry(Sources(models, http=http), "rest_server")
     CustomMetrics(registry).apply(
@@ -216,16 +208,26 @@ def real_registry() -> Any:
 
 
 @pytest.mark.parametrize("encode", [generate_latest, generate_openmetrics])
-def test_one_process_merged_alone_is_what_it_serves(encode: Any) -> None:
-    registry = real_registry()
-    alone = merge([families(generate_openmetrics(registry).decode())])
-    assert steady(encode(_Fixed(alone))) == steady(encode(registry))
+def test_one_process_merged_alone_is_what_it_served_byte_for_byte(encode: Any) -> None:
+    served = encode(real_registry()).decode()
+    openmetrics = encode is generate_openmetrics
+    assert write(merge([read(served)]).values(), openmetrics) == served
 
 
-def steady(exposition: bytes) -> list[str]:
-    """An exposition's lines but the process's own figures (they move between reads)."""
-    moving = ("process_", "python_gc_")
-    return [line for line in exposition.decode().splitlines() if not line.startswith(moving)]
+def test_two_processes_in_the_text_format_add_up_as_the_reference_parser_reads_them() -> None:
+    served = generate_latest(real_registry()).decode()
+    one = samples(text_families(served))
+    both = samples(text_families(write(merge([read(served), read(served)]).values(), False)))
+    route = (("method", "POST"), ("path", "/v2/models/{model_name}/infer"))
+    assert both[("rest_server_requests_total", (*route, ("status_code", "200")))] == 2
+    failed = (("model_name", 'my "model" v2'), ("model_version", ""))
+    assert both[("model_infer_request_failure_total", failed)] == 2
+    assert both[("tokens_created", M1)] == one[("tokens_created", M1)]  # the earliest
+    assert both[("loaded_models", ())] == one[("loaded_models", ())]
+    assert (
+        both[("size_bucket", (("le", "+Inf"), *M1))]
+        == 2 * one[("size_bucket", (("le", "+Inf"), *M1))]
+    )
 
 
 def answer(socket: str, body: str = "", status: int = 200, error: str = "") -> Answer:
@@ -241,22 +243,22 @@ def test_a_process_that_does_not_answer_is_left_out_counted_and_logged(
         answer("metrics-2.sock", "Not found", status=404),
         answer("metrics-3.sock", SECOND),
     ]
-    found = samples(server_metrics(answers))
-    assert found[("model_infer_request_success_total", M1)] == 7
-    assert (found[(ANSWERED, ())], found[(EXPECTED, ())]) == (2, 4)
+    summed = found(server_metrics(answers))
+    assert summed[("model_infer_request_success_total", M1)] == 7
+    assert (summed[(ANSWERED, ())], summed[(EXPECTED, ())]) == (2, 4)
     assert "metrics-1.sock left out: ConnectError: no such file" in caplog.text
     assert "metrics-2.sock left out: HTTP 404" in caplog.text
 
 
 def test_an_answer_that_does_not_parse_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
-    found = samples(server_metrics([answer("metrics-0.sock", "not { metrics"), answer("b", FIRST)]))
-    assert (found[(ANSWERED, ())], found[(EXPECTED, ())]) == (1, 2)
+    summed = found(server_metrics([answer("metrics-0.sock", "not { metrics"), answer("b", FIRST)]))
+    assert (summed[(ANSWERED, ())], summed[(EXPECTED, ())]) == (1, 2)
     assert "metrics-0.sock left out" in caplog.text
 
 
 def test_no_process_answering_still_answers_with_the_counts() -> None:
-    found = samples(server_metrics([answer("metrics-0.sock", status=0, error="gone")]))
-    assert found == {(EXPECTED, ()): 1, (ANSWERED, ()): 0}
+    summed = found(server_metrics([answer("metrics-0.sock", status=0, error="gone")]))
+    assert summed == {(EXPECTED, ()): 1, (ANSWERED, ()): 0}
 
 
 def test_the_app_answers_other_paths_with_a_404_without_asking_anyone(tmp_path: Path) -> None:
@@ -296,12 +298,12 @@ def test_counters_stay_whole_while_a_process_is_missing_and_after_it_restarted()
     gone = answer("metrics-0.sock", status=0, error="ConnectError")
 
     def scrape(*answers: Answer) -> tuple[float, float, float, float]:
-        found = samples(server_metrics(answers, totals))
+        summed = found(server_metrics(answers, totals))
         return (
-            found[("model_infer_request_success_total", M1)],
-            found[("model_infer_batch_size_bucket", (("le", "+Inf"), *M1))],
-            found[("model_streams_in_flight", M1)],
-            found[(ANSWERED, ())],
+            summed[("model_infer_request_success_total", M1)],
+            summed[("model_infer_batch_size_bucket", (("le", "+Inf"), *M1))],
+            summed[("model_streams_in_flight", M1)],
+            summed[(ANSWERED, ())],
         )
 
     second = answer("metrics-1.sock", process(started=50, requests=3, streams=1))
