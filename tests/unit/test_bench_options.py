@@ -125,3 +125,12 @@ def test_inferd_runs_one_protocol_process_unless_told_otherwise(
         with pytest.raises(SystemExit):
             parse("rest", "--protocol-processes", bad)
         assert "is not a count >= 1 or 'default'" in capsys.readouterr().err
+
+
+def test_every_run_says_how_many_protocol_processes_inferd_ran() -> None:
+    from benchmarks.__main__ import describe_setup, processes_label
+
+    assert processes_label(1) == "1 protocol process"
+    assert processes_label(4) == "4 protocol processes"
+    assert processes_label(None) == "its default protocol processes (the CPUs it may use)"
+    assert describe_setup(parse("rest", "--protocol-processes", "2"))["protocol_processes"] == 2
