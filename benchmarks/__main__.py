@@ -42,6 +42,14 @@ def use_inferd_source(src: Path) -> None:
     )
 
 
+def processes_label(protocol_processes: int | None) -> str:
+    """What inferd runs, said with every result (--protocol-processes)."""
+    if protocol_processes is None:
+        return "its default protocol processes (the CPUs it may use)"
+    plural = "" if protocol_processes == 1 else "es"
+    return f"{protocol_processes} protocol process{plural}"
+
+
 def describe_setup(options: Options) -> dict[str, Any]:
     programs = options.programs
     return {
@@ -53,6 +61,7 @@ def describe_setup(options: Options) -> dict[str, Any]:
         "inferd_python": programs.inferd_python,
         "inferd_src": str(programs.inferd_src),
         "baseline_src": str(options.baseline_src) if options.baseline_src else None,
+        "protocol_processes": options.protocol_processes,  # None: the server's default
         "mlserver_python": programs.mlserver_python,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "note": "servers and load generator share all CPUs; nothing is pinned",
@@ -107,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenario = SCENARIOS[options.scenario](options)
     print(scenario.describe())
     print(f"servers and load share {os.cpu_count()} CPUs; nothing is pinned", flush=True)
+    print(f"inferd runs {processes_label(options.protocol_processes)}", flush=True)
     if scenario.compares_mlserver and options.programs.mlserver_python is None:
         print(f"MLServer left out: pass --mlserver-python or set ${MLSERVER_PYTHON_ENV}")
     in_process = scenario.measure_in_process()

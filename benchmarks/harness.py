@@ -59,7 +59,7 @@ def run_one(
     )
     write_json(repo / "settings.json", settings_json(ports, *layers))
     scenario.write_repository(repo, contender, case)
-    server = start(contender, options.programs, repo, ports)
+    server = start(contender, options.programs, repo, ports, options.protocol_processes)
     try:
         startup = server.wait_until(
             timeout=options.ready_timeout, port=ready_port(contender, ports)

@@ -57,6 +57,7 @@ class Options:
     work_dir: Path | None
     json_out: Path | None
     args: argparse.Namespace
+    protocol_processes: int | None = 1  # inferd's; None: its default (the CPUs)
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -64,6 +65,15 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object")
     return value
+
+
+def protocol_processes_value(text: str) -> int | None:
+    """A --protocol-processes value: a count >= 1, or ``default`` (None: left unset)."""
+    if text == "default":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1 or 'default'")
+    return int(text)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) -> None:
@@ -91,6 +101,15 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) ->
             default=defaults["parallel_workers"],
             help="parallel_workers in settings.json",
         )
+    add(
+        "--protocol-processes",
+        type=protocol_processes_value,
+        default=1,
+        metavar="N|default",
+        help="inferd's protocol_processes (1: one process, as MLServer and the recorded "
+        "figures run; 'default': the CPUs it may use), through INFERD_PROTOCOL_PROCESSES, "
+        "which a --baseline-src tree without the setting ignores",
+    )
     add(
         "--extra-settings",
         type=json_object,
@@ -206,6 +225,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         work_dir=args.work_dir,
         json_out=args.json_out,
         args=args,
+        protocol_processes=args.protocol_processes,
     )
 
 

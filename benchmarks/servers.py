@@ -23,6 +23,9 @@ ENVOY_FLOOR = "envoy-floor"
 BASELINE_SUFFIX = "@baseline"
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 CHECKOUT_SRC = BENCHMARKS_DIR.parent / "src"
+# inferd's protocol_processes, set through the environment: a tree that does not know
+# the setting ignores the variable and starts (its settings.json would refuse the key).
+PROTOCOL_PROCESSES_ENV = "INFERD_PROTOCOL_PROCESSES"
 # MLServer 1.7.1 has no ``python -m mlserver``; this is its console script's body.
 MLSERVER_MAIN = "import sys; from mlserver.cli import main; sys.exit(main())"
 
@@ -84,16 +87,25 @@ def baseline_pairs(labels: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def command_and_env(
-    contender: Contender, programs: Programs, repo: Path, grpc_port: int
+    contender: Contender,
+    programs: Programs,
+    repo: Path,
+    grpc_port: int,
+    protocol_processes: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """How to start ``contender`` on ``repo``, and its whole environment. PYTHONPATH is
-    set explicitly: an inferd server runs exactly the tree it is given."""
+    set explicitly: an inferd server runs exactly the tree it is given. inferd runs
+    ``protocol_processes`` when given (None: its settings.json or its default, the
+    CPUs it may use)."""
     source = str(contender.source or programs.inferd_src)
     env = server_environment()
     env.pop("PYTHONPATH", None)
     if contender.kind == INFERD:
         command = [programs.inferd_python, "-m", "inferd", "start", str(repo)]
-        return command, env | {"PYTHONPATH": source}
+        processes = (
+            {} if protocol_processes is None else {PROTOCOL_PROCESSES_ENV: str(protocol_processes)}
+        )
+        return command, env | {"PYTHONPATH": source} | processes
     if contender.kind == MLSERVER:
         if programs.mlserver_python is None:
             raise ValueError("MLServer's Python is not known: pass --mlserver-python")
@@ -117,9 +129,13 @@ def ready_port(contender: Contender, ports: Sequence[int]) -> int:
 
 
 def start(
-    contender: Contender, programs: Programs, repo: Path, ports: Sequence[int]
+    contender: Contender,
+    programs: Programs,
+    repo: Path,
+    ports: Sequence[int],
+    protocol_processes: int | None = None,
 ) -> ServerProcess:
-    command, env = command_and_env(contender, programs, repo, ports[1])
+    command, env = command_and_env(contender, programs, repo, ports[1], protocol_processes)
     return spawn(
         command,
         repository=repo,

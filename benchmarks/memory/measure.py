@@ -66,7 +66,9 @@ def run_one(
     write_json(repo / "settings.json", settings_json(ports, settings))
     model.write(repo, server.implementation)
     programs = Programs(options.inferd_python, options.inferd_src, options.mlserver_python)
-    process = start(server.contender, programs, repo, ports)
+    # One protocol process: what each worker costs is the question (with several, each
+    # would hold the model in-process and parallel_workers would not apply).
+    process = start(server.contender, programs, repo, ports, protocol_processes=1)
     try:
         ready_s = process.wait_until(READY_PATH, timeout=options.ready_timeout)
         at_ready = tree_memory(process.process.pid)

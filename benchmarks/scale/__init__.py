@@ -10,11 +10,13 @@ protocol (REST with wrk, gRPC with h2load), then drives one load generator per
 server, pinned to ``--load-cores``, for a warm-up and a measured window in which
 every answer is checked and the CPU of every server's process tree is read from
 /proc. It prints a markdown table per model and protocol (req/s, share of the
-ceiling, p99, cores busy, the busiest main process's share of one core) and
+ceiling, p99, cores busy, the busiest process's share of one core) and
 writes every window to ``--json-out``.
 
-``--server-setting KEY=VALUE`` adds a settings.json entry to the one-server
-layouts (e.g. a future ``protocol_processes=4``), so a new server design is
+Each replica runs one protocol process (told through the environment, so a tree
+without the setting still starts); the one-server layouts run the server's
+default, or each ``--protocol-processes`` value. ``--server-setting KEY=VALUE``
+adds a settings.json entry to the one-server layouts, so a new server design is
 measured against the K-replica ceiling in the same run.
 
 Exit status: 0 ok, 1 a layout did not complete, 2 errors under load.

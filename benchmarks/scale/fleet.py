@@ -111,7 +111,8 @@ def start_server(
     write_json(repo / "settings.json", settings_json(ports, layout.settings_json()))
     for model in models:
         model.write(repo)
-    command, env = command_and_env(Contender(INFERD, INFERD), programs, repo, ports[1])
+    contender = Contender(INFERD, INFERD)
+    command, env = command_and_env(contender, programs, repo, ports[1], layout.protocol_processes)
     return spawn(
         pinned(command, cores), repository=repo, log_path=repo / "server.log", ports=ports,
         env=env, cwd=repo,

@@ -25,6 +25,7 @@ NAME = "scale"
 MODELS = ("light", "heavy")
 PROTOCOLS = ("rest", "grpc")
 DEFAULT = "default"  # a --workers value: settings.json leaves parallel_workers out
+PROTOCOL_PROCESSES = "protocol_processes"
 DEFAULT_JSON_OUT = Path("bench-results") / "scale.json"  # /bench-results/ is git-ignored
 LOAD_SHARE = 4  # with enough cores, a quarter of them (at least one) run the load
 
@@ -49,6 +50,14 @@ class Layout:
         """What each server's settings.json gets besides its ports."""
         workers = {} if self.workers is None else {"parallel_workers": self.workers}
         return workers | dict(self.settings)
+
+    @property
+    def protocol_processes(self) -> int | None:
+        """What each server is told through the environment: a replica is one process
+        (the shared-nothing unit, whatever the CPUs say) unless its settings say
+        otherwise; one server keeps its settings.json or the server's default (None).
+        The environment, not settings.json, so a tree without the setting still starts."""
+        return 1 if self.replicas and PROTOCOL_PROCESSES not in self.settings else None
 
 
 @dataclass(frozen=True)
@@ -176,14 +185,27 @@ def _count(token: str, option: str, minimum: int) -> int:
     return value
 
 
+def parse_processes(token: str) -> dict[str, int]:
+    """A --protocol-processes value as settings.json entries: ``default`` none."""
+    if token == DEFAULT:
+        return {}
+    return {PROTOCOL_PROCESSES: _count(token, "--protocol-processes", minimum=1)}
+
+
 def build_layouts(
     workers: Sequence[str],
     replicas: Sequence[str],
     server_settings: Mapping[str, Any],
     replica_settings: Mapping[str, Any],
+    processes: Sequence[str] = (DEFAULT,),
 ) -> tuple[Layout, ...]:
-    """One server per --workers value (with --server-setting), then the replicas."""
-    single = [Layout(1, parse_workers(w), server_settings, False) for w in workers]
+    """One server per --workers and --protocol-processes value (with --server-setting),
+    then the replicas."""
+    single = [
+        Layout(1, parse_workers(w), {**server_settings, **parse_processes(p)}, False)
+        for w in workers
+        for p in processes
+    ]
     shared_nothing = [
         Layout(k, p, replica_settings, True) for k, p in (parse_replicas(r) for r in replicas)
     ]
@@ -206,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--replicas", nargs="*", metavar="K[xP]",
         help="K independent servers of parallel_workers P (default 0) each "
         "(default: one per server core, at least 2)")  # fmt: skip
+    add("--protocol-processes", nargs="+", default=[DEFAULT], metavar="N",
+        help="one server per value and --workers value: protocol_processes N, or "
+        "'default' (unset: the CPUs the server may use); replicas run 1 each")  # fmt: skip
     add("--server-setting", action="append", default=[], metavar="KEY=VALUE",
         help="settings.json entry for the one-server layouts (repeatable)")  # fmt: skip
     add("--replica-setting", action="append", default=[], metavar="KEY=VALUE",
@@ -248,6 +273,7 @@ def _options(args: argparse.Namespace, available: Sequence[int]) -> ScaleOptions
         replicas,
         dict(map(parse_setting, args.server_setting)),
         dict(map(parse_setting, args.replica_setting)),
+        args.protocol_processes,
     )
     connections = args.connections or max(16, 4 * len(cores.server))
     threads = args.load_threads or (1 if cores.shared else len(cores.load))

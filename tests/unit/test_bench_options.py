@@ -113,3 +113,24 @@ def test_wrk_runs_whole_seconds_h2load_any(capsys: pytest.CaptureFixture[str]) -
             parse("rest", *argv)
         assert "wrk runs whole seconds" in capsys.readouterr().err
     assert parse("grpc", "--duration", "1.5", "--warmup", "0.5").duration == 1.5
+
+
+def test_inferd_runs_one_protocol_process_unless_told_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse("rest").protocol_processes == 1
+    assert parse("grpc", "--protocol-processes", "4").protocol_processes == 4
+    assert parse("rest", "--protocol-processes", "default").protocol_processes is None
+    for bad in ("0", "cpu_count", "-1"):
+        with pytest.raises(SystemExit):
+            parse("rest", "--protocol-processes", bad)
+        assert "is not a count >= 1 or 'default'" in capsys.readouterr().err
+
+
+def test_every_run_says_how_many_protocol_processes_inferd_ran() -> None:
+    from benchmarks.__main__ import describe_setup, processes_label
+
+    assert processes_label(1) == "1 protocol process"
+    assert processes_label(4) == "4 protocol processes"
+    assert processes_label(None) == "its default protocol processes (the CPUs it may use)"
+    assert describe_setup(parse("rest", "--protocol-processes", "2"))["protocol_processes"] == 2

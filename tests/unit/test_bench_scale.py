@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from benchmarks.loadgen import WRK_MARKER, WrkResult
-from benchmarks.scale.cpu import CpuSnapshot, stat_fields, window
+from benchmarks.scale.cpu import CpuSnapshot, snapshot, stat_fields, window
 from benchmarks.scale.load import (
     Outcome,
     Share,
@@ -113,6 +115,22 @@ def test_server_settings_go_to_the_one_server_layouts_only() -> None:
     assert replicas.settings_json() == {"parallel_workers": 0, "debug": False}
 
 
+def test_one_server_per_protocol_processes_value_and_replicas_run_one_each() -> None:
+    parsed = options("--workers", "0", "--protocol-processes", "default", "1", "4")
+    assert labels(parsed) == [
+        "1 x 0", "1 x 0 protocol_processes=1", "1 x 0 protocol_processes=4", "2 x 0",
+    ]  # fmt: skip
+    four, replicas = parsed.layouts[2:]
+    assert four.settings_json() == {"parallel_workers": 0, "protocol_processes": 4}
+    # told through the environment: replicas one process each, whatever the CPUs say
+    assert [layout.protocol_processes for layout in parsed.layouts] == [None, None, None, 1]
+    assert "protocol_processes" not in replicas.settings_json()
+    mine = options("--replica-setting", "protocol_processes=2").layouts[-1]
+    assert mine.protocol_processes is None and mine.settings_json()["protocol_processes"] == 2
+    with pytest.raises(SystemExit):
+        options("--protocol-processes", "0")
+
+
 def test_settings_values_are_json_where_they_parse() -> None:
     assert parse_setting("protocol_processes=4") == ("protocol_processes", 4)
     assert parse_setting("x=[1, 2]") == ("x", [1, 2])
@@ -213,6 +231,22 @@ def test_a_window_gives_cores_busy_and_the_busiest_main_process() -> None:
     assert cpu.cores_busy == pytest.approx(2.4)
     assert cpu.busiest_main_share == pytest.approx(0.9)
     assert cpu.machine_cores_busy is not None
+
+
+def test_the_busiest_process_is_a_protocol_process_when_the_main_one_supervises() -> None:
+    # group 1: a supervisor (pid 1) and two protocol processes, one started in the window
+    before = CpuSnapshot(10.0, {1: (5.0, 1.0)}, None, {1: {1: 1.0, 7: 4.0}})
+    after = CpuSnapshot(12.0, {1: (8.6, 1.1)}, None, {1: {1: 1.1, 7: 5.8, 9: 1.7}})
+    cpu = window(before, after, [1])
+    assert cpu.busiest_s == [pytest.approx(1.8)] and cpu.main_s == [pytest.approx(0.1)]
+    assert cpu.busiest_share == pytest.approx(0.9) and cpu.busiest_main_share < 0.1
+
+
+def test_a_snapshot_reads_every_process_of_a_group() -> None:
+    group = os.getpgid(0)
+    taken = snapshot([group])
+    assert os.getpid() in taken.processes[group]
+    assert taken.groups[group][0] >= max(taken.processes[group].values())
 
 
 # ---------------------------------------------------------------------- tables

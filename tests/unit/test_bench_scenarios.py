@@ -224,6 +224,17 @@ def test_server_commands_and_environments(monkeypatch: pytest.MonkeyPatch) -> No
     assert ready_port(Contender("inferd", "inferd"), [7, 8, 9]) == 7
 
 
+def test_protocol_processes_reach_inferd_through_its_environment() -> None:
+    programs = Programs("/py/inferd", Path("/src/current"), "/py/mlserver")
+    inferd, mlserver = Contender("inferd", "inferd"), Contender("mlserver", "mlserver")
+    _, env = command_and_env(inferd, programs, Path("/repo"), 9, protocol_processes=1)
+    assert env["INFERD_PROTOCOL_PROCESSES"] == "1"  # a tree without the setting ignores it
+    _, env = command_and_env(inferd, programs, Path("/repo"), 9, protocol_processes=None)
+    assert "INFERD_PROTOCOL_PROCESSES" not in env  # the server's own default
+    _, env = command_and_env(mlserver, programs, Path("/repo"), 9, protocol_processes=1)
+    assert "INFERD_PROTOCOL_PROCESSES" not in env
+
+
 def test_baseline_twins_follow_their_inferd_contender() -> None:
     contenders = [Contender("a", "inferd"), Contender("m", "mlserver"), Contender("b", "inferd")]
     twins = with_baseline(contenders, Path("/old"))

@@ -370,13 +370,18 @@ def build_registry(sources: Sources, rest_prefix: str) -> CollectorRegistry:
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def metrics_app(
-    registry: CollectorRegistry, endpoint: str
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+def metrics_app(registry: CollectorRegistry, endpoint: str) -> ASGIApp:
     """Serve ``registry`` on ``endpoint``; every other path gets a 404 that says where."""
-    prometheus = make_asgi_app(registry)
+    return endpoint_app(endpoint, make_asgi_app(registry))
+
+
+def endpoint_app(endpoint: str, serve: ASGIApp) -> ASGIApp:
+    """``serve`` on ``endpoint`` alone (with or without a final slash), a 404 that says
+    where elsewhere: one server's registry here, the supervisor's sum of its protocol
+    processes' (supervisor/metrics.py)."""
     endpoint = "/" + endpoint.strip("/")
     not_found = f"Not found; Prometheus metrics are served at {endpoint}\n".encode()
 
@@ -384,7 +389,7 @@ def metrics_app(
         if scope["type"] != "http":
             return
         if scope["path"].rstrip("/") == endpoint.rstrip("/") or scope["path"] == endpoint:
-            await prometheus(scope, receive, send)
+            await serve(scope, receive, send)
             return
         headers = [(b"content-type", b"text/plain; charset=utf-8")]
         await send({"type": "http.response.start", "status": 404, "headers": headers})

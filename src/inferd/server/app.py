@@ -29,6 +29,7 @@ from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_poll import RepositoryPoller
 from inferd.serving.response_cache import ResponseCache
+from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
 from inferd.types import ModelState
 from inferd.workers.base import Pool
@@ -110,6 +111,10 @@ class InferenceServer:
             Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
+        # Where the edges send what holds server-wide (loads, log level, shared memory,
+        # statistics): this process alone, unless a supervisor's protocol process is
+        # given the coordinator's (supervisor/forwarding.py) before its apps are built.
+        self.server_wide: ServerWide = LocalServerWide(self.dataplane)
         # Reloads models whose folders change (repository_poll_secs; None: off).
         self.poller = (
             RepositoryPoller(self.repository, self.registry, settings.repository_poll_secs)
@@ -202,7 +207,13 @@ class InferenceServer:
 
     def rest_app(self) -> RestApp:
         """The REST API as an ASGI app, serving this server's DataPlane."""
-        return build_rest_app(self.dataplane, self.settings, self.http_stats, tracing=self.tracing)
+        return build_rest_app(
+            self.dataplane,
+            self.settings,
+            self.http_stats,
+            tracing=self.tracing,
+            server_wide=self.server_wide,
+        )
 
     def served_rest_app(self) -> Any:
         """The REST app as it is served: with a span per request when tracing is on."""
@@ -219,7 +230,11 @@ class InferenceServer:
         settings = self.settings
         max_message_length = settings.grpc_max_message_length or settings.max_request_size
         return GrpcEdge(
-            self.dataplane, max_message_length, tracing=self.tracing, grpc_stats=self.grpc_stats
+            self.dataplane,
+            max_message_length,
+            tracing=self.tracing,
+            grpc_stats=self.grpc_stats,
+            server_wide=self.server_wide,
         )
 
     def grpc_server(self) -> GrpcServer:

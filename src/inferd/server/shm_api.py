@@ -6,6 +6,11 @@ false: every call of both kinds is then refused with 403 / PERMISSION_DENIED, sa
 how to turn it on). Registering CUDA memory where the server has no GPU answers 400 /
 INVALID_ARGUMENT saying so (shm_cuda.py); its status and unregister calls work
 anywhere, as clients clear both kinds before they start.
+
+Registering and unregistering hold server-wide: they go through the
+:class:`~inferd.serving.server_wide.ServerWide` the edge was given, so a region
+registered through one protocol process is there in every one; the status is read
+in the process asked.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from inferd.errors import InvalidRequest, PermissionDenied
+from inferd.errors import InvalidRequest
 from inferd.protocol import pb
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, _decode
 from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import CUDA, SYSTEM, TURNED_OFF, SharedMemoryRegistry
+from inferd.serving.server_wide import ServerWide, shared_memory_of
+from inferd.triton.shm import CUDA, SYSTEM
 
 SYSTEM_PREFIX = "/v2/systemsharedmemory"
 CUDA_PREFIX = "/v2/cudasharedmemory"
@@ -70,55 +76,52 @@ _register_decoder = msgspec.json.Decoder(SystemSharedMemoryRegisterBody)
 _cuda_register_decoder = msgspec.json.Decoder(CudaSharedMemoryRegisterBody)
 
 
-def registry_of(dataplane: DataPlane) -> SharedMemoryRegistry:
-    """The server's regions; PermissionDenied while the extension is off."""
-    if dataplane.shared_memory is None:
-        raise PermissionDenied(TURNED_OFF)
-    return dataplane.shared_memory
-
-
 def _json(content: Any) -> Response:
     return Response(orjson.dumps(content), 200, media_type=JSON_CONTENT_TYPE)
 
 
 class SharedMemoryEndpoints:
-    """The REST handlers (routes.py names them), bound to one DataPlane."""
+    """The REST handlers (routes.py names them): the status from one DataPlane,
+    changes through ``server_wide``."""
 
-    def __init__(self, dataplane: DataPlane, read_body: Any) -> None:
+    def __init__(self, dataplane: DataPlane, server_wide: ServerWide, read_body: Any) -> None:
         self.dataplane = dataplane
+        self.server_wide = server_wide
         self.read_body = read_body
 
     async def shm_status(self, request: Request) -> Response:
         region = request.path_params.get("region")
-        return _json(registry_of(self.dataplane).status(region, SYSTEM))
+        return _json(shared_memory_of(self.dataplane).status(region, SYSTEM))
 
     async def shm_register(self, request: Request) -> Response:
-        regions = registry_of(self.dataplane)
+        shared_memory_of(self.dataplane)  # off: 403 before the body is read, as before
         body = await self.read_body(request)
         parsed = _decode(_register_decoder, body, "shared memory register request")
-        regions.register(request.path_params["region"], parsed.key, parsed.offset, parsed.byte_size)
+        await self.server_wide.register_system_memory(
+            request.path_params["region"], parsed.key, parsed.offset, parsed.byte_size
+        )
         return _json({})
 
     async def shm_unregister(self, request: Request) -> Response:
-        registry_of(self.dataplane).unregister(request.path_params.get("region"), SYSTEM)
+        await self.server_wide.unregister_memory(request.path_params.get("region"), SYSTEM)
         return _json({})
 
     async def cuda_shm_status(self, request: Request) -> Response:
         region = request.path_params.get("region")
-        return _json(registry_of(self.dataplane).status(region, CUDA))
+        return _json(shared_memory_of(self.dataplane).status(region, CUDA))
 
     async def cuda_shm_register(self, request: Request) -> Response:
-        regions = registry_of(self.dataplane)
+        shared_memory_of(self.dataplane)  # off: 403 before the body is read, as before
         body = await self.read_body(request)
         parsed = _decode(_cuda_register_decoder, body, "CUDA shared memory register request")
         handle = _base64(parsed.raw_handle.b64)
-        regions.register_cuda(
+        await self.server_wide.register_cuda_memory(
             request.path_params["region"], handle, parsed.device_id, parsed.byte_size
         )
         return _json({})
 
     async def cuda_shm_unregister(self, request: Request) -> Response:
-        registry_of(self.dataplane).unregister(request.path_params.get("region"), CUDA)
+        await self.server_wide.unregister_memory(request.path_params.get("region"), CUDA)
         return _json({})
 
 
@@ -134,7 +137,7 @@ def _base64(text: str) -> bytes:
 
 def grpc_status(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryStatusResponse:
     answer = pb.SystemSharedMemoryStatusResponse()
-    _fill_status(answer, registry_of(dataplane).status(name, SYSTEM))
+    _fill_status(answer, shared_memory_of(dataplane).status(name, SYSTEM))
     return answer
 
 
@@ -144,33 +147,39 @@ def _fill_status(answer: Any, regions: list[dict[str, Any]]) -> None:
         answer.regions[region["name"]].CopyFrom(type(answer).RegionStatus(**region))
 
 
-def grpc_register(
-    dataplane: DataPlane, request: pb.SystemSharedMemoryRegisterRequest
+async def grpc_register(
+    server_wide: ServerWide, request: pb.SystemSharedMemoryRegisterRequest
 ) -> pb.SystemSharedMemoryRegisterResponse:
-    registry_of(dataplane).register(request.name, request.key, request.offset, request.byte_size)
+    await server_wide.register_system_memory(
+        request.name, request.key, request.offset, request.byte_size
+    )
     return pb.SystemSharedMemoryRegisterResponse()
 
 
-def grpc_unregister(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryUnregisterResponse:
-    registry_of(dataplane).unregister(name, SYSTEM)
+async def grpc_unregister(
+    server_wide: ServerWide, name: str
+) -> pb.SystemSharedMemoryUnregisterResponse:
+    await server_wide.unregister_memory(name, SYSTEM)
     return pb.SystemSharedMemoryUnregisterResponse()
 
 
 def grpc_cuda_status(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryStatusResponse:
     answer = pb.CudaSharedMemoryStatusResponse()
-    _fill_status(answer, registry_of(dataplane).status(name, CUDA))
+    _fill_status(answer, shared_memory_of(dataplane).status(name, CUDA))
     return answer
 
 
-def grpc_cuda_register(
-    dataplane: DataPlane, request: pb.CudaSharedMemoryRegisterRequest
+async def grpc_cuda_register(
+    server_wide: ServerWide, request: pb.CudaSharedMemoryRegisterRequest
 ) -> pb.CudaSharedMemoryRegisterResponse:
-    registry_of(dataplane).register_cuda(
+    await server_wide.register_cuda_memory(
         request.name, request.raw_handle, request.device_id, request.byte_size
     )
     return pb.CudaSharedMemoryRegisterResponse()
 
 
-def grpc_cuda_unregister(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryUnregisterResponse:
-    registry_of(dataplane).unregister(name, CUDA)
+async def grpc_cuda_unregister(
+    server_wide: ServerWide, name: str
+) -> pb.CudaSharedMemoryUnregisterResponse:
+    await server_wide.unregister_memory(name, CUDA)
     return pb.CudaSharedMemoryUnregisterResponse()

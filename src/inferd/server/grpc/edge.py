@@ -38,6 +38,7 @@ from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.registration import SERVICE, MalformedMessage
 from inferd.server.grpc.stream import StreamRequest, answer_stream
 from inferd.serving.dataplane import DataPlane
+from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.triton.shm import write_requested_outputs
 from inferd.types import InferenceRequest, InferenceResponse
 
@@ -103,10 +104,14 @@ class GrpcEdge:
         guards: dict[str, ApiGuard] | None = None,
         tracing: Tracing | None = None,
         grpc_stats: GrpcStats | None = None,
+        server_wide: ServerWide | None = None,
     ) -> None:
         """``guards``: the API groups' guards (default: as the dataplane's settings
-        say, server/access.py): an entry without a gRPC server (Ray's) is checked too."""
+        say, server/access.py): an entry without a gRPC server (Ray's) is checked too.
+        ``server_wide``: where server-wide operations go (default: applied to
+        ``dataplane`` alone, serving/server_wide.py)."""
         self.dataplane = dataplane
+        self.server_wide = server_wide if server_wide is not None else LocalServerWide(dataplane)
         self.tracing = tracing
         if guards is None:
             guards = api_guards(dataplane.settings)

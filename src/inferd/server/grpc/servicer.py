@@ -69,6 +69,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, edge: GrpcEdge, shutdown: ShutdownSignal) -> None:
         self.edge = edge
         self.dataplane = edge.dataplane
+        self.server_wide = edge.server_wide
         self.shutdown = shutdown
 
     @_through_edge
@@ -115,11 +116,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelStatisticsRequest, context: Any
     ) -> pb.ModelStatisticsResponse:
         """Triton's statistics extension: every model, one model, or one version."""
-        found = self.dataplane.statistics(request.name or None, request.version or None)
+        found = await self.server_wide.statistics(request.name or None, request.version or None)
         return pb.ModelStatisticsResponse(
-            model_stats=[
-                json_format.ParseDict(stats.to_dict(), pb.ModelStatistics()) for stats in found
-            ]
+            model_stats=[json_format.ParseDict(stats, pb.ModelStatistics()) for stats in found]
         )
 
     @_through_edge
@@ -136,7 +135,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         name = _model_name(request.model_name)
         parameters = {key: _repository_value(value) for key, value in request.parameters.items()}
         config = load_config(name, parameters, ignored=frozenset())
-        await self.dataplane.load(name, config)
+        await self.server_wide.load(name, config)
         return pb.RepositoryModelLoadResponse()
 
     @_through_edge
@@ -145,7 +144,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.RepositoryModelUnloadResponse:
         # tritonclient always sends unload_dependents; inferd models have no dependents.
         _refuse_parameters(request.parameters, ignored={"unload_dependents"})
-        await self.dataplane.unload(_model_name(request.model_name))
+        await self.server_wide.unload(_model_name(request.model_name))
         return pb.RepositoryModelUnloadResponse()
 
     # Shared memory extension (server/shm_api.py)
@@ -160,13 +159,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        return shm_api.grpc_register(self.dataplane, request)
+        return await shm_api.grpc_register(self.server_wide, request)
 
     @_through_edge
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        return shm_api.grpc_unregister(self.dataplane, request.name)
+        return await shm_api.grpc_unregister(self.server_wide, request.name)
 
     @_through_edge
     async def CudaSharedMemoryStatus(
@@ -178,13 +177,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        return shm_api.grpc_cuda_register(self.dataplane, request)
+        return await shm_api.grpc_cuda_register(self.server_wide, request)
 
     @_through_edge
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        return shm_api.grpc_cuda_unregister(self.dataplane, request.name)
+        return await shm_api.grpc_cuda_unregister(self.server_wide, request.name)
 
     # Triton's model configuration and logging extensions
 
@@ -200,7 +199,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.LogSettingsRequest, context: Any
     ) -> pb.LogSettingsResponse:
         changes = decode_grpc_log_settings(request)
-        return encode_grpc_log_settings(self.dataplane.log_settings(changes))
+        if not changes:  # a read, as REST's GET
+            return encode_grpc_log_settings(self.dataplane.log_settings())
+        return encode_grpc_log_settings(await self.server_wide.change_log_settings(changes))
 
 
 def _repository_value(value: pb.ModelRepositoryParameter) -> Any:

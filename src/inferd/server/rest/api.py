@@ -34,6 +34,7 @@ from inferd.server.rest.streaming import stream_endpoints
 from inferd.server.routes import API_ROUTES
 from inferd.server.shm_api import SharedMemoryEndpoints
 from inferd.serving.dataplane import DataPlane
+from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -63,10 +64,14 @@ def _handles_errors(endpoint: Endpoint) -> Endpoint:
 
 
 class RestEndpoints:
-    """The route handlers, bound to one DataPlane."""
+    """The route handlers, bound to one DataPlane; what holds server-wide (loads,
+    unloads, log changes, statistics) goes through ``server_wide``."""
 
-    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+    def __init__(
+        self, dataplane: DataPlane, server_wide: ServerWide, settings: ServerSettings
+    ) -> None:
         self.dataplane = dataplane
+        self.server_wide = server_wide
         self.body_reader = BodyReader(settings.max_request_size)
 
     async def read_body(self, request: Request) -> bytes:
@@ -95,8 +100,8 @@ class RestEndpoints:
     async def model_statistics(self, request: Request) -> Response:
         """Triton's statistics extension: every model, one model, or one version."""
         params = request.path_params
-        found = self.dataplane.statistics(params.get("name"), params.get("version"))
-        return json_response({"model_stats": [stats.to_dict() for stats in found]})
+        found = await self.server_wide.statistics(params.get("name"), params.get("version"))
+        return json_response({"model_stats": found})
 
     async def repository_index(self, request: Request) -> Response:
         ready = decode_index_request(await self.read_body(request))
@@ -105,7 +110,7 @@ class RestEndpoints:
     async def repository_load(self, request: Request) -> Response:
         name = request.path_params["name"]
         config = decode_load_request(name, await self.read_body(request))
-        await self.dataplane.load(name, config)
+        await self.server_wide.load(name, config)
         return json_response({})
 
     # Triton's model configuration and logging extensions
@@ -119,10 +124,12 @@ class RestEndpoints:
 
     async def update_log_settings(self, request: Request) -> Response:
         changes = decode_log_settings(await self.read_body(request))
-        return json_response(self.dataplane.log_settings(changes))
+        if not changes:  # nothing to change: a read, answered here
+            return json_response(self.dataplane.log_settings())
+        return json_response(await self.server_wide.change_log_settings(changes))
 
     async def repository_unload(self, request: Request) -> Response:
-        await self.dataplane.unload(request.path_params["name"])
+        await self.server_wide.unload(request.path_params["name"])
         return json_response({})
 
 
@@ -159,7 +166,9 @@ def _routes(
     behind its API group's guard if it has one (the edge's)."""
     # ASGI apps that run models, which answer their own errors and go through the edge.
     asgi_endpoints: dict[str, Any] = {"infer": infer, **stream_endpoints(edge, infer)}
-    shared_memory = SharedMemoryEndpoints(endpoints.dataplane, endpoints.read_body)
+    shared_memory = SharedMemoryEndpoints(
+        endpoints.dataplane, endpoints.server_wide, endpoints.read_body
+    )
     routes = []
     for route in API_ROUTES:
         endpoint = asgi_endpoints.get(route.handler)
@@ -211,15 +220,20 @@ def build_rest_app(
     http_stats: HttpStats | None = None,
     guards: dict[str, ApiGuard] | None = None,
     tracing: Tracing | None = None,
+    server_wide: ServerWide | None = None,
 ) -> RestApp:
     """The REST app; with ``http_stats`` it records every request there (metrics).
 
     ``guards``: the API groups' guards (default: as the settings say, access.py).
     ``tracing``: the inference endpoint notes its model work for the request's span
-    (which server/traced.py's TracedApp, around this app, opens)."""
+    (which server/traced.py's TracedApp, around this app, opens).
+    ``server_wide``: where server-wide operations go (default: applied to ``dataplane``
+    alone, serving/server_wide.py)."""
     if guards is None:
         guards = api_guards(settings)
-    endpoints = RestEndpoints(dataplane, settings)
+    if server_wide is None:
+        server_wide = LocalServerWide(dataplane)
+    endpoints = RestEndpoints(dataplane, server_wide, settings)
     edge = RestEdge(dataplane, endpoints.body_reader, guards, tracing)
     infer = InferEndpoint(edge)
     app = Starlette(

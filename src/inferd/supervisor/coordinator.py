@@ -1,0 +1,167 @@
+"""The coordinator: server-wide operations applied in every protocol process.
+
+The supervisor serves this app on its private ``coordinator.sock``. A protocol
+process that takes a server-wide operation (supervisor/forwarding.py) sends it
+here as the REST call the public API has for it; the coordinator sends the same
+call to every protocol process's private ``rest-<i>.sock`` (where each applies it
+to itself), waits for every answer and answers as they did (merging.py):
+
+- one at a time: a lock orders the operations, so every process applies them in
+  the same order (two loads of one model cannot end differently in two processes);
+- all that answered succeeded: the first one's answer; one refused it: that
+  refusal as its process gave it (status, message), logged with which process;
+- a process that does not answer at all (starting, restarting) is left out and
+  catches up from the journal (journal.py) before it serves its public ports:
+  ``POST /coordinator/catch-up/{index}``, under the same lock, replays the
+  journal to it, so no operation can slip between its replay and the next one;
+- statistics are read from every process and summed.
+
+What a partial failure leaves: the processes that applied the operation keep it
+(nothing is undone: undoing a load would unload the version that served before),
+the journal records it when any process applied it (a process restarted later
+matches the majority), and the client gets the error; sending it again brings
+the others along.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferd.supervisor.fanout import Answer, fan_out, send
+from inferd.supervisor.journal import Call, Journal, is_server_wide, unloads_a_model
+from inferd.supervisor.merging import NO_PROCESS, Settled, merge_statistics, settle
+from inferd.supervisor.paths import PrivatePaths
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+CATCH_UP_PREFIX = "/coordinator/catch-up"
+_JSON_HEADERS = {"content-type": JSON}
+# What a process's answer passes on to the client.
+_PASSED_HEADERS = ("content-type", "retry-after")
+# Triton's statistics: every model, one model, one version (routes.py).
+_STATISTICS = re.compile(r"/v2/models/(?:stats|[^/]+/stats|[^/]+/versions/[^/]+/stats)")
+
+
+class Coordinator:
+    """The journal and the lock of one supervisor's protocol processes."""
+
+    def __init__(self, paths: PrivatePaths, count: int) -> None:
+        self.paths = paths
+        self.sockets = [paths.rest(index) for index in range(count)]
+        self.journal = Journal()
+        self._lock = asyncio.Lock()
+
+    async def apply(self, call: Call) -> Response:
+        """``call`` (a server-wide operation) in every process, in turn with every
+        other operation."""
+        async with self._lock:
+            answers = await fan_out(
+                self.sockets, call.method, call.path, call.body, _JSON_HEADERS, None
+            )
+            settled = settle(answers)
+            _log_settled(call, settled, answers)
+            if settled.applied:
+                self.journal.applied(call, next(answer.body for answer in answers if answer.ok))
+        return _response(settled)
+
+    async def statistics(self, path: str) -> Response:
+        """Triton's statistics at ``path``, summed over the processes."""
+        answers = await fan_out(self.sockets, "GET", path)
+        settled = settle(answers)
+        if not settled.ok:
+            _log_settled(Call("GET", path), settled, answers)
+            return _response(settled)
+        lists = [orjson.loads(answer.body)["model_stats"] for answer in answers if answer.ok]
+        body = orjson.dumps({"model_stats": merge_statistics(lists)})
+        return Response(body, 200, media_type=JSON)
+
+    async def catch_up(self, index: int) -> dict[str, Any]:
+        """Replay the journal to process ``index``: how many calls it applied, and
+        those it refused (each logged)."""
+        socket = self.paths.rest(index)
+        failed = []
+        async with self._lock:
+            calls = self.journal.calls()
+            for call in calls:
+                answer = await send(socket, call.method, call.path, call.body, _JSON_HEADERS)
+                if not _reached(call, answer):
+                    why = answer.error or answer.body.decode("utf-8", "replace")
+                    logger.warning("Protocol process %d catching up: %s: %s", index, call, why)
+                    failed.append({"call": str(call), "status": answer.status, "error": why})
+        return {"applied": len(calls) - len(failed), "failed": failed}
+
+
+def _reached(call: Call, answer: Answer) -> bool:
+    """Whether the process is where ``call`` leaves it: it applied the call, or the
+    call unloads a model it does not hold (it did not load it at start-up)."""
+    return answer.ok or (answer.status == 404 and unloads_a_model(call.path))
+
+
+def _log_settled(call: Call, settled: Settled, answers: list[Answer]) -> None:
+    for index in settled.failed:
+        answer = answers[index]
+        why = answer.body.decode("utf-8", "replace")
+        logger.warning("Protocol process %d refused %s (%d): %s", index, call, answer.status, why)
+    for index in settled.unreached:
+        logger.warning(
+            "Protocol process %d did not answer %s (%s); it catches up when it starts",
+            index,
+            call,
+            answers[index].error,
+        )
+
+
+def _response(settled: Settled) -> Response:
+    answer = settled.answer
+    if answer is None:
+        return Response(orjson.dumps({"error": NO_PROCESS}), 503, media_type=JSON)
+    headers = {name: answer.headers[name] for name in _PASSED_HEADERS if name in answer.headers}
+    return Response(answer.body, answer.status, headers=headers)
+
+
+def _raw_path(request: Request) -> str:
+    """The path as the process sent it (a model name stays percent-encoded)."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("ascii") if raw else request.url.path
+
+
+def _not_served(request: Request) -> Response:
+    message = f"{request.method} {request.url.path} is not a server-wide operation"
+    return Response(orjson.dumps({"error": message}), 404, media_type=JSON)
+
+
+def build_coordinator_app(paths: PrivatePaths, count: int) -> Starlette:
+    """The coordinator of protocol processes 0..count-1 (their sockets in ``paths``),
+    as an ASGI app; ``app.state.coordinator`` holds its journal."""
+    coordinator = Coordinator(paths, count)
+
+    async def operation(request: Request) -> Response:
+        path = _raw_path(request)
+        if request.method == "POST" and is_server_wide(path):
+            return await coordinator.apply(Call("POST", path, await request.body()))
+        if request.method == "GET" and _STATISTICS.fullmatch(path):
+            return await coordinator.statistics(path)
+        return _not_served(request)
+
+    async def catch_up(request: Request) -> Response:
+        outcome = await coordinator.catch_up(request.path_params["index"])
+        return Response(orjson.dumps(outcome), 200, media_type=JSON)
+
+    app = Starlette(
+        routes=[
+            Route(f"{CATCH_UP_PREFIX}/{{index:int}}", catch_up, methods=["POST"]),
+            Route("/v2/{path:path}", operation, methods=["GET", "POST"]),
+        ]
+    )
+    app.state.coordinator = coordinator
+    return app

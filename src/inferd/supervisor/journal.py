@@ -1,0 +1,102 @@
+"""What the coordinator has applied server-wide, for a protocol process that starts later.
+
+A protocol process that is restarted (or starts after the others took operations)
+begins as the repository and its settings make it: the models loaded at start-up,
+the configured log level, no shared memory region. The journal holds the REST
+calls that bring it to where the others are, one per key, in the order they were
+last applied:
+
+- a model's last load (with its configuration override) or unload: an unload is
+  kept, since a process that loads its models at start-up has to unload it again;
+- the log settings in force, as a whole (Triton's fields): each change applies to
+  what is in force, so only the last answer says what the changes came to;
+- each shared memory region still registered; an unregister forgets the region
+  (a process that starts has none), and unregistering every region of a kind
+  forgets every one of that kind.
+
+Keys are independent of each other (a model, the logging, a region), so replaying
+the last call of each, in the order they were last applied, gives the state the
+whole sequence gave.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MODEL = "model"
+LOGGING = "logging"
+LOGGING_PATH = "/v2/logging"
+
+# The server-wide operations' REST paths (routes.py), as the process sent them: a
+# name stays percent-encoded, which is the same for every call naming it.
+_MODEL_CALL = re.compile(r"/v2/repository/models/(?P<name>[^/]+)/(?:load|unload)")
+_MODEL_UNLOAD = re.compile(r"/v2/repository/models/[^/]+/unload")
+_REGION_REGISTER = re.compile(
+    r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/register"
+)
+_REGION_UNREGISTER = re.compile(
+    r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/unregister"
+)
+_KIND_UNREGISTER = re.compile(r"/v2/(?P<kind>system|cuda)sharedmemory/unregister")
+_OPERATIONS = (_MODEL_CALL, _REGION_REGISTER, _REGION_UNREGISTER, _KIND_UNREGISTER)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One REST call to a protocol process's private socket."""
+
+    method: str
+    path: str
+    body: bytes = b""
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+# What a journal entry is about: (MODEL, name), (LOGGING, ""), or (kind, region) with
+# kind "system" or "cuda".
+Key = tuple[str, str]
+
+
+def is_server_wide(path: str) -> bool:
+    """Whether ``POST path`` is an operation the coordinator applies everywhere."""
+    return path == LOGGING_PATH or any(pattern.fullmatch(path) for pattern in _OPERATIONS)
+
+
+def unloads_a_model(path: str) -> bool:
+    return _MODEL_UNLOAD.fullmatch(path) is not None
+
+
+class Journal:
+    """The last call applied for each key, oldest first."""
+
+    def __init__(self) -> None:
+        self._calls: dict[Key, Call] = {}
+
+    def applied(self, call: Call, answer: bytes) -> None:
+        """Note that ``call`` (a server-wide operation) was applied, answering ``answer``."""
+        path = call.path
+        if path == LOGGING_PATH:
+            self._record((LOGGING, ""), Call(call.method, path, answer))
+        elif found := _MODEL_CALL.fullmatch(path):
+            self._record((MODEL, found["name"]), call)
+        elif found := _REGION_REGISTER.fullmatch(path):
+            self._record((found["kind"], found["region"]), call)
+        elif found := _REGION_UNREGISTER.fullmatch(path):
+            self._calls.pop((found["kind"], found["region"]), None)
+        elif found := _KIND_UNREGISTER.fullmatch(path):
+            kind = found["kind"]
+            for key in [key for key in self._calls if key[0] == kind]:
+                del self._calls[key]
+        else:
+            raise ValueError(f"{call} is not a server-wide operation")
+
+    def calls(self) -> list[Call]:
+        """What a process that starts now replays, in order."""
+        return list(self._calls.values())
+
+    def _record(self, key: Key, call: Call) -> None:
+        """``call`` is now the last for ``key``: it moves after every other."""
+        self._calls.pop(key, None)
+        self._calls[key] = call

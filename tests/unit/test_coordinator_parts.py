@@ -1,0 +1,185 @@
+"""The coordinator's pure parts: the journal, settling answers, summing statistics,
+and a forwarded refusal answered as the local error would be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from inferd.errors import (
+    InferdError,
+    InvalidRequest,
+    ModelNotFound,
+    Overloaded,
+    PermissionDenied,
+    StatusError,
+)
+from inferd.server.errors import grpc_error, http_error
+from inferd.supervisor.fanout import Answer
+from inferd.supervisor.forwarding import (
+    CoordinatorUnreachable,
+    ForwardingServerWide,
+    answered_error,
+    catch_up,
+)
+from inferd.supervisor.journal import Call, Journal, is_server_wide
+from inferd.supervisor.merging import merge_statistics, settle
+from inferd.supervisor.paths import PrivatePaths, ProtocolRole
+
+LOAD = Call("POST", "/v2/repository/models/iris/load", b'{"parameters":{"config":"{}"}}')
+UNLOAD = Call("POST", "/v2/repository/models/iris/unload")
+REGISTER = Call("POST", "/v2/systemsharedmemory/region/r1/register", b'{"key":"/k"}')
+
+
+def journal_of(*calls: Call) -> Journal:
+    journal = Journal()
+    for call in calls:
+        journal.applied(call, b"{}")
+    return journal
+
+
+def test_a_models_last_load_or_unload_is_kept_and_moves_last() -> None:
+    other = Call("POST", "/v2/repository/models/echo/load")
+    assert journal_of(LOAD, other, UNLOAD).calls() == [other, UNLOAD]
+    assert journal_of(UNLOAD, other, LOAD).calls() == [other, LOAD]
+
+
+def test_the_log_settings_kept_are_those_in_force_after_the_last_change() -> None:
+    journal = Journal()
+    journal.applied(Call("POST", "/v2/logging", b'{"log_info":false}'), b'{"log_info":true}')
+    journal.applied(Call("POST", "/v2/logging", b'{"log_verbose_level":1}'), b'{"all":1}')
+    assert journal.calls() == [Call("POST", "/v2/logging", b'{"all":1}')]
+
+
+def test_regions_are_kept_until_unregistered_one_by_one_or_by_kind() -> None:
+    cuda = Call("POST", "/v2/cudasharedmemory/region/c1/register", b"{}")
+    second = Call("POST", "/v2/systemsharedmemory/region/r2/register", b"{}")
+    journal = journal_of(REGISTER, cuda, second, LOAD)
+    journal.applied(Call("POST", "/v2/systemsharedmemory/region/r2/unregister"), b"{}")
+    assert journal.calls() == [REGISTER, cuda, LOAD]
+    # A name of the other kind is not that region.
+    journal.applied(Call("POST", "/v2/cudasharedmemory/region/r1/unregister"), b"{}")
+    assert journal.calls() == [REGISTER, cuda, LOAD]
+    journal.applied(Call("POST", "/v2/systemsharedmemory/unregister"), b"{}")
+    assert journal.calls() == [cuda, LOAD]
+
+
+@pytest.mark.parametrize(
+    ("path", "server_wide"),
+    [
+        ("/v2/repository/models/iris/load", True),
+        ("/v2/repository/models/a%20b/unload", True),
+        ("/v2/logging", True),
+        ("/v2/cudasharedmemory/region/x/register", True),
+        ("/v2/systemsharedmemory/unregister", True),
+        ("/v2/repository/index", False),
+        ("/v2/models/iris/infer", False),
+        ("/v2/repository/models/a/b/load", False),
+    ],
+)
+def test_which_calls_are_server_wide(path: str, server_wide: bool) -> None:
+    assert is_server_wide(path) is server_wide
+    if not server_wide:
+        with pytest.raises(ValueError, match="not a server-wide operation"):
+            Journal().applied(Call("POST", path), b"{}")
+
+
+def answer(status: int, body: Any = None, error: str = "", **headers: str) -> Answer:
+    return Answer(Path("rest-0.sock"), status, httpx.Headers(headers), orjson.dumps(body), error)
+
+
+def test_settled_answers_the_first_refusal_and_counts_who_applied() -> None:
+    answers = [answer(200, {}), answer(0, error="ConnectError"), answer(400, {"error": "no"})]
+    settled = settle(answers)
+    assert settled.answer is answers[2]
+    assert (settled.applied, settled.failed, settled.unreached) == (1, [2], [1])
+    assert not settled.ok
+
+
+def test_settled_answers_the_first_success_and_none_when_nobody_answered() -> None:
+    answers = [answer(0, error="gone"), answer(200, {"a": 1}), answer(200, {"a": 2})]
+    settled = settle(answers)
+    assert settled.answer is answers[1] and settled.ok and settled.applied == 2
+    nobody = settle([answer(0, error="gone")])
+    assert nobody.answer is None and not nobody.ok and nobody.unreached == [0]
+
+
+def stats(name: str, version: str, success: int, batches: dict[int, int], last: int) -> dict:
+    duration = {"count": success, "ns": success * 10}
+    return {
+        "name": name,
+        "version": version,
+        "last_inference": last,
+        "inference_count": success,
+        "execution_count": sum(batches.values()),
+        "inference_stats": {"success": duration, "fail": {"count": 0, "ns": 0}},
+        "batch_stats": [
+            {"batch_size": size, "compute_infer": {"count": count, "ns": 0}}
+            for size, count in batches.items()
+        ],
+        "memory_usage": [],
+    }
+
+
+def test_statistics_are_summed_per_version_and_batch_size() -> None:
+    first = [stats("iris", "", 3, {1: 3}, last=50), stats("echo", "1", 2, {2: 1}, last=9)]
+    second = [stats("iris", "", 4, {1: 2, 2: 1}, last=70), stats("echo", "2", 1, {1: 1}, last=5)]
+    merged = merge_statistics([first, second])
+    assert [(model["name"], model["version"]) for model in merged] == [
+        ("echo", "1"),
+        ("echo", "2"),
+        ("iris", ""),
+    ]
+    iris = merged[2]
+    assert iris["last_inference"] == 70
+    assert (iris["inference_count"], iris["execution_count"]) == (7, 6)
+    assert iris["inference_stats"]["success"] == {"count": 7, "ns": 70}
+    assert iris["batch_stats"] == [
+        {"batch_size": 1, "compute_infer": {"count": 5, "ns": 0}},
+        {"batch_size": 2, "compute_infer": {"count": 1, "ns": 0}},
+    ]
+    assert merged[0] == first[1]  # one process's alone: as it was
+
+
+@pytest.mark.parametrize(
+    "local",
+    [
+        InvalidRequest("failed to load 'x': the config parameter is not valid JSON"),
+        ModelNotFound("x"),
+        PermissionDenied("Shared memory is turned off"),
+        Overloaded("Too many requests", retry_after=3),
+        StatusError("a runtime's own", 418),
+    ],
+)
+def test_a_refusal_forwarded_answers_as_the_local_error(local: InferdError) -> None:
+    status, body, headers = http_error(local, "test")
+    forwarded = answered_error("POST /x", answer_of(status, body, headers))
+    assert http_error(forwarded, "test") == (status, body, headers)
+    assert grpc_error(forwarded, "test") == grpc_error(local, "test")
+
+
+def answer_of(status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
+    decoded = httpx.Headers([(name.decode(), value.decode()) for name, value in headers])
+    return Answer(Path("coordinator.sock"), status, decoded, body)
+
+
+def test_a_coordinator_that_does_not_answer_is_unavailable() -> None:
+    error = answered_error("POST /v2/logging", answer(0, error="ConnectError: refused"))
+    assert isinstance(error, CoordinatorUnreachable)
+    assert http_error(error, "test")[0] == 503
+    assert "could not reach the coordinator" in error.message and "refused" in error.message
+
+
+@pytest.mark.anyio
+async def test_without_a_coordinator_operations_and_catching_up_are_unavailable(
+    tmp_path: Path,
+) -> None:
+    paths = PrivatePaths(tmp_path)  # nothing serves its coordinator.sock
+    with pytest.raises(CoordinatorUnreachable, match="POST /v2/repository/models/m/unload"):
+        await ForwardingServerWide(paths.coordinator).unload("m")
+    with pytest.raises(CoordinatorUnreachable, match="/coordinator/catch-up/1"):
+        await catch_up(ProtocolRole(paths, 1))
