@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
-from inferd.server.listener import EagerAcceptServer, listen_tcp
+from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
@@ -45,14 +45,6 @@ logger = logging.getLogger(__name__)
 _Listening = tuple[str, uvicorn.Server, socket.socket]
 # One HTTP server running: what it is, the server, its task.
 _Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
-
-
-class _Server(EagerAcceptServer):
-    """A uvicorn server that leaves signal handling to :class:`InferenceServer`."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
 
 
 def start_tracing(settings: ServerSettings) -> Tracing | None:
@@ -192,7 +184,7 @@ class InferenceServer:
         return [
             (
                 what,
-                _Server(self._uvicorn_config(app, 0, uds=str(path), server_header=False)),
+                SignalFreeServer(self._uvicorn_config(app, 0, uds=str(path), server_header=False)),
                 bind_unix(path),
             )
             for what, app, path in apps
@@ -292,11 +284,11 @@ class InferenceServer:
         settings = self.settings
         fix = "set http_port to a free port"
         rest = listen_tcp(settings.host, settings.http_port, "the REST server", fix, shared)
-        servers: list[_Listening] = [("REST server", _Server(self._rest_config()), rest)]
+        servers: list[_Listening] = [("REST server", SignalFreeServer(self._rest_config()), rest)]
         if settings.metrics_enabled and not shared:
             fix = 'set metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
             metrics = listen_tcp(settings.host, settings.metrics_port, "metrics", fix)
-            servers.append(("Metrics server", _Server(self._metrics_config()), metrics))
+            servers.append(("Metrics server", SignalFreeServer(self._metrics_config()), metrics))
         return servers
 
     def _rest_config(self) -> uvicorn.Config:

@@ -17,11 +17,12 @@ opens such a socket, or says clearly why it cannot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
@@ -130,6 +131,15 @@ class EagerAcceptServer(uvicorn.Server):
             config=config, server_state=self.server_state, app_state=self.lifespan.state
         )
         return protocol
+
+
+class SignalFreeServer(EagerAcceptServer):
+    """An :class:`EagerAcceptServer` that leaves SIGTERM and SIGINT to its owner (the
+    server's drain, or the supervisor): uvicorn's own handlers would stop it at once."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 def listen_tcp(host: str, port: int, what: str, fix: str, shared: bool = False) -> socket.socket:

@@ -27,7 +27,7 @@ from typing import Any
 import uvicorn
 
 from inferd.errors import ConfigurationError
-from inferd.server.listener import EagerAcceptServer, listen_tcp
+from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, environment_of_children
 from inferd.supervisor.paths import PrivatePaths
@@ -194,14 +194,6 @@ def private_folder() -> Generator[PrivatePaths, None, None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class _QuietServer(EagerAcceptServer):
-    """A uvicorn server that leaves the signals to the supervisor."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 _Running = tuple[uvicorn.Server, asyncio.Task[None]]
 
 
@@ -209,7 +201,7 @@ def _serve(service: Service) -> _Running:
     config = uvicorn.Config(
         service.app, lifespan="off", access_log=False, log_config=None, server_header=False
     )
-    server = _QuietServer(config)
+    server = SignalFreeServer(config)
     return server, asyncio.create_task(server.serve([service.sock]), name=service.what)
 
 
