@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import socket
 import stat
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from inferd.errors import ConfigurationError
+from inferd.server.protocol_role import bind_unix
 from inferd.settings import ServerSettings
-from inferd.supervisor.main import check_public_ports, private_folder
+from inferd.supervisor.fanout import Answer, send
+from inferd.supervisor.main import (
+    Service,
+    check_public_ports,
+    private_folder,
+    serve_service,
+    stop_services,
+)
+from tests.support.polling import wait_for_async
 from tests.support.serverproc import free_ports
 
 
@@ -42,3 +53,27 @@ def test_the_private_folder_is_the_users_alone_and_removed_at_the_end() -> None:
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         paths.rest(0).write_text("a socket's file")
     assert not folder.exists()
+
+
+@pytest.mark.anyio
+async def test_a_service_is_served_on_its_socket_until_stopped(tmp_path: Path) -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"coordinated"})
+
+    path = tmp_path / "coordinator.sock"
+    # Its options reach uvicorn (the metrics port's TLS goes this way).
+    options = {"server_header": True}
+    running = serve_service(Service("test service", app, bind_unix(path), options))
+    answer = await wait_for_async(
+        lambda: _answered(path), "the service to answer", timeout=10, interval=0.02
+    )
+    assert (answer.status, answer.body) == (200, b"coordinated")
+    assert answer.headers["server"] == "uvicorn"
+    await stop_services([running])
+    assert running[1].done()
+
+
+async def _answered(path: Path) -> Answer | None:
+    answer = await send(path, "GET", "/")
+    return answer if answer.status else None

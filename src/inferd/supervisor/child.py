@@ -11,6 +11,7 @@ protocol process, which placement.py allows only for models that can be.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_server_settings(Path(repository))
         configure_logging(settings)
+        # httpx logs each request at INFO: here each call to the coordinator.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         _run(protocol_server(settings, role).run())
     except ConfigurationError as error:
         print(f"Error: {error}", file=sys.stderr)

@@ -19,8 +19,8 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,13 @@ EXIT_MARGIN_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Service:
-    """An ASGI app the supervisor serves, on a socket bound for it."""
+    """An ASGI app the supervisor serves, on a socket bound for it; ``options``:
+    uvicorn's for it (TLS: ``transport.metrics_options`` for ``metrics_ssl``)."""
 
     what: str
     app: Any
     sock: socket.socket
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,11 @@ class Supervisor:
         with private_folder() as paths:
             supervised = Supervised(paths, self.count, self.settings)
             services = [s for factory in self._service_factories for s in factory(supervised)]
-            running = [_serve(service) for service in services]
+            running = [serve_service(service) for service in services]
             try:
                 await self._supervise(paths)
             finally:
-                await _stop_services(running)
+                await stop_services(running)
 
     async def _supervise(self, paths: PrivatePaths) -> None:
         command = [*child_command(), str(self.repository)]
@@ -194,18 +196,23 @@ def private_folder() -> Generator[PrivatePaths, None, None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-_Running = tuple[uvicorn.Server, asyncio.Task[None]]
+# A service being served: its server and the task serving it.
+RunningService = tuple[uvicorn.Server, asyncio.Task[None]]
 
 
-def _serve(service: Service) -> _Running:
+def serve_service(service: Service) -> RunningService:
     config = uvicorn.Config(
-        service.app, lifespan="off", access_log=False, log_config=None, server_header=False
+        service.app,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        **({"server_header": False} | dict(service.options)),
     )
     server = SignalFreeServer(config)
     return server, asyncio.create_task(server.serve([service.sock]), name=service.what)
 
 
-async def _stop_services(running: Sequence[_Running]) -> None:
+async def stop_services(running: Sequence[RunningService]) -> None:
     for server, task in running:
         server.should_exit = True
         with contextlib.suppress(Exception, SystemExit):
