@@ -28,9 +28,10 @@ import httpx
 import uvicorn
 
 from inferd.server.app import InferenceServer
+from inferd.server.protocol_role import private_rest_app
 from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import build_coordinator_app
-from inferd.supervisor.forwarding import ForwardingServerWide, private_rest_app
+from inferd.supervisor.forwarding import ForwardingServerWide
 from inferd.supervisor.paths import PrivatePaths
 from tests.support.models import write_model_folder
 

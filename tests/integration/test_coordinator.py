@@ -29,8 +29,9 @@ import uvicorn
 
 from inferd.protocol import pb, pb_grpc
 from inferd.server.app import InferenceServer
+from inferd.server.protocol_role import private_rest_app
 from inferd.supervisor.coordinator import Coordinator, build_coordinator_app
-from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, private_rest_app
+from inferd.supervisor.forwarding import ForwardingServerWide, catch_up
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 from inferd.triton.logsettings import SetLogLevel
 from inferd.triton.shm import SharedMemoryRegistry

@@ -19,7 +19,7 @@ from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.listener import SignalFreeServer, listen_tcp
-from inferd.server.protocol_role import ProtocolProcess, bind_unix
+from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.server.shutdown import SIGNALS, Shutdown, servers_stop_after
@@ -177,8 +177,7 @@ class InferenceServer:
         """The whole REST app without access rules (nor HTTP statistics: these are the
         coordinator's requests, not clients'), and the metrics exposition, each on its
         own unix socket."""
-        rest_app = build_rest_app(self.dataplane, self.settings, guards={})
-        apps = [("Private REST server", rest_app, role.rest_socket)]
+        apps = [("Private REST server", private_rest_app(self.dataplane), role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self._metrics_app(), role.metrics_socket))
         return [

@@ -25,6 +25,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.server.rest.api import build_rest_app
+from inferd.server.rest.fastpath import RestApp
+from inferd.serving.dataplane import DataPlane
+from inferd.serving.server_wide import LocalServerWide
 from inferd.settings import ModelSettings
 
 
@@ -37,6 +41,16 @@ class ProtocolProcess:
     refuse_load: Callable[[ModelSettings], None]
     # Awaited after the models loaded, before the public ports open.
     before_public: Callable[[], Awaitable[None]] | None = None
+
+
+def private_rest_app(dataplane: DataPlane) -> RestApp:
+    """The REST app of a protocol process's ``rest-<i>.sock``: every API group open
+    (the public edge that took a call decided access), operations applied to this
+    process alone, not counted in the public metrics (the coordinator's calls are
+    not clients')."""
+    return build_rest_app(
+        dataplane, dataplane.settings, guards={}, server_wide=LocalServerWide(dataplane)
+    )
 
 
 def bind_unix(path: Path) -> socket.socket:

@@ -6,10 +6,8 @@
   it, and the coordinator's answer comes back as the local operation's would:
   its value, or an error with the same status (REST) and the nearest code (gRPC),
   which is the one the local error has (errors.StatusError).
-- :func:`private_rest_app`: what the process serves on its ``rest-<i>.sock``, where
-  the coordinator sends every process the same call: the REST API with every group
-  open (the public edge that took the call decided access) applying operations to
-  this process alone.
+- What the process serves on its ``rest-<i>.sock``, where the coordinator sends
+  every process the same call, is ``server/protocol_role.py``'s ``private_rest_app``.
 - :func:`catch_up`: a process that starts (or restarts) has the coordinator replay
   its journal to it. Call it once ``rest-<i>.sock`` serves and the start-up models
   are loaded (the journal may unload one of them), before serving the public ports.
@@ -25,10 +23,7 @@ from urllib.parse import quote
 import orjson
 
 from inferd.errors import ErrorCode, InferdError, StatusError
-from inferd.server.rest.api import build_rest_app
-from inferd.server.rest.fastpath import RestApp
-from inferd.serving.dataplane import DataPlane
-from inferd.serving.server_wide import LocalServerWide, ServerWide
+from inferd.serving.server_wide import ServerWide
 from inferd.supervisor.coordinator import CATCH_UP_PREFIX
 from inferd.supervisor.fanout import Answer, send
 from inferd.supervisor.journal import LOGGING_PATH
@@ -124,14 +119,6 @@ def _quoted(name: str) -> str:
 
 def _region(kind: str, name: str) -> str:
     return f"{_SHM_PREFIX[kind]}/region/{_quoted(name)}"
-
-
-def private_rest_app(dataplane: DataPlane) -> RestApp:
-    """The REST app of a protocol process's ``rest-<i>.sock``: every API group open,
-    operations applied here alone, not counted in the public metrics."""
-    return build_rest_app(
-        dataplane, dataplane.settings, guards={}, server_wide=LocalServerWide(dataplane)
-    )
 
 
 async def catch_up(role: ProtocolRole) -> dict[str, Any]:
