@@ -96,6 +96,8 @@ def test_both_processes_take_connections_over_rest_and_grpc(two: ServerProcess) 
     assert len(processes) == 2
     assert pids_seen(lambda: rest_pid(two), 2) == processes
     assert pids_seen(lambda: grpc_pid(two), 2) == processes
+    for index in (0, 1):  # each one's lines say which it is
+        assert f"[protocol process {index}] [inferd.server.app] inferd is ready" in two.log()
 
 
 def test_a_model_that_cannot_be_replicated_keeps_one_process(

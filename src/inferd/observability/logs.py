@@ -84,6 +84,31 @@ def configure_logging(settings: ServerSettings) -> None:
             ) from None
 
 
+class _Tag(logging.Filter):
+    """Sets one attribute on every record a handler writes."""
+
+    def __init__(self, name: str, value: object) -> None:
+        super().__init__()
+        self.name_value = (name, value)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        setattr(record, *self.name_value)
+        return True
+
+
+def tag_process(name: str, value: int) -> None:
+    """Mark every line this process logs from now on with ``name`` = ``value``: a
+    field of JSON logs, and ``[name value]`` in front of the logger's name in the
+    text format. A supervisor's protocol processes share its stderr: the tag says
+    which one wrote a line."""
+    tagged_format = FORMAT.replace("[%(name)s]", f"[{name} {value}] [%(name)s]")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_Tag(name.replace(" ", "_"), value))
+        formatter = handler.formatter
+        if formatter is not None and getattr(formatter, "_fmt", None) == FORMAT:
+            handler.setFormatter(logging.Formatter(tagged_format))
+
+
 def _logging_dict(value: str | dict[str, Any]) -> dict[str, Any]:
     if isinstance(value, dict):
         return value

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
-from inferd.observability.logs import configure_logging
+from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.settings import ServerSettings
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_server_settings(Path(repository))
         configure_logging(settings)
+        tag_process("protocol process", role.index)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         _run(protocol_server(settings, role).run())
