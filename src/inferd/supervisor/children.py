@@ -29,6 +29,7 @@ LONGEST_PAUSE_SECONDS = 10.0
 # Up this long, a process that dies is restarted after the first pause again.
 STEADY_SECONDS = 60.0
 READY_POLL_SECONDS = 0.05
+SLOWEST_READY_POLL_SECONDS = 1.0
 READY_REQUEST_TIMEOUT = 2.0
 
 
@@ -128,15 +129,19 @@ class Child:
         return process
 
     async def _announce_ready(self, process: asyncio.subprocess.Process) -> None:
-        """Poll the process's private socket until it answers ready; then say so."""
+        """Poll the process's private socket until it answers ready; then say so. The
+        polls slow down to one a second: a model that failed to load keeps a process
+        serving but not ready, maybe for good."""
         socket = self._paths.rest(self.index)
+        pause = READY_POLL_SECONDS
         while True:
             answer = await fanout.send(
                 socket, "GET", "/v2/health/ready", timeout_s=READY_REQUEST_TIMEOUT
             )
             if answer.ok:
                 break
-            await asyncio.sleep(READY_POLL_SECONDS)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, SLOWEST_READY_POLL_SECONDS)
         self.ready.set()
         logger.info("Protocol process %d (pid %d) is serving", self.index, process.pid)
 
