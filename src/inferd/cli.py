@@ -16,6 +16,7 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import default_models_dir, load_server_settings
 from inferd.supervisor.main import Supervisor, run_supervisor
 from inferd.supervisor.placement import effective_protocol_processes
+from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune
 from inferd.version import __version__
 from inferd.workers.environments import refuse_in_process_environment
@@ -54,9 +55,7 @@ def start(model_repository: Path | None) -> None:
         if count == 1:
             _run(InferenceServer(settings))
         else:
-            # The lead plugs the supervisor's services (the coordinator, the summed
-            # metrics) in here: Supervisor(..., services=[...]).
-            run_supervisor(Supervisor(settings, repository, count))
+            run_supervisor(Supervisor(settings, repository, count, SUPERVISOR_SERVICES))
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
 

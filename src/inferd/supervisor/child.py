@@ -14,7 +14,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
@@ -23,6 +23,7 @@ from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.settings import ServerSettings
 from inferd.settings.loader import load_server_settings
+from inferd.supervisor.forwarding import ForwardingServerWide, catch_up
 from inferd.supervisor.paths import ProtocolRole, protocol_role
 from inferd.supervisor.placement import refuse_unreplicated
 from inferd.workers.worker import die_with_parent
@@ -30,27 +31,34 @@ from inferd.workers.worker import die_with_parent
 # A protocol process that cannot start (a broken settings file): as `inferd start`.
 CONFIGURATION_EXIT_STATUS = 1
 
+logger = logging.getLogger(__name__)
+
 
 def protocol_settings(settings: ServerSettings) -> ServerSettings:
     """A protocol process's settings: the server's, its models run in this process."""
     return settings.model_copy(update={"parallel_workers": 0})
 
 
-def protocol_server(
-    settings: ServerSettings,
-    role: ProtocolRole,
-    before_public: Callable[[], Awaitable[None]] | None = None,
-) -> InferenceServer:
-    """The InferenceServer of protocol process ``role.index``. ``before_public``:
-    awaited once its models loaded, before its public ports open (where a process
-    restarted after a death catches up on what the others were told meanwhile)."""
+def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
+    """The InferenceServer of protocol process ``role.index``: what is server-wide it
+    sends to the coordinator, and once its models loaded, before its public ports
+    open, it catches up on what the others were told (a process restarted after a
+    death, or one slower to start than a client's load)."""
+
+    async def catch_up_with_the_others() -> None:
+        outcome = await catch_up(role)
+        if outcome.get("applied"):
+            logger.info("Caught up with the other protocol processes: %s", outcome)
+
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
         refuse_load=refuse_unreplicated,
-        before_public=before_public,
+        before_public=catch_up_with_the_others,
     )
-    return InferenceServer(protocol_settings(settings), process)
+    server = InferenceServer(protocol_settings(settings), process)
+    server.server_wide = ForwardingServerWide(role.paths.coordinator)
+    return server
 
 
 def main(argv: list[str] | None = None) -> None:
