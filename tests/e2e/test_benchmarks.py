@@ -1,5 +1,6 @@
 """``python -m benchmarks`` end to end, briefly: the rest, shm, scale and memory commands
-against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn)."""
+against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn), and
+``python -m benchmarks.batching_processes``."""
 
 from __future__ import annotations
 
@@ -77,6 +78,32 @@ def test_the_scale_command_measures_two_replicas_over_both_protocols(tmp_path: P
         assert all(server["requests"] > 0 for server in window["per_server"])
         assert window["cores_busy"] > 0 and 0 < window["main_share"] <= 1.5
     assert "| 2 x 0 (replicas) | **" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_batching_processes_measures_each_layout_s_batches(tmp_path: Path) -> None:
+    """One window per model and layout, every answer checked, the statistics read around
+    it (~20 s): the layouts ran as asked and the worker's batcher formed batches."""
+    out = tmp_path / "batching.json"
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "4"]
+    command = [sys.executable, "-m", "benchmarks.batching_processes", *brief,
+               "--json-out", str(out)]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["failures"] == []
+    windows = {(w["model"], w["layout"]): w for w in figures["windows"]}
+    layouts = ["1 process, model in 1 worker", "1 process, model in process",
+               "2 protocol processes"]  # fmt: skip
+    assert set(windows) == {(model, layout) for model in ("iris", "device") for layout in layouts}
+    for (_, layout), window in windows.items():
+        assert window["errors"] == 0 and window["requests"] > 0
+        assert window["rows"] >= window["requests"]  # the statistics saw every answer
+        assert window["processes"] == {layouts[0]: 2, layouts[1]: 1, layouts[2]: 3}[layout]
+    assert windows[("device", layouts[0])]["mean_batch"] > 1
+    assert "| device | 4 | 1 process, model in 1 worker |" in done.stdout
 
 
 def run_memory(tmp_path: Path, *servers: str) -> tuple[subprocess.CompletedProcess[str], Any]:
