@@ -12,6 +12,7 @@ still forms batches; a sequence model keeps its requests on one instance.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,8 +26,19 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.protocol import pb, pb_grpc
+from inferd.settings.cpu_quota import available_cpus
 from tests.support.models import add_custom_model
-from tests.support.serverproc import ServerProcess, start_server
+from tests.support.polling import wait_for
+from tests.support.procstat import children
+from tests.support.serverproc import (
+    READY_PATH,
+    ServerProcess,
+    free_ports,
+    server_environment,
+    spawn,
+    start_server,
+    write_settings,
+)
 from tests.support.triton_shm import shared_memory as shm
 
 from .metrics_helpers import model, scrape, value
@@ -231,3 +243,26 @@ def test_a_sequence_model_keeps_one_process_and_its_sequences_span_connections(
             outputs = {out["name"]: out["data"] for out in response.json()["outputs"]}
             totals.append(outputs["total"][0])
         assert totals == [5, 6, 13, 15]
+
+
+def test_an_mlserver_settings_file_gets_a_protocol_process_per_cpu(tmp_path: Path) -> None:
+    """MLServer's settings.json (``parallel_workers`` and ports, no inferd key) runs
+    one protocol process per CPU this process may use, without an edit."""
+    add_custom_model(tmp_path, "slow", "SlowEcho")
+    http_port, grpc_port, metrics_port = free_ports(3)
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
+    write_settings(tmp_path, {"host": "127.0.0.1", "parallel_workers": 2, **ports})
+    command = [sys.executable, "-m", "inferd", "start", str(tmp_path)]
+    log = tmp_path / "inferd.log"
+    with spawn(
+        command, repository=tmp_path, log_path=log, ports=(http_port, grpc_port, metrics_port),
+        env=server_environment(),
+    ) as server:  # fmt: skip
+        server.wait_until(READY_PATH)
+        cpus = available_cpus()
+        if cpus > 1:
+            wait_for(lambda: f"serving with {cpus} protocol processes" in server.log(), server.log)
+            with httpx.Client(base_url=server.url) as client:
+                assert pid_of(client) in children(server.process.pid)
+        else:
+            assert "protocol processes" not in server.log()
