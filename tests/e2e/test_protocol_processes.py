@@ -9,6 +9,7 @@ connection, so the kernel picks a process for each (SO_REUSEPORT).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -246,6 +247,19 @@ def test_a_taken_port_is_a_clear_error_before_any_process_starts(
         assert server.process.wait(timeout=30) != 0
     assert f"Cannot listen for the REST server on 127.0.0.1:{port}" in server.log()
     assert "Protocol process" not in server.log()
+
+
+def test_settings_a_protocol_process_cannot_start_with_stop_the_server(
+    start: Callable[..., ServerProcess], repository: Path
+) -> None:
+    """As a lone server stops on them: restarting the processes would fail for good."""
+    restriction = {"apis": ["inference"], "header": "k", "values_from_env": "TEST_NO_SUCH_KEYS"}
+    settings = {**TWO, "restricted_apis": [restriction]}
+    server = start(repository, settings=settings, wait=None)
+    assert server.process.wait(timeout=30) not in (None, 0)
+    assert "environment variable TEST_NO_SUCH_KEYS is not set" in server.log()
+    assert re.search(r"Protocol process [01] could not start with these settings", server.log())
+    assert "starting it again" not in server.log()
 
 
 def test_the_processes_die_with_the_supervisor(two: ServerProcess) -> None:

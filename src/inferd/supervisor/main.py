@@ -108,9 +108,10 @@ class Supervisor:
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
-            failed = [task for task in kept if task.done()]  # none, unless a bug
+            # None, unless one could not start with these settings (or a bug).
+            failed = [task for task in kept if task.done()]
             if failed:
-                self._stop(children, "A protocol process could not be watched")
+                self._stop(children, why_stopped(failed[0]))
             await self._wait_for_exits(children, kept)
             for task in failed:
                 await task  # re-raises why it stopped watching its process
@@ -160,6 +161,13 @@ class Supervisor:
             for child in children:
                 child.signal(signal.SIGKILL)
             await asyncio.wait(pending)
+
+
+def why_stopped(watch: asyncio.Task[None]) -> str:
+    """What the log says when watching a protocol process ended before any signal."""
+    if isinstance(watch.exception(), ConfigurationError):
+        return "A protocol process could not start"
+    return "A protocol process could not be watched"
 
 
 def child_command() -> list[str]:
