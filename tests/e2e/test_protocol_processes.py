@@ -218,6 +218,24 @@ def test_sigterm_under_load_loses_nothing(
     assert two.log().count("stopped (exit code 0)") == 2
 
 
+def test_a_process_cut_at_its_deadline_makes_the_server_exit_1(
+    two: ServerProcess, tmp_path: Path
+) -> None:
+    """As a lone server's exit status says that its deadline cut what still ran."""
+    started = tmp_path / "started"
+    body = slow_body(30.0, started=str(started))  # a plain predict: it blocks its process
+    with ThreadPoolExecutor(1) as pool:
+        blocked = pool.submit(
+            httpx.post, f"{two.url}/v2/models/slow/infer", json=body, timeout=REQUEST_TIMEOUT
+        )
+        wait_for(started.exists, "the request to block its process", 30)
+        two.process.send_signal(signal.SIGTERM)
+        assert two.process.wait(timeout=TWO["shutdown_grace_seconds"] + 10) == 1
+        with pytest.raises(httpx.TransportError):
+            blocked.result()
+    assert re.search(r"Protocol process [01] did not drain \(exit code 1\)", two.log())
+
+
 def test_a_killed_process_is_restarted_and_serves_again(
     two: ServerProcess, load_on: Callable[[ServerProcess, float], Load]
 ) -> None:

@@ -89,6 +89,8 @@ class Child:
         self.process: asyncio.subprocess.Process | None = None
         self.ready = asyncio.Event()  # set each time a start answers ready
         self._has_served = False  # whether any start of it answered ready
+        # How its last process ended once stopped (None: none was running).
+        self.stopped_with: int | None = None
 
     async def keep_running(self) -> None:
         """Start the process, and again whenever it exits, until :meth:`stop`;
@@ -103,6 +105,7 @@ class Child:
             waiting.cancel()
             self.ready.clear()
             if self._stopping.is_set():
+                self.stopped_with = returncode
                 logger.info(
                     "Protocol process %d stopped (%s)", self.index, describe_exit(returncode)
                 )
