@@ -171,9 +171,15 @@ class Supervisor:
             await asyncio.wait(pending)
 
 
+# How a protocol process ends that drained, or had nothing to drain: one still
+# starting when the SIGTERM came has not set its handler yet and dies of the signal,
+# before it ever took a connection.
+DRAINED_EXITS = (None, 0, -signal.SIGTERM)
+
+
 def exit_status(children: Sequence[Child]) -> int:
-    """0 when every protocol process that ran at the stop exited 0 (drained)."""
-    undrained = [c for c in children if c.stopped_with not in (None, 0)]
+    """0 when every protocol process drained (or had not started serving)."""
+    undrained = [c for c in children if c.stopped_with not in DRAINED_EXITS]
     for child in undrained:
         assert child.stopped_with is not None
         logger.error(
