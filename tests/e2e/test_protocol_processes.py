@@ -186,9 +186,15 @@ def load_on() -> Iterator[Callable[[ServerProcess, float], Load]]:
         load.stop()
 
 
+@pytest.mark.parametrize("to", ["supervisor", "process group"])
 def test_sigterm_under_load_loses_nothing(
-    two: ServerProcess, load_on: Callable[[ServerProcess, float], Load], tmp_path: Path
+    two: ServerProcess,
+    load_on: Callable[[ServerProcess, float], Load],
+    tmp_path: Path,
+    to: str,
 ) -> None:
+    """SIGTERM to the supervisor (Kubernetes signals PID 1), or to every process of the
+    group (systemd's default): either way each process drains once, nothing is cut."""
     processes = children(two.process.pid)
     load = load_on(two, 0.02)
     wait_for(lambda: load.answered(20), "the load to be answered", 30)
@@ -208,7 +214,10 @@ def test_sigterm_under_load_loses_nothing(
         ]
         wait_for(lambda: len(list(marks.iterdir())) == 6, "the slow requests to start", 30)
         signalled = time.monotonic()
-        two.process.send_signal(signal.SIGTERM)
+        if to == "supervisor":
+            two.process.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(two.process.pid, signal.SIGTERM)
         pids = {answered_by(future.result()) for future in running}
     assert two.process.wait(timeout=TWO["shutdown_grace_seconds"] + 10) == 0
     assert time.monotonic() - signalled < TWO["shutdown_grace_seconds"]
@@ -216,6 +225,7 @@ def test_sigterm_under_load_loses_nothing(
     assert set(outcomes) <= {"200", "503", "connection error"}, outcomes
     assert pids <= processes
     assert two.log().count("stopped (exit code 0)") == 2
+    assert "again" not in two.log()  # no process took a repeat as the signal that cuts
 
 
 def test_a_process_cut_at_its_deadline_makes_the_server_exit_1(

@@ -7,6 +7,7 @@ of uvicorn are left out.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,9 @@ async def rest(inferd: InferenceServer) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-@pytest.fixture
-async def stub(inferd: InferenceServer) -> AsyncIterator[pb_grpc.GRPCInferenceServiceStub]:
-    """A grpc.aio stub of ``inferd``'s gRPC server, running in this event loop."""
+@contextlib.asynccontextmanager
+async def serving_grpc(inferd: InferenceServer) -> AsyncIterator[pb_grpc.GRPCInferenceServiceStub]:
+    """``inferd``'s gRPC server running in this event loop, and a grpc.aio stub of it."""
     server = inferd.grpc_server()
     await server.start()
     try:
@@ -102,6 +103,13 @@ async def stub(inferd: InferenceServer) -> AsyncIterator[pb_grpc.GRPCInferenceSe
             yield pb_grpc.GRPCInferenceServiceStub(channel)
     finally:
         await server.stop(0)
+
+
+@pytest.fixture
+async def stub(inferd: InferenceServer) -> AsyncIterator[pb_grpc.GRPCInferenceServiceStub]:
+    """A grpc.aio stub of ``inferd``'s gRPC server, running in this event loop."""
+    async with serving_grpc(inferd) as stub:
+        yield stub
 
 
 def tensor(name: str, datatype: str, data: Any, shape: list[int] | None = None) -> dict[str, Any]:

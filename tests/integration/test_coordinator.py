@@ -38,7 +38,7 @@ from inferd.triton.shm import SharedMemoryRegistry
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for_async
 
-from .conftest import RUNTIMES, StartServer, rest_client
+from .conftest import RUNTIMES, StartServer, rest_client, serving_grpc
 
 pytestmark = pytest.mark.anyio
 
@@ -137,16 +137,11 @@ def root_level() -> Iterator[None]:
     logging.getLogger().setLevel(level)
 
 
-@contextlib.asynccontextmanager
-async def grpc_stub(process: Process) -> AsyncIterator[pb_grpc.GRPCInferenceServiceStub]:
+def grpc_stub(
+    process: Process,
+) -> contextlib.AbstractAsyncContextManager[pb_grpc.GRPCInferenceServiceStub]:
     """A stub of the process's public gRPC server (its edge forwards too)."""
-    server = process.server.grpc_server()
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield pb_grpc.GRPCInferenceServiceStub(channel)
-    finally:
-        await server.stop(0)
+    return serving_grpc(process.server)
 
 
 def regions_of(process: Process) -> SharedMemoryRegistry:

@@ -3,9 +3,14 @@ waiting (shutdown.py): all before the grace period ends, in that order."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+
 import pytest
 
-from inferd.server.shutdown import close_ends_after, cut_after, servers_stop_after
+from inferd.server.shutdown import Shutdown, close_ends_after, cut_after, servers_stop_after
+from tests.support.polling import wait_for_async
 
 
 @pytest.mark.parametrize(
@@ -22,3 +27,32 @@ def test_the_cut_the_servers_and_the_close_end_before_the_grace_period(
     assert cut_after(grace) == pytest.approx(cut)
     assert servers_stop_after(grace) == pytest.approx(servers_stop)
     assert close_ends_after(grace) == pytest.approx(close_ends)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("same_stop_seconds", "hurried"), [(0.0, True), (60.0, False)])
+async def test_a_signal_repeated_within_the_same_stop_window_does_not_cut(
+    same_stop_seconds: float, hurried: bool
+) -> None:
+    """A protocol process gets SIGTERM from the supervisor and from a service manager
+    that signals the group: within ``same_stop_seconds`` that is one stop, not the
+    second signal that stops requests at once."""
+    calls: list[str] = []
+    shutdown = Shutdown(_NoDrain(), 1000.0, lambda: None, same_stop_seconds)
+    shutdown.begin = lambda why, at=None: calls.append("begin")  # type: ignore[method-assign]
+    shutdown.hurry = lambda why, at=None: calls.append("hurry")  # type: ignore[method-assign]
+    shutdown.install_signal_handlers((signal.SIGUSR1,))
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await wait_for_async(lambda: len(calls) >= (2 if hurried else 1), "the signals handled")
+        await asyncio.sleep(0.05)  # a wrongly scheduled call would land by now
+    finally:
+        shutdown.restore_signal_handlers()
+        shutdown.finished()
+    assert calls == (["begin", "hurry"] if hurried else ["begin"])
+
+
+class _NoDrain:
+    def close(self) -> None:
+        pass

@@ -22,7 +22,7 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
-from inferd.server.shutdown import SIGNALS, Shutdown, servers_stop_after
+from inferd.server.shutdown import SAME_STOP_SECONDS, SIGNALS, Shutdown, servers_stop_after
 from inferd.server.transport import metrics_options, rest_options
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
@@ -121,7 +121,13 @@ class InferenceServer:
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
-        shutdown = Shutdown(self.dataplane.drain, self.settings.shutdown_grace_seconds, self.stop)
+        # A protocol process may get one stop twice: the supervisor forwards SIGTERM,
+        # and a service manager that signals the whole group (systemd's default) sends
+        # its own; a repeat that close is the same stop, not the second signal that cuts.
+        repeat = 0.0 if self.role is None else SAME_STOP_SECONDS
+        shutdown = Shutdown(
+            self.dataplane.drain, self.settings.shutdown_grace_seconds, self.stop, repeat
+        )
         # A protocol process drains on SIGTERM alone: a Ctrl-C reaches its whole
         # process group, and the supervisor forwards it as SIGTERM (two would cut).
         shutdown.install_signal_handlers(SIGNALS if self.role is None else (signal.SIGTERM,))

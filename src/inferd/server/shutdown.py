@@ -46,6 +46,10 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # stopping the workers and for the exit (at most a third of it). Measured on a
 # loaded 2-core machine: about 1 s from the cut to the exit with 2 workers.
 CUT_RESERVE = 2.0
+# In a protocol process: a SIGTERM this soon after the first is the same stop,
+# delivered both by a service manager and by the supervisor that forwards it.
+SAME_STOP_SECONDS = 1.0
+
 # After a second signal: how long the answers of the cut get before the exit.
 HURRY_SECONDS = 0.5
 # The exit status when the deadline, not the orderly shutdown, ends the process.
@@ -78,12 +82,22 @@ class Shutdown:
 
     ``stop_serving`` is called (on the event loop) when the drain begins."""
 
-    def __init__(self, drain: Drain, grace: float, stop_serving: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        drain: Drain,
+        grace: float,
+        stop_serving: Callable[[], None],
+        same_stop_seconds: float = 0.0,
+    ) -> None:
+        """``same_stop_seconds``: a signal this soon after the first is the same stop
+        sent twice (ignored), not the second signal that stops requests at once."""
         self._drain = drain
+        self._same_stop_seconds = same_stop_seconds
         self._grace = grace
         self._stop_serving = stop_serving
         self._signals = 0
         self._begun: float | None = None  # time.monotonic() of the first signal
+        self._first_signal_at: float | None = None
         self._cut_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._previous_handlers: dict[signal.Signals, Any] = {}
@@ -152,6 +166,12 @@ class Shutdown:
         so that it holds whatever the loop does, and hands the rest to the loop."""
         assert self._loop is not None
         now = time.monotonic()
+        if (
+            self._first_signal_at is not None
+            and now - self._first_signal_at < self._same_stop_seconds
+        ):
+            return
+        self._first_signal_at = self._first_signal_at or now
         self._signals += 1
         first = self._signals == 1
         self._exit.arm(now + (self._grace if first else HURRY_SECONDS))
