@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
 import click
@@ -55,7 +56,9 @@ def start(model_repository: Path | None) -> None:
         if count == 1:
             _run(InferenceServer(settings))
         else:
-            run_supervisor(Supervisor(settings, repository, count, SUPERVISOR_SERVICES))
+            status = run_supervisor(Supervisor(settings, repository, count, SUPERVISOR_SERVICES))
+            if status:  # a protocol process did not drain by its deadline
+                sys.exit(status)
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
 

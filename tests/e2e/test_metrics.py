@@ -21,6 +21,7 @@ from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
+from .across_processes import BOTH_WAYS
 from .metrics_helpers import (
     Samples,
     add_metrics_model,
@@ -47,11 +48,12 @@ def metrics_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repository
 
 
-@pytest.fixture(scope="module")
-def served(metrics_repository: Path) -> Iterator[ServerProcess]:
-    """One server (inference in the main process) for the tests of this module;
-    each test looks at what changed between two scrapes."""
-    with start_server(metrics_repository) as process:
+@pytest.fixture(scope="module", params=BOTH_WAYS)
+def served(request: pytest.FixtureRequest, metrics_repository: Path) -> Iterator[ServerProcess]:
+    """One server (inference in the main process) for the tests of this module, and
+    one of two protocol processes (whose metrics_port serves their sum); each test
+    looks at what changed between two scrapes."""
+    with start_server(metrics_repository, request.param) as process:
         yield process
 
 
@@ -153,6 +155,9 @@ def test_loaded_models_and_their_load_time(served: ServerProcess) -> None:
         assert value(samples, "model_load_duration_seconds", **model(name, version)) > 0
 
 
+# One process only: its gauge `last_rows` says the last request's rows, which two
+# protocol processes' summed exposition cannot (each reports its own last request).
+@pytest.mark.parametrize("served", [{}], ids=["default"], indirect=True)
 def test_custom_metrics_logged_in_the_main_process(served: ServerProcess) -> None:
     before = scrape(served.metrics_port)
     for rows in ([1.0, 2.0], [3.0, 4.0, 5.0]):

@@ -9,6 +9,7 @@ connection, so the kernel picks a process for each (SO_REUSEPORT).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -227,6 +228,24 @@ def test_sigterm_under_load_loses_nothing(
     assert "again" not in two.log()  # no process took a repeat as the signal that cuts
 
 
+def test_a_process_cut_at_its_deadline_makes_the_server_exit_1(
+    two: ServerProcess, tmp_path: Path
+) -> None:
+    """As a lone server's exit status says that its deadline cut what still ran."""
+    started = tmp_path / "started"
+    body = slow_body(30.0, started=str(started))  # a plain predict: it blocks its process
+    with ThreadPoolExecutor(1) as pool:
+        blocked = pool.submit(
+            httpx.post, f"{two.url}/v2/models/slow/infer", json=body, timeout=REQUEST_TIMEOUT
+        )
+        wait_for(started.exists, "the request to block its process", 30)
+        two.process.send_signal(signal.SIGTERM)
+        assert two.process.wait(timeout=TWO["shutdown_grace_seconds"] + 10) == 1
+        with pytest.raises(httpx.TransportError):
+            blocked.result()
+    assert re.search(r"Protocol process [01] did not drain \(exit code 1\)", two.log())
+
+
 def test_a_killed_process_is_restarted_and_serves_again(
     two: ServerProcess, load_on: Callable[[ServerProcess, float], Load]
 ) -> None:
@@ -256,6 +275,19 @@ def test_a_taken_port_is_a_clear_error_before_any_process_starts(
         assert server.process.wait(timeout=30) != 0
     assert f"Cannot listen for the REST server on 127.0.0.1:{port}" in server.log()
     assert "Protocol process" not in server.log()
+
+
+def test_settings_a_protocol_process_cannot_start_with_stop_the_server(
+    start: Callable[..., ServerProcess], repository: Path
+) -> None:
+    """As a lone server stops on them: restarting the processes would fail for good."""
+    restriction = {"apis": ["inference"], "header": "k", "values_from_env": "TEST_NO_SUCH_KEYS"}
+    settings = {**TWO, "restricted_apis": [restriction]}
+    server = start(repository, settings=settings, wait=None)
+    assert server.process.wait(timeout=30) not in (None, 0)
+    assert "environment variable TEST_NO_SUCH_KEYS is not set" in server.log()
+    assert re.search(r"Protocol process [01] could not start with these settings", server.log())
+    assert "starting it again" not in server.log()
 
 
 def test_the_processes_die_with_the_supervisor(two: ServerProcess) -> None:

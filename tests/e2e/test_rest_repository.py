@@ -23,14 +23,19 @@ from tests.support.models import add_custom_model, write_model_folder
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
+from .across_processes import BOTH_WAYS
+
 INPUT = {"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}
 
 
-@pytest.fixture(scope="module")
-def repo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=BOTH_WAYS)
+def repo_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """With two protocol processes too: a load or unload holds in every one."""
     repository = tmp_path_factory.mktemp("mutable-repository")
     add_custom_model(repository, "echo", "Echo")
-    with start_server(repository) as process:
+    with start_server(repository, request.param) as process:
         yield process
 
 

@@ -28,6 +28,8 @@ from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
+from .across_processes import BOTH_WAYS
+
 ADMIN, USER = "admin-key", "user-key"
 USER_KEYS = "user-1, user-2"  # two keys at once: either one is accepted
 DENIED_HTTP = "403"
@@ -49,8 +51,11 @@ def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory, keys_file: Path) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=BOTH_WAYS)
+def guarded(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, keys_file: Path
+) -> Iterator[ServerProcess]:
+    """The restrictions hold on every protocol process, and each reads a rotated key."""
     repository = tmp_path_factory.mktemp("guarded")
     add_custom_model(repository, "echo", "Echo")
     add_custom_model(repository, "tokens", "Tokens")
@@ -64,7 +69,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, keys_file: Path) -> Iterat
     ]  # fmt: skip
     process = start_server(
         repository,
-        {"restricted_apis": restrictions},
+        {"restricted_apis": restrictions, **request.param},
         env={"TEST_USER_KEYS": USER_KEYS},
         wait=None,
     )

@@ -29,6 +29,8 @@ from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
+from .across_processes import BOTH_WAYS
+
 H2 = ["h2"]  # what a gRPC client asks for in the TLS handshake
 
 
@@ -221,15 +223,18 @@ def test_mutual_tls_refuses_clients_without_a_certificate(
 # ---- rotation -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("processes", BOTH_WAYS)
 def test_a_certificate_swapped_on_disk_is_served_to_new_connections(
-    tmp_path: Path, authority: Authority
+    tmp_path: Path, authority: Authority, processes: dict[str, Any]
 ) -> None:
     first, second = authority.server("first"), authority.server("second")
     live = KeyPair(tmp_path / "tls" / "tls.crt", tmp_path / "tls" / "tls.key")
     live.certfile.parent.mkdir()
     for source, target in ((first.certfile, live.certfile), (first.keyfile, live.keyfile)):
         shutil.copy(source, target)
-    process = start_tls(tmp_path / "repository", live, authority.certfile, metrics_ssl=True)
+    process = start_tls(
+        tmp_path / "repository", live, authority.certfile, metrics_ssl=True, **processes
+    )
     try:
         first_serial, second_serial = serial_of(first.read()[0]), serial_of(second.read()[0])
         ports = {"REST": (process.http_port, None), "gRPC": (process.grpc_port, H2)}
@@ -258,10 +263,14 @@ def test_a_certificate_swapped_on_disk_is_served_to_new_connections(
         process.stop()
 
 
-def test_unusable_certificate_files_stop_the_start(tmp_path: Path, authority: Authority) -> None:
+@pytest.mark.parametrize("processes", BOTH_WAYS)
+def test_unusable_certificate_files_stop_the_start(
+    tmp_path: Path, authority: Authority, processes: dict[str, Any]
+) -> None:
     pair = authority.server("mismatched")
     other = authority.server("other")
     settings = {"ssl_certfile": str(pair.certfile), "ssl_keyfile": str(other.keyfile)}
+    settings |= processes
     process = start_server(tmp_path, settings, wait=None)
     try:
         wait_for(lambda: process.process.poll() is not None, "the server to exit", 60)

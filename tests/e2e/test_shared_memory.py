@@ -33,6 +33,8 @@ from tests.support.models import add_custom_model
 from tests.support.serverproc import ServerProcess, start_server
 from tests.support.triton_shm import shared_memory as shm
 
+from .across_processes import TWO_PROTOCOL_PROCESSES
+
 PREFIX = f"/inferd-e2e-{os.getpid()}-"
 ROW = 16  # INT32 elements per input, as Triton's simple example
 ROW_BYTES = ROW * 4
@@ -45,16 +47,22 @@ def write_models(repository: Path) -> Path:
     return repository
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["in-process", "worker"])
+@pytest.fixture(
+    scope="module",
+    params=[{"parallel_workers": 0}, {"parallel_workers": 1}, TWO_PROTOCOL_PROCESSES],
+    ids=["in-process", "worker", "2-protocol-processes"],
+)
 def shm_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """Shared memory on, keys limited to PREFIX; inference in the main process or a worker."""
+    """Shared memory on, keys limited to PREFIX; inference in the main process, in a
+    worker, or in two protocol processes (a region registered through one is used
+    through the other)."""
     repository = write_models(tmp_path_factory.mktemp("shm"))
     settings = {
         "shared_memory_enabled": True,
         "shared_memory_key_prefix": PREFIX,
-        "parallel_workers": request.param,
+        **request.param,
     }
     with start_server(repository, settings) as process:
         yield process

@@ -22,6 +22,7 @@ from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
+from .across_processes import BOTH_WAYS
 from .metrics_helpers import parse, value
 
 
@@ -29,15 +30,18 @@ def x_input(rows: int) -> dict[str, Any]:
     return {"name": "x", "shape": [rows], "datatype": "FP32", "data": [1.0] * rows}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A server that has answered a known mix of requests before any test looks."""
+@pytest.fixture(scope="module", params=BOTH_WAYS)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server that has answered a known mix of requests before any test looks;
+    with two protocol processes too, whose statistics read as their sum."""
     repository = tmp_path_factory.mktemp("stats")
     add_custom_model(repository, "echo", "Echo")
     add_custom_model(repository, "fails", "FailsToPredict")
     add_custom_model(repository, "double/v1", "AsyncDouble", parameters={"version": "1"})
     add_custom_model(repository, "double/v2", "AsyncDouble", parameters={"version": "2"})
-    process = start_server(repository)
+    process = start_server(repository, request.param)
     try:
         run_known_mix(process)
         yield process

@@ -4,6 +4,12 @@ The e2e tests and the benchmarks (``python -m benchmarks``, run from the
 repository root) both start servers with this module, so they pick ports, poll
 for readiness and stop process groups the same way. It uses the standard
 library only: a benchmark may run from an interpreter without the test extras.
+
+``start_server`` runs one protocol process unless the test's settings say
+otherwise; the environment variable ``INFERD_TEST_PROTOCOL_PROCESSES`` (read when
+a server starts) changes that default for a whole run, e.g.
+``INFERD_TEST_PROTOCOL_PROCESSES=2 pytest tests/e2e/test_stats.py`` to see
+whether what a module checks still holds with two protocol processes.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from tests.support.polling import wait_for
 START_TIMEOUT = 60.0
 READY_PATH = "/v2/health/ready"
 POLL_INTERVAL = 0.05
+# Sets the protocol_processes a started server gets when its settings name none.
+PROTOCOL_PROCESSES_ENV = "INFERD_TEST_PROTOCOL_PROCESSES"
 # Polling 127.0.0.1 must never go through an HTTP proxy set in the environment.
 _LOCAL_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -195,6 +203,20 @@ def spawn(
     return server
 
 
+def default_protocol_processes() -> int:
+    """The protocol_processes a test server runs unless its settings say: 1, or
+    ``$INFERD_TEST_PROTOCOL_PROCESSES``."""
+    value = os.environ.get(PROTOCOL_PROCESSES_ENV, "1")
+    try:
+        count = int(value)
+    except ValueError:
+        message = f"{PROTOCOL_PROCESSES_ENV} must be a whole number, not {value!r}"
+        raise ValueError(message) from None
+    if count < 1:
+        raise ValueError(f"{PROTOCOL_PROCESSES_ENV} must be at least 1, not {count}")
+    return count
+
+
 def write_settings(repository: Path, settings: Mapping[str, Any]) -> None:
     (repository / "settings.json").write_text(json.dumps(dict(settings)))
 
@@ -215,7 +237,7 @@ def start_server(
     full_settings = {
         "host": "127.0.0.1",
         "parallel_workers": 0,
-        "protocol_processes": 1,
+        "protocol_processes": default_protocol_processes(),
         **ports,
         **(settings or {}),
     }

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import sys
 from pathlib import Path
 
+import pytest
+
+from inferd.errors import ConfigurationError
 from inferd.settings import ServerSettings
 from inferd.supervisor.child import protocol_server, protocol_settings
-from inferd.supervisor.children import Backoff, describe_exit, environment_of_children
+from inferd.supervisor.children import (
+    CONFIGURATION_EXIT_STATUS,
+    Backoff,
+    Child,
+    describe_exit,
+    environment_of_children,
+)
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole, protocol_role
+from tests.support.polling import wait_for_async
 
 
 def test_the_pause_doubles_while_a_process_keeps_dying_soon() -> None:
@@ -47,3 +59,36 @@ def test_a_protocol_process_runs_its_models_in_process(tmp_path: Path) -> None:
     assert server.role is not None
     assert server.role.rest_socket == tmp_path / "rest-1.sock"
     assert server.role.metrics_socket == tmp_path / "metrics-1.sock"
+
+
+def exiting_child(tmp_path: Path, status: int) -> Child:
+    """Protocol process 0 as a command that notes each start in ``starts`` and exits
+    with ``status`` at once, as one that fails at start-up does."""
+    note = f"open({str(tmp_path / 'starts')!r}, 'a').write('started\\n')"
+    command = [sys.executable, "-c", f"import sys; {note}; sys.exit({status})"]
+    paths = PrivatePaths(tmp_path)
+    return Child(0, command, environment_of_children(paths), paths)
+
+
+@pytest.mark.anyio
+async def test_a_process_that_cannot_start_with_the_settings_is_not_restarted(
+    tmp_path: Path,
+) -> None:
+    child = exiting_child(tmp_path, CONFIGURATION_EXIT_STATUS)
+    with pytest.raises(ConfigurationError, match="Protocol process 0 could not start"):
+        await asyncio.wait_for(child.keep_running(), timeout=30)
+    assert (tmp_path / "starts").read_text() == "started\n"
+
+
+@pytest.mark.anyio
+async def test_a_process_that_crashes_at_start_is_started_again(tmp_path: Path) -> None:
+    child = exiting_child(tmp_path, 1)  # how Python exits on an uncaught exception
+    watching = asyncio.create_task(child.keep_running())
+
+    async def started_twice() -> bool:
+        starts = tmp_path / "starts"
+        return starts.exists() and starts.read_text().count("started") >= 2
+
+    await wait_for_async(started_twice, "a second start", timeout=30, interval=0.05)
+    child.stop()
+    await asyncio.wait_for(watching, timeout=30)  # stopped, not raised

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import stat
 from pathlib import Path
@@ -12,14 +13,17 @@ import pytest
 from inferd.errors import ConfigurationError
 from inferd.server.protocol_role import bind_unix
 from inferd.settings import ServerSettings
+from inferd.supervisor.children import Child, environment_of_children
 from inferd.supervisor.fanout import Answer, send
 from inferd.supervisor.main import (
     Service,
     check_public_ports,
+    exit_status,
     private_folder,
     serve_service,
     stop_services,
 )
+from inferd.supervisor.paths import PrivatePaths
 from tests.support.polling import wait_for_async
 from tests.support.serverproc import free_ports
 
@@ -77,3 +81,27 @@ async def test_a_service_is_served_on_its_socket_until_stopped(tmp_path: Path) -
 async def _answered(path: Path) -> Answer | None:
     answer = await send(path, "GET", "/")
     return answer if answer.status else None
+
+
+def stopped_child(tmp_path: Path, index: int, returncode: int | None) -> Child:
+    paths = PrivatePaths(tmp_path)
+    child = Child(index, ["true"], environment_of_children(paths), paths)
+    child.stopped_with = returncode
+    return child
+
+
+@pytest.mark.parametrize(
+    ("returncodes", "status"),
+    [
+        ([0, 0], 0),
+        ([0, None], 0),  # one was between restarts: nothing ran
+        ([0, -signal.SIGTERM], 0),  # one still starting: its handler was not set yet
+        ([0, 1], 1),  # cut at its deadline
+        ([-signal.SIGKILL, 0], 1),  # killed past the grace
+    ],
+)
+def test_the_exit_status_says_whether_every_process_drained(
+    tmp_path: Path, returncodes: list[int | None], status: int
+) -> None:
+    children = [stopped_child(tmp_path, i, code) for i, code in enumerate(returncodes)]
+    assert exit_status(children) == status

@@ -23,13 +23,11 @@ from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.settings import ServerSettings
 from inferd.settings.loader import load_server_settings
+from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up
 from inferd.supervisor.paths import ProtocolRole, protocol_role
 from inferd.supervisor.placement import refuse_unreplicated
 from inferd.workers.worker import die_with_parent
-
-# A protocol process that cannot start (a broken settings file): as `inferd start`.
-CONFIGURATION_EXIT_STATUS = 1
 
 logger = logging.getLogger(__name__)
 

@@ -6,6 +6,12 @@ doubles from 0.5 s up to 10 s while it keeps dying soon after its start, and is
 back to 0.5 s once a process ran a minute: a process that fails at start (a port
 taken, a broken repository) does not spin the CPU, and one that dies once in a
 while comes back at once.
+
+A process that exits with :data:`CONFIGURATION_EXIT_STATUS` before it ever
+answered ready could not start with the server's settings (a restriction's keys
+that cannot be read, unusable TLS files, ...): starting it again would fail the
+same way for good, so it is not restarted and the supervisor stops, as a lone
+server stops on the same settings.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from inferd.errors import ConfigurationError
 from inferd.supervisor import fanout
 from inferd.supervisor.paths import PRIVATE_DIR_ENV, PROTOCOL_INDEX_ENV, PrivatePaths
 
@@ -31,6 +38,9 @@ STEADY_SECONDS = 60.0
 READY_POLL_SECONDS = 0.05
 SLOWEST_READY_POLL_SECONDS = 1.0
 READY_REQUEST_TIMEOUT = 2.0
+# How a protocol process says it cannot start with these settings (it printed why).
+# Not 1: Python exits 1 on any uncaught exception, a crash worth a restart. sysexits' EX_CONFIG.
+CONFIGURATION_EXIT_STATUS = 78
 
 
 @dataclass
@@ -78,9 +88,13 @@ class Child:
         self._stopping = asyncio.Event()
         self.process: asyncio.subprocess.Process | None = None
         self.ready = asyncio.Event()  # set each time a start answers ready
+        self._has_served = False  # whether any start of it answered ready
+        # How its last process ended once stopped (None: none was running).
+        self.stopped_with: int | None = None
 
     async def keep_running(self) -> None:
-        """Start the process, and again whenever it exits, until :meth:`stop`."""
+        """Start the process, and again whenever it exits, until :meth:`stop`;
+        ConfigurationError when it could not start with these settings."""
         while not self._stopping.is_set():
             started = time.monotonic()
             process = self.process = await self._start()
@@ -91,10 +105,16 @@ class Child:
             waiting.cancel()
             self.ready.clear()
             if self._stopping.is_set():
+                self.stopped_with = returncode
                 logger.info(
                     "Protocol process %d stopped (%s)", self.index, describe_exit(returncode)
                 )
                 return
+            if returncode == CONFIGURATION_EXIT_STATUS and not self._has_served:
+                raise ConfigurationError(
+                    f"Protocol process {self.index} could not start with these settings "
+                    "(its error is above)"
+                )
             pause = self._backoff.pause_after(time.monotonic() - started)
             logger.error(
                 "Protocol process %d (pid %d) exited with %s; starting it again in %.1fs",
@@ -142,6 +162,7 @@ class Child:
                 break
             await asyncio.sleep(pause)
             pause = min(pause * 2, SLOWEST_READY_POLL_SECONDS)
+        self._has_served = True
         self.ready.set()
         logger.info("Protocol process %d (pid %d) is serving", self.index, process.pid)
 

@@ -5,7 +5,9 @@ private folder (mode 0700, removed when it exits), serves what the server shares
 (:class:`Service`s: the coordinator, the summed metrics), starts the protocol
 processes (``children.py``) and keeps them running; on SIGTERM or SIGINT it
 forwards SIGTERM to each (each drains as a lone server does), waits for them
-within ``shutdown_grace_seconds`` and a margin, kills what is left and exits 0.
+within ``shutdown_grace_seconds`` and a margin, kills what is left and exits: 0
+when every process drained, 1 when one did not (it exited 1 at its deadline, or
+was killed), as a lone server exits 1 when its deadline cuts it.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import uvicorn
 
 from inferd.errors import ConfigurationError
 from inferd.server.listener import SignalFreeServer, listen_tcp
+from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
-from inferd.supervisor.children import Child, environment_of_children
+from inferd.supervisor.children import Child, describe_exit, environment_of_children
 from inferd.supervisor.paths import PrivatePaths
 
 logger = logging.getLogger(__name__)
@@ -37,6 +40,8 @@ logger = logging.getLogger(__name__)
 # Past shutdown_grace_seconds, how long the supervisor still waits for a protocol
 # process to exit on its own (its own deadline ends it at the grace) before killing it.
 EXIT_MARGIN_SECONDS = 5.0
+# inferd start's status when a protocol process did not drain: a lone server's then.
+UNDRAINED_EXIT_STATUS = FORCED_EXIT_STATUS
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,9 @@ class Supervisor:
         self._service_factories = list(services)
         self._stopping = asyncio.Event()
 
-    async def run(self) -> None:
-        """Serve until SIGTERM/SIGINT, then stop every protocol process."""
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
+        status: 0 when each drained, else :data:`UNDRAINED_EXIT_STATUS`."""
         check_public_ports(self.settings)
         # httpx logs each request at INFO: here that is every readiness poll.
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -92,11 +98,12 @@ class Supervisor:
             services = [s for factory in self._service_factories for s in factory(supervised)]
             running = [serve_service(service) for service in services]
             try:
-                await self._supervise(paths)
+                children = await self._supervise(paths)
             finally:
                 await stop_services(running)
+        return exit_status(children)
 
-    async def _supervise(self, paths: PrivatePaths) -> None:
+    async def _supervise(self, paths: PrivatePaths) -> list[Child]:
         command = [*child_command(), str(self.repository)]
         environment = environment_of_children(paths)
         children = [Child(i, command, environment, paths) for i in range(self.count)]
@@ -108,12 +115,14 @@ class Supervisor:
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
-            failed = [task for task in kept if task.done()]  # none, unless a bug
+            # None, unless one could not start with these settings (or a bug).
+            failed = [task for task in kept if task.done()]
             if failed:
-                self._stop(children, "A protocol process could not be watched")
+                self._stop(children, why_stopped(failed[0]))
             await self._wait_for_exits(children, kept)
             for task in failed:
                 await task  # re-raises why it stopped watching its process
+            return children
         finally:
             stopping.cancel()
             announced.cancel()
@@ -160,6 +169,32 @@ class Supervisor:
             for child in children:
                 child.signal(signal.SIGKILL)
             await asyncio.wait(pending)
+
+
+# How a protocol process ends that drained, or had nothing to drain: one still
+# starting when the SIGTERM came has not set its handler yet and dies of the signal,
+# before it ever took a connection.
+DRAINED_EXITS = (None, 0, -signal.SIGTERM)
+
+
+def exit_status(children: Sequence[Child]) -> int:
+    """0 when every protocol process drained (or had not started serving)."""
+    undrained = [c for c in children if c.stopped_with not in DRAINED_EXITS]
+    for child in undrained:
+        assert child.stopped_with is not None
+        logger.error(
+            "Protocol process %d did not drain (%s)",
+            child.index,
+            describe_exit(child.stopped_with),
+        )
+    return UNDRAINED_EXIT_STATUS if undrained else 0
+
+
+def why_stopped(watch: asyncio.Task[None]) -> str:
+    """What the log says when watching a protocol process ended before any signal."""
+    if isinstance(watch.exception(), ConfigurationError):
+        return "A protocol process could not start"
+    return "A protocol process could not be watched"
 
 
 def child_command() -> list[str]:
@@ -219,11 +254,10 @@ async def stop_services(running: Sequence[RunningService]) -> None:
             await task
 
 
-def run_supervisor(supervisor: Supervisor) -> None:
-    """Run the supervisor on an event loop (uvloop when installed)."""
+def run_supervisor(supervisor: Supervisor) -> int:
+    """Run the supervisor on an event loop (uvloop when installed); its exit status."""
     try:
         import uvloop
     except ImportError:
-        asyncio.run(supervisor.run())
-    else:
-        uvloop.run(supervisor.run())
+        return asyncio.run(supervisor.run())
+    return uvloop.run(supervisor.run())
