@@ -105,7 +105,7 @@ def test_a_model_that_cannot_be_replicated_keeps_one_process(
     start: Callable[..., ServerProcess], repository: Path
 ) -> None:
     add_custom_model(repository, "pinned", "SlowEcho", workers=1)
-    server = start(repository, settings=TWO)
+    server = start(repository, settings=TWO, one_process_expected=True)
     assert "one protocol process instead of 2: model 'pinned'" in server.log()
     assert "it sets workers: 1" in server.log()
     assert {rest_pid(server) for _ in range(6)} == {server.process.pid}

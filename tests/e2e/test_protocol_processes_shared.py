@@ -53,12 +53,6 @@ def write_models(repository: Path) -> Path:
     add_custom_model(repository, "slow", "SlowEcho")
     add_custom_model(repository, "simple", "AddSub")
     add_custom_model(repository, "other", "Echo")
-    batched = {
-        "max_batch_size": 16,
-        "max_batch_time": 0.2,
-        "parameters": {"extra": {"delay": 0.05}},
-    }
-    add_custom_model(repository, "batched", "BatchRecorder", **batched)
     return repository
 
 
@@ -178,33 +172,49 @@ def test_a_region_registered_through_one_connection_serves_every_process(
         shm.destroy_shared_memory_region(handle)
 
 
-def test_batches_form_in_each_process_and_statistics_and_metrics_count_them_all(
+def test_statistics_and_metrics_count_every_request_of_both_processes_once(
     server: ServerProcess,
 ) -> None:
-    """64 concurrent requests on 64 connections: the statistics extension and
-    /metrics answer every one of them once, and batches of more than one row ran."""
-    before = _model_counts(server, "batched")
-    metric_before = value(scrape(server.metrics_port), "model_infer_request_success_total",
-                          **model("batched"))  # fmt: skip
-
-    def one_request(number: int) -> int:
-        x = {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [[number, 0.0]]}
+    metric = "model_infer_request_success_total"
+    before = _model_counts(server, "slow")
+    metric_before = value(scrape(server.metrics_port), metric, **model("slow"))
+    seen: set[int] = set()
+    for _ in range(30):  # 30 requests, each on a connection of its own
         with httpx.Client(base_url=server.url, timeout=30) as client:
-            response = client.post("/v2/models/batched/infer", json={"inputs": [x]})
-        assert response.status_code == 200, response.text
-        outputs = {out["name"]: out["data"] for out in response.json()["outputs"]}
-        assert outputs["y"] == [2.0 * number, 0.0]
-        return int(outputs["batch_rows"][0])
+            seen.add(pid_of(client))
+    assert len(seen) == PROCESSES, seen
+    after = _model_counts(server, "slow")
+    assert after["inference_count"] - before["inference_count"] == 30
+    assert after["execution_count"] - before["execution_count"] == 30
+    metric_after = value(scrape(server.metrics_port), metric, **model("slow"))
+    assert metric_after - metric_before == 30
 
-    with ThreadPoolExecutor(32) as pool:
-        batch_rows = list(pool.map(one_request, range(64)))
-    after = _model_counts(server, "batched")
-    assert after["inference_count"] - before["inference_count"] == 64
-    executions = after["execution_count"] - before["execution_count"]
-    assert executions < 64 and max(batch_rows) > 1, (executions, batch_rows)
-    metric_after = value(scrape(server.metrics_port), "model_infer_request_success_total",
-                         **model("batched"))  # fmt: skip
-    assert metric_after - metric_before == 64
+
+def test_a_batched_model_keeps_one_process_where_its_requests_meet(tmp_path: Path) -> None:
+    """A model that batches adaptively cannot be copied into every process (a batcher
+    each would see a share of its requests): the server runs one, and 64 concurrent
+    requests on 64 connections meet in its one batcher."""
+    delay = {"extra": {"delay": 0.05}}  # each batch takes 50 ms: requests meet meanwhile
+    batching = {"max_batch_size": 16, "max_batch_time": 0.2, "parameters": delay}
+    add_custom_model(tmp_path, "batched", "BatchRecorder", **batching)
+    settings = {"protocol_processes": PROCESSES}
+    with start_server(tmp_path, settings, one_process_expected=True) as server:
+        assert "max_batch_size: 16" in server.log()
+
+        def one_request(number: int) -> int:
+            x = {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [[number, 0.0]]}
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                response = client.post("/v2/models/batched/infer", json={"inputs": [x]})
+            assert response.status_code == 200, response.text
+            outputs = {out["name"]: out["data"] for out in response.json()["outputs"]}
+            assert outputs["y"] == [2.0 * number, 0.0]
+            return int(outputs["batch_rows"][0])
+
+        with ThreadPoolExecutor(32) as pool:
+            batch_rows = list(pool.map(one_request, range(64)))
+        counts = _model_counts(server, "batched")
+    assert counts["inference_count"] == 64
+    assert counts["execution_count"] < 64 and max(batch_rows) > 1, (counts, batch_rows)
 
 
 def _model_counts(server: ServerProcess, name: str) -> dict[str, int]:
@@ -228,7 +238,8 @@ def test_a_sequence_model_keeps_one_process_and_its_sequences_span_connections(
     runs one, so a sequence's requests on two connections meet one running sum."""
     sequences = {"max_sequence_idle_microseconds": 60_000_000}
     add_custom_model(tmp_path, "acc", "Accumulator", sequence_batching=sequences)
-    with start_server(tmp_path, {"protocol_processes": PROCESSES}) as server:
+    settings = {"protocol_processes": PROCESSES}
+    with start_server(tmp_path, settings, one_process_expected=True) as server:
         assert "sequence_batching" in server.log()
         totals = []
         for step, value_ in enumerate([5, 1, 7, 2]):

@@ -27,6 +27,7 @@ def test_a_plain_cpu_model_is_replicated() -> None:
     assert why_not_replicated(model(devices=["cpu"], threads_per_worker=4)) is None
     assert why_not_replicated(model(parameters={"extra": {"device": -1}})) is None
     assert why_not_replicated(model(parameters={"extra": {"device": "cpu"}})) is None
+    assert why_not_replicated(model(max_batch_size=1)) is None  # 1: batching off
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,7 @@ def test_a_plain_cpu_model_is_replicated() -> None:
         ({"parameters": {"extra": {"device": "cuda:1"}}}, "GPU (parameters.extra.device: cuda:1)"),
         ({"parameters": {"extra": {"device": 0}}}, "GPU (parameters.extra.device: 0)"),
         ({"sequence_batching": {}}, "sequence_batching"),
+        ({"max_batch_size": 8}, "batches adaptively (max_batch_size: 8)"),
         ({"inference_timeout": 2.0}, "inference_timeout"),
         ({"parameters": {"environment_path": "/env"}}, "its own Python environment"),
         ({"parameters": {"environment_tarball": "env.tar.gz"}}, "its own Python environment"),

@@ -9,6 +9,10 @@ for one that must exist once or needs a worker process:
   its weights on one GPU, each with its own CUDA context;
 - ``sequence_batching``: a sequence's state lives in one copy, but its requests
   arrive on whichever process took their connection;
+- adaptive batching (``max_batch_size`` > 1): a model that batches wants its
+  concurrent requests to meet in one batcher; a batcher per process sees 1/N of
+  them, and a synchronous ``predict`` in process never batches (measured:
+  benchmarks/README.md, "Batching across protocol processes");
 - ``inference_timeout``: a call is stopped by killing its worker process, which a
   model in the protocol process does not have;
 - its own Python environment (``environment_path``/``environment_tarball``): it
@@ -41,6 +45,11 @@ def why_not_replicated(model: ModelSettings) -> str | None:
         return f"it runs on a GPU (parameters.extra.device: {device})"
     if model.sequence_batching is not None:
         return "it sets sequence_batching (a sequence's state lives in one process)"
+    if model.max_batch_size > 1:
+        return (
+            f"it batches adaptively (max_batch_size: {model.max_batch_size}): its "
+            "concurrent requests must meet in one batcher"
+        )
     if model.inference_timeout:
         return "it sets inference_timeout (a call is stopped by killing its worker process)"
     parameters = model.parameters
