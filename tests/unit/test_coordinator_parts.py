@@ -3,6 +3,7 @@ and a forwarded refusal answered as the local error would be."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from inferd.errors import (
     StatusError,
 )
 from inferd.server.errors import grpc_error, http_error
+from inferd.supervisor.coordinator import Coordinator
 from inferd.supervisor.fanout import Answer
 from inferd.supervisor.forwarding import (
     CoordinatorUnreachable,
@@ -183,3 +185,14 @@ async def test_without_a_coordinator_operations_and_catching_up_are_unavailable(
         await ForwardingServerWide(paths.coordinator).unload("m")
     with pytest.raises(CoordinatorUnreachable, match="/coordinator/catch-up/1"):
         await catch_up(ProtocolRole(paths, 1))
+
+
+@pytest.mark.anyio
+async def test_a_process_that_has_loaded_waits_until_every_process_has() -> None:
+    coordinator = Coordinator(PrivatePaths(Path("/nonexistent")), 2)
+    first = asyncio.create_task(coordinator.loaded(0))
+    await asyncio.sleep(0.05)
+    assert not first.done()  # process 1 is still loading
+    await asyncio.wait_for(coordinator.loaded(1), 5)
+    await asyncio.wait_for(first, 5)
+    await asyncio.wait_for(coordinator.loaded(1), 5)  # a restart later passes at once

@@ -24,7 +24,11 @@ from inferd.server.protocol_role import ProtocolProcess
 from inferd.settings import ServerSettings
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
-from inferd.supervisor.forwarding import ForwardingServerWide, catch_up
+from inferd.supervisor.forwarding import (
+    ForwardingServerWide,
+    catch_up,
+    wait_for_every_process,
+)
 from inferd.supervisor.paths import ProtocolRole, protocol_role
 from inferd.supervisor.placement import refuse_unreplicated
 from inferd.workers.worker import die_with_parent
@@ -39,14 +43,17 @@ def protocol_settings(settings: ServerSettings) -> ServerSettings:
 
 def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
     """The InferenceServer of protocol process ``role.index``: what is server-wide it
-    sends to the coordinator, and once its models loaded, before its public ports
-    open, it catches up on what the others were told (a process restarted after a
-    death, or one slower to start than a client's load)."""
+    sends to the coordinator, and once its models loaded, before it is ready, it
+    catches up on what the others were told (a process restarted after a death, or
+    one slower to start than a client's load) and waits until every process has
+    loaded (at the server's start no process says ready before the others)."""
 
     async def catch_up_with_the_others() -> None:
         outcome = await catch_up(role)
         if outcome.get("applied"):
             logger.info("Caught up with the other protocol processes: %s", outcome)
+        # Ready only once every process is (at the server's start they load together).
+        await wait_for_every_process(role)
 
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),

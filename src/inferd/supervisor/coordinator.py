@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 JSON = "application/json"
 CATCH_UP_PREFIX = "/coordinator/catch-up"
+LOADED_PREFIX = "/coordinator/loaded"
 _JSON_HEADERS = {"content-type": JSON}
 # What a process's answer passes on to the client.
 _PASSED_HEADERS = ("content-type", "retry-after")
@@ -60,6 +61,18 @@ class Coordinator:
         self.sockets = [paths.rest(index) for index in range(count)]
         self.journal = Journal()
         self._lock = asyncio.Lock()
+        self._loaded: set[int] = set()
+        self._all_loaded = asyncio.Event()
+
+    async def loaded(self, index: int) -> None:
+        """Process ``index`` has loaded its start-up models; returns once every
+        process has. At the server's start each waits here before it says it is
+        ready: one process ready while another still loads would have a client
+        whose probe it answered sent to the other, and refused."""
+        self._loaded.add(index)
+        if len(self._loaded) == len(self.sockets):
+            self._all_loaded.set()
+        await self._all_loaded.wait()
 
     async def apply(self, call: Call) -> Response:
         """``call`` (a server-wide operation) in every process, in turn with every
@@ -157,9 +170,14 @@ def build_coordinator_app(paths: PrivatePaths, count: int) -> Starlette:
         outcome = await coordinator.catch_up(request.path_params["index"])
         return Response(orjson.dumps(outcome), 200, media_type=JSON)
 
+    async def loaded(request: Request) -> Response:
+        await coordinator.loaded(request.path_params["index"])
+        return Response(b"{}", 200, media_type=JSON)
+
     app = Starlette(
         routes=[
             Route(f"{CATCH_UP_PREFIX}/{{index:int}}", catch_up, methods=["POST"]),
+            Route(f"{LOADED_PREFIX}/{{index:int}}", loaded, methods=["POST"]),
             Route("/v2/{path:path}", operation, methods=["GET", "POST"]),
         ]
     )

@@ -24,7 +24,7 @@ import orjson
 
 from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.serving.server_wide import ServerWide
-from inferd.supervisor.coordinator import CATCH_UP_PREFIX
+from inferd.supervisor.coordinator import CATCH_UP_PREFIX, LOADED_PREFIX
 from inferd.supervisor.fanout import Answer, send
 from inferd.supervisor.journal import LOGGING_PATH
 from inferd.supervisor.paths import ProtocolRole
@@ -131,3 +131,12 @@ async def catch_up(role: ProtocolRole) -> dict[str, Any]:
         raise answered_error(f"POST {path}", answer)
     outcome: dict[str, Any] = orjson.loads(answer.body)
     return outcome
+
+
+async def wait_for_every_process(role: ProtocolRole) -> None:
+    """Tell the coordinator this process has loaded its start-up models, and return
+    once every protocol process has (CoordinatorUnreachable if it does not answer)."""
+    path = f"{LOADED_PREFIX}/{role.index}"
+    answer = await send(role.paths.coordinator, "POST", path)
+    if not answer.ok:
+        raise answered_error(f"POST {path}", answer)

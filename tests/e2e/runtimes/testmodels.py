@@ -73,6 +73,17 @@ class ServesArtifact(Model):
         return InferenceResponse(outputs=[Tensor("text", np.array([self.text], dtype=object))])
 
 
+class LoadsLaterInLaterProcesses(SlowEcho):
+    """SlowEcho whose load takes ``extra["load_seconds"]`` times the protocol process's
+    index (``INFERD_PROTOCOL_INDEX``; 0 out of one): protocol processes that finish
+    loading one after the other."""
+
+    async def load(self) -> bool:
+        index = int(os.environ.get("INFERD_PROTOCOL_INDEX", "0"))
+        await asyncio.sleep(float(self.settings.extra.get("load_seconds", 0)) * index)
+        return True
+
+
 class FailsToPredict(Model):
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         raise ValueError("this model always fails")
