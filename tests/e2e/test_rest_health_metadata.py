@@ -14,6 +14,7 @@ from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
+from .across_processes import BOTH_WAYS
 from .conftest import TYPED_METADATA
 
 
@@ -112,12 +113,16 @@ def test_model_metadata_from_the_runtime(rest: httpx.Client) -> None:
     assert body["inputs"][0]["shape"][-1] == 4
 
 
+@pytest.mark.parametrize("settings", BOTH_WAYS)
 def test_not_ready_until_startup_models_have_loaded(
-    start: Callable[..., ServerProcess], tmp_path: Path
+    start: Callable[..., ServerProcess], tmp_path: Path, settings: dict[str, Any]
 ) -> None:
+    """Live, not ready, while the start-up models load: with several protocol processes
+    too, which open the ports at the server's start before their models load (a
+    liveness probe must not restart a server whose load is long)."""
     repository = tmp_path / "repository"
     folder = add_custom_model(repository, "slow", "GatedLoad", parameters={"extra": {"tag": "a"}})
-    server = start(repository, wait="/v2/health/live")
+    server = start(repository, settings=settings, wait="/v2/health/live")
     wait_for(lambda: (folder / "loading-a").exists(), "the model to start loading")
 
     ready = get(server.url + "/v2/health/ready")

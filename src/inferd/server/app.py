@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from inferd.errors import ConfigurationError
 from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
@@ -23,6 +22,7 @@ from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.server.shutdown import SAME_STOP_SECONDS, SIGNALS, Shutdown, servers_stop_after
+from inferd.server.traced import start_tracing
 from inferd.server.transport import metrics_options, rest_options
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
@@ -36,7 +36,6 @@ from inferd.workers.base import Pool
 from inferd.workers.inprocess import InProcessPool
 
 if TYPE_CHECKING:
-    from inferd.observability.tracing import Tracing
     from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -45,21 +44,6 @@ logger = logging.getLogger(__name__)
 _Listening = tuple[str, uvicorn.Server, socket.socket]
 # One HTTP server running: what it is, the server, its task.
 _Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
-
-
-def start_tracing(settings: ServerSettings) -> Tracing | None:
-    """The server's tracer when tracing is on (None: off, and OpenTelemetry is not
-    even imported)."""
-    if not settings.tracing_enabled:
-        return None
-    try:
-        from inferd.observability.tracing import Tracing
-    except ImportError as error:
-        raise ConfigurationError(
-            f"Tracing is on (tracing_server, or OTEL_EXPORTER_OTLP_ENDPOINT), but the "
-            f"OpenTelemetry SDK cannot be imported ({error}): pip install 'inferd[tracing]'"
-        ) from None
-    return Tracing.start(settings)
 
 
 def build_pool(
@@ -155,8 +139,10 @@ class InferenceServer:
             shutdown.finished()
 
     async def _serve_in_role(self, shutdown: Shutdown, role: ProtocolProcess) -> None:
-        """A protocol process: private sockets, models, ``before_public``, then the
-        shared public ports (protocol_role.py says why in that order)."""
+        """A protocol process: private sockets, then models and ``before_public``, with
+        the shared public ports opened before them (at the server's start, as a lone
+        server: live while its models load) or after them (a restart joining processes
+        that serve: protocol_role.py says why)."""
         private = self._run_servers(self._private_servers(role))
         public: list[_Running] = []
         grpc_server: GrpcServer | None = None
@@ -164,20 +150,28 @@ class InferenceServer:
             await self.pool.start()
             for what, server, task in private:
                 await self._wait_started(what, server, task)
+            if role.open_ports_first:
+                public, grpc_server = await self._open_public()
             await self.load_models()
             if role.before_public is not None:
                 await role.before_public()
-            if not self._stop.is_set():  # a SIGTERM while starting: never open them
-                public = self._run_servers(self._listen(shared=True))
-                grpc_server = GrpcServer(self.grpc_edge(), self.settings, reuse_port=True)
-                await grpc_server.start()
-                for what, server, task in public:
-                    await self._wait_started(what, server, task)
+            if not role.open_ports_first and not self._stop.is_set():  # never after a SIGTERM
+                public, grpc_server = await self._open_public()
+            if not self._stop.is_set():
                 self.mark_ready()
             await self._wait_for_stop(*(task for _, _, task in [*public, *private]))
         finally:
             await self._shutdown(shutdown, public, private, grpc_server)
             shutdown.finished()
+
+    async def _open_public(self) -> tuple[list[_Running], GrpcServer]:
+        """The public REST and gRPC ports, shared with the other protocol processes."""
+        public = self._run_servers(self._listen(shared=True))
+        grpc_server = GrpcServer(self.grpc_edge(), self.settings, reuse_port=True)
+        await grpc_server.start()
+        for what, server, task in public:
+            await self._wait_started(what, server, task)
+        return public, grpc_server
 
     def _private_servers(self, role: ProtocolProcess) -> list[_Listening]:
         """The whole REST app without access rules (nor HTTP statistics: these are the

@@ -9,10 +9,13 @@ server:
   operations in every process through it, and only these processes can open the
   folder it is in; and its metrics exposition on another (``metrics_socket``), which
   the supervisor sums on ``metrics_port`` (it opens no TCP metrics port itself);
-- opens the public REST and gRPC ports last, with ``SO_REUSEPORT`` (every protocol
-  process binds them and the kernel spreads connections): after its private sockets,
-  its models and ``before_public`` (a restarted process catches up there), so a
-  connection never waits on a process still starting;
+- opens the public REST and gRPC ports with ``SO_REUSEPORT`` (every protocol
+  process binds them and the kernel spreads connections). At the server's start
+  (``open_ports_first``) it opens them before loading its models, as a lone server
+  does: a liveness probe answers while a long load runs (all processes load at once,
+  and each is ready when its models are). A process restarted after a death opens
+  them last, after its models and ``before_public`` (where it catches up): the
+  others serve meanwhile, and a connection never waits on one still starting;
 - refuses a model it must not hold a copy of (``refuse_load``, raised before the
   registry touches it).
 """
@@ -39,8 +42,11 @@ class ProtocolProcess:
     rest_socket: Path
     metrics_socket: Path
     refuse_load: Callable[[ModelSettings], None]
-    # Awaited after the models loaded, before the public ports open.
+    # Awaited after the models loaded, before the process is ready (and, unless
+    # open_ports_first, before the public ports open).
     before_public: Callable[[], Awaitable[None]] | None = None
+    # At the server's start: public ports before the models load (live meanwhile).
+    open_ports_first: bool = False
 
 
 def private_rest_app(dataplane: DataPlane) -> RestApp:

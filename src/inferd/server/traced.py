@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import compile_path
 
+from inferd.errors import ConfigurationError
 from inferd.server.rest.fastpath import ASGIApp, ObservedSend, Receive, Scope, Send, route_path
 from inferd.server.routes import INFER_ROUTES
+from inferd.settings import ServerSettings
 
 if TYPE_CHECKING:
     from inferd.observability.tracing import Tracing
@@ -55,3 +57,18 @@ class TracedApp:
             if pattern.match(path):
                 return template
         return None
+
+
+def start_tracing(settings: ServerSettings) -> Tracing | None:
+    """The server's tracer when tracing is on (None: off, and OpenTelemetry is not
+    even imported)."""
+    if not settings.tracing_enabled:
+        return None
+    try:
+        from inferd.observability.tracing import Tracing
+    except ImportError as error:
+        raise ConfigurationError(
+            f"Tracing is on (tracing_server, or OTEL_EXPORTER_OTLP_ENDPOINT), but the "
+            f"OpenTelemetry SDK cannot be imported ({error}): pip install 'inferd[tracing]'"
+        ) from None
+    return Tracing.start(settings)

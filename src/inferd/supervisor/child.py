@@ -53,6 +53,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
         metrics_socket=role.paths.metrics(role.index),
         refuse_load=refuse_unreplicated,
         before_public=catch_up_with_the_others,
+        open_ports_first=not role.restarted,
     )
     server = InferenceServer(protocol_settings(settings), process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)

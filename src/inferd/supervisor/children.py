@@ -27,7 +27,12 @@ from dataclasses import dataclass
 
 from inferd.errors import ConfigurationError
 from inferd.supervisor import fanout
-from inferd.supervisor.paths import PRIVATE_DIR_ENV, PROTOCOL_INDEX_ENV, PrivatePaths
+from inferd.supervisor.paths import (
+    PRIVATE_DIR_ENV,
+    PROTOCOL_INDEX_ENV,
+    RESTARTED_ENV,
+    PrivatePaths,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +100,11 @@ class Child:
     async def keep_running(self) -> None:
         """Start the process, and again whenever it exits, until :meth:`stop`;
         ConfigurationError when it could not start with these settings."""
+        restarted = False
         while not self._stopping.is_set():
             started = time.monotonic()
-            process = self.process = await self._start()
+            process = self.process = await self._start(restarted)
+            restarted = True
             if self._stopping.is_set():  # stopped while it was starting
                 self.signal(signal.SIGTERM)
             waiting = asyncio.create_task(self._announce_ready(process))
@@ -138,12 +145,13 @@ class Child:
         self._stopping.set()
         self.signal(signal.SIGTERM)
 
-    async def _start(self) -> asyncio.subprocess.Process:
+    async def _start(self, restarted: bool) -> asyncio.subprocess.Process:
         # In the supervisor's process group, so whoever stops or measures the group
         # (a Ctrl-C, a process manager, a benchmark) reaches it too; it ignores SIGINT
         # and drains on the SIGTERM the supervisor forwards (child.py).
+        environment = {**self._environment, RESTARTED_ENV: "1" if restarted else "0"}
         process = await asyncio.create_subprocess_exec(
-            *self._command, env=self._environment, stdin=asyncio.subprocess.DEVNULL
+            *self._command, env=environment, stdin=asyncio.subprocess.DEVNULL
         )
         logger.debug("Started protocol process %d (pid %d)", self.index, process.pid)
         return process

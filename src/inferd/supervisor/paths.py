@@ -23,6 +23,8 @@ from pathlib import Path
 
 PRIVATE_DIR_ENV = "INFERD_PRIVATE_DIR"
 PROTOCOL_INDEX_ENV = "INFERD_PROTOCOL_INDEX"
+# Set ("1") for a process started again after a death: it joins processes that serve.
+RESTARTED_ENV = "INFERD_PROTOCOL_RESTARTED"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class ProtocolRole:
 
     paths: PrivatePaths
     index: int
+    restarted: bool = False  # started again after a death (not at the server's start)
 
 
 def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> ProtocolRole | None:
@@ -56,4 +59,5 @@ def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> Pr
     index = environ.get(PROTOCOL_INDEX_ENV)
     if not folder or index is None:
         return None
-    return ProtocolRole(PrivatePaths(Path(folder)), int(index))
+    restarted = environ.get(RESTARTED_ENV) == "1"
+    return ProtocolRole(PrivatePaths(Path(folder)), int(index), restarted)
