@@ -29,7 +29,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("--processes", type=int, nargs="+", default=[2], help="protocol process counts (>= 2)")
+    add(
+        "--replicas",
+        "--processes",  # its name before the replicas replaced the protocol processes
+        type=int,
+        nargs="+",
+        default=[2],
+        help="replica counts (>= 2): servers of one protocol process, a batcher each",
+    )
     add("--connections", type=int, nargs="+", default=[8, 32], help="wrk connections per load")
     add("--rounds", type=int, default=3, help="the layouts' order alternates by round")
     add("--duration", type=int, default=4, help="measured seconds per window")
@@ -49,8 +56,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--work-dir", type=Path, help="keep repositories and logs here (default: a temp dir)")
     add("--json-out", type=Path, help="write every window and the medians as JSON")
     args = parser.parse_args(argv)
-    if min(args.processes) < 2 or min(args.connections) < 1 or args.rounds < 1:
-        parser.error("--processes must be >= 2, --connections and --rounds >= 1")
+    if min(args.replicas) < 2 or min(args.connections) < 1 or args.rounds < 1:
+        parser.error("--replicas must be >= 2, --connections and --rounds >= 1")
     if args.duration < 1 or args.warmup < 0:
         parser.error("--duration must be >= 1 and --warmup >= 0 (whole seconds: wrk)")
     return args
@@ -63,7 +70,7 @@ def run_rounds(
     windows: list[Window] = []
     failures: list[str] = []
     for round_index in range(args.rounds):
-        for layout in alternate(layouts(args.processes), round_index):
+        for layout in alternate(layouts(args.replicas), round_index):
             print(f"round {round_index}, {layout.label}:", flush=True)
             try:
                 windows += measure_layout(layout, round_index, plan, programs, folder)
@@ -77,7 +84,7 @@ def run_rounds(
 def report(
     args: argparse.Namespace, plan: Plan, windows: list[Window], failures: list[str]
 ) -> None:
-    one_batcher = [layout.label for layout in layouts(args.processes) if layout.batchers == 1]
+    one_batcher = [layout.label for layout in layouts(args.replicas) if layout.batchers == 1]
     summary = summarize(windows)
     table = markdown_table(summary, one_batcher)
     load = os.getloadavg()

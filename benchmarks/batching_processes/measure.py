@@ -1,17 +1,24 @@
-"""One server per layout and round: started, checked, its windows measured, stopped.
+"""A layout's servers per round: started, checked, their windows measured, stopped.
 
-Each window runs ``wrk`` with a Lua check of every answer (status 200 and the
-bytes of the checked answer, ``benchmarks.scale.load``), reads the model's
-statistics before and after the measured part (the mean batch size, and rows that
-must equal the answers), and the CPU of the server's process group.
+A layout is one server, or N replicas: N independent servers of one protocol
+process each (their own repositories and ports, the device model's lock shared),
+started together as ``benchmarks.scale`` starts its fleets. Each window runs one
+``wrk`` per server at once, the connections split evenly (``scale/load.py``: a Lua
+check of every answer, status 200 and the bytes of the checked answer), reads each
+model's statistics on every server before and after the measured part (the mean
+batch size, and rows that must equal the answers) and the CPU of the servers'
+process groups; the layout's figures are the servers' summed (req/s, rows, CPU),
+the median of their p50 and the highest p99.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
+import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +28,8 @@ import numpy as np
 from tests.support.serverproc import ServerProcess, free_ports, spawn
 
 from ..repository import settings_json, write_json
-from ..scale.fleet import Endpoint, post
-from ..scale.load import Share, run_wrk
+from ..scale.fleet import Endpoint, post, stop_all
+from ..scale.load import Outcome, drive, split_load
 from ..scenarios.base import VerificationError
 from ..servers import INFERD, Contender, Programs, command_and_env, group_cpu_seconds
 from .models import BatchedModel, write_repository
@@ -46,24 +53,38 @@ class Plan:
     model_settings: Mapping[str, Any] = field(default_factory=dict)  # both models get them
 
 
-def start_server(layout: Layout, plan: Plan, programs: Programs, repo: Path) -> ServerProcess:
-    """``inferd start`` on a fresh repository, ``protocol_processes`` through the
-    environment (as the benchmarks pass it), ready within the plan's deadline."""
+def spawn_server(
+    layout: Layout, plan: Plan, programs: Programs, repo: Path, device_lock: Path
+) -> ServerProcess:
+    """``inferd start`` on a fresh repository, one protocol process through the
+    environment (as the benchmarks pass it); not yet ready."""
     ports = free_ports(3)
     settings = {"parallel_workers": layout.parallel_workers, "debug": False}
     write_json(repo / "settings.json", settings_json(ports, settings))
-    write_repository(repo, plan.fixed_ms, plan.row_ms, plan.model_settings)
-    contender = Contender(INFERD, INFERD)
-    command, env = command_and_env(contender, programs, repo, ports[1], layout.protocol_processes)
-    server = spawn(
+    write_repository(repo, plan.fixed_ms, plan.row_ms, plan.model_settings, device_lock)
+    command, env = command_and_env(Contender(INFERD, INFERD), programs, repo, ports[1], 1)
+    return spawn(
         command, repository=repo, log_path=repo / "server.log", ports=ports, env=env, cwd=repo
     )
+
+
+def start_servers(
+    layout: Layout, plan: Plan, programs: Programs, folder: Path
+) -> list[ServerProcess]:
+    """Every server of ``layout`` started at once (one device lock in ``folder``),
+    each ready within the plan's deadline; all stopped if one is not."""
+    began = time.monotonic()
+    servers: list[ServerProcess] = []
     try:
-        server.wait_until(timeout=plan.ready_timeout)
+        for index in range(layout.servers):
+            repo = folder / f"server-{index}"
+            servers.append(spawn_server(layout, plan, programs, repo, folder / "device.lock"))
+        for server in servers:
+            server.wait_until(timeout=max(1.0, plan.ready_timeout - (time.monotonic() - began)))
     except BaseException:
-        server.stop()
+        stop_all(servers)
         raise
-    return server
+    return servers
 
 
 def checked_endpoint(server: ServerProcess, model: BatchedModel) -> Endpoint:
@@ -82,10 +103,20 @@ def checked_endpoint(server: ServerProcess, model: BatchedModel) -> Endpoint:
     return Endpoint(url, body, first)
 
 
-def read_counts(server: ServerProcess, model: str) -> Counts:
-    """The model's totals from the statistics extension (every process's, summed)."""
-    with _LOCAL.open(f"{server.url}/v2/models/{model}/stats", timeout=30) as answer:
-        return counts_of(json.loads(answer.read())["model_stats"])
+def read_counts(servers: Sequence[ServerProcess], model: str) -> Counts:
+    """The model's totals from the statistics extension, summed over ``servers``."""
+    total = Counts(0, 0)
+    for server in servers:
+        with _LOCAL.open(f"{server.url}/v2/models/{model}/stats", timeout=30) as answer:
+            total += counts_of(json.loads(answer.read())["model_stats"])
+    return total
+
+
+def cpu_seconds(groups: Sequence[int]) -> float | None:
+    """The CPU seconds of every process group in ``groups``; None without /proc."""
+    readings = [group_cpu_seconds(group) for group in groups]
+    known = [reading for reading in readings if reading is not None]
+    return sum(known) if len(known) == len(readings) else None
 
 
 def group_processes(pgid: int) -> int:
@@ -101,58 +132,67 @@ def group_processes(pgid: int) -> int:
 
 
 def measure_window(
-    server: ServerProcess,
+    servers: Sequence[ServerProcess],
     layout: Layout,
     model: BatchedModel,
     connections: int,
     round_index: int,
     plan: Plan,
 ) -> Window:
-    endpoint = checked_endpoint(server, model)
-    share = Share(connections, min(plan.threads, connections))
+    endpoints = [checked_endpoint(server, model) for server in servers]
+    share = split_load(len(servers), connections, plan.threads)
     if plan.warmup_s:
-        run_wrk(endpoint, share, plan.warmup_s, None)
-    pgid = server.process.pid  # it leads its own process group
-    before, cpu_before = read_counts(server, model.name), group_cpu_seconds(pgid)
-    outcome = run_wrk(endpoint, share, plan.duration_s, None)
-    after, cpu_after = read_counts(server, model.name), group_cpu_seconds(pgid)
-    result = outcome.result
+        drive(endpoints, "rest", share, plan.warmup_s, None)
+    groups = [server.process.pid for server in servers]  # each leads its own group
+    before, cpu_before = read_counts(servers, model.name), cpu_seconds(groups)
+    outcomes = drive(endpoints, "rest", share, plan.duration_s, None)
+    after, cpu_after = read_counts(servers, model.name), cpu_seconds(groups)
+    requests = sum(outcome.result.requests for outcome in outcomes)
     cpu = None
-    if cpu_before is not None and cpu_after is not None and result.requests:
-        cpu = (cpu_after - cpu_before) / result.requests * 1e6
+    if cpu_before is not None and cpu_after is not None and requests:
+        cpu = (cpu_after - cpu_before) / requests * 1e6
     return Window(
         model=model.name,
         connections=connections,
         layout=layout.label,
         round=round_index,
-        requests=result.requests,
-        requests_per_s=result.requests_per_s,
-        p50_ms=result.p50_ms,
-        p99_ms=result.p99_ms,
-        errors=outcome.errors,
+        requests=requests,
         mean_batch=mean_batch(before, after),
         rows=after.inferences - before.inferences,
-        processes=group_processes(pgid),
+        processes=sum(group_processes(group) for group in groups),
         cpu_us_per_request=cpu,
+        **latency_and_rate(outcomes),
     )
+
+
+def latency_and_rate(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """The servers' load together, as ``benchmarks.scale`` sums a fleet's: req/s and
+    errors summed, the median of their p50s, the highest p99."""
+    results = [outcome.result for outcome in outcomes]
+    return {
+        "requests_per_s": sum(result.requests_per_s for result in results),
+        "p50_ms": float(statistics.median(result.p50_ms for result in results)),
+        "p99_ms": max(result.p99_ms for result in results),
+        "errors": sum(outcome.errors for outcome in outcomes),
+    }
 
 
 def measure_layout(
     layout: Layout, round_index: int, plan: Plan, programs: Programs, folder: Path
 ) -> list[Window]:
-    """Every model at every load on one server of ``layout``."""
-    repo = folder / f"r{round_index}-{layout.protocol_processes}x{layout.parallel_workers}"
-    server = start_server(layout, plan, programs, repo)
+    """Every model at every load on the servers of ``layout``."""
+    layout_folder = folder / f"r{round_index}-{layout.servers}x{layout.parallel_workers}"
+    servers = start_servers(layout, plan, programs, layout_folder)
     windows = []
     try:
         for model in plan.models:
             for connections in plan.connections:
-                window = measure_window(server, layout, model, connections, round_index, plan)
+                window = measure_window(servers, layout, model, connections, round_index, plan)
                 print(f"  {format_window(window)}", flush=True)
                 warn_rows(window)
                 windows.append(window)
     finally:
-        server.stop()
+        stop_all(servers)
     return windows
 
 

@@ -4,10 +4,11 @@
 the protocol work is most of a request's cost. ``device``: a runtime written into
 the repository whose cost is mostly per call, as a GPU's is: a fixed few
 milliseconds per call plus a little per row, slept while holding an exclusive lock
-on a file of its folder. The lock is the device: with several protocol processes
-each holds its own copy of the model, but the calls still take turns on one device
-(a GPU serves one batch at a time), so splitting requests into smaller batches
-costs the fixed part more often; calls in two threads of one process take turns too.
+on a file (its folder's, or one the replicas share). The lock is the device: with
+several replicas each holds its own copy of the model, but the calls still take
+turns on one device (a GPU serves one batch at a time), so splitting requests into
+smaller batches costs the fixed part more often; calls in two threads of one
+process take turns too.
 Both answer one FP32 row per request.
 """
 
@@ -29,8 +30,8 @@ BATCHING = {"max_batch_size": MAX_BATCH_SIZE, "max_batch_time": MAX_BATCH_TIME_S
 
 DEVICE_MODULE = '''\
 """A device-like model: {fixed_ms} ms per call plus {row_ms} ms per row, one call at a
-time on the device (an exclusive lock on device.lock, whatever process or thread
-holds it); answers y = 2x."""
+time on the device (an exclusive lock on the file LOCK names, whatever process or
+thread holds it); answers y = 2x."""
 
 import fcntl
 import time
@@ -40,7 +41,7 @@ from inferd import InferenceResponse, Model, Tensor
 
 FIXED_S = {fixed_ms} / 1000
 PER_ROW_S = {row_ms} / 1000
-LOCK = Path(__file__).with_name("device.lock")
+LOCK = {lock}
 
 
 class Device(Model):
@@ -78,11 +79,19 @@ def device_model(fixed_ms: float, row_ms: float) -> BatchedModel:
 
 
 def write_repository(
-    repo: Path, fixed_ms: float, row_ms: float, extra: Mapping[str, Any] | None = None
+    repo: Path,
+    fixed_ms: float,
+    row_ms: float,
+    extra: Mapping[str, Any] | None = None,
+    device_lock: Path | None = None,
 ) -> None:
     """Both models, adaptive batching on (the sklearn runtime serves iris); ``extra``
-    fields go into both model-settings.json files."""
+    fields go into both model-settings.json files. The device is ``device_lock``
+    (replicas' repositories name one file) or device.lock in the model's folder."""
     fields = {**BATCHING, **(extra or {})}
     write_sklearn_model(repo, "iris", train_iris(), fields=fields)
-    module = DEVICE_MODULE.format(fixed_ms=fixed_ms, row_ms=row_ms)
+    lock = 'Path(__file__).with_name("device.lock")'
+    if device_lock is not None:
+        lock = f"Path({json.dumps(str(device_lock.resolve()))})"
+    module = DEVICE_MODULE.format(fixed_ms=fixed_ms, row_ms=row_ms, lock=lock)
     write_model_folder(repo, "device", "device.Device", files={"device.py": module}, **fields)

@@ -2,7 +2,7 @@
 
 A window's mean batch size is the statistics extension's counts over the window
 (inference_count / execution_count read before and after it, summed over every
-version and, with several protocol processes, over every process by the server).
+version and, with several replicas, over every server).
 The table gives, per model and load, each layout's medians over rounds.
 """
 
@@ -16,29 +16,34 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Layout:
-    """How one server runs its batched models."""
+    """How a layout runs its batched models: ``servers`` independent inferd servers,
+    each one protocol process with its own batcher, the model in ``parallel_workers``
+    workers (0: in the process)."""
 
-    protocol_processes: int
+    servers: int
     parallel_workers: int
 
     @property
     def label(self) -> str:
-        if self.protocol_processes > 1:
-            return f"{self.protocol_processes} protocol processes"
+        if self.servers > 1:
+            return f"{self.servers} replicas (a batcher each)"
         where = "in process" if self.parallel_workers == 0 else "in 1 worker"
         return f"1 process, model {where}"
 
     @property
     def batchers(self) -> int:
-        """How many batchers a model has: one per protocol process."""
-        return self.protocol_processes
+        """How many batchers the model's requests are split over: one per server."""
+        return self.servers
 
 
-def layouts(processes: Sequence[int]) -> list[Layout]:
+def layouts(replicas: Sequence[int]) -> list[Layout]:
     """One batcher with the model in a worker (parallel_workers 1, the single-process
-    default), one batcher with the model in process, then one per ``processes`` value
-    (each process its own batcher, the model in it)."""
-    return [Layout(1, 1), Layout(1, 0), *(Layout(count, 0) for count in processes)]
+    default), one batcher with the model in process, then ``replicas`` values: that
+    many servers of one protocol process each, the model in it. That is what a
+    batched model replicated in N protocol processes was (a batcher and a copy of the
+    model per process, the requests split over them); the server no longer does it
+    (supervisor/placement.py keeps such a model to one protocol process)."""
+    return [Layout(1, 1), Layout(1, 0), *(Layout(count, 0) for count in replicas)]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,10 @@ class Counts:
 
     inferences: int  # rows run (inference_count)
     executions: int  # calls of the model (execution_count)
+
+    def __add__(self, other: Counts) -> Counts:
+        """Two servers' totals together (replicas: the layout's statistics)."""
+        return Counts(self.inferences + other.inferences, self.executions + other.executions)
 
 
 def counts_of(model_stats: Sequence[Mapping[str, Any]]) -> Counts:
@@ -80,7 +89,7 @@ class Window:
     errors: int  # non-2xx, socket errors and answers that were not the checked one
     mean_batch: float | None
     rows: int  # inference_count over the window: it must equal the requests answered
-    processes: int  # the server's process group during the window
+    processes: int  # in the servers' process groups during the window
     cpu_us_per_request: float | None
 
     def to_dict(self) -> dict[str, Any]:

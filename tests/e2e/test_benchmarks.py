@@ -96,12 +96,13 @@ def test_batching_processes_measures_each_layout_s_batches(tmp_path: Path) -> No
     assert figures["failures"] == []
     windows = {(w["model"], w["layout"]): w for w in figures["windows"]}
     layouts = ["1 process, model in 1 worker", "1 process, model in process",
-               "2 protocol processes"]  # fmt: skip
+               "2 replicas (a batcher each)"]  # fmt: skip
     assert set(windows) == {(model, layout) for model in ("iris", "device") for layout in layouts}
     for (_, layout), window in windows.items():
         assert window["errors"] == 0 and window["requests"] > 0
         assert window["rows"] >= window["requests"]  # the statistics saw every answer
-        assert window["processes"] == {layouts[0]: 2, layouts[1]: 1, layouts[2]: 3}[layout]
+        # a worker beside its server; the model in the server; a server per replica
+        assert window["processes"] == {layouts[0]: 2, layouts[1]: 1, layouts[2]: 2}[layout]
     assert windows[("device", layouts[0])]["mean_batch"] > 1
     assert "| device | 4 | 1 process, model in 1 worker |" in done.stdout
 
