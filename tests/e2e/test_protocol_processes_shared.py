@@ -292,3 +292,25 @@ def test_no_process_says_ready_before_every_process_has_loaded(tmp_path: Path) -
             with httpx.Client(base_url=server.url, timeout=30) as client:
                 seen.add(pid_of(client))  # a 503 "loading" fails here
         assert len(seen) == PROCESSES
+
+
+def test_a_slow_model_in_a_process_leaves_its_health_probes_answered(tmp_path: Path) -> None:
+    """Models run in their protocol process: once a model's calls prove slow they run
+    off the process's event loop, so a liveness probe is not held behind one."""
+    add_custom_model(tmp_path, "slow", "SlowEcho")
+    with start_server(tmp_path, {"protocol_processes": 1, "parallel_workers": 0}) as server:
+        x = {"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}
+        url = f"{server.url}/v2/models/slow/infer"
+        # Slow calls teach the process the model is slow (the first runs on the loop).
+        for _ in range(2):
+            body = {"inputs": [x], "parameters": {"sleep": 0.2}}
+            assert httpx.post(url, json=body, timeout=30).status_code == 200
+        started = tmp_path / "started"
+        body = {"inputs": [x], "parameters": {"sleep": 3.0, "started": str(started)}}
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(httpx.post, url, json=body, timeout=30)
+            wait_for(started.exists, "the slow call to start", 30)
+            probe = httpx.get(f"{server.url}/v2/health/live", timeout=1.0)  # not 3 s
+            assert probe.status_code == 200
+            assert not running.done()
+            assert running.result().status_code == 200

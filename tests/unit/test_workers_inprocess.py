@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -40,6 +41,8 @@ def answer(request: InferenceRequest) -> Any:
         return InferenceResponse([Tensor("y", [1, 2])])  # type: ignore[arg-type]
     if what == "together":
         TOGETHER.wait(5)
+    if what == "slow":
+        time.sleep(0.03)
     SEEN.append((threading.current_thread().name, TAG.get()))
     custom_metrics.log(probe_calls=1)
     return InferenceResponse([Tensor("y", np.ones(1))])
@@ -96,6 +99,38 @@ async def test_a_plain_predict_runs_right_on_the_event_loop_with_its_metrics_lab
     await infer(pool)
     assert [(threading.current_thread().name, "caller-echo")] == SEEN
     assert records == [("probe_calls", "probe", "v1", 1.0)]
+    await pool.close()
+
+
+async def test_a_slow_plain_predict_moves_off_the_event_loop_and_back_when_quick(
+    folder: Path, records: list[Any]
+) -> None:
+    """A call that takes long on the loop stalls every connection of the process (and
+    its health probes): once its calls average over SLOW_CALL_SECONDS the model runs in
+    a thread of its own, and back on the loop once they are quick again."""
+    pool = await loaded_pool(folder, SyncProbe)
+    loop_thread = threading.current_thread().name
+    await infer(pool, "slow")  # on the loop: its time is not known yet
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticking = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    before = ticks
+    await infer(pool, "slow")  # off the loop: the loop ran meanwhile
+    ticking.cancel()
+    assert ticks - before > 3
+    for _ in range(30):
+        await infer(pool)
+    threads = [thread for thread, _ in SEEN]
+    assert threads[0] == loop_thread and threads[1].startswith("inferd-probe")
+    assert threads[-1] == loop_thread, "quick again: back on the loop"
+    assert {tag for _, tag in SEEN[1:2]} == {"caller-slow"}, "the context went along"
     await pool.close()
 
 

@@ -3,7 +3,11 @@
 It has the same interface as the process pool, so the scheduler does not care
 where a model runs. A synchronous ``predict`` is called on the event loop
 directly: for fast models (the common case) a thread hop costs more than the
-prediction; slow models belong in worker processes. With ``threads_per_worker``
+prediction. One whose recent calls took longer than ``SLOW_CALL_SECONDS`` (a
+moving average) runs in a thread of its own instead, one call at a time as on the
+loop: the process's event loop then keeps reading requests and answering health
+probes and other models while it runs (a protocol process runs its models here,
+so a slow model would otherwise hold every connection of its process). With ``threads_per_worker``
 above 1, a synchronous ``predict`` runs in that many threads of its own instead
 (for models that wait on I/O or a GPU), and an async one that many at a time.
 A ``predict_stream`` runs the same way, one step per response read
@@ -41,6 +45,13 @@ from inferd.workers.local_stream import LocalStream
 # The one holder of every instance here (sequences).
 IN_PROCESS: Holder = (-1, 1)
 
+# A plain predict whose recent calls average longer than this runs off the event loop
+# (far above a thread hop's cost, ~50 us; far below what stalls a health probe).
+SLOW_CALL_SECONDS = 0.005
+# Weight of the newest call in the moving average: a slow first call (a cold cache)
+# moves a light model off the loop for a few calls only.
+_NEWEST_WEIGHT = 0.2
+
 
 class InProcessPool:
     """Holds loaded runtimes by instance id and calls them directly."""
@@ -74,7 +85,7 @@ class InProcessPool:
         if loaded.is_async:
             answer = loaded.call_async(request)
         elif loaded.threads is None:
-            answer = _on_the_loop(loaded, request)
+            answer = _timed_call(loaded, request)
         else:
             answer = _in_a_thread(loaded, request)
         return Execution.inline(answer if call.run is None else _timed(answer, call.run))
@@ -135,8 +146,20 @@ async def _timed(answer: Answer, run: BatchRun) -> InferenceResponse:
         run.predicted(None, started, time.time_ns())
 
 
-async def _on_the_loop(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
-    return loaded.call_sync(request)
+async def _timed_call(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
+    """A plain predict with ``threads_per_worker: 1``: on the loop while its calls are
+    quick, in its own thread while they are slow; either way its time is noted."""
+    started = time.perf_counter()
+    try:
+        if loaded.recent_call_seconds > SLOW_CALL_SECONDS:
+            run = contextvars.copy_context().run
+            loop = asyncio.get_running_loop()
+            off_loop = loaded.stream_threads()  # one thread of its own
+            return await loop.run_in_executor(off_loop, run, loaded.call_sync, request)
+        return loaded.call_sync(request)
+    finally:
+        took = time.perf_counter() - started
+        loaded.recent_call_seconds += _NEWEST_WEIGHT * (took - loaded.recent_call_seconds)
 
 
 async def _in_a_thread(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:

@@ -54,6 +54,9 @@ class LoadedModel:
     stream_thread: concurrent.futures.ThreadPoolExecutor | None = None
     # The runtime, when its async predict may run inline (see runs_inline).
     inline: InlinePredict | None = None
+    # In process, a plain predict's recent time (a moving average, inprocess.py): a
+    # slow one runs off the event loop.
+    recent_call_seconds: float = 0.0
 
     @classmethod
     async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
