@@ -81,12 +81,17 @@ class ForwardingServerWide(ServerWide):
         return stats
 
     async def _call(self, method: str, path: str, body: Any = None) -> bytes:
-        """The coordinator's answer's body; the error it stands for if not a success."""
-        content = orjson.dumps(body) if body is not None else None
-        answer = await send(self.coordinator, method, path, content, _JSON_HEADERS)
-        if not answer.ok:
-            raise answered_error(f"{method} {path}", answer)
-        return answer.body
+        return await call_coordinator(self.coordinator, method, path, body)
+
+
+async def call_coordinator(coordinator: Path, method: str, path: str, body: Any = None) -> bytes:
+    """The body of the coordinator's answer to ``method path`` (``body`` as JSON); the
+    error it stands for if not a success."""
+    content = orjson.dumps(body) if body is not None else None
+    answer = await send(coordinator, method, path, content, _JSON_HEADERS)
+    if not answer.ok:
+        raise answered_error(f"{method} {path}", answer)
+    return answer.body
 
 
 def answered_error(call: str, answer: Answer) -> InferdError:
@@ -126,17 +131,13 @@ async def catch_up(role: ProtocolRole) -> dict[str, Any]:
     calls it applied and the ones it refused (the coordinator logs them);
     CoordinatorUnreachable if it does not answer."""
     path = f"{CATCH_UP_PREFIX}/{role.index}"
-    answer = await send(role.paths.coordinator, "POST", path)
-    if not answer.ok:
-        raise answered_error(f"POST {path}", answer)
-    outcome: dict[str, Any] = orjson.loads(answer.body)
+    outcome: dict[str, Any] = orjson.loads(
+        await call_coordinator(role.paths.coordinator, "POST", path)
+    )
     return outcome
 
 
 async def wait_for_every_process(role: ProtocolRole) -> None:
     """Tell the coordinator this process has loaded its start-up models, and return
     once every protocol process has (CoordinatorUnreachable if it does not answer)."""
-    path = f"{LOADED_PREFIX}/{role.index}"
-    answer = await send(role.paths.coordinator, "POST", path)
-    if not answer.ok:
-        raise answered_error(f"POST {path}", answer)
+    await call_coordinator(role.paths.coordinator, "POST", f"{LOADED_PREFIX}/{role.index}")
