@@ -218,6 +218,12 @@ class ModelSettings(EnvFirstSettings):
     _source: Path | None = PrivateAttr(default=None)
 
     @property
+    def cuda_devices(self) -> list[str]:
+        """Its ``devices`` that are GPUs (``cuda``, ``cuda:N``): such a model is neither
+        forked from a parent (``fork_workers``) nor copied into every protocol process."""
+        return [device for device in self.devices if device.startswith("cuda")]
+
+    @property
     def source(self) -> Path | None:
         return self._source
 

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 def why_not_replicated(model: ModelSettings) -> str | None:
     """Why ``model`` cannot be loaded once per protocol process; None if it can."""
-    cuda = [device for device in model.devices if device.startswith("cuda")]
+    cuda = model.cuda_devices
     if cuda:
         return f"it runs on a GPU (devices: {', '.join(cuda)})"
     device = _device_parameter(model)

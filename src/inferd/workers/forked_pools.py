@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 def runs_on_gpu(settings: ModelSettings) -> bool:
-    return any(device.startswith("cuda") for device in settings.devices)
+    return bool(settings.cuda_devices)
 
 
 @dataclass(slots=True)
