@@ -154,7 +154,7 @@ async def _timed_call(loaded: LoadedModel, request: InferenceRequest) -> Inferen
         if loaded.recent_call_seconds > SLOW_CALL_SECONDS:
             run = contextvars.copy_context().run
             loop = asyncio.get_running_loop()
-            off_loop = loaded.stream_threads()  # one thread of its own
+            off_loop = loaded.own_threads()  # one thread of its own
             return await loop.run_in_executor(off_loop, run, loaded.call_sync, request)
         return loaded.call_sync(request)
     finally:

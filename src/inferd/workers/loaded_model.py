@@ -49,9 +49,10 @@ class LoadedModel:
     # Runs a plain predict when threads_per_worker > 1 (None: called inline).
     threads: concurrent.futures.ThreadPoolExecutor | None
     labels: custom_metrics.ModelLabels
-    # Runs a plain predict_stream in a worker process when ``threads`` is None (made on
-    # first use: threads of its own, so the worker's command thread reads on).
-    stream_thread: concurrent.futures.ThreadPoolExecutor | None = None
+    # Runs a plain call off the loop when ``threads`` is None (made on first use): a
+    # worker process's plain predict_stream, so its command thread reads on, and in
+    # process a slow plain predict, so the event loop does (own_threads).
+    own_thread: concurrent.futures.ThreadPoolExecutor | None = None
     # The runtime, when its async predict may run inline (see runs_inline).
     inline: InlinePredict | None = None
     # In process, a plain predict's recent time (a moving average, inprocess.py): a
@@ -111,21 +112,23 @@ class LoadedModel:
         """How many requests this model may run at once here."""
         return self.model.settings.threads_per_worker
 
-    def stream_threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        """Where a worker process runs a plain generator, one thread per stream: the
-        model's threads, or as many of its own (one, with ``threads_per_worker: 1``)."""
+    def own_threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Where a plain call runs off the thread that reads requests: a worker
+        process's plain generator (one thread per stream), an in-process slow plain
+        predict; the model's threads, or as many of its own (one, with
+        ``threads_per_worker: 1``)."""
         if self.threads is not None:
             return self.threads
-        if self.stream_thread is None:
+        if self.own_thread is None:
             settings = self.model.settings
-            self.stream_thread = concurrent.futures.ThreadPoolExecutor(
+            self.own_thread = concurrent.futures.ThreadPoolExecutor(
                 settings.threads_per_worker, thread_name_prefix=f"inferd-{settings.name}-stream"
             )
-        return self.stream_thread
+        return self.own_thread
 
     def shut_threads(self, *, cancel_futures: bool = False) -> None:
         """Stop its threads (those running finish their call)."""
-        for threads in (self.threads, self.stream_thread):
+        for threads in (self.threads, self.own_thread):
             if threads is not None:
                 threads.shutdown(wait=False, cancel_futures=cancel_futures)
 

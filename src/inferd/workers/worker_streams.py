@@ -7,7 +7,7 @@ grant and cancel, then reads on; a stream never runs on it. Two kinds:
   worker's event loop, interleaved with the other streams and async predicts
   there. Its commands reach the loop with ``call_soon_threadsafe`` (in order).
 - A plain generator runs to its end in one thread of its model's
-  (:meth:`LoadedModel.stream_threads`: the slot it holds), which steps it and
+  (:meth:`LoadedModel.own_threads`: the slot it holds), which steps it and
   sends each response itself. Stepping it from the loop instead costs two
   thread hops per response (measured on a busy 2-core machine: ~3.6k
   responses/s through one worker, against ~25k this way).
@@ -80,7 +80,7 @@ class WorkerStreams:
         threaded = _ThreadedStream(loaded, request, credit, send_responses, end)
         self._running[call_id] = threaded
         try:
-            loaded.stream_threads().submit(threaded.run)
+            loaded.own_threads().submit(threaded.run)
         except RuntimeError as error:  # its threads were shut down: it is being unloaded
             end(ModelError(f"Model {loaded.model.name!r} is being unloaded: {error}"))
 
