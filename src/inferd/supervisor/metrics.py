@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from prometheus_client.exposition import gzip_accepted
+from starlette.datastructures import Headers
 
 from inferd.observability.metrics import ASGIApp, Receive, Scope, Send, endpoint_app
 from inferd.supervisor import exposition
@@ -162,12 +163,10 @@ def build_metrics_app(
 
 
 def _headers(scope: Scope) -> Mapping[str, str]:
-    headers: dict[str, str] = {}
-    for name, value in scope.get("headers", []):
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]},{text}" if key in headers else text
-    return headers
+    """The request's headers, a repeated one's values joined with commas (as HTTP
+    reads them)."""
+    headers = Headers(scope=scope)
+    return {name: ",".join(headers.getlist(name)) for name in headers}
 
 
 async def _answer(send: Send, body: bytes, kind: str, zipped: bool) -> None:
