@@ -281,12 +281,14 @@ def test_an_mlserver_settings_file_gets_a_protocol_process_per_cpu(tmp_path: Pat
 
 def test_no_process_says_ready_before_every_process_has_loaded(tmp_path: Path) -> None:
     """At the server's start the processes load together and are live meanwhile; the
-    first ready answer means every process answers: none is still loading."""
+    first ready answer (the model's, as the server's) means every process answers:
+    none is still loading."""
     extra = {"extra": {"load_seconds": 2.0}}  # process 1 loads 2 s after process 0
     add_custom_model(tmp_path, "slow", "LoadsLaterInLaterProcesses", parameters=extra)
     settings = {"protocol_processes": PROCESSES}
     with start_server(tmp_path, settings, wait="/v2/health/live") as server:
-        server.wait_until(READY_PATH, timeout=60)
+        # The model's readiness (what `inferd tune` and many clients wait for) too.
+        server.wait_until("/v2/models/slow/ready", timeout=60)
         seen: set[int] = set()
         for _ in range(30):
             with httpx.Client(base_url=server.url, timeout=30) as client:

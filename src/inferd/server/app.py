@@ -87,6 +87,7 @@ class InferenceServer:
             Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
+        self.dataplane.models_ready_once_started = role is not None
         # Where the edges send what holds server-wide (loads, log level, shared memory,
         # statistics): this process alone, unless a supervisor's protocol process is
         # given the coordinator's (supervisor/forwarding.py) before its apps are built.

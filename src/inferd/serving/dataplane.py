@@ -54,6 +54,10 @@ class DataPlane:
         self.repository = repository
         # False until the models that load at start-up have been tried.
         self.started = False
+        # A protocol process among several: no model reads ready before the process is
+        # (at the start, until every process has loaded), so a client that waits for
+        # its model is not sent to a process still loading it.
+        self.models_ready_once_started = False
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         self.model_stats: ModelStatsTable = registry.stats
         # Inference calls in flight; closed (new ones refused) once the server drains.
@@ -97,6 +101,8 @@ class DataPlane:
             if self.repository.holds(name, version):
                 return False
             raise  # a name the repository does not hold either
+        if self.models_ready_once_started and not self.started:
+            return False
         return found.state is ModelState.READY and not self.drain.closed
 
     # Metadata
