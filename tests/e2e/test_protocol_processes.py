@@ -101,14 +101,69 @@ def test_both_processes_take_connections_over_rest_and_grpc(two: ServerProcess) 
         assert f"[protocol process {index}] [inferd.server.app] inferd is ready" in two.log()
 
 
-def test_a_model_that_cannot_be_replicated_keeps_one_process(
-    start: Callable[..., ServerProcess], repository: Path
-) -> None:
+def rest_pid_of(server: ServerProcess, model: str) -> int:
+    url = f"{server.url}/v2/models/{model}/infer"
+    return answered_by(httpx.post(url, json=slow_body(), timeout=REQUEST_TIMEOUT))
+
+
+@pytest.fixture
+def hosting(start: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
+    """Two protocol processes and the model host, running ``pinned`` (its workers
+    are sized by hand) in a worker of its own."""
     add_custom_model(repository, "pinned", "SlowEcho", workers=1)
-    server = start(repository, settings=TWO, one_process_expected=True)
-    assert "one protocol process instead of 2: model 'pinned'" in server.log()
-    assert "it sets workers: 1" in server.log()
-    assert {rest_pid(server) for _ in range(6)} == {server.process.pid}
+    server = start(repository, settings={**TWO, "parallel_workers": 1})
+    expected = "serving with 2 protocol processes and the model host"
+    wait_for(lambda: expected in server.log(), server.log, 30)
+    return server
+
+
+def test_a_model_that_cannot_be_copied_runs_once_in_the_model_host(
+    hosting: ServerProcess,
+) -> None:
+    log = hosting.log()
+    assert "Model 'pinned' runs in the model host" in log and "it sets workers: 1" in log
+    assert "[model host 2] [inferd.server.app] inferd is ready" in log
+    # The copied model answers from both protocol processes; the pinned one, reached
+    # through each of them, from one process only: the host's worker.
+    protocol = pids_seen(lambda: rest_pid(hosting), 2)
+    assert pids_seen(lambda: grpc_pid(hosting), 2) == protocol
+    pinned = {rest_pid_of(hosting, "pinned") for _ in range(12)}
+    assert len(pinned) == 1 and not pinned & protocol
+    assert len(children(hosting.process.pid)) == 3  # two protocol processes, the host
+
+
+def test_a_model_that_cannot_be_copied_loads_later_when_the_host_runs(
+    hosting: ServerProcess, repository: Path
+) -> None:
+    add_custom_model(repository, "sequences", "SlowEcho", sequence_batching={})
+    response = httpx.post(f"{hosting.url}/v2/repository/models/sequences/load", timeout=30)
+    assert response.status_code == 200, response.text
+    answered = {rest_pid_of(hosting, "sequences") for _ in range(12)}
+    assert len(answered) == 1  # the host's worker, through either process
+    response = httpx.post(f"{hosting.url}/v2/repository/models/sequences/unload", timeout=30)
+    assert response.status_code == 200, response.text
+    url = f"{hosting.url}/v2/models/sequences/ready"
+    assert all(httpx.get(url, timeout=10).status_code == 404 for _ in range(6))
+
+
+def test_a_killed_model_host_is_restarted_and_its_models_serve_again(
+    hosting: ServerProcess,
+) -> None:
+    before = rest_pid_of(hosting, "pinned")
+    # The host: the supervisor's child whose worker process answered.
+    host = next(pid for pid in children(hosting.process.pid) if before in children(pid))
+    os.kill(host, signal.SIGKILL)
+
+    def serves_again() -> bool:
+        response = httpx.post(
+            f"{hosting.url}/v2/models/pinned/infer", json=slow_body(), timeout=REQUEST_TIMEOUT
+        )
+        assert response.status_code in (200, 503), response.text
+        return response.status_code == 200
+
+    wait_for(serves_again, hosting.log, 60, 0.2)
+    assert rest_pid_of(hosting, "pinned") != before
+    assert "The model host (pid" in hosting.log() and "exited with signal SIGKILL" in hosting.log()
 
 
 def test_a_later_load_of_a_model_that_cannot_be_replicated_is_refused(

@@ -190,16 +190,18 @@ def test_statistics_and_metrics_count_every_request_of_both_processes_once(
     assert metric_after - metric_before == 30
 
 
-def test_a_batched_model_keeps_one_process_where_its_requests_meet(tmp_path: Path) -> None:
-    """A model that batches adaptively cannot be copied into every process (a batcher
-    each would see a share of its requests): the server runs one, and 64 concurrent
-    requests on 64 connections meet in its one batcher."""
+def test_a_batched_models_requests_meet_in_the_model_hosts_one_batcher(tmp_path: Path) -> None:
+    """A model that batches adaptively is not copied into every process (a batcher
+    each would see a share of its requests): it runs in the model host, where 64
+    concurrent requests on 64 connections, taken by both processes, meet in its one
+    batcher, and are counted once."""
     delay = {"extra": {"delay": 0.05}}  # each batch takes 50 ms: requests meet meanwhile
     batching = {"max_batch_size": 16, "max_batch_time": 0.2, "parameters": delay}
     add_custom_model(tmp_path, "batched", "BatchRecorder", **batching)
     settings = {"protocol_processes": PROCESSES}
-    with start_server(tmp_path, settings, one_process_expected=True) as server:
-        assert "max_batch_size: 16" in server.log()
+    with start_server(tmp_path, settings) as server:
+        assert "runs in the model host" in server.log() and "max_batch_size: 16" in server.log()
+        assert len(children(server.process.pid)) == PROCESSES + 1
 
         def one_request(number: int) -> int:
             x = {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [[number, 0.0]]}
@@ -231,16 +233,17 @@ def test_the_metrics_port_answers_both_processes(server: ServerProcess) -> None:
     assert value(samples, "protocol_processes_answered") == PROCESSES
 
 
-def test_a_sequence_model_keeps_one_process_and_its_sequences_span_connections(
+def test_a_sequence_model_runs_in_the_model_host_and_its_sequences_span_connections(
     tmp_path: Path,
 ) -> None:
-    """A model with sequence_batching cannot be copied into every process: the server
-    runs one, so a sequence's requests on two connections meet one running sum."""
+    """A model with sequence_batching is not copied into every process: it runs in the
+    model host, so a sequence's requests on connections taken by either process meet
+    one running sum."""
     sequences = {"max_sequence_idle_microseconds": 60_000_000}
     add_custom_model(tmp_path, "acc", "Accumulator", sequence_batching=sequences)
     settings = {"protocol_processes": PROCESSES}
-    with start_server(tmp_path, settings, one_process_expected=True) as server:
-        assert "sequence_batching" in server.log()
+    with start_server(tmp_path, settings) as server:
+        assert "runs in the model host" in server.log() and "sequence_batching" in server.log()
         totals = []
         for step, value_ in enumerate([5, 1, 7, 2]):
             parameters: dict[str, Any] = {"sequence_id": 42}

@@ -8,8 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from inferd.dispatch.queued import QueuedDispatch
 from inferd.errors import InvalidRequest, ModelError, ModelNotFound, ModelNotReady
 from inferd.observability.stats import ModelStatsTable
+from inferd.serving.placement import Placement
 from inferd.serving.registry import Registry
 from inferd.settings import ModelSettings
 from inferd.settings.loader import model_settings_from_dict
@@ -256,9 +258,63 @@ async def test_a_refused_model_is_not_touched(pool: FakePool) -> None:
         if settings.version == "2":
             raise InvalidRequest(f"{settings.label} is refused here")
 
-    registry = Registry(pool, ModelStatsTable(), refuse_load=refuse_v2)
+    placement = Placement(here=lambda settings: settings.version != "2", refuse=refuse_v2)
+    registry = Registry(pool, ModelStatsTable(), placement=placement)
     await registry.load("m", [version("m", "1")])
     with pytest.raises(InvalidRequest, match="refused here"):
         await registry.load("m", [version("m", "1"), version("m", "2")])
     assert [found.version for found in registry.versions()] == ["1"]  # v1 kept, v2 unknown
     assert len(pool.loaded) == 1 and pool.unloaded == []
+
+
+def batched(name: str) -> ModelSettings:
+    """A model no protocol process copies: it batches, and keeps sequences."""
+    return model_settings_from_dict(
+        {
+            "name": name,
+            "implementation": "fake.Runtime",
+            "max_batch_size": 8,
+            "sequence_batching": {},
+        },
+        None,
+    )
+
+
+def is_copied(settings: ModelSettings) -> bool:
+    return settings.max_batch_size <= 1
+
+
+async def test_a_model_not_run_here_runs_in_the_pool_elsewhere_and_passes_through() -> None:
+    """A protocol process beside a model host: its own models in its pool, the others
+    in the host's, with no batching of their own here and counted only there."""
+    own, host = FakePool(), FakePool()
+    stats = ModelStatsTable()
+    registry = Registry(own, stats, placement=Placement(here=is_copied, elsewhere=host))
+    await registry.load("plain", [version("plain")])
+    await registry.load("batched", [batched("batched")])
+    assert [s.name for s in own.loaded.values()] == ["plain"]
+    assert [s.name for s in host.loaded.values()] == ["batched"]
+    found = registry.get_ready("batched")
+    assert found.settings.max_batch_size == 8  # what metadata and config read
+    # Its sequences are kept in the host: here each request just goes there.
+    assert isinstance(found.scheduler.policy, QueuedDispatch) if found.scheduler else False
+    assert await served_by(registry, "batched") == 2
+    assert [entry.name for entry in stats] == ["plain"]  # the host's counts are summed
+    await registry.unload("batched")
+    assert host.unloaded and not own.unloaded
+
+
+async def test_the_model_host_leaves_out_what_the_protocol_processes_copy() -> None:
+    pool = FakePool()
+    registry = Registry(
+        pool, ModelStatsTable(), placement=Placement(here=lambda s: not is_copied(s))
+    )
+    await registry.load("plain", [version("plain")])
+    assert registry.names() == [] and pool.loaded == {}
+    with pytest.raises(ModelNotFound):
+        registry.find("plain")
+    await registry.load("batched", [batched("batched")])
+    assert registry.names() == ["batched"]
+    # The same name, copied now (its settings changed on disk): the host lets it go.
+    await registry.load("batched", [version("batched")])
+    assert registry.names() == [] and pool.loaded == {}

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from inferd.errors import ErrorCode, InvalidRequest
+from inferd.serving.placement import passed_through
 from inferd.settings import ModelSettings
 from inferd.supervisor.placement import (
-    effective_protocol_processes,
+    copied,
+    needs_model_host,
     refuse_unreplicated,
     why_not_replicated,
 )
@@ -49,20 +51,19 @@ def test_what_keeps_a_model_to_one_copy(settings: dict[str, Any], reason: str) -
     assert why is not None and reason in why
 
 
-def test_every_replicable_model_keeps_the_count() -> None:
-    assert effective_protocol_processes(4, [model("a"), model("b")]) == 4
-    assert effective_protocol_processes(4, []) == 4
-    assert effective_protocol_processes(1, [model(workers=2)]) == 1
+def test_copied_models_need_no_host() -> None:
+    assert copied(model()) and not copied(model(workers=2))
+    assert not needs_model_host([model("a"), model("b")])
+    assert not needs_model_host([])
 
 
-def test_one_model_that_cannot_be_replicated_means_one_process(
+def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, "inferd.supervisor.placement"):
-        count = effective_protocol_processes(4, [model("a"), model("gpu", devices=["cuda:0"])])
-    assert count == 1
-    assert "one protocol process instead of 4" in caplog.text
-    assert "'gpu'" in caplog.text and "GPU" in caplog.text
+    with caplog.at_level(logging.INFO, "inferd.supervisor.placement"):
+        assert needs_model_host([model("a"), model("gpu", devices=["cuda:0"])])
+    assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
+    assert "'a'" not in caplog.text
 
 
 def test_a_later_load_is_refused_with_a_400_that_says_what_to_do() -> None:
@@ -72,3 +73,10 @@ def test_a_later_load_is_refused_with_a_400_that_says_what_to_do() -> None:
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert "sequence_batching" in refused.value.message
     assert "protocol_processes: 1" in refused.value.message
+
+
+def test_a_hosted_model_passes_through_a_protocol_process_unbatched() -> None:
+    hosted = model(max_batch_size=8, max_batch_time=0.01, sequence_batching={})
+    local = passed_through(hosted)
+    assert (local.max_batch_size, local.sequence_batching) == (1, None)
+    assert (hosted.max_batch_size, local.name) == (8, hosted.name)  # the original is kept

@@ -80,6 +80,11 @@ class ModelVersionSource(Protocol):
     def load_seconds(self) -> float: ...
 
     @property
+    def hosted(self) -> bool:
+        """Run by the model host: its queues are the host's, counted there."""
+        ...
+
+    @property
     def scheduler(self) -> SchedulerSource | None: ...
 
 
@@ -226,7 +231,7 @@ def _registry_families(versions: Iterable[ModelVersionSource]) -> Iterator[Metri
         labels = (version.name, version.version or "")
         load_time.add_metric(labels, version.load_seconds)
         scheduler = version.scheduler
-        if scheduler is not None:
+        if scheduler is not None and not version.hosted:
             queued.add_metric(labels, scheduler.waiting)
             running.add_metric(labels, scheduler.in_flight)
     loaded.add_metric((), ready)

@@ -17,6 +17,7 @@ from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
+from inferd.server.host_edge import close_host_connections, serve_host
 from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
 from inferd.server.rest.api import build_rest_app
@@ -80,7 +81,7 @@ class InferenceServer:
             model_stats,
             settings.max_queue_size,
             build_response_cache(settings),
-            refuse_load=role.refuse_load if role is not None else None,
+            placement=role.placement if role is not None else None,
         )
         # Without a load at start the folder may come later (ModelMesh's adapter makes it).
         self.repository = ModelRepository(
@@ -147,22 +148,30 @@ class InferenceServer:
         private = self._run_servers(self._private_servers(role))
         public: list[_Running] = []
         grpc_server: GrpcServer | None = None
+        host: asyncio.Server | None = None
+        serves_public = role.host_socket is None
         try:
             await self.pool.start()
             for what, server, task in private:
                 await self._wait_started(what, server, task)
-            if role.open_ports_first:
+            if role.host_socket is not None:  # before its models: peers bind as they load
+                host = await serve_host(self.dataplane, bind_unix(role.host_socket))
+            if role.open_ports_first and serves_public:
                 public, grpc_server = await self._open_public()
             await self.load_models()
             if role.before_public is not None:
                 await role.before_public()
-            if not role.open_ports_first and not self._stop.is_set():  # never after a SIGTERM
+            # Never after a SIGTERM.
+            if not role.open_ports_first and serves_public and not self._stop.is_set():
                 public, grpc_server = await self._open_public()
             if not self._stop.is_set():
                 self.mark_ready()
             await self._wait_for_stop(*(task for _, _, task in [*public, *private]))
         finally:
             await self._shutdown(shutdown, public, private, grpc_server)
+            if host is not None:  # the protocol processes have gone: nothing more comes
+                host.close()
+                close_host_connections(host)
             shutdown.finished()
 
     async def _open_public(self) -> tuple[list[_Running], GrpcServer]:
@@ -260,6 +269,8 @@ class InferenceServer:
             await self.poller.stop()
         await self.registry.close()
         await self.pool.close()
+        if self.role is not None and self.role.placement.elsewhere is not None:
+            await self.role.placement.elsewhere.close()  # the model host's connection
         if self.dataplane.shared_memory is not None:
             self.dataplane.shared_memory.close()  # unmap what clients registered
 

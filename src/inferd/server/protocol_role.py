@@ -16,8 +16,14 @@ server:
   and each is ready when its models are). A process restarted after a death opens
   them last, after its models and ``before_public`` (where it catches up): the
   others serve meanwhile, and a connection never waits on one still starting;
-- refuses a model it must not hold a copy of (``refuse_load``, raised before the
-  registry touches it).
+- runs in its own pool only the models every protocol process may hold a copy of
+  (``placement``, serving/placement.py): the others run in the model host, or are
+  refused when none runs.
+
+The model host is one more process of the same kind (``host_socket`` set): a whole
+server that runs those other models, with the server's own worker settings, and
+serves them to the protocol processes on ``host_socket`` (server/host_edge.py). It
+opens no public port.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from pathlib import Path
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.serving.dataplane import DataPlane
+from inferd.serving.placement import Placement
 from inferd.serving.server_wide import LocalServerWide
-from inferd.settings import ModelSettings
 
 
 @dataclass(frozen=True)
@@ -41,12 +47,14 @@ class ProtocolProcess:
 
     rest_socket: Path
     metrics_socket: Path
-    refuse_load: Callable[[ModelSettings], None]
+    placement: Placement
     # Awaited after the models loaded, before the process is ready (and, unless
     # open_ports_first, before the public ports open).
     before_public: Callable[[], Awaitable[None]] | None = None
     # At the server's start: public ports before the models load (live meanwhile).
     open_ports_first: bool = False
+    # The model host: serves its models to the protocol processes here, no public port.
+    host_socket: Path | None = None
 
 
 def private_rest_app(dataplane: DataPlane) -> RestApp:

@@ -12,7 +12,6 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inferd.dispatch.scheduler import Scheduler
@@ -25,6 +24,7 @@ from inferd.errors import (
     ModelNotReady,
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.placement import Placement, passed_through
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
@@ -43,6 +43,9 @@ class ModelVersion(NamedBySettings):
     reason: str = ""
     instance: LoadedInstance | None = None  # what the pool loaded: metadata, how it answers
     scheduler: Scheduler | None = None
+    # The pool running it: the registry's, or the model host's (see serving/placement.py).
+    pool: Pool | None = None
+    hosted: bool = False  # run by the model host: its queue, batcher and counts are there
     load_seconds: float = 0.0  # how long loading this instance took
     # Its counters: shared by every instance of this name and version, so they
     # survive reloads.
@@ -64,13 +67,12 @@ class Registry:
         stats: ModelStatsTable,
         max_queue_size: int = 0,
         cache: ResponseCache | None = None,
-        refuse_load: Callable[[ModelSettings], None] | None = None,
+        placement: Placement | None = None,
     ) -> None:
-        """``refuse_load``: raises (an InferdError) for a model this server must not
-        load, before anything of it is touched (a protocol process refuses a model it
-        cannot hold a copy of, supervisor/placement.py)."""
+        """``placement``: which models ``pool`` runs, when this server is one of several
+        processes (serving/placement.py); None: every model."""
         self._pool = pool
-        self._refuse_load = refuse_load
+        self._placement = placement
         self.stats = stats
         # The server's response cache (cache_enabled in settings.json), if on.
         self._cache = cache
@@ -115,10 +117,13 @@ class Registry:
 
     def instances(self, version: ModelVersion) -> int:
         """How many workers hold the version now (1 in process); 0 when none does."""
-        scheduler = version.scheduler
-        if scheduler is None:
+        scheduler, pool = version.scheduler, version.pool
+        if scheduler is None or pool is None:
             return 0
-        return self._pool.capacity(scheduler.instance_id) // version.settings.threads_per_worker
+        instance = version.instance
+        if instance is not None and instance.instances is not None:
+            return instance.instances  # counted where it runs (the model host)
+        return pool.capacity(scheduler.instance_id) // version.settings.threads_per_worker
 
     def get_ready(self, name: str, version: str | None = None) -> ModelVersion:
         """The version to send a request to; raises unless it is READY."""
@@ -150,9 +155,10 @@ class Registry:
         Raises the first load error after every version has been tried; versions
         that loaded keep serving and a failed reload keeps the old instance.
         """
-        if self._refuse_load is not None:
-            for version_settings in settings:
-                self._refuse_load(version_settings)
+        if self._placement is not None:
+            settings = self._placement.served(settings)
+            if not settings and name not in self._models:
+                return  # none of it runs in this process (the model host's case)
         while True:
             model = self._models.setdefault(name, _Model())
             async with model.lock:
@@ -162,6 +168,8 @@ class Registry:
                 wanted = {version.version for version in settings}
                 for stale in [key for key in model.versions if key not in wanted]:
                     await self._unload_version(model, stale)
+                if not model.versions:  # none of it runs here any more
+                    del self._models[name]
                 break
         if errors:
             raise errors[0]
@@ -183,24 +191,30 @@ class Registry:
         if old is None or old.state is not ModelState.READY:
             model.versions[settings.version] = new
         instance_id = next(self._instance_ids)
-        logger.info("Loading %s", new.settings.label)
+        hosted = self._placement is not None and not self._placement.here(settings)
+        pool = self._placement.elsewhere if hosted and self._placement else self._pool
+        assert pool is not None  # placement.served() left out what has no pool
+        logger.info("Loading %s%s", new.settings.label, " (in the model host)" if hosted else "")
         started = time.perf_counter()
         try:
-            new.instance = await self._pool.load(instance_id, settings)
+            new.instance = await pool.load(instance_id, settings)
         except Exception as error:
-            await self._pool.unload(instance_id)
+            await pool.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        new.stats = self.stats.of(settings.name, settings.version)
+        new.pool, new.hosted = pool, hosted
+        # A hosted version is counted, queued, batched and cached in the host: here its
+        # requests pass straight through, and count nowhere (the host's counts are summed).
+        new.stats = ModelStats(*key(settings)) if hosted else self.stats.of(*key(settings))
         new.scheduler = Scheduler(
-            self._pool,
+            pool,
             instance_id,
-            settings,
+            passed_through(settings) if hosted else settings,
             new.stats,
             new.instance.interleaved_streams,
             server_max_queue_size=self._max_queue_size,
         )
-        new.cache = self._bind_cache(settings, new.stats)
+        new.cache = None if hosted else self._bind_cache(settings, new.stats)
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new
@@ -281,13 +295,17 @@ class Registry:
         if cache is not None:
             cache.close()
         scheduler, version.scheduler = version.scheduler, None
-        if scheduler is not None:
+        if scheduler is not None and version.pool is not None:
             await scheduler.close()
-            await self._pool.unload(scheduler.instance_id)
+            await version.pool.unload(scheduler.instance_id)
 
     async def close(self) -> None:
         for name in list(self._models):
             await self.unload(name)
+
+
+def key(settings: ModelSettings) -> tuple[str, str | None]:
+    return settings.name, settings.version
 
 
 def _default_version(versions: dict[str | None, ModelVersion]) -> ModelVersion:

@@ -1,11 +1,15 @@
-"""A protocol process: ``python -m inferd.supervisor.child SUPERVISOR_PID MODEL_REPOSITORY``.
+"""A protocol process, or the model host: ``python -m inferd.supervisor.child
+SUPERVISOR_PID MODEL_REPOSITORY``.
 
-Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR`` and
-``INFERD_PROTOCOL_INDEX`` set. It reads the server settings the way ``inferd
-start`` did (the same files, the same environment) and runs a whole
-InferenceServer in its protocol role (server/protocol_role.py) whose models run in
-this process (``parallel_workers: 0``): every model here is loaded once per
-protocol process, which placement.py allows only for models that can be.
+Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR``,
+``INFERD_PROTOCOL_INDEX`` and, when a model host runs, ``INFERD_MODEL_HOST`` set.
+It reads the server settings the way ``inferd start`` did (the same files, the
+same environment) and runs a whole InferenceServer in its role
+(server/protocol_role.py). A protocol process's own models run in it
+(``parallel_workers: 0``), each loaded once per protocol process, which
+placement.py allows only for models that can be; the others it reaches in the
+model host (workers/hosted.py), or refuses when none runs. The model host runs
+exactly those others, with the server's worker settings, and opens no public port.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
+from inferd.serving.placement import Placement
 from inferd.settings import ServerSettings
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
@@ -30,7 +35,8 @@ from inferd.supervisor.forwarding import (
     wait_for_every_process,
 )
 from inferd.supervisor.paths import ProtocolRole, protocol_role
-from inferd.supervisor.placement import refuse_unreplicated
+from inferd.supervisor.placement import copied, refuse_unreplicated
+from inferd.workers.hosted import HostedPool
 from inferd.workers.worker import die_with_parent
 
 logger = logging.getLogger(__name__)
@@ -58,11 +64,42 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        refuse_load=refuse_unreplicated,
+        placement=protocol_placement(role),
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
     )
     server = InferenceServer(protocol_settings(settings), process)
+    server.server_wide = ForwardingServerWide(role.paths.coordinator)
+    return server
+
+
+def protocol_placement(role: ProtocolRole) -> Placement:
+    """A protocol process runs the models it may copy; the others run in the model
+    host when one runs, else they are refused."""
+    if role.host_runs:
+        return Placement(here=copied, elsewhere=HostedPool(role.paths.host))
+    return Placement(here=copied, refuse=refuse_unreplicated)
+
+
+def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
+    """The model host's InferenceServer: the models no protocol process copies, run
+    as a lone server runs them (its worker settings), served on ``host.sock``; what
+    is server-wide reaches it from the coordinator, and it catches up on it as a
+    protocol process does (it waits for no one: it is not public)."""
+
+    async def catch_up_with_the_others() -> None:
+        outcome = await catch_up(role)
+        if outcome.get("applied"):
+            logger.info("Caught up with the protocol processes: %s", outcome)
+
+    process = ProtocolProcess(
+        rest_socket=role.paths.rest(role.index),
+        metrics_socket=role.paths.metrics(role.index),
+        placement=Placement(here=lambda model: not copied(model)),
+        before_public=catch_up_with_the_others,
+        host_socket=role.paths.host,
+    )
+    server = InferenceServer(settings, process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)
     return server
 
@@ -78,10 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_server_settings(Path(repository))
         configure_logging(settings)
-        tag_process("protocol process", role.index)
+        if role.is_host:
+            tag_process("model host", role.index)
+        else:
+            tag_process("protocol process", role.index)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        _run(protocol_server(settings, role).run())
+        serve = host_server if role.is_host else protocol_server
+        _run(serve(settings, role).run())
     except ConfigurationError as error:
         print(f"Error: {error}", file=sys.stderr)
         sys.exit(CONFIGURATION_EXIT_STATUS)

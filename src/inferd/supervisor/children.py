@@ -84,8 +84,10 @@ class Child:
         command: Sequence[str],
         environment: Mapping[str, str],
         paths: PrivatePaths,
+        label: str = "",
     ) -> None:
         self.index = index
+        self.label = label or f"Protocol process {index}"
         self._command = list(command)
         self._environment = {**environment, PROTOCOL_INDEX_ENV: str(index)}
         self._paths = paths
@@ -113,19 +115,16 @@ class Child:
             self.ready.clear()
             if self._stopping.is_set():
                 self.stopped_with = returncode
-                logger.info(
-                    "Protocol process %d stopped (%s)", self.index, describe_exit(returncode)
-                )
+                logger.info("%s stopped (%s)", self.label, describe_exit(returncode))
                 return
             if returncode == CONFIGURATION_EXIT_STATUS and not self._has_served:
                 raise ConfigurationError(
-                    f"Protocol process {self.index} could not start with these settings "
-                    "(its error is above)"
+                    f"{self.label} could not start with these settings (its error is above)"
                 )
             pause = self._backoff.pause_after(time.monotonic() - started)
             logger.error(
-                "Protocol process %d (pid %d) exited with %s; starting it again in %.1fs",
-                self.index,
+                "%s (pid %d) exited with %s; starting it again in %.1fs",
+                self.label,
                 process.pid,
                 describe_exit(returncode),
                 pause,
@@ -153,7 +152,7 @@ class Child:
         process = await asyncio.create_subprocess_exec(
             *self._command, env=environment, stdin=asyncio.subprocess.DEVNULL
         )
-        logger.debug("Started protocol process %d (pid %d)", self.index, process.pid)
+        logger.debug("Started %s (pid %d)", self.label.lower(), process.pid)
         return process
 
     async def _announce_ready(self, process: asyncio.subprocess.Process) -> None:
@@ -172,7 +171,7 @@ class Child:
             pause = min(pause * 2, SLOWEST_READY_POLL_SECONDS)
         self._has_served = True
         self.ready.set()
-        logger.info("Protocol process %d (pid %d) is serving", self.index, process.pid)
+        logger.info("%s (pid %d) is serving", self.label, process.pid)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

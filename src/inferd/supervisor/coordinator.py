@@ -14,7 +14,13 @@ to itself), waits for every answer and answers as they did (merging.py):
   catches up from the journal (journal.py) before it serves its public ports:
   ``POST /coordinator/catch-up/{index}``, under the same lock, replays the
   journal to it, so no operation can slip between its replay and the next one;
-- statistics are read from every process and summed.
+- statistics are read from every process and summed;
+- the model host (when one runs: process N, after the N protocol processes) takes
+  every operation too, with two orders: a load reaches it first (a protocol process
+  binds to the version the host has loaded: workers/hosted.py), an unload last
+  (the protocol processes stop sending it requests, then it drains them). It holds
+  only the models no protocol process copies, so its "no such model" to an unload
+  or a statistics read is no refusal.
 
 What a partial failure leaves: the processes that applied the operation keep it
 (nothing is undone: undoing a load would unload the version that served before),
@@ -26,8 +32,11 @@ the others along.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
+from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -37,7 +46,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferd.supervisor.fanout import Answer, fan_out, send
-from inferd.supervisor.journal import Call, Journal, is_server_wide, unloads_a_model
+from inferd.supervisor.journal import (
+    Call,
+    Journal,
+    is_server_wide,
+    loads_a_model,
+    unloads_a_model,
+)
 from inferd.supervisor.merging import NO_PROCESS, Settled, merge_statistics, settle
 from inferd.supervisor.paths import PrivatePaths
 
@@ -56,9 +71,12 @@ _STATISTICS = re.compile(r"/v2/models/(?:stats|[^/]+/stats|[^/]+/versions/[^/]+/
 class Coordinator:
     """The journal and the lock of one supervisor's protocol processes."""
 
-    def __init__(self, paths: PrivatePaths, count: int) -> None:
+    def __init__(self, paths: PrivatePaths, count: int, host: bool = False) -> None:
+        """``count`` protocol processes, and the model host as process ``count`` when
+        ``host``."""
         self.paths = paths
         self.sockets = [paths.rest(index) for index in range(count)]
+        self.host = paths.rest(count) if host else None
         self.journal = Journal()
         self._lock = asyncio.Lock()
         self._loaded: set[int] = set()
@@ -78,22 +96,49 @@ class Coordinator:
         """``call`` (a server-wide operation) in every process, in turn with every
         other operation."""
         async with self._lock:
-            answers = await fan_out(
-                self.sockets, call.method, call.path, call.body, _JSON_HEADERS, None
-            )
+            answers = await self._fan_out(call)
             settled = settle(answers)
-            _log_settled(call, settled, answers)
+            self._log_settled(call, settled, answers)
             if settled.applied:
                 self.journal.applied(call, next(answer.body for answer in answers if answer.ok))
-        return _response(settled)
+        return _response(self._host_refusal(answers) or settled.answer)
+
+    async def _fan_out(self, call: Call) -> list[Answer]:
+        """Every process's answer (the host's last), sent in the order ``call`` needs."""
+
+        def to_all(sockets: list[Path]) -> Awaitable[list[Answer]]:
+            return fan_out(sockets, call.method, call.path, call.body, _JSON_HEADERS, None)
+
+        host = self.host
+        if host is None:
+            return await to_all(self.sockets)
+        if loads_a_model(call.path):
+            hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
+            return [*await to_all(self.sockets), hosted]
+        if unloads_a_model(call.path):
+            answers = await to_all(self.sockets)
+            hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
+            return [*answers, _held_nothing(hosted)]
+        return await to_all([*self.sockets, host])
+
+    def _host_refusal(self, answers: list[Answer]) -> Answer | None:
+        """The host's refusal, which says why better than a protocol process's (which
+        found the host's version unavailable); None when the host did not refuse."""
+        if self.host is None:
+            return None
+        hosted = answers[-1]
+        return hosted if hosted.status and not hosted.ok else None
 
     async def statistics(self, path: str) -> Response:
         """Triton's statistics at ``path``, summed over the processes."""
-        answers = await fan_out(self.sockets, "GET", path)
+        sockets = self.sockets if self.host is None else [*self.sockets, self.host]
+        answers = await fan_out(sockets, "GET", path)
+        if self.host is not None:  # it holds some models only
+            answers[-1] = _held_nothing(answers[-1], b'{"model_stats": []}')
         settled = settle(answers)
         if not settled.ok:
-            _log_settled(Call("GET", path), settled, answers)
-            return _response(settled)
+            self._log_settled(Call("GET", path), settled, answers)
+            return _response(settled.answer)
         lists = [orjson.loads(answer.body)["model_stats"] for answer in answers if answer.ok]
         body = orjson.dumps({"model_stats": merge_statistics(lists)})
         return Response(body, 200, media_type=JSON)
@@ -109,9 +154,25 @@ class Coordinator:
                 answer = await send(socket, call.method, call.path, call.body, _JSON_HEADERS)
                 if not _reached(call, answer):
                     why = answer.error or answer.body.decode("utf-8", "replace")
-                    logger.warning("Protocol process %d catching up: %s: %s", index, call, why)
+                    logger.warning("%s catching up: %s: %s", self._name(index), call, why)
                     failed.append({"call": str(call), "status": answer.status, "error": why})
         return {"applied": len(calls) - len(failed), "failed": failed}
+
+    def _name(self, index: int) -> str:
+        return "The model host" if index == len(self.sockets) else f"Protocol process {index}"
+
+    def _log_settled(self, call: Call, settled: Settled, answers: list[Answer]) -> None:
+        for index in settled.failed:
+            why = answers[index].body.decode("utf-8", "replace")
+            status = answers[index].status
+            logger.warning("%s refused %s (%d): %s", self._name(index), call, status, why)
+        for index in settled.unreached:
+            logger.warning(
+                "%s did not answer %s (%s); it catches up when it starts",
+                self._name(index),
+                call,
+                answers[index].error,
+            )
 
 
 def _reached(call: Call, answer: Answer) -> bool:
@@ -120,22 +181,15 @@ def _reached(call: Call, answer: Answer) -> bool:
     return answer.ok or (answer.status == 404 and unloads_a_model(call.path))
 
 
-def _log_settled(call: Call, settled: Settled, answers: list[Answer]) -> None:
-    for index in settled.failed:
-        answer = answers[index]
-        why = answer.body.decode("utf-8", "replace")
-        logger.warning("Protocol process %d refused %s (%d): %s", index, call, answer.status, why)
-    for index in settled.unreached:
-        logger.warning(
-            "Protocol process %d did not answer %s (%s); it catches up when it starts",
-            index,
-            call,
-            answers[index].error,
-        )
+def _held_nothing(answer: Answer, body: bytes = b"{}") -> Answer:
+    """The model host's "no such model": it holds only the models no protocol process
+    copies, so for the others that is no refusal (an unload, a statistics read)."""
+    if answer.status != 404:
+        return answer
+    return dataclasses.replace(answer, status=200, body=body)
 
 
-def _response(settled: Settled) -> Response:
-    answer = settled.answer
+def _response(answer: Answer | None) -> Response:
     if answer is None:
         return Response(orjson.dumps({"error": NO_PROCESS}), 503, media_type=JSON)
     headers = {name: answer.headers[name] for name in _PASSED_HEADERS if name in answer.headers}
@@ -153,10 +207,11 @@ def _not_served(request: Request) -> Response:
     return Response(orjson.dumps({"error": message}), 404, media_type=JSON)
 
 
-def build_coordinator_app(paths: PrivatePaths, count: int) -> Starlette:
-    """The coordinator of protocol processes 0..count-1 (their sockets in ``paths``),
-    as an ASGI app; ``app.state.coordinator`` holds its journal."""
-    coordinator = Coordinator(paths, count)
+def build_coordinator_app(paths: PrivatePaths, count: int, host: bool = False) -> Starlette:
+    """The coordinator of protocol processes 0..count-1 (their sockets in ``paths``)
+    and, with ``host``, of the model host, as an ASGI app; ``app.state.coordinator``
+    holds its journal."""
+    coordinator = Coordinator(paths, count, host)
 
     async def operation(request: Request) -> Response:
         path = _raw_path(request)

@@ -31,6 +31,7 @@ LOGGING_PATH = "/v2/logging"
 # The server-wide operations' REST paths (routes.py), as the process sent them: a
 # name stays percent-encoded, which is the same for every call naming it.
 _MODEL_CALL = re.compile(r"/v2/repository/models/(?P<name>[^/]+)/(?:load|unload)")
+_MODEL_LOAD = re.compile(r"/v2/repository/models/[^/]+/load")
 _MODEL_UNLOAD = re.compile(r"/v2/repository/models/[^/]+/unload")
 _REGION_REGISTER = re.compile(
     r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/register"
@@ -62,6 +63,10 @@ Key = tuple[str, str]
 def is_server_wide(path: str) -> bool:
     """Whether ``POST path`` is an operation the coordinator applies everywhere."""
     return path == LOGGING_PATH or any(pattern.fullmatch(path) for pattern in _OPERATIONS)
+
+
+def loads_a_model(path: str) -> bool:
+    return _MODEL_LOAD.fullmatch(path) is not None
 
 
 def unloads_a_model(path: str) -> bool:

@@ -3,9 +3,11 @@
 It holds no client connection. It checks the public ports are free, makes the
 private folder (mode 0700, removed when it exits), serves what the server shares
 (:class:`Service`s: the coordinator, the summed metrics), starts the protocol
-processes (``children.py``) and keeps them running; on SIGTERM or SIGINT it
-forwards SIGTERM to each (each drains as a lone server does), waits for them
-within ``shutdown_grace_seconds`` and a margin, kills what is left and exits: 0
+processes (``children.py``), and the model host when a model needs one, and keeps
+them running; on SIGTERM or SIGINT it forwards SIGTERM to each protocol process
+(each drains as a lone server does) and, once they have exited, to the host (so
+what they forwarded to it is answered), waits for them within
+``shutdown_grace_seconds`` and a margin, kills what is left and exits: 0
 when every process drained, 1 when one did not (it exited 1 at its deadline, or
 was killed), as a lone server exits 1 when its deadline cuts it.
 """
@@ -33,7 +35,7 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
-from inferd.supervisor.paths import PrivatePaths
+from inferd.supervisor.paths import MODEL_HOST_ENV, PrivatePaths
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,12 @@ class Supervised:
     paths: PrivatePaths
     count: int
     settings: ServerSettings
+    host: bool = False  # a model host runs too, as process ``count``
+
+    @property
+    def processes(self) -> int:
+        """How many processes serve a private REST app: the protocol processes and the host."""
+        return self.count + 1 if self.host else self.count
 
 
 # Where the supervisor's own services plug in: each factory is called once the private
@@ -80,10 +88,13 @@ class Supervisor:
         repository: Path,
         count: int,
         services: Sequence[ServiceFactory] = (),
+        host: bool = False,
     ) -> None:
+        """``host``: also run the model host (a model loaded at start needs it)."""
         self.settings = settings
         self.repository = repository
         self.count = count
+        self.host = host
         self._service_factories = list(services)
         self._stopping = asyncio.Event()
 
@@ -94,7 +105,7 @@ class Supervisor:
         # httpx logs each request at INFO: here that is every readiness poll.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with private_folder() as paths:
-            supervised = Supervised(paths, self.count, self.settings)
+            supervised = Supervised(paths, self.count, self.settings, self.host)
             services = [s for factory in self._service_factories for s in factory(supervised)]
             running = [serve_service(service) for service in services]
             try:
@@ -104,9 +115,8 @@ class Supervisor:
         return exit_status(children)
 
     async def _supervise(self, paths: PrivatePaths) -> list[Child]:
-        command = [*child_command(), str(self.repository)]
-        environment = environment_of_children(paths)
-        children = [Child(i, command, environment, paths) for i in range(self.count)]
+        children = self._children(paths)
+        protocol, host = children[: self.count], children[self.count :]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum, children)
@@ -118,8 +128,13 @@ class Supervisor:
             # None, unless one could not start with these settings (or a bug).
             failed = [task for task in kept if task.done()]
             if failed:
-                self._stop(children, why_stopped(failed[0]))
-            await self._wait_for_exits(children, kept)
+                self._stop(protocol, why_stopped(failed[0]))
+            await self._wait_for_exits(protocol, kept[: self.count])
+            # The host last: until the protocol processes have drained, it answers
+            # what they forwarded to it.
+            for child in host:
+                child.stop()
+            await self._wait_for_exits(host, kept[self.count :])
             for task in failed:
                 await task  # re-raises why it stopped watching its process
             return children
@@ -129,12 +144,23 @@ class Supervisor:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 
+    def _children(self, paths: PrivatePaths) -> list[Child]:
+        """The protocol processes, then the model host (index ``count``) if it runs."""
+        command = [*child_command(), str(self.repository)]
+        environment = environment_of_children(paths)
+        if not self.host:
+            return [Child(i, command, environment, paths) for i in range(self.count)]
+        peer = {**environment, MODEL_HOST_ENV: "peer"}
+        children = [Child(i, command, peer, paths) for i in range(self.count)]
+        host = {**environment, MODEL_HOST_ENV: "self"}
+        return [*children, Child(self.count, command, host, paths, "The model host")]
+
     def _on_signal(self, signum: int, children: Sequence[Child]) -> None:
         """Every signal is forwarded as SIGTERM: the first drains each process, a
         second cuts what still runs (as for a lone server)."""
         name = signal.Signals(signum).name
         if not self._stopping.is_set():
-            self._stop(children, f"Received {name}")
+            self._stop(children[: self.count], f"Received {name}")
         else:
             logger.info("Received %s again: protocol processes stop what still runs", name)
             for child in children:
@@ -153,7 +179,8 @@ class Supervisor:
 
     async def _announce(self, children: Sequence[Child]) -> None:
         await asyncio.gather(*(child.ready.wait() for child in children))
-        logger.info("inferd is serving with %d protocol processes", len(children))
+        host = " and the model host" if self.host else ""
+        logger.info("inferd is serving with %d protocol processes%s", self.count, host)
 
     async def _wait_for_exits(
         self, children: Sequence[Child], kept: Sequence[asyncio.Task[None]]
@@ -162,9 +189,7 @@ class Supervisor:
         _, pending = await asyncio.wait(kept, timeout=limit)
         if pending:
             logger.error(
-                "%d protocol process(es) did not stop within %gs; killing them",
-                len(pending),
-                limit,
+                "%d process(es) did not stop within %gs; killing them", len(pending), limit
             )
             for child in children:
                 child.signal(signal.SIGKILL)
@@ -182,11 +207,7 @@ def exit_status(children: Sequence[Child]) -> int:
     undrained = [c for c in children if c.stopped_with not in DRAINED_EXITS]
     for child in undrained:
         assert child.stopped_with is not None
-        logger.error(
-            "Protocol process %d did not drain (%s)",
-            child.index,
-            describe_exit(child.stopped_with),
-        )
+        logger.error("%s did not drain (%s)", child.label, describe_exit(child.stopped_with))
     return UNDRAINED_EXIT_STATUS if undrained else 0
 
 

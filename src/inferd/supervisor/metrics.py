@@ -97,7 +97,12 @@ def parse(answer: Answer) -> Exposition | None:
 def answered_gauges(answered: int, expected: int) -> list[exposition.Family]:
     """Whether this answer holds the whole server: how many processes it sums, of how many."""
     return [
-        exposition.gauge(EXPECTED, "Protocol processes the server runs", expected),
+        exposition.gauge(
+            EXPECTED,
+            "Processes the server runs its models in: the protocol processes, and the "
+            "model host when one runs",
+            expected,
+        ),
         exposition.gauge(
             ANSWERED,
             "Protocol processes whose metrics this answer sums (fewer than "

@@ -19,9 +19,11 @@ for one that must exist once or needs a worker process:
   runs in a worker process of that environment's interpreter;
 - an explicit ``workers`` count: the operator sized its processes by hand.
 
-One such model at start and the server runs one protocol process, as before
-(:func:`effective_protocol_processes`); one loaded later is refused
-(``child.py``).
+Such a model runs in the model host instead (docs/design.md "The model host"): one
+more process, started when a model loaded at start needs it
+(:func:`needs_model_host`), which loads it once, with its worker processes, batcher
+and sequences, and serves it to every protocol process. One loaded later while no
+host runs is refused (:func:`refuse_unreplicated`).
 """
 
 from __future__ import annotations
@@ -72,24 +74,25 @@ def _device_parameter(model: ModelSettings) -> str | None:
     return None
 
 
-def effective_protocol_processes(wanted: int, startup_models: Iterable[ModelSettings]) -> int:
-    """``wanted`` when every model loaded at start can be replicated, else 1 (logging
-    the first model that cannot, and why)."""
-    if wanted <= 1:
-        return wanted
+def copied(model: ModelSettings) -> bool:
+    """Whether every protocol process loads a copy of ``model`` (else the host runs it)."""
+    return why_not_replicated(model) is None
+
+
+def needs_model_host(startup_models: Iterable[ModelSettings]) -> bool:
+    """Whether a model loaded at start must run in the model host (each such model
+    and why logged)."""
+    needed = False
     for model in startup_models:
         reason = why_not_replicated(model)
         if reason is not None:
-            logger.warning(
-                "Serving with one protocol process instead of %d: %s cannot be loaded "
-                "in every protocol process because %s. Set protocol_processes: 1 to say so, "
-                "or change the model's settings to use every core for the protocol",
-                wanted,
-                model.label,
+            logger.info(
+                "%s runs in the model host, once, for every protocol process: %s",
+                model.label[:1].upper() + model.label[1:],
                 reason,
             )
-            return 1
-    return wanted
+            needed = True
+    return needed
 
 
 def refuse_unreplicated(model: ModelSettings) -> None:
@@ -98,6 +101,8 @@ def refuse_unreplicated(model: ModelSettings) -> None:
     reason = why_not_replicated(model)
     if reason is not None:
         raise InvalidRequest(
-            f"{model.label} cannot be loaded while several protocol processes serve "
-            f"(protocol_processes > 1): {reason}. Set protocol_processes: 1 to serve it"
+            f"{model.label} cannot be copied into every protocol process "
+            f"(protocol_processes > 1): {reason}; such a model runs in the model host, "
+            "which runs only when a model loaded at start needs it. Restart the server "
+            "with the model in the repository, or set protocol_processes: 1"
         )

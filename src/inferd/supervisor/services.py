@@ -18,7 +18,7 @@ METRICS_PORT_FIX = 'set metrics_port to a free port, or metrics_endpoint to "" t
 
 def coordinator(supervised: Supervised) -> Sequence[Service]:
     """Server-wide operations, applied in every protocol process (coordinator.py)."""
-    app = build_coordinator_app(supervised.paths, supervised.count)
+    app = build_coordinator_app(supervised.paths, supervised.count, supervised.host)
     return [Service("Coordinator", app, bind_unix(supervised.paths.coordinator))]
 
 
@@ -28,7 +28,7 @@ def summed_metrics(supervised: Supervised) -> Sequence[Service]:
     if not settings.metrics_enabled:
         return []
     endpoint = settings.metrics_endpoint or "/metrics"
-    app = build_metrics_app(supervised.paths, supervised.count, endpoint)
+    app = build_metrics_app(supervised.paths, supervised.processes, endpoint)
     sock = listen_tcp(settings.host, settings.metrics_port, "metrics", METRICS_PORT_FIX)
     return [Service("Metrics server", app, sock, metrics_options(settings))]
 

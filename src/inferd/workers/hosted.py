@@ -1,0 +1,207 @@
+"""Models the model host runs, as a protocol process reaches them: a Pool over one socket.
+
+With several protocol processes, a model that cannot be copied into each of them
+(supervisor/placement.py: a GPU, adaptive batching, sequences, its own worker
+processes) is loaded once, in the model host, a server of its own with no public
+port (docs/design.md "The model host"). A protocol process still takes such a
+model's requests off the wire and decodes them; this pool sends each, decoded, to
+the host over ``host.sock`` and hands back its answer. The host runs it through
+its own dataplane: one queue and one batcher for every process's requests, one
+holder for a sequence's, whichever process took them.
+
+The socket carries the worker IPC (``ipc.py``, through the same :class:`Channel`
+as a worker's): ``LOAD (name, version)`` binds an instance id of this process to
+the host's version of that name, ``PREDICT`` / ``PREDICT_TIMED`` / ``STREAM``
+run a request there. A protocol process does not queue these requests itself
+(the registry gives their versions no batching, sequence or cache of their own,
+and this pool lends them :data:`HOSTED_SLOTS` slots): the host's queue, batcher
+and limits are the model's.
+
+When the host dies, what it was running fails (WorkerLost: 503), the supervisor
+starts it again, and the next call here connects again and binds every instance
+anew; while the host is down a call fails with ModelNotReady (503) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from inferd.errors import ModelNotReady, WorkerLost
+from inferd.observability.trace_record import BatchRun
+from inferd.settings import ModelSettings
+from inferd.types import InferenceResponse
+from inferd.workers import ipc
+from inferd.workers.base import Call, Control, Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.channel import Channel
+
+logger = logging.getLogger(__name__)
+
+# Calls a protocol process may have at the host at once per model version: enough that
+# none waits here (the host queues, batches and bounds them), bounded so a runaway
+# client cannot make one process hold unbounded work.
+HOSTED_SLOTS = 4096
+# How long a load waits for the host's socket at the server's start (the host imports
+# and binds it before loading its models: seconds, under load).
+CONNECT_PATIENCE_SECONDS = 120.0
+_CONNECT_POLL_SECONDS = 0.05
+# The model host's index in BatchRun (where predict ran): not a worker of this process.
+HOST_WORKER = -1
+# A hosted instance lives in the host: one holder, the host.
+HOST_HOLDER: Holder = (-2, 1)
+
+
+class HostedPool:
+    """The model host's models (a Pool), reached over the socket at ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._channel: Channel | None = None
+        self._connecting: asyncio.Task[Channel] | None = None
+        self._bound: dict[int, tuple[str, str | None]] = {}
+        self._closing = False
+
+    async def start(self) -> None:
+        """Nothing: the host is reached on the first load (it may still be starting)."""
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._channel is not None:
+            self._channel.close()
+
+    # Loading
+
+    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
+        """Bind ``instance_id`` to the host's version of this model, which the host
+        has loaded (the coordinator applies a load there first); what it offers."""
+        channel = await self._connected(patience=CONNECT_PATIENCE_SECONDS)
+        key = (settings.name, settings.version)
+        instance: LoadedInstance = await channel.call(ipc.LOAD, instance_id, key)
+        self._bound[instance_id] = key
+        return instance
+
+    async def unload(self, instance_id: int) -> None:
+        if self._bound.pop(instance_id, None) is None:
+            return
+        channel = self._channel
+        if channel is not None and not channel.closed:
+            with contextlib.suppress(WorkerLost):
+                await channel.call(ipc.UNLOAD, instance_id, None)
+
+    # Calls
+
+    def predict(self, call: Call) -> Execution:
+        channel = self._channel
+        if channel is None or channel.closed:
+            return Execution.inline(self._predict_once_connected(call))
+        return Execution.sent(self._send(channel, call))
+
+    async def _predict_once_connected(self, call: Call) -> InferenceResponse:
+        channel = await self._connected(patience=0.0)
+        return await asyncio.shield(self._send(channel, call))
+
+    def _send(self, channel: Channel, call: Call) -> asyncio.Future[InferenceResponse]:
+        packed = ipc.pack_request(call.request)
+        if call.run is None:
+            return channel.start_call(ipc.PREDICT, call.instance_id, packed, ipc.unpack_response)
+        timed = partial(_unpack_timed, call.run)
+        return channel.start_call(ipc.PREDICT_TIMED, call.instance_id, packed, timed)
+
+    def stream(self, call: Call) -> ResponseStream:
+        channel = self._channel
+        if channel is None or channel.closed:
+            # Streams start at once or not at all (Pool.stream); the next call reconnects.
+            self._reconnect_soon()
+            raise ModelNotReady(self._unreachable())
+        return channel.open_stream(call.instance_id, call.request)
+
+    def control(self, message: Control) -> None:
+        """Dropped: the host gets what is server-wide (the log level) from the
+        coordinator, and no hosted version here is a sequence of its own."""
+
+    # What the dispatcher reads
+
+    def capacity(self, instance_id: int) -> int:
+        return HOSTED_SLOTS if instance_id in self._bound else 0
+
+    def holders(self, instance_id: int) -> list[Holder]:
+        return [HOST_HOLDER] if instance_id in self._bound else []
+
+    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
+        """Nothing changes here: the host's own pool watches its workers."""
+
+    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
+        """Never called: a host that cannot serve a version answers each call so."""
+
+    # The connection
+
+    async def _connected(self, patience: float) -> Channel:
+        """The open channel to the host, connecting (and binding every instance
+        again) when it is not; ModelNotReady when the host cannot be reached within
+        ``patience`` seconds."""
+        channel = self._channel
+        if channel is not None and not channel.closed:
+            return channel
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect(patience))
+        connecting = self._connecting
+        try:
+            return await asyncio.shield(connecting)
+        finally:
+            if connecting.done() and self._connecting is connecting:
+                self._connecting = None
+
+    def _reconnect_soon(self) -> None:
+        if self._connecting is None and not self._closing:
+            self._connecting = asyncio.ensure_future(self._connect(0.0))
+            self._connecting.add_done_callback(self._connect_ended)
+
+    def _connect_ended(self, task: asyncio.Task[Channel]) -> None:
+        if self._connecting is task:
+            self._connecting = None
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed attempt is retried by the next call
+
+    async def _connect(self, patience: float) -> Channel:
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.setblocking(False)
+                await asyncio.get_running_loop().sock_connect(sock, str(self._path))
+                break
+            except OSError:
+                sock.close()
+                if self._closing or time.monotonic() >= deadline:
+                    raise ModelNotReady(self._unreachable()) from None
+                await asyncio.sleep(_CONNECT_POLL_SECONDS)
+        channel = await Channel.open(sock, self._describe_loss, self._lost)
+        for instance_id, key in list(self._bound.items()):
+            with contextlib.suppress(Exception):  # that version answers its own calls
+                await channel.call(ipc.LOAD, instance_id, key)
+        self._channel = channel
+        return channel
+
+    def _lost(self) -> None:
+        if not self._closing:
+            logger.warning("Lost the connection to the model host; reconnecting on the next call")
+
+    @staticmethod
+    def _describe_loss() -> str:
+        return "The model host stopped while it ran the request; it is being restarted"
+
+    @staticmethod
+    def _unreachable() -> str:
+        return "The model host is not running (it is starting or being restarted); retry shortly"
+
+
+def _unpack_timed(run: BatchRun, timed: ipc.TimedResponse) -> InferenceResponse:
+    packed, started_ns, ended_ns = timed
+    run.predicted(HOST_WORKER, started_ns, ended_ns)
+    return ipc.unpack_response(packed)
