@@ -1,0 +1,125 @@
+"""One stream the model host runs for a protocol process, with credit.
+
+The host's side of :mod:`inferd.workers.remote_stream`, on the host's event loop
+(the worker's thread-based version is :mod:`inferd.workers.worker_streams`). A
+:class:`HostStream` pulls ``DataPlane.infer_stream`` and sends each list of
+responses it yields as one ``STREAMED`` reply while it holds credit: it starts
+with the window the client gave, each response sent spends one, a ``CREDIT``
+grant adds some; with none left it waits for a grant before reading on, so a slow
+reader pauses the model's generator here. A list is sent whole, so the credit may
+go below zero by the responses ready together with the last one it covered (the
+dispatch layer's own stream bounds how far the generator runs ahead).
+
+``CANCEL`` stops the generator (its ``finally`` runs) and answers ``ENDED``; the
+last reply, ``ENDED`` or ``ERROR``, is sent once the generator has stopped. When
+the connection is lost the task is cancelled and sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from inferd.context import RequestContext
+from inferd.errors import InferdError, ModelError
+from inferd.serving.runtime_headers import HEADERS
+from inferd.types import InferenceResponse
+from inferd.workers import ipc
+
+logger = logging.getLogger(__name__)
+
+Responses = AsyncGenerator[list[InferenceResponse], None]
+Send = Callable[[list[ipc.Buffer]], None]
+
+
+class HostStream:
+    """One ``STREAM`` call, by its call id; :meth:`run` is its task."""
+
+    __slots__ = ("_call_id", "_cancelled", "_context", "_credit", "_more", "_pulling", "_send")
+
+    def __init__(self, call_id: int, credit: int, context: RequestContext, send: Send) -> None:
+        self._call_id = call_id
+        self._credit = credit
+        self._context = context
+        self._send = send
+        self._more: asyncio.Future[None] | None = None  # the task waits for credit
+        self._pulling: asyncio.Task[Any] | None = None  # set while it awaits the generator
+        self._cancelled = False  # CANCEL came: stop and answer ENDED
+
+    def grant(self, credit: int) -> None:
+        self._credit += credit
+        self._wake()
+
+    def cancel(self) -> None:
+        """CANCEL: stop the generator. Cancelling the task only while it awaits the
+        generator (so the generator gets CancelledError where it awaits); anywhere
+        else, including before the task first ran, the loop sees the flag."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        if self._pulling is not None:
+            self._pulling.cancel()
+        self._wake()
+
+    def _wake(self) -> None:
+        more = self._more
+        if more is not None and not more.done():
+            more.set_result(None)
+
+    async def run(self, open_responses: Callable[[], Responses]) -> None:
+        """Pull the responses, then send the stream's last reply. ``open_responses``
+        is called here, so that what it raises ends the stream with an ERROR."""
+        try:
+            async with contextlib.aclosing(open_responses()) as responses:
+                await self._pump(responses)
+        except asyncio.CancelledError:
+            if not self._cancelled:
+                raise  # the connection is gone: nobody to answer
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the cancel was ours, and is answered below
+        except Exception as error:
+            self._send_error(error)
+            return
+        self._send(ipc.encode_reply(ipc.ENDED, self._call_id, None))
+
+    async def _pump(self, responses: Responses) -> None:
+        while not self._cancelled:
+            if self._credit <= 0:
+                self._more = asyncio.get_running_loop().create_future()
+                try:
+                    await self._more
+                finally:
+                    self._more = None
+                continue
+            self._pulling = asyncio.current_task()
+            try:
+                ready = await anext(responses)
+            except StopAsyncIteration:
+                return
+            finally:
+                self._pulling = None
+            self._credit -= len(ready)
+            self._send_responses(ready)
+
+    def _send_responses(self, responses: list[InferenceResponse]) -> None:
+        try:
+            packed = [ipc.pack_response(response) for response in responses]
+            headers = self._context.response_headers
+            if headers:  # a predict-only model's answer: the dataplane moved them out
+                self._context.response_headers = None
+                outputs, name, version, response_id, parameters = packed[0]
+                parameters = {**parameters, HEADERS: headers}
+                packed[0] = (outputs, name, version, response_id, parameters)
+            pieces = ipc.encode_reply(ipc.STREAMED, self._call_id, packed)
+        except Exception as error:
+            raise ModelError(f"The model host cannot send the response back: {error}") from error
+        self._send(pieces)
+
+    def _send_error(self, error: Exception) -> None:
+        if not isinstance(error, InferdError):
+            logger.error("A hosted stream failed: %s", error, exc_info=error)
+        self._send(ipc.encode_reply(ipc.ERROR, self._call_id, ipc.error_to_wire(error)))
