@@ -14,7 +14,7 @@ import pytest
 
 from inferd.errors import InvalidRequest, ModelNotFound
 from inferd.server.app import InferenceServer
-from inferd.server.host_edge import close_host_connections, serve_host
+from inferd.server.host_edge import close_host, serve_host
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
@@ -69,8 +69,7 @@ async def connect(host: InferenceServer, tmp_path: Path) -> AsyncIterator[Callab
     yield open_channel
     for channel in channels:
         channel.close()
-    close_host_connections(server)
-    server.close()
+    close_host(server)
     await server.wait_closed()
 
 

@@ -79,10 +79,7 @@ class ModelVersionSource(Protocol):
     @property
     def load_seconds(self) -> float: ...
 
-    @property
-    def hosted(self) -> bool:
-        """Run by the model host: its queues are the host's, counted there."""
-        ...
+    hosted: bool  # run by the model host, which counts its queues
 
     @property
     def scheduler(self) -> SchedulerSource | None: ...
@@ -385,8 +382,7 @@ def metrics_app(registry: CollectorRegistry, endpoint: str) -> ASGIApp:
 
 def endpoint_app(endpoint: str, serve: ASGIApp) -> ASGIApp:
     """``serve`` on ``endpoint`` alone (with or without a final slash), a 404 that says
-    where elsewhere: one server's registry here, the supervisor's sum of its protocol
-    processes' (supervisor/metrics.py)."""
+    where elsewhere: one server's registry, or the supervisor's sum (supervisor/metrics.py)."""
     endpoint = "/" + endpoint.strip("/")
     not_found = f"Not found; Prometheus metrics are served at {endpoint}\n".encode()
 

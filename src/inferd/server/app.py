@@ -17,7 +17,7 @@ from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
-from inferd.server.host_edge import close_host_connections, serve_host
+from inferd.server.host_edge import close_host, serve_host
 from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
 from inferd.server.rest.api import build_rest_app
@@ -141,14 +141,12 @@ class InferenceServer:
             shutdown.finished()
 
     async def _serve_in_role(self, shutdown: Shutdown, role: ProtocolProcess) -> None:
-        """A protocol process: private sockets, then models and ``before_public``, with
-        the shared public ports opened before them (at the server's start, as a lone
-        server: live while its models load) or after them (a restart joining processes
-        that serve: protocol_role.py says why)."""
+        """A protocol process (or the model host: no public port): private sockets, models,
+        ``before_public``; the public ports before the models at the start (live while they
+        load), after them in a restart joining processes that serve (protocol_role.py)."""
         private = self._run_servers(self._private_servers(role))
         public: list[_Running] = []
-        grpc_server: GrpcServer | None = None
-        host: asyncio.Server | None = None
+        grpc_server, host = None, None
         serves_public = role.host_socket is None
         try:
             await self.pool.start()
@@ -161,7 +159,6 @@ class InferenceServer:
             await self.load_models()
             if role.before_public is not None:
                 await role.before_public()
-            # Never after a SIGTERM.
             if not role.open_ports_first and serves_public and not self._stop.is_set():
                 public, grpc_server = await self._open_public()
             if not self._stop.is_set():
@@ -170,8 +167,7 @@ class InferenceServer:
         finally:
             await self._shutdown(shutdown, public, private, grpc_server)
             if host is not None:  # the protocol processes have gone: nothing more comes
-                host.close()
-                close_host_connections(host)
+                close_host(host)
             shutdown.finished()
 
     async def _open_public(self) -> tuple[list[_Running], GrpcServer]:
@@ -256,8 +252,7 @@ class InferenceServer:
             await self.dataplane.load_all()
 
     def mark_ready(self) -> None:
-        """The server is ready; the repository is polled for changes from now on (if
-        the settings say so)."""
+        """The server is ready; the repository is polled from now on (if the settings say)."""
         self.dataplane.started = True
         self._log_readiness()
         if self.poller is not None:

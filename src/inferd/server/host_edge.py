@@ -8,7 +8,8 @@ into calls on the host's :class:`~inferd.serving.dataplane.DataPlane`.
 
 - ``LOAD`` ``(name, version)`` binds the command's instance id, on that connection,
   to the model version the registry finds ready (waiting for the host's start-up
-  models first) and answers its ``LoadedInstance``; ``UNLOAD`` forgets the binding.
+  models first) and answers its ``LoadedInstance`` with how many workers hold it
+  here; ``UNLOAD`` forgets the binding.
 - ``PREDICT`` / ``PREDICT_TIMED`` run ``DataPlane.infer``; ``STREAM`` (with
   ``CREDIT`` and ``CANCEL``) runs ``DataPlane.infer_stream`` (``host_streams.py``).
   Each call is a task of its own, answered when it ends, in whatever order.
@@ -26,6 +27,7 @@ cancelled (its client is gone) and its bindings are dropped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -58,8 +60,8 @@ class Binding(NamedTuple):
 async def serve_host(dataplane: DataPlane, sock: socket.socket) -> asyncio.Server:
     """Serve the model host's socket (already bound, not listening) for ``dataplane``.
 
-    The caller closes the returned server at shutdown; :func:`close_host_connections`
-    closes the connections it accepted (``Server.close`` leaves them open)."""
+    At shutdown the caller closes it and the connections it accepted with
+    :func:`close_host` (``Server.close`` alone leaves them open)."""
     connections: set[HostConnection] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_unix_server(
@@ -69,9 +71,10 @@ async def serve_host(dataplane: DataPlane, sock: socket.socket) -> asyncio.Serve
     return server
 
 
-def close_host_connections(server: asyncio.Server) -> None:
-    """Close every connection ``server`` accepted and cancel the calls running for
-    them (nothing more is answered on them)."""
+def close_host(server: asyncio.Server) -> None:
+    """Stop accepting, close every connection ``server`` accepted and cancel the
+    calls running for them (nothing more is answered on them)."""
+    server.close()
     for connection in list(_CONNECTIONS.get(server, ())):
         connection.close()
 
@@ -186,7 +189,9 @@ class HostConnection(asyncio.BufferedProtocol):
         assert instance is not None  # set when the version became READY
         # Bound to the version found: a newer one loaded later is a new LOAD.
         self._bindings[instance_id] = Binding(found.name, found.version, instance.wants_headers)
-        self._reply(call_id, instance)
+        # With how many workers hold it here (Triton's model configuration says so).
+        held = dataplane.registry.instances(found)
+        self._reply(call_id, dataclasses.replace(instance, instances=held))
 
     async def _predict(
         self, call_id: int, binding: Binding, packed: ipc.PackedRequest, timed: bool
