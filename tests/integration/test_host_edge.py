@@ -179,6 +179,20 @@ async def test_a_stream_arrives_whole_and_in_order(channel: Channel) -> None:
     await asyncio.wait_for(stream.finished, 5)
 
 
+async def test_a_stream_sends_no_further_than_its_credit(channel: Channel) -> None:
+    stream_request = ipc.unpack_request(request("w", count=100))
+    stream = channel.open_stream(TOKENS, stream_request, window=8)
+    # Nobody reads: the host sends the window's worth, then waits for credit. A list
+    # of responses ready together goes whole: the last may overshoot the window by
+    # up to the in-process stream's read-ahead (16) less one.
+    await wait_for_async(lambda: len(stream._responses) >= 8, "the window's responses")
+    sent = len(stream._responses)
+    await asyncio.sleep(0.1)  # time it would have taken to send more
+    assert len(stream._responses) == sent <= 8 + 15
+    indexes = [int(response.outputs[1].data[0]) async for response in stream]
+    assert indexes == list(range(100))
+
+
 async def test_cancel_stops_the_generator(channel: Channel) -> None:
     Tokens.reset()
     stream_request = ipc.unpack_request(request("c", count=10_000, delay=0.01))
