@@ -5,13 +5,14 @@ shared-nothing ceiling: K independent inferd servers (each its own processes
 and ports, ``parallel_workers`` 0 or 1) on the same cores? For each layout (one
 server at each ``--workers`` value, then each ``--replicas`` K[xP]) it starts the
 servers pinned to ``--server-cores``, checks every server's answer for each
-model (a light iris LogisticRegression, a heavy ~10 ms RandomForest) over each
-protocol (REST with wrk, gRPC with h2load), then drives one load generator per
-server, pinned to ``--load-cores``, for a warm-up and a measured window in which
-every answer is checked and the CPU of every server's process tree is read from
-/proc. It prints a markdown table per model and protocol (req/s, share of the
-ceiling, p99, cores busy, the busiest process's share of one core) and
-writes every window to ``--json-out``.
+model (a light iris LogisticRegression, a heavy ~10 ms RandomForest; on demand
+``mlp``, issue 27's GPU MLP stood in for on CPUs) over each protocol (REST with
+wrk, gRPC with h2load), then drives one load generator per server, pinned to
+``--load-cores``, for a warm-up and a measured window in which every answer is
+checked and the CPU of every server's process tree is read from /proc. It prints
+a markdown table per model and protocol (req/s, share of the ceiling, p99, cores
+busy, the busiest process's share of one core) and writes every window to
+``--json-out``.
 
 Each replica runs one protocol process (told through the environment, so a tree
 without the setting still starts); the one-server layouts run the server's

@@ -22,7 +22,8 @@ from ..options import command_parser
 from ..servers import CHECKOUT_SRC, resolve_source
 
 NAME = "scale"
-MODELS = ("light", "heavy")
+MODELS = ("light", "heavy", "mlp")
+DEFAULT_MODELS = ("light", "heavy")  # mlp on demand: it answers issue 27's GPU question
 PROTOCOLS = ("rest", "grpc")
 DEFAULT = "default"  # a --workers value: settings.json leaves parallel_workers out
 PROTOCOL_PROCESSES = "protocol_processes"
@@ -98,6 +99,8 @@ class ScaleOptions:
     connections: int  # per layout, split evenly over its servers
     load_threads: int  # per layout, at least one per server
     heavy_trees: int
+    mlp_call_ms: float
+    mlp_row_ms: float
     ready_timeout: float
     inferd_python: str
     inferd_src: Path
@@ -227,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one server per value: parallel_workers P, or 'default' (unset)")  # fmt: skip
     add("--replicas", nargs="*", metavar="K[xP]",
         help="K independent servers of parallel_workers P (default 0) each "
-        "(default: one per server core, at least 2)")  # fmt: skip
+        "(default: one per server core, at least 2; --replicas alone: none)")  # fmt: skip
     add("--protocol-processes", nargs="+", default=[DEFAULT], metavar="N",
         help="one server per value and --workers value: protocol_processes N, or "
         "'default' (unset: the CPUs the server may use); replicas run 1 each")  # fmt: skip
@@ -235,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="settings.json entry for the one-server layouts (repeatable)")  # fmt: skip
     add("--replica-setting", action="append", default=[], metavar="KEY=VALUE",
         help="settings.json entry for each replica (repeatable)")  # fmt: skip
-    add("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    add("--models", nargs="+", choices=MODELS, default=list(DEFAULT_MODELS))
     add("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     add("--duration", type=int, default=5, help="seconds per measured window")
     add("--warmup", type=int, default=1, help="seconds of load before each window")
@@ -245,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--load-threads", type=int, help="load generator threads per layout, at least one "
         "per server (default: one per load core when apart, else 1)")  # fmt: skip
     add("--heavy-trees", type=int, default=200, help="trees of the heavy RandomForest")
+    add("--mlp-call-ms", type=float, default=1.0, help="the mlp's device time per call, ms")
+    add("--mlp-row-ms", type=float, default=0.02, help="the mlp's device time per row, ms")
     add("--ready-timeout", type=float, default=180.0, help="server start deadline, s")
     add("--inferd-python", default=sys.executable, help="runs inferd (default: this Python)")
     add("--inferd-src", type=Path, default=CHECKOUT_SRC, help="the inferd sources measured")
@@ -266,6 +271,8 @@ def parse(argv: Sequence[str], available: Sequence[int] | None = None) -> ScaleO
 def _options(args: argparse.Namespace, available: Sequence[int]) -> ScaleOptions:
     if args.duration < 1 or args.warmup < 0 or args.rounds < 1 or args.heavy_trees < 1:
         raise ValueError("--duration, --rounds and --heavy-trees must be >= 1, --warmup >= 0")
+    if args.mlp_call_ms < 0 or args.mlp_row_ms < 0:
+        raise ValueError("--mlp-call-ms and --mlp-row-ms must be >= 0")
     cores = plan_cores(args.server_cores, args.load_cores, available)
     replicas = args.replicas if args.replicas is not None else [f"{max(2, len(cores.server))}x0"]
     layouts = build_layouts(
@@ -291,6 +298,8 @@ def _options(args: argparse.Namespace, available: Sequence[int]) -> ScaleOptions
         connections=connections,
         load_threads=threads,
         heavy_trees=args.heavy_trees,
+        mlp_call_ms=args.mlp_call_ms,
+        mlp_row_ms=args.mlp_row_ms,
         ready_timeout=args.ready_timeout,
         inferd_python=args.inferd_python,
         inferd_src=resolve_source(args.inferd_src),

@@ -40,7 +40,9 @@ def run(options: ScaleOptions) -> int:
     """The whole benchmark; 0 ok, 1 a layout did not complete, 2 errors under load."""
     print(describe(options), flush=True)
     started = setup(options)
-    models = build_models(options.models, options.heavy_trees)
+    models = build_models(
+        options.models, options.heavy_trees, options.mlp_call_ms, options.mlp_row_ms
+    )
     for model in models:
         print(f"  {model.describe()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="inferd-scale-") as tmp:
