@@ -101,9 +101,10 @@ def test_both_processes_take_connections_over_rest_and_grpc(two: ServerProcess) 
         assert f"[protocol process {index}] [inferd.server.app] inferd is ready" in two.log()
 
 
-def rest_pid_of(server: ServerProcess, model: str) -> int:
+def rest_pid_of(server: ServerProcess, model: str, **parameters: Any) -> int:
     url = f"{server.url}/v2/models/{model}/infer"
-    return answered_by(httpx.post(url, json=slow_body(), timeout=REQUEST_TIMEOUT))
+    body = slow_body(**parameters)
+    return answered_by(httpx.post(url, json=body, timeout=REQUEST_TIMEOUT))
 
 
 @pytest.fixture
@@ -138,12 +139,15 @@ def test_a_model_that_cannot_be_copied_loads_later_when_the_host_runs(
     add_custom_model(repository, "sequences", "SlowEcho", sequence_batching={})
     response = httpx.post(f"{hosting.url}/v2/repository/models/sequences/load", timeout=30)
     assert response.status_code == 200, response.text
-    answered = {rest_pid_of(hosting, "sequences") for _ in range(12)}
+    steps = [{"sequence_id": 7, "sequence_start": step == 0} for step in range(12)]
+    answered = {rest_pid_of(hosting, "sequences", **step) for step in steps}
     assert len(answered) == 1  # the host's worker, through either process
     response = httpx.post(f"{hosting.url}/v2/repository/models/sequences/unload", timeout=30)
     assert response.status_code == 200, response.text
-    url = f"{hosting.url}/v2/models/sequences/ready"
-    assert all(httpx.get(url, timeout=10).status_code == 404 for _ in range(6))
+    url = f"{hosting.url}/v2/models/sequences/ready"  # on disk, not loaded: 503
+    assert all(httpx.get(url, timeout=10).status_code == 503 for _ in range(6))
+    response = httpx.post(f"{hosting.url}/v2/models/sequences/infer", json=slow_body())
+    assert response.status_code == 404, response.text
 
 
 def test_a_killed_model_host_is_restarted_and_its_models_serve_again(

@@ -132,9 +132,9 @@ class Supervisor:
             await self._wait_for_exits(protocol, kept[: self.count])
             # The host last: until the protocol processes have drained, it answers
             # what they forwarded to it.
-            for child in host:
-                child.stop()
-            await self._wait_for_exits(host, kept[self.count :])
+            if host:
+                host[0].stop()
+                await self._wait_for_exits(host, kept[self.count :])
             for task in failed:
                 await task  # re-raises why it stopped watching its process
             return children
