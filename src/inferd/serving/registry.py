@@ -205,7 +205,7 @@ class Registry:
         new.pool, new.hosted = pool, hosted
         # A hosted version is counted, queued, batched and cached in the host: here its
         # requests pass straight through, and count nowhere (the host's counts are summed).
-        new.stats = ModelStats(*key(settings)) if hosted else self.stats.of(*key(settings))
+        new.stats = ModelStats(*_key(settings)) if hosted else self.stats.of(*_key(settings))
         new.scheduler = Scheduler(
             pool,
             instance_id,
@@ -304,7 +304,7 @@ class Registry:
             await self.unload(name)
 
 
-def key(settings: ModelSettings) -> tuple[str, str | None]:
+def _key(settings: ModelSettings) -> tuple[str, str | None]:
     return settings.name, settings.version
 
 
