@@ -287,6 +287,34 @@ def test_sigterm_under_load_loses_nothing(
     assert "again" not in two.log()  # no process took a repeat as the signal that cuts
 
 
+def test_sigterm_answers_what_the_model_host_runs_and_stops_it_last(
+    hosting: ServerProcess, repository: Path, tmp_path: Path
+) -> None:
+    """Requests forwarded to the host when SIGTERM comes are answered: the protocol
+    processes drain them while the host runs, and the host stops after them."""
+    add_custom_model(repository, "threads", "SlowEcho", workers=1, threads_per_worker=3)
+    response = httpx.post(f"{hosting.url}/v2/repository/models/threads/load", timeout=30)
+    assert response.status_code == 200, response.text
+    marks = tmp_path / "started"
+    marks.mkdir()
+
+    def slow(i: int) -> httpx.Response:
+        body = slow_body(1.0, started=str(marks / str(i)))
+        url = f"{hosting.url}/v2/models/threads/infer"
+        return httpx.post(url, json=body, timeout=REQUEST_TIMEOUT)
+
+    with ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(slow, i) for i in range(3)]
+        wait_for(lambda: len(list(marks.iterdir())) == 3, "the requests to run in the host", 30)
+        hosting.process.send_signal(signal.SIGTERM)
+        assert [future.result().status_code for future in running] == [200, 200, 200]
+    assert hosting.process.wait(timeout=TWO["shutdown_grace_seconds"] + 10) == 0
+    log = hosting.log()
+    host_stopped = log.index("The model host stopped (exit code 0)")
+    assert log.index("Protocol process 0 stopped") < host_stopped
+    assert log.index("Protocol process 1 stopped") < host_stopped
+
+
 def test_a_process_cut_at_its_deadline_makes_the_server_exit_1(
     two: ServerProcess, tmp_path: Path
 ) -> None:
