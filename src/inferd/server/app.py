@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +33,10 @@ from inferd.serving.response_cache import ResponseCache
 from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
 from inferd.types import ModelState
-from inferd.workers.base import Pool
-from inferd.workers.inprocess import InProcessPool
+from inferd.workers.build import build_pool
 
 if TYPE_CHECKING:
-    from inferd.workers.process import WorkerProcess
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -45,25 +44,6 @@ logger = logging.getLogger(__name__)
 _Listening = tuple[str, uvicorn.Server, socket.socket]
 # One HTTP server running: what it is, the server, its task.
 _Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
-
-
-def build_pool(
-    settings: ServerSettings, stats: ModelStatsTable | None = None
-) -> tuple[Pool, Callable[[], Sequence[WorkerProcess]]]:
-    """Worker processes for ``parallel_workers: N > 0``, else the main process, and
-    how to list the pool's worker processes for the metrics (none in process).
-    ``stats``: where the process pool counts inference timeouts."""
-    if settings.parallel_workers == 0:
-        return InProcessPool(), tuple
-    from inferd.workers.env_pools import EnvironmentPools
-
-    pools = EnvironmentPools(settings, stats=stats)
-    return pools, lambda: pools.workers
-
-
-def build_response_cache(settings: ServerSettings) -> ResponseCache | None:
-    """The server's response cache: on with cache_enabled (each model opts in too)."""
-    return ResponseCache(settings.cache_size) if settings.cache_enabled else None
 
 
 class InferenceServer:
@@ -80,7 +60,7 @@ class InferenceServer:
             self.pool,
             model_stats,
             settings.max_queue_size,
-            build_response_cache(settings),
+            ResponseCache(settings.cache_size) if settings.cache_enabled else None,
             placement=role.placement if role is not None else None,
         )
         # Without a load at start the folder may come later (ModelMesh's adapter makes it).
@@ -147,20 +127,17 @@ class InferenceServer:
         private = self._run_servers(self._private_servers(role))
         public: list[_Running] = []
         grpc_server, host = None, None
-        serves_public = role.host_socket is None
         try:
             await self.pool.start()
             for what, server, task in private:
                 await self._wait_started(what, server, task)
-            if role.host_socket is not None:  # before its models: peers bind as they load
-                host = await serve_host(self.dataplane, bind_unix(role.host_socket))
-            if role.open_ports_first and serves_public:
-                public, grpc_server = await self._open_public()
+            if role.open_ports_first:
+                public, grpc_server, host = await self._open_ports(role)
             await self.load_models()
             if role.before_public is not None:
                 await role.before_public()
-            if not role.open_ports_first and serves_public and not self._stop.is_set():
-                public, grpc_server = await self._open_public()
+            if not role.open_ports_first and not self._stop.is_set():  # never after a SIGTERM
+                public, grpc_server, host = await self._open_ports(role)
             if not self._stop.is_set():
                 self.mark_ready()
             await self._wait_for_stop(*(task for _, _, task in [*public, *private]))
@@ -169,6 +146,17 @@ class InferenceServer:
             if host is not None:  # the protocol processes have gone: nothing more comes
                 close_host(host)
             shutdown.finished()
+
+    async def _open_ports(
+        self, role: ProtocolProcess
+    ) -> tuple[list[_Running], GrpcServer | None, asyncio.Server | None]:
+        """The public ports; the model host's socket instead in the host (at a restart
+        after its models, as ports: a protocol process reconnecting then finds a host
+        that answers, or none, never one whose load would hold its requests)."""
+        if role.host_socket is not None:
+            return [], None, await serve_host(self.dataplane, bind_unix(role.host_socket))
+        public, grpc_server = await self._open_public()
+        return public, grpc_server, None
 
     async def _open_public(self) -> tuple[list[_Running], GrpcServer]:
         """The public REST and gRPC ports, shared with the other protocol processes."""

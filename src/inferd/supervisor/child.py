@@ -97,6 +97,9 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
         metrics_socket=role.paths.metrics(role.index),
         placement=Placement(here=lambda model: not copied(model)),
         before_public=catch_up_with_the_others,
+        # At the server's start host.sock opens first: the protocol processes' loads
+        # wait there for the host's. Restarted, it opens once its models are loaded.
+        open_ports_first=not role.restarted,
         host_socket=role.paths.host,
     )
     server = InferenceServer(settings, process)
