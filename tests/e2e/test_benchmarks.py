@@ -1,6 +1,6 @@
 """``python -m benchmarks`` end to end, briefly: the rest, shm, scale and memory commands
 against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn), and
-``python -m benchmarks.batching_processes``."""
+``python -m benchmarks.batching_processes`` and ``benchmarks.host_ceiling``."""
 
 from __future__ import annotations
 
@@ -153,3 +153,16 @@ def test_the_memory_command_runs_mlserver_beside_inferd(tmp_path: Path) -> None:
     ml_runs = [run for run in figures["runs"] if run["server"] == "mlserver"]
     assert sorted(run["workers"] for run in ml_runs) == [1, 2]
     assert all(run["processes"] >= run["workers"] + 1 for run in ml_runs)
+
+
+def test_host_ceiling_loads_the_model_host_and_checks_every_answer() -> None:
+    """Pre-packed requests straight to the model host's socket (~10 s): answered, right."""
+    command = [sys.executable, "-m", "benchmarks.host_ceiling", "--duration", "1",
+               "--warmup", "0.5", "--in-flight", "8"]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert "wrong answers 0;" in line, line
+    assert int(line.split()[2].replace(",", "")) > 0, line  # "model host: N req/s ..."
