@@ -16,7 +16,7 @@ from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import default_models_dir, load_server_settings
 from inferd.supervisor.main import Supervisor, run_supervisor
-from inferd.supervisor.placement import needs_model_host
+from inferd.supervisor.placement import serving_layout
 from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune
 from inferd.version import __version__
@@ -52,11 +52,10 @@ def start(model_repository: Path | None) -> None:
         settings = load_server_settings(repository)
         configure_logging(settings)
         startup_models = _check_repository(settings)
-        count = settings.protocol_processes
+        count, host = serving_layout(settings, startup_models)
         if count == 1:
             _run(InferenceServer(settings))
         else:
-            host = needs_model_host(startup_models)
             supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
             status = run_supervisor(supervisor)
             if status:  # a protocol process did not drain by its deadline

@@ -9,11 +9,12 @@ import pytest
 
 from inferd.errors import ErrorCode, InvalidRequest
 from inferd.serving.placement import passed_through
-from inferd.settings import ModelSettings
+from inferd.settings import ModelSettings, ServerSettings
 from inferd.supervisor.placement import (
     copied,
     needs_model_host,
     refuse_unreplicated,
+    serving_layout,
     why_not_replicated,
 )
 
@@ -80,3 +81,26 @@ def test_a_hosted_model_passes_through_a_protocol_process_unbatched() -> None:
     local = passed_through(hosted)
     assert (local.max_batch_size, local.sequence_batching) == (1, None)
     assert (hosted.max_batch_size, local.name) == (8, hosted.name)  # the original is kept
+
+
+def test_the_layout_runs_the_host_when_a_start_up_model_needs_it() -> None:
+    settings = ServerSettings(protocol_processes=4)
+    assert serving_layout(settings, [model("a")]) == (4, False)
+    assert serving_layout(settings, [model("a"), model("b", max_batch_size=8)]) == (4, True)
+    assert serving_layout(ServerSettings(protocol_processes=1), [model(workers=2)]) == (1, False)
+
+
+def left_to_the_default(cpus: int) -> ServerSettings:
+    """Settings whose protocol_processes came from ``cpus`` CPUs, not from the user."""
+    settings = ServerSettings(protocol_processes=cpus)
+    settings.model_fields_set.discard("protocol_processes")
+    return settings
+
+
+def test_two_cpus_left_to_the_default_serve_a_hosted_model_from_one_process() -> None:
+    batched = [model("b", max_batch_size=8)]
+    assert serving_layout(left_to_the_default(2), batched) == (1, False)
+    assert serving_layout(left_to_the_default(2), [model("a")]) == (2, False)
+    asked = ServerSettings(protocol_processes=2)  # said so: both, the host too
+    assert serving_layout(asked, batched) == (2, True)
+    assert serving_layout(left_to_the_default(3), batched) == (3, True)

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Iterable
 
 from inferd.errors import InvalidRequest
-from inferd.settings import ModelSettings
+from inferd.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,30 @@ def needs_model_host(startup_models: Iterable[ModelSettings]) -> bool:
             )
             needed = True
     return needed
+
+
+# Up to this many CPUs, a hosted model served with the default protocol_processes
+# runs one protocol process instead: on 2 cores the decoding has no core to spread
+# to, and the hop to the host cost 0.85 of one process's rate (benchmarks/README.md,
+# "Through the model host").
+SMALLEST_HOSTING = 3
+
+
+def serving_layout(
+    settings: ServerSettings, startup_models: Iterable[ModelSettings]
+) -> tuple[int, bool]:
+    """How many protocol processes serve, and whether the model host runs."""
+    count = settings.protocol_processes
+    if count <= 1 or not needs_model_host(startup_models):
+        return count, False
+    if count < SMALLEST_HOSTING and "protocol_processes" not in settings.model_fields_set:
+        logger.info(
+            "Serving with one protocol process: with %d CPUs the model host would cost "
+            "more than the second process brings; set protocol_processes to have both",
+            count,
+        )
+        return 1, False
+    return count, True
 
 
 def refuse_unreplicated(model: ModelSettings) -> None:
