@@ -79,12 +79,21 @@ class HostedPool:
 
     async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
         """Bind ``instance_id`` to the host's version of this model, which the host
-        has loaded (the coordinator applies a load there first); what it offers."""
-        channel = await self._connected(patience=CONNECT_PATIENCE_SECONDS)
+        has loaded (the coordinator applies a load there first); what it offers. A
+        host that dies meanwhile (at the server's start, while it loads) is waited
+        for again: its restart loads the model, and this binds to that."""
         key = (settings.name, settings.version)
-        instance: LoadedInstance = await channel.call(ipc.LOAD, instance_id, key)
-        self._bound[instance_id] = key
-        return instance
+        deadline = time.monotonic() + CONNECT_PATIENCE_SECONDS
+        while True:
+            channel = await self._connected(patience=deadline - time.monotonic())
+            try:
+                instance: LoadedInstance = await channel.call(ipc.LOAD, instance_id, key)
+            except WorkerLost:
+                if time.monotonic() >= deadline:
+                    raise
+                continue
+            self._bound[instance_id] = key
+            return instance
 
     async def unload(self, instance_id: int) -> None:
         if self._bound.pop(instance_id, None) is None:

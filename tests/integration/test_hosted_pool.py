@@ -1,0 +1,123 @@
+"""A protocol process's pool of the model host's models (workers/hosted.py) against a
+real host edge (server/host_edge.py) over a unix socket: binding, calls, and what
+happens when the host goes away and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.errors import InferdError, ModelNotReady, WorkerLost
+from inferd.server.app import InferenceServer
+from inferd.server.host_edge import close_host, serve_host
+from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest, Tensor
+from inferd.workers import hosted
+from inferd.workers.base import Call
+from inferd.workers.hosted import HostedPool
+
+from .conftest import StartServer
+
+pytestmark = pytest.mark.anyio
+
+ECHO = ModelSettings(name="echo", implementation="tests.integration.runtimes.Echo")
+ROW = np.arange(4, dtype=np.float32)
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="inferd-hosted-"))  # short: unix socket paths
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Host:
+    """The host's edge for ``server``, served and stopped at will on one path."""
+
+    def __init__(self, server: InferenceServer, path: Path) -> None:
+        self.server, self.path = server, path
+        self.serving: asyncio.Server | None = None
+
+    async def serve(self) -> None:
+        self.path.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(self.path))
+        self.serving = await serve_host(self.server.dataplane, sock)
+
+    def stop(self) -> None:
+        if self.serving is not None:
+            close_host(self.serving)
+            self.serving = None
+
+
+@pytest.fixture
+async def host(start_inferd: StartServer, folder: Path) -> AsyncIterator[Host]:
+    served = Host(await start_inferd(), folder / "host.sock")
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+async def pool(host: Host) -> AsyncIterator[HostedPool]:
+    made = HostedPool(host.path)
+    yield made
+    await made.close()
+
+
+async def echoed(pool: HostedPool, instance_id: int = 1) -> np.ndarray:
+    call = Call(instance_id, InferenceRequest([Tensor("x", ROW)]))
+    response = await pool.predict(call).result()
+    return np.asarray(response.outputs[0].data)
+
+
+async def test_a_bound_model_answers_through_the_host(host: Host, pool: HostedPool) -> None:
+    await host.serve()
+    instance = await pool.load(1, ECHO)
+    assert instance.metadata.name == "echo" and instance.instances == 1
+    assert pool.capacity(1) == hosted.HOSTED_SLOTS and pool.capacity(2) == 0
+    assert np.array_equal(await echoed(pool), ROW)
+    await pool.unload(1)
+    assert pool.capacity(1) == 0
+
+
+async def test_a_load_waits_for_the_host_to_come(host: Host, pool: HostedPool) -> None:
+    loading = asyncio.ensure_future(pool.load(1, ECHO))
+    await asyncio.sleep(0.2)  # the host is not there yet: the load keeps trying
+    assert not loading.done()
+    await host.serve()
+    assert (await asyncio.wait_for(loading, 10)).metadata.name == "echo"
+
+
+async def test_a_host_gone_fails_calls_at_once_and_its_return_binds_them_again(
+    host: Host, pool: HostedPool
+) -> None:
+    await host.serve()
+    await pool.load(1, ECHO)
+    host.stop()
+    await asyncio.sleep(0.05)  # the pool sees its connection close
+    with pytest.raises((ModelNotReady, WorkerLost)) as failed:
+        await asyncio.wait_for(echoed(pool), 2)
+    assert isinstance(failed.value, InferdError) and failed.value.code.name == "UNAVAILABLE"
+    await host.serve()  # restarted: the next call connects and binds instance 1 again
+    assert np.array_equal(await echoed(pool), ROW)
+
+
+async def test_a_load_outlives_a_host_that_dies_while_it_binds(
+    host: Host, pool: HostedPool
+) -> None:
+    host.server.dataplane.started = False  # the host still loads: a LOAD waits
+    await host.serve()
+    loading = asyncio.ensure_future(pool.load(1, ECHO))
+    await asyncio.sleep(0.2)
+    host.stop()  # it dies meanwhile; started again, it has loaded
+    host.server.dataplane.started = True
+    await host.serve()
+    assert (await asyncio.wait_for(loading, 10)).metadata.name == "echo"
+    assert np.array_equal(await echoed(pool), ROW)
