@@ -108,7 +108,9 @@ class QueuedDispatch:
                 self._check_queue_parameters(request)
             self._in_flight += 1
             queued = dispatched = time.perf_counter_ns()
-            execution = self._launcher.predict_one(request, trace)
+            # The client's disconnect goes along: a hosted version's pool watches it
+            # while the request waits in the model host's queue.
+            execution = self._launcher.predict_one(request, trace, None, context.disconnected)
             response = await run_in_slot(execution, self._release_slot)
         elif capacity == 0:
             # No worker can run it now: the pool refuses it with the reason.
