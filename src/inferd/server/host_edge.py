@@ -156,7 +156,9 @@ class HostConnection(asyncio.BufferedProtocol):
             if binding is None:
                 self._reply_error(call_id, _not_bound(instance_id))
             else:
-                self._start(self._predict(call_id, binding, body, kind == ipc.PREDICT_TIMED))
+                # Its CANCEL may come in this very read, before its task first runs.
+                gone = self._gone[call_id] = asyncio.get_running_loop().create_future()
+                self._start(self._predict(call_id, binding, body, gone, kind == ipc.PREDICT_TIMED))
         elif kind == ipc.CREDIT:
             stream = self._streams.get(call_id)
             if stream is not None:  # else it ended meanwhile
@@ -212,10 +214,13 @@ class HostConnection(asyncio.BufferedProtocol):
         self._reply(call_id, dataclasses.replace(instance, instances=held))
 
     async def _predict(
-        self, call_id: int, binding: Binding, packed: ipc.PackedRequest, timed: bool
+        self,
+        call_id: int,
+        binding: Binding,
+        packed: ipc.PackedRequest,
+        gone: asyncio.Future[None],
+        timed: bool,
     ) -> None:
-        gone = asyncio.get_running_loop().create_future()
-        self._gone[call_id] = gone
         try:
             request = ipc.unpack_request(packed)
             context = _context(request, binding, gone)
