@@ -257,6 +257,8 @@ def test_a_sequence_model_runs_in_the_model_host_and_its_sequences_span_connecti
             outputs = {out["name"]: out["data"] for out in response.json()["outputs"]}
             totals.append(outputs["total"][0])
         assert totals == [5, 6, 13, 15]
+        # A protocol process passes sequences on: it does not warn that it routes none.
+        assert "has no sequence_batching" not in server.log()
 
 
 def test_an_mlserver_settings_file_gets_a_protocol_process_per_cpu(tmp_path: Path) -> None:

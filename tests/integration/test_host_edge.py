@@ -130,9 +130,12 @@ async def test_predict_round_trip(channel: Channel) -> None:
     assert (answer.model_name, answer.id) == ("echo", "q")
 
 
-async def test_predict_timed_says_when_it_ran(channel: Channel) -> None:
-    packed, started, ended = await channel.call(ipc.PREDICT_TIMED, ECHO, request())
-    assert 0 < started <= ended
+async def test_predict_timed_answers_what_the_host_recorded(channel: Channel) -> None:
+    packed, record = await channel.call(ipc.PREDICT_TIMED, ECHO, request())
+    rows, requests, worker, started, ended, waited = record
+    # The host's batch (two rows, one request), run in its own process (no worker).
+    assert (rows, requests, worker) == (2, 1, None)
+    assert 0 < started <= ended and waited >= 0
     assert ipc.unpack_response(packed).outputs[0].data.shape == (2, 3)
 
 

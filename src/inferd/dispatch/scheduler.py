@@ -43,6 +43,7 @@ class Scheduler:
         stats: ModelStats | None = None,
         interleaved_streams: bool = False,
         server_max_queue_size: int = 0,
+        hosted: bool = False,
     ) -> None:
         self.instance_id = instance_id
         self._closed = False
@@ -60,6 +61,7 @@ class Scheduler:
                 self._notify_if_drained,
                 interleaved_streams,
                 server_max_queue_size,
+                hosted,
             )
 
     @property

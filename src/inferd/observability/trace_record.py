@@ -29,6 +29,11 @@ class BatchRun:
     worker: int | None = None
     predict_started_ns: int = 0
     predict_ended_ns: int = 0
+    # A model host's version (workers/hosted.py): how long the batch waited in the
+    # host's queue once this process sent it, and False when the host answered from
+    # its response cache (no model work: no child spans, as a lone server's hit).
+    waited_ns: int = 0
+    ran: bool = True
 
     def predicted(self, worker: int | None, started_ns: int, ended_ns: int) -> None:
         self.worker = worker

@@ -180,11 +180,12 @@ class Tracing:
         if response.model_version:
             span.set_attribute("inferd.model.version", response.model_version)
         batch = trace.batch
-        if not trace.ended_ns or batch is None:
+        if not trace.ended_ns or batch is None or not batch.ran:
             return  # answered without running (not through the scheduler)
         offset = time.time_ns() - time.perf_counter_ns()  # perf_counter -> epoch
         parent = otel_trace.set_span_in_context(span)
-        queued, dispatched = trace.queued_ns + offset, trace.dispatched_ns + offset
+        queued = trace.queued_ns + offset
+        dispatched = min(trace.dispatched_ns + batch.waited_ns, trace.ended_ns) + offset
         self._tracer.start_span("inferd.queue_wait", parent, start_time=queued).end(dispatched)
         attributes = {"inferd.batch.size": batch.rows, "inferd.batch.requests": batch.requests}
         run = self._tracer.start_span(

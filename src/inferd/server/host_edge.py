@@ -10,8 +10,12 @@ into calls on the host's :class:`~inferd.serving.dataplane.DataPlane`.
   to the model version the registry finds ready (waiting for the host's start-up
   models first) and answers its ``LoadedInstance`` with how many workers hold it
   here; ``UNLOAD`` forgets the binding.
-- ``PREDICT`` / ``PREDICT_TIMED`` run ``DataPlane.infer``; ``STREAM`` (with
-  ``CREDIT`` and ``CANCEL``) runs ``DataPlane.infer_stream`` (``host_streams.py``).
+- ``PREDICT`` / ``PREDICT_TIMED`` run ``DataPlane.infer`` (a timed one, traced in
+  the protocol process, is answered with what the host's dataplane recorded of its
+  queue wait, batch and predict, ``hosted.HostRun``); a ``CANCEL`` of one
+  (its client left) is its client's disconnect here: it leaves the queue unrun.
+  ``STREAM`` (with ``CREDIT`` and ``CANCEL``) runs ``DataPlane.infer_stream``
+  (``host_streams.py``).
   Each call is a task of its own, answered when it ends, in whatever order.
 - ``CONTROL`` is answered and ignored: the host gets server-wide settings from the
   coordinator, as every process does.
@@ -30,18 +34,19 @@ import asyncio
 import dataclasses
 import logging
 import socket
-import time
 import weakref
 from collections.abc import Coroutine
 from typing import Any, NamedTuple, cast
 
 from inferd.context import RequestContext
 from inferd.errors import InferdError, ModelError, ModelNotFound
+from inferd.observability.trace_record import RequestTrace
 from inferd.server.host_streams import HostStream, Responses
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.runtime_headers import HEADERS
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers import ipc
+from inferd.workers.hosted import host_run
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +102,8 @@ class HostConnection(asyncio.BufferedProtocol):
         self._tasks: set[asyncio.Task[Any]] = set()  # held: the loop keeps weak references
         self._streams: dict[int, HostStream] = {}  # open streams, by call id
         self._unsent: list[ipc.Buffer] = []  # replies of this loop turn (_send)
+        # Each unary call's "client left" (CANCEL resolves it), by call id.
+        self._gone: dict[int, asyncio.Future[None]] = {}
         self.closed = False
 
     def close(self) -> None:
@@ -138,6 +145,7 @@ class HostConnection(asyncio.BufferedProtocol):
         self._connections.discard(self)
         self._bindings.clear()
         self._streams.clear()
+        self._gone.clear()
         for task in list(self._tasks):
             task.cancel()
 
@@ -149,7 +157,9 @@ class HostConnection(asyncio.BufferedProtocol):
             if binding is None:
                 self._reply_error(call_id, _not_bound(instance_id))
             else:
-                self._start(self._predict(call_id, binding, body, kind == ipc.PREDICT_TIMED))
+                # Its CANCEL may come in this very read, before its task first runs.
+                gone = self._gone[call_id] = asyncio.get_running_loop().create_future()
+                self._start(self._predict(call_id, binding, body, gone, kind == ipc.PREDICT_TIMED))
         elif kind == ipc.CREDIT:
             stream = self._streams.get(call_id)
             if stream is not None:  # else it ended meanwhile
@@ -157,9 +167,7 @@ class HostConnection(asyncio.BufferedProtocol):
         elif kind == ipc.STREAM:
             self._stream(call_id, instance_id, body)
         elif kind == ipc.CANCEL:
-            stream = self._streams.get(call_id)
-            if stream is not None:  # else it ended: its last reply is on its way
-                stream.cancel()
+            self._cancel(call_id)
         elif kind == ipc.LOAD:
             name, version = body
             self._start(self._load(call_id, instance_id, name, version))
@@ -176,6 +184,18 @@ class HostConnection(asyncio.BufferedProtocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _cancel(self, call_id: int) -> None:
+        """The protocol process's client left: a stream stops; a unary call that still
+        waits in this dataplane's queue leaves it unrun (as a lone server's does when
+        its client disconnects), one already running runs to its end."""
+        stream = self._streams.get(call_id)
+        if stream is not None:  # else it ended: its last reply is on its way
+            stream.cancel()
+            return
+        gone = self._gone.get(call_id)
+        if gone is not None and not gone.done():
+            gone.set_result(None)
 
     async def _load(self, call_id: int, instance_id: int, name: str, version: str | None) -> None:
         dataplane = self._dataplane
@@ -195,19 +215,31 @@ class HostConnection(asyncio.BufferedProtocol):
         self._reply(call_id, dataclasses.replace(instance, instances=held))
 
     async def _predict(
-        self, call_id: int, binding: Binding, packed: ipc.PackedRequest, timed: bool
+        self,
+        call_id: int,
+        binding: Binding,
+        packed: ipc.PackedRequest,
+        gone: asyncio.Future[None],
+        timed: bool,
     ) -> None:
         try:
             request = ipc.unpack_request(packed)
-            context = _context(request, binding)
-            started = time.time_ns()
+            context = _context(request, binding, gone)
+            if timed:  # traced: the host's queue, batch and worker are the request's
+                context.trace = RequestTrace(span=None)
             response = await self._dataplane.infer(binding.name, binding.version, request, context)
-            ended = time.time_ns()
             answer = _packed(response, context)
+        except ConnectionAbortedError:
+            return  # CANCEL took it out of the queue: nobody waits for an answer
         except Exception as error:  # an InferdError, unless something is badly wrong
             self._reply_error(call_id, error)
             return
-        self._reply(call_id, (answer, started, ended) if timed else answer)
+        finally:
+            self._gone.pop(call_id, None)
+        if context.trace is not None:
+            self._reply(call_id, (answer, host_run(context.trace)))
+        else:
+            self._reply(call_id, answer)
 
     def _stream(self, call_id: int, instance_id: int, body: ipc.StreamBody) -> None:
         packed, credit = body
@@ -269,8 +301,13 @@ def _headers(request: InferenceRequest, binding: Binding) -> dict[str, str] | No
     return headers if isinstance(headers, dict) else {}
 
 
-def _context(request: InferenceRequest, binding: Binding) -> RequestContext:
-    return RequestContext(headers=_headers(request, binding))
+def _context(
+    request: InferenceRequest, binding: Binding, gone: asyncio.Future[None]
+) -> RequestContext:
+    async def disconnected() -> None:
+        await asyncio.shield(gone)  # watched by each wait in the queue, maybe cancelled
+
+    return RequestContext(headers=_headers(request, binding), disconnected=disconnected)
 
 
 def _packed(response: InferenceResponse, context: RequestContext) -> ipc.PackedResponse:

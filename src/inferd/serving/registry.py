@@ -213,6 +213,7 @@ class Registry:
             new.stats,
             new.instance.interleaved_streams,
             server_max_queue_size=self._max_queue_size,
+            hosted=hosted,
         )
         new.cache = None if hosted else self._bind_cache(settings, new.stats)
         new.state = ModelState.READY

@@ -80,6 +80,17 @@ class Channel(asyncio.BufferedProtocol):
         self._transport.writelines(ipc.encode_command(kind, call_id, instance_id, body))
         return future
 
+    def cancel_call(self, future: asyncio.Future[Any]) -> None:
+        """Give up on a call ``start_call`` sent: its reply, if any, is dropped, and the
+        other end is sent ``CANCEL`` for it (the model host takes a forwarded request
+        out of its queue; a worker process never gets this). A scan: calls are given
+        up rarely, and a reverse index would cost every call."""
+        for call_id, (pending, _) in self._pending.items():
+            if pending is future:
+                del self._pending[call_id]
+                self._stream_command(call_id, ipc.CANCEL, None)
+                return
+
     def open_stream(
         self, instance_id: int, request: InferenceRequest, window: int = STREAM_WINDOW
     ) -> RemoteStream:

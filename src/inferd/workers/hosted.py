@@ -33,8 +33,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from inferd.context import Disconnected
 from inferd.errors import ModelNotReady, WorkerLost
-from inferd.observability.trace_record import BatchRun
+from inferd.observability.trace_record import BatchRun, RequestTrace
 from inferd.settings import ModelSettings
 from inferd.types import InferenceResponse
 from inferd.workers import ipc
@@ -51,8 +52,6 @@ HOSTED_SLOTS = 4096
 # and binds it before loading its models: seconds, under load).
 CONNECT_PATIENCE_SECONDS = 120.0
 _CONNECT_POLL_SECONDS = 0.05
-# The model host's index in BatchRun (where predict ran): not a worker of this process.
-HOST_WORKER = -1
 # A hosted instance lives in the host: one holder, the host.
 HOST_HOLDER: Holder = (-2, 1)
 
@@ -106,14 +105,17 @@ class HostedPool:
     # Calls
 
     def predict(self, call: Call) -> Execution:
+        """Sent now when connected. Inline, not sent: a client that leaves (its call
+        cancelled, or its disconnect seen) takes its request out of the host's queue
+        as out of a lone server's (CANCEL), so its slot here is free at once."""
         channel = self._channel
         if channel is None or channel.closed:
             return Execution.inline(self._predict_once_connected(call))
-        return Execution.sent(self._send(channel, call))
+        return Execution.inline(_answer(channel, self._send(channel, call), call))
 
     async def _predict_once_connected(self, call: Call) -> InferenceResponse:
         channel = await self._connected(patience=0.0)
-        return await asyncio.shield(self._send(channel, call))
+        return await _answer(channel, self._send(channel, call), call)
 
     def _send(self, channel: Channel, call: Call) -> asyncio.Future[InferenceResponse]:
         packed = ipc.pack_request(call.request)
@@ -210,7 +212,62 @@ class HostedPool:
         return "The model host is not running (it is starting or being restarted); retry shortly"
 
 
-def _unpack_timed(run: BatchRun, timed: ipc.TimedResponse) -> InferenceResponse:
-    packed, started_ns, ended_ns = timed
-    run.predicted(HOST_WORKER, started_ns, ended_ns)
+async def _answer(
+    channel: Channel, answer: asyncio.Future[InferenceResponse], call: Call
+) -> InferenceResponse:
+    """The host's answer; if the client leaves first, the host is told to drop the
+    call (it does while the call is queued there; a running one runs to its end)."""
+    answer.add_done_callback(_retrieved)  # given up on: nobody else sees its end
+    try:
+        if call.disconnected is not None:
+            await _unless_gone(answer, call.disconnected)
+        return await answer
+    except (asyncio.CancelledError, ConnectionAbortedError):
+        channel.cancel_call(answer)
+        raise
+
+
+async def _unless_gone(answer: asyncio.Future[InferenceResponse], gone: Disconnected) -> None:
+    """Return once ``answer`` is done; ConnectionAbortedError if the client left first."""
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait((answer, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not answer.done():
+        raise ConnectionAbortedError("The client disconnected while its request was queued")
+
+
+def _retrieved(future: asyncio.Future[InferenceResponse]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+# What the host's dataplane recorded of a traced call (PREDICT_TIMED): its batch's
+# rows and requests, the host's worker that ran it (None: the host's own process),
+# when predict started and ended (epoch ns), and how long it queued there (ns).
+# None: the host answered from its response cache.
+HostRun = tuple[int, int, int | None, int, int, int]
+HostTimedResponse = tuple[ipc.PackedResponse, HostRun | None]
+
+
+def host_run(trace: RequestTrace) -> HostRun | None:
+    """The host's side: what its dataplane recorded in ``trace``, to send back."""
+    batch = trace.batch
+    if not trace.ended_ns or batch is None:
+        return None
+    waited = trace.dispatched_ns - trace.queued_ns
+    started, ended = batch.predict_started_ns, batch.predict_ended_ns
+    return batch.rows, batch.requests, batch.worker, started, ended, waited
+
+
+def _unpack_timed(run: BatchRun, timed: HostTimedResponse) -> InferenceResponse:
+    """The protocol process's side: the host's batch becomes this request's, so its
+    spans show the host's queue wait, batch and worker as a lone server's would."""
+    packed, record = timed
+    if record is None:
+        run.ran = False
+    else:
+        run.rows, run.requests, worker, started_ns, ended_ns, run.waited_ns = record
+        run.predicted(worker, started_ns, ended_ns)
     return ipc.unpack_response(packed)

@@ -42,6 +42,7 @@ PREDICT = 4  # PackedRequest; answered with a PackedResponse
 STREAM = 5  # StreamBody; answered with STREAMED replies, then ENDED (or ERROR)
 CREDIT = 6  # int: the stream (by its call id) may send that many more responses
 CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
+# (to the model host, also a PREDICT whose client left: out of its queue, unanswered)
 # As PREDICT, for a traced request: answered with a TimedResponse.
 PREDICT_TIMED = 8
 # A base.Control message (a feature's own class): the worker applies it; answered
