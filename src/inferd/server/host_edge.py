@@ -99,11 +99,11 @@ class HostConnection(asyncio.BufferedProtocol):
         self._decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
         self._transport: asyncio.Transport | None = None
         self._bindings: dict[int, Binding] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()  # held: the loop keeps weak references
+        # Each call's task, by call id (held: the loop keeps weak references); a unary
+        # call's CANCEL cancels it.
+        self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._streams: dict[int, HostStream] = {}  # open streams, by call id
         self._unsent: list[ipc.Buffer] = []  # replies of this loop turn (_send)
-        # Each unary call's "client left" (CANCEL resolves it), by call id.
-        self._gone: dict[int, asyncio.Future[None]] = {}
         self.closed = False
 
     def close(self) -> None:
@@ -145,8 +145,7 @@ class HostConnection(asyncio.BufferedProtocol):
         self._connections.discard(self)
         self._bindings.clear()
         self._streams.clear()
-        self._gone.clear()
-        for task in list(self._tasks):
+        for task in list(self._tasks.values()):
             task.cancel()
 
     # Commands
@@ -157,9 +156,8 @@ class HostConnection(asyncio.BufferedProtocol):
             if binding is None:
                 self._reply_error(call_id, _not_bound(instance_id))
             else:
-                # Its CANCEL may come in this very read, before its task first runs.
-                gone = self._gone[call_id] = asyncio.get_running_loop().create_future()
-                self._start(self._predict(call_id, binding, body, gone, kind == ipc.PREDICT_TIMED))
+                timed = kind == ipc.PREDICT_TIMED
+                self._start(call_id, self._predict(call_id, binding, body, timed))
         elif kind == ipc.CREDIT:
             stream = self._streams.get(call_id)
             if stream is not None:  # else it ended meanwhile
@@ -170,7 +168,7 @@ class HostConnection(asyncio.BufferedProtocol):
             self._cancel(call_id)
         elif kind == ipc.LOAD:
             name, version = body
-            self._start(self._load(call_id, instance_id, name, version))
+            self._start(call_id, self._load(call_id, instance_id, name, version))
         elif kind == ipc.UNLOAD:
             self._bindings.pop(instance_id, None)
             self._reply(call_id, None)
@@ -179,23 +177,22 @@ class HostConnection(asyncio.BufferedProtocol):
         else:
             self._reply_error(call_id, ModelError(f"The model host got unknown command {kind}"))
 
-    def _start(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(call)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _start(self, call_id: int, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = self._tasks[call_id] = asyncio.get_running_loop().create_task(call)
+        task.add_done_callback(lambda _: self._tasks.pop(call_id, None))
         return task
 
     def _cancel(self, call_id: int) -> None:
-        """The protocol process's client left: a stream stops; a unary call that still
-        waits in this dataplane's queue leaves it unrun (as a lone server's does when
-        its client disconnects), one already running runs to its end."""
+        """The protocol process's client left: a stream stops; a unary call's task is
+        cancelled, as a cancelled gRPC call's is on a lone server (waiting in the queue,
+        it leaves it unrun; sent to a worker, it runs there to its end, unanswered)."""
         stream = self._streams.get(call_id)
         if stream is not None:  # else it ended: its last reply is on its way
             stream.cancel()
             return
-        gone = self._gone.get(call_id)
-        if gone is not None and not gone.done():
-            gone.set_result(None)
+        task = self._tasks.get(call_id)
+        if task is not None:  # as a cancelled gRPC call's task on a lone server
+            task.cancel()
 
     async def _load(self, call_id: int, instance_id: int, name: str, version: str | None) -> None:
         dataplane = self._dataplane
@@ -219,23 +216,18 @@ class HostConnection(asyncio.BufferedProtocol):
         call_id: int,
         binding: Binding,
         packed: ipc.PackedRequest,
-        gone: asyncio.Future[None],
         timed: bool,
     ) -> None:
         try:
             request = ipc.unpack_request(packed)
-            context = _context(request, binding, gone)
+            context = RequestContext(headers=_headers(request, binding))
             if timed:  # traced: the host's queue, batch and worker are the request's
                 context.trace = RequestTrace(span=None)
             response = await self._dataplane.infer(binding.name, binding.version, request, context)
             answer = _packed(response, context)
-        except ConnectionAbortedError:
-            return  # CANCEL took it out of the queue: nobody waits for an answer
         except Exception as error:  # an InferdError, unless something is badly wrong
             self._reply_error(call_id, error)
             return
-        finally:
-            self._gone.pop(call_id, None)
         if context.trace is not None:
             self._reply(call_id, (answer, host_run(context.trace)))
         else:
@@ -256,7 +248,7 @@ class HostConnection(asyncio.BufferedProtocol):
             context.headers = _headers(request, binding)
             return self._dataplane.infer_stream(binding.name, binding.version, request, context)
 
-        task = self._start(stream.run(open_responses))
+        task = self._start(call_id, stream.run(open_responses))
         task.add_done_callback(lambda _: self._streams.pop(call_id, None))
 
     # Replies
@@ -299,15 +291,6 @@ def _headers(request: InferenceRequest, binding: Binding) -> dict[str, str] | No
         return None  # a "headers" parameter is the client's own, left as it is
     headers = request.parameters.pop(HEADERS, None)
     return headers if isinstance(headers, dict) else {}
-
-
-def _context(
-    request: InferenceRequest, binding: Binding, gone: asyncio.Future[None]
-) -> RequestContext:
-    async def disconnected() -> None:
-        await asyncio.shield(gone)  # watched by each wait in the queue, maybe cancelled
-
-    return RequestContext(headers=_headers(request, binding), disconnected=disconnected)
 
 
 def _packed(response: InferenceResponse, context: RequestContext) -> ipc.PackedResponse:
