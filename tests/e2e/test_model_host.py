@@ -25,8 +25,13 @@ from tests.support.models import write_model_folder
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
+from . import test_batching
 from .test_batching import fill_check, infer, outputs, queued, ran, write_models
 from .test_response_cache_routes import MLMODEL_RUNTIME, ROW
+
+# test_batching's fixture (on this module's server and client): guarded's one slot,
+# busy until the test calls the opener it returns.
+held = test_batching.held
 
 # Well under guarded's queue timeout (20 s), after which a request left in the queue
 # would leave it anyway, unrun.
@@ -54,25 +59,6 @@ def client(server: ServerProcess) -> Iterator[httpx.Client]:
     limits = httpx.Limits(max_connections=16)
     with httpx.Client(base_url=server.url, timeout=30, limits=limits) as client:
         yield client
-
-
-@pytest.fixture
-def held(server: ServerProcess, client: httpx.Client) -> Iterator[Callable[[], None]]:
-    """The guarded model's one slot, busy until the test calls the returned opener."""
-    folder = server.repository / "guarded"
-    for name in ("open", "holding", "ran.txt"):
-        (folder / name).unlink(missing_ok=True)
-    threads = ThreadPoolExecutor(1)
-    holder = threads.submit(infer, client, "guarded", [[-1.0]], parameters={"hold": True})
-    wait_for(lambda: (folder / "holding").exists(), "the holding request to run")
-
-    def open_gate() -> None:
-        (folder / "open").touch()
-        assert holder.result().status_code == 200
-
-    yield open_gate
-    (folder / "open").touch()
-    threads.shutdown()
 
 
 def test_a_cancelled_grpc_call_leaves_the_hosts_queue(
