@@ -166,3 +166,18 @@ def test_host_ceiling_loads_the_model_host_and_checks_every_answer() -> None:
     line = done.stdout.strip().splitlines()[-1]
     assert "wrong answers 0;" in line, line
     assert int(line.split()[2].replace(",", "")) > 0, line  # "model host: N req/s ..."
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_process_cpu_says_what_each_process_spent_per_request() -> None:
+    """One brief window (~10 s): the protocol processes, the host and its worker."""
+    command = [sys.executable, "-m", "benchmarks.process_cpu", "--duration", "1",
+               "--warmup", "1", "--workers", "1", "--connections", "4"]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "round 1, this tree: " in out and " req/s, mean batch " in out, out
+    for process in ("protocol process 0", "protocol process 1", "model host", "worker "):
+        assert f"us/req  {process}" in out, out
