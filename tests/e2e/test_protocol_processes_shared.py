@@ -215,7 +215,10 @@ def test_a_batched_models_requests_meet_in_the_model_hosts_one_batcher(tmp_path:
         with ThreadPoolExecutor(32) as pool:
             batch_rows = list(pool.map(one_request, range(64)))
         counts = _model_counts(server, "batched")
+        samples = scrape(server.metrics_port)
     assert counts["inference_count"] == 64
+    # Counted once, in the host: the protocol processes' proxies count nothing.
+    assert value(samples, "model_infer_request_success_total", **model("batched")) == 64
     assert counts["execution_count"] < 64 and max(batch_rows) > 1, (counts, batch_rows)
 
 
