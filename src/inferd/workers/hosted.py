@@ -123,9 +123,14 @@ class HostedPool:
     def _send(self, channel: Channel, call: Call) -> asyncio.Future[InferenceResponse]:
         packed = ipc.pack_request(call.request)
         if call.run is None:
-            return channel.start_call(ipc.PREDICT, call.instance_id, packed, ipc.unpack_response)
-        timed = partial(_unpack_timed, call.run)
-        return channel.start_call(ipc.PREDICT_TIMED, call.instance_id, packed, timed)
+            sent = channel.start_call(ipc.PREDICT, call.instance_id, packed, ipc.unpack_response)
+        else:
+            timed = partial(_unpack_timed, call.run)
+            sent = channel.start_call(ipc.PREDICT_TIMED, call.instance_id, packed, timed)
+        # Sent before its Execution is awaited: one dropped unawaited (its awaiter gone
+        # first) still ends here, and its error is nobody's to log.
+        sent.add_done_callback(_retrieved)
+        return sent
 
     def stream(self, call: Call) -> ResponseStream:
         channel = self._channel
@@ -252,6 +257,11 @@ def _watch(channel: Channel, answer: asyncio.Future[InferenceResponse], gone: Di
 
     watcher.add_done_callback(left)
     answer.add_done_callback(lambda _: watcher.cancel())
+
+
+def _retrieved(sent: asyncio.Future[InferenceResponse]) -> None:
+    if not sent.cancelled():
+        sent.exception()
 
 
 # What the host's dataplane recorded of a traced call (PREDICT_TIMED): its batch's
