@@ -36,12 +36,22 @@ def write_models(repository: Path) -> Path:
     return repository
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
+# The same models in process, in 2 workers, and in the model host behind 2 protocol
+# processes (both models batch or size their workers: neither is copied into each),
+# where a client's cancel and disconnect must reach the host's queue.
+LAYOUTS = {
+    "in-process": {"parallel_workers": 0},
+    "2-workers": {"parallel_workers": 2},
+    "model-host": {"parallel_workers": 2, "protocol_processes": 2},
+}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
 def server(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[ServerProcess]:
     repository = write_models(tmp_path_factory.mktemp("batching"))
-    with start_server(repository, {"parallel_workers": request.param}) as process:
+    with start_server(repository, LAYOUTS[request.param]) as process:
         yield process
 
 
