@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import socket
 import tempfile
 import time
@@ -33,7 +32,7 @@ import numpy as np
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc
 from inferd.workers.channel import Channel
-from tests.support.procstat import children
+from tests.support.procstat import children, cpu_seconds, environment
 from tests.support.serverproc import start_server
 
 from .scale.mlp import mlp_answer, mlp_row, write_mlp_model
@@ -44,19 +43,10 @@ INSTANCE = 1  # the instance id this client binds the model to on its connection
 def host_of(supervisor: int) -> tuple[int, Path]:
     """The model host's pid and its socket, read from its environment."""
     for pid in children(supervisor):
-        environ = dict(
-            item.split("=", 1)
-            for item in Path(f"/proc/{pid}/environ").read_text().split("\0")
-            if "=" in item
-        )
+        environ = environment(pid)
         if environ.get("INFERD_MODEL_HOST") == "self":
             return pid, Path(environ["INFERD_PRIVATE_DIR"]) / "host.sock"
     raise RuntimeError("no model host runs (its model should have needed one)")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def client(path: str, in_flight: int, start: float, stop: float, out: Any) -> None:

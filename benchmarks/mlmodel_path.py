@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import pickle
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.pool import ProcessPool
 from tests.support.models import SKLEARN, train_iris, write_model_folder
+from tests.support.procstat import cpu_seconds
 
 from .repository import MODEL_FILE, ROW, v2_request
 from .scenarios.mlmodel import IRIS_RUNTIME
@@ -138,20 +138,14 @@ async def measure_worker(calls: int, rounds: int) -> None:
 async def _through_worker(
     dataplane: DataPlane, name: str, body: bytes, worker: int, calls: int
 ) -> tuple[float, float]:
-    started, worker_started = time.process_time(), _cpu_seconds(worker)
+    started, worker_started = time.process_time(), cpu_seconds(worker)
     for _ in range(calls):
         request = decode_infer_request(body, None)
         response = await dataplane.infer(name, None, request, RequestContext(headers=HEADERS))
         encode_infer_response(response, request)
     main = time.process_time() - started
-    in_worker = _cpu_seconds(worker) - worker_started
+    in_worker = cpu_seconds(worker) - worker_started
     return main / calls * 1e6, in_worker / calls * 1e6
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` (/proc/PID/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _round(paths: dict[str, Call], calls: int) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.procstat import children
+from tests.support.procstat import cpu_seconds, descendants, environment
 from tests.support.serverproc import free_ports, server_environment, spawn
 
 from .scale.mlp import mlp_row, write_mlp_model
@@ -34,18 +33,9 @@ from .scale.mlp import mlp_row, write_mlp_model
 CHECKOUT_SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def process_tree(pid: int) -> list[tuple[int, str]]:
-    """``pid``'s descendants, each with what it is."""
-    found = []
-    for child in sorted(children(pid)):
-        found.append((child, what_process(child)))
-        found.extend(process_tree(child))
-    return found
+    """``pid``'s descendants, oldest first, each with what it is."""
+    return [(child, what_process(child)) for child in sorted(descendants(pid))]
 
 
 def what_process(pid: int) -> str:
@@ -53,8 +43,7 @@ def what_process(pid: int) -> str:
     args = [arg.decode() for arg in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
     if "inferd.workers.worker" in args:
         return f"worker {' '.join(args[args.index('inferd.workers.worker') + 1 :]).strip()}"
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    environ = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+    environ = environment(pid)
     if environ.get("INFERD_MODEL_HOST") == "self":
         return "model host"
     index = environ.get("INFERD_PROTOCOL_INDEX")
@@ -92,9 +81,9 @@ def measure(src: Path, args: argparse.Namespace, folder: Path) -> list[str]:
         url = f"{server.url}/v2/models/mlp/infer"
         wrk(url, folder / "body.json", args.warmup, args.connections)
         processes = [(server.process.pid, "inferd start"), *process_tree(server.process.pid)]
-        before = {pid: process_cpu(pid) for pid, _ in processes}
+        before = {pid: cpu_seconds(pid) for pid, _ in processes}
         answered = wrk(url, folder / "body.json", args.duration, args.connections)
-        used = {pid: process_cpu(pid) - before[pid] for pid, _ in processes}
+        used = {pid: cpu_seconds(pid) - before[pid] for pid, _ in processes}
         stats = httpx.get(f"{server.url}/v2/models/mlp/stats").json()["model_stats"][0]
     batch = stats["inference_count"] / max(stats["execution_count"], 1)
     lines = [f"{answered / args.duration:,.0f} req/s, mean batch {batch:.1f}"]

@@ -7,6 +7,7 @@ Standard library only, like serverproc.py. Linux only.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,18 @@ def usage(pid: int) -> Usage | None:
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     rss = int(fields["VmRSS"].split()[0])  # "123456 kB"
     return Usage(rss_kib=rss, fds=fds, threads=int(fields["Threads"]))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used (/proc/PID/stat fields 14 and 15)."""
+    fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def environment(pid: int) -> dict[str, str]:
+    """The environment ``pid`` was started with."""
+    raw = (PROC / str(pid) / "environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
 def descendants(pid: int) -> set[int]:
