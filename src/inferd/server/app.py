@@ -9,7 +9,7 @@ import signal
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 
@@ -34,9 +34,6 @@ from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
 from inferd.types import ModelState
 from inferd.workers.build import build_pool
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
