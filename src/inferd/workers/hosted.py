@@ -167,25 +167,25 @@ class HostedPool:
         channel = self._channel
         if channel is not None and not channel.closed:
             return channel
-        if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._connect(patience))
-        connecting = self._connecting
-        try:
-            return await asyncio.shield(connecting)
-        finally:
-            if connecting.done() and self._connecting is connecting:
-                self._connecting = None
+        return await asyncio.shield(self._attempt(patience))
 
     def _reconnect_soon(self) -> None:
-        if self._connecting is None and not self._closing:
-            self._connecting = asyncio.ensure_future(self._connect(0.0))
-            self._connecting.add_done_callback(self._connect_ended)
+        if not self._closing:
+            self._attempt(0.0)
 
-    def _connect_ended(self, task: asyncio.Task[Channel]) -> None:
+    def _attempt(self, patience: float) -> asyncio.Task[Channel]:
+        """The connection attempt under way, or a new one; forgotten once it ends (a
+        failed one is retried by the next call)."""
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect(patience))
+            self._connecting.add_done_callback(self._attempt_ended)
+        return self._connecting
+
+    def _attempt_ended(self, task: asyncio.Task[Channel]) -> None:
         if self._connecting is task:
             self._connecting = None
         if not task.cancelled():
-            task.exception()  # retrieved: a failed attempt is retried by the next call
+            task.exception()  # retrieved here too: an attempt nobody awaited still ends
 
     async def _connect(self, patience: float) -> Channel:
         deadline = time.monotonic() + patience
