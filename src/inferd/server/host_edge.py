@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, cast
 from inferd.context import RequestContext
 from inferd.errors import InferdError, ModelError, ModelNotFound
 from inferd.observability.trace_record import RequestTrace
-from inferd.server.host_streams import HostStream, Responses
+from inferd.server.host_streams import HostStream, Responses, with_headers
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.runtime_headers import HEADERS
 from inferd.types import InferenceRequest, InferenceResponse
@@ -294,14 +294,10 @@ def _headers(request: InferenceRequest, binding: Binding) -> dict[str, str] | No
 
 
 def _packed(response: InferenceResponse, context: RequestContext) -> ipc.PackedResponse:
-    """The response to send, with the runtime's headers back in its parameters (in a
-    copy: the response object may be the response cache's)."""
+    """The response to send, with the runtime's headers back in it (with_headers)."""
     packed = ipc.pack_response(response)
     headers = context.response_headers
-    if not headers:
-        return packed
-    outputs, name, version, response_id, parameters = packed
-    return outputs, name, version, response_id, {**parameters, HEADERS: headers}
+    return with_headers(packed, headers) if headers else packed
 
 
 def _not_bound(instance_id: int) -> ModelNotFound:

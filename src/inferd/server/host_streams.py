@@ -111,9 +111,7 @@ class HostStream:
             headers = self._context.response_headers
             if headers:  # a predict-only model's answer: the dataplane moved them out
                 self._context.response_headers = None
-                outputs, name, version, response_id, parameters = packed[0]
-                parameters = {**parameters, HEADERS: headers}
-                packed[0] = (outputs, name, version, response_id, parameters)
+                packed[0] = with_headers(packed[0], headers)
             pieces = ipc.encode_reply(ipc.STREAMED, self._call_id, packed)
         except Exception as error:
             raise ModelError(f"The model host cannot send the response back: {error}") from error
@@ -123,3 +121,11 @@ class HostStream:
         if not isinstance(error, InferdError):
             logger.error("A hosted stream failed: %s", error, exc_info=error)
         self._send(ipc.encode_reply(ipc.ERROR, self._call_id, ipc.error_to_wire(error)))
+
+
+def with_headers(packed: ipc.PackedResponse, headers: dict[str, str]) -> ipc.PackedResponse:
+    """``packed`` with the runtime's response headers back in its parameters (in a copy:
+    the response may be the response cache's), for the protocol process to take them
+    out as a lone server's dataplane does."""
+    outputs, name, version, response_id, parameters = packed
+    return outputs, name, version, response_id, {**parameters, HEADERS: headers}
