@@ -77,6 +77,8 @@ class Coordinator:
         self.paths = paths
         self.sockets = [paths.rest(index) for index in range(count)]
         self.host = paths.rest(count) if host else None
+        # Every process a server-wide call reaches: the protocol processes, the host last.
+        self._everyone = [*self.sockets, self.host] if self.host else self.sockets
         self.journal = Journal()
         self._lock = asyncio.Lock()
         self._loaded: set[int] = set()
@@ -119,7 +121,7 @@ class Coordinator:
             answers = await to_all(self.sockets)
             hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
             return [*answers, _held_nothing(hosted)]
-        return await to_all([*self.sockets, host])
+        return await to_all(self._everyone)
 
     def _host_refusal(self, answers: list[Answer]) -> Answer | None:
         """The host's refusal, which says why better than a protocol process's (which
@@ -131,8 +133,7 @@ class Coordinator:
 
     async def statistics(self, path: str) -> Response:
         """Triton's statistics at ``path``, summed over the processes."""
-        sockets = self.sockets if self.host is None else [*self.sockets, self.host]
-        answers = await fan_out(sockets, "GET", path)
+        answers = await fan_out(self._everyone, "GET", path)
         if self.host is not None:  # it holds some models only
             answers[-1] = _held_nothing(answers[-1], b'{"model_stats": []}')
         settled = settle(answers)
