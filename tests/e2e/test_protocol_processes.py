@@ -110,9 +110,10 @@ def rest_pid_of(server: ServerProcess, model: str, **parameters: Any) -> int:
 @pytest.fixture
 def hosting(start: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
     """Two protocol processes and the model host, running ``pinned`` (its workers
-    are sized by hand) in a worker of its own."""
+    are sized by hand) in a worker of its own. ``parallel_workers`` is left to its
+    default (set, it would send ``slow`` to the host too)."""
     add_custom_model(repository, "pinned", "SlowEcho", workers=1)
-    server = start(repository, settings={**TWO, "parallel_workers": 1})
+    server = start(repository, settings={**TWO, "parallel_workers": None})
     expected = "serving with 2 protocol processes and the model host"
     wait_for(lambda: expected in server.log(), server.log, 30)
     return server

@@ -230,7 +230,9 @@ def start_server(
 ) -> ServerProcess:
     """Write ``settings.json`` with free ports into ``repository`` and start inferd.
 
-    ``wait`` is the path polled for a 200 before returning (None: don't wait).
+    A setting given as None is left out of the file (its default applies: e.g.
+    ``parallel_workers``, which the tests otherwise set to 0). ``wait`` is the path
+    polled for a 200 before returning (None: don't wait).
     """
     http_port, grpc_port, metrics_port = free_ports(3)
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
@@ -241,6 +243,7 @@ def start_server(
         **ports,
         **(settings or {}),
     }
+    full_settings = {key: value for key, value in full_settings.items() if value is not None}
     write_settings(repository, full_settings)
     server = spawn(
         [sys.executable, "-m", "inferd", "start", str(repository)],

@@ -26,7 +26,7 @@ from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.serving.placement import Placement
-from inferd.settings import ServerSettings
+from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
 from inferd.supervisor.forwarding import (
@@ -35,7 +35,7 @@ from inferd.supervisor.forwarding import (
     wait_for_every_process,
 )
 from inferd.supervisor.paths import ProtocolRole, protocol_role
-from inferd.supervisor.placement import copied, refuse_unreplicated
+from inferd.supervisor.placement import copied, queue_share, refuse_unreplicated
 from inferd.workers.hosted import HostedPool
 from inferd.workers.worker import die_with_parent
 
@@ -43,8 +43,11 @@ logger = logging.getLogger(__name__)
 
 
 def protocol_settings(settings: ServerSettings) -> ServerSettings:
-    """A protocol process's settings: the server's, its models run in this process."""
-    return settings.model_copy(update={"parallel_workers": 0})
+    """A protocol process's settings: the server's, its models run in this process,
+    and its share of the server's queue bound, so that at most ``max_queue_size``
+    requests of a copied model wait in the whole server."""
+    share = queue_share(settings.max_queue_size, settings.protocol_processes)
+    return settings.model_copy(update={"parallel_workers": 0, "max_queue_size": share})
 
 
 def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
@@ -64,7 +67,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        placement=protocol_placement(role),
+        placement=protocol_placement(settings, role),
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
     )
@@ -73,12 +76,17 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
     return server
 
 
-def protocol_placement(role: ProtocolRole) -> Placement:
+def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placement:
     """A protocol process runs the models it may copy; the others run in the model
-    host when one runs, else they are refused."""
+    host when one runs, else they are refused. ``settings`` are the server's as
+    configured (which models are copied depends on what the user set)."""
+
+    def here(model: ModelSettings) -> bool:
+        return copied(model, settings)
+
     if role.host_runs:
-        return Placement(here=copied, elsewhere=HostedPool(role.paths.host))
-    return Placement(here=copied, refuse=refuse_unreplicated)
+        return Placement(here=here, elsewhere=HostedPool(role.paths.host))
+    return Placement(here=here, refuse=lambda model: refuse_unreplicated(model, settings))
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
@@ -95,7 +103,7 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        placement=Placement(here=lambda model: not copied(model)),
+        placement=Placement(here=lambda model: not copied(model, settings)),
         before_public=catch_up_with_the_others,
         # At the server's start host.sock opens first: the protocol processes' loads
         # wait there for the host's. Restarted, it opens once its models are loaded.
