@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from inferd.errors import ErrorCode, InvalidRequest
 from inferd.serving.placement import passed_through
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.supervisor.child import protocol_settings
+from inferd.supervisor.child import protocol_server
+from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 from inferd.supervisor.placement import (
     copied,
     needs_model_host,
@@ -143,8 +145,16 @@ def test_each_process_queues_its_share_of_the_servers_bound() -> None:
     assert [queue_share(64, n) for n in (1, 2, 3, 16)] == [64, 32, 21, 4]
     assert queue_share(0, 3) == 0  # no bound stays none
     assert queue_share(2, 3) == 1  # at least one each
-    settings = protocol_settings(ServerSettings(protocol_processes=3, max_queue_size=64))
-    assert (settings.max_queue_size, settings.parallel_workers) == (21, 0)
+
+
+def test_a_protocol_process_queues_its_share(tmp_path: Path) -> None:
+    settings = ServerSettings(
+        model_repository_root=str(tmp_path), protocol_processes=3, max_queue_size=64
+    )
+    server = protocol_server(settings, ProtocolRole(PrivatePaths(tmp_path), index=0))
+    assert server.role is not None and server.role.queue_bound == 21
+    # Its settings stay the server's (Triton's model configuration reports the bound).
+    assert server.settings.max_queue_size == 64 and server.settings.parallel_workers == 0
 
 
 def test_parallel_workers_set_on_two_cpus_serves_one_process_with_workers() -> None:

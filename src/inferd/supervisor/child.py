@@ -43,11 +43,8 @@ logger = logging.getLogger(__name__)
 
 
 def protocol_settings(settings: ServerSettings) -> ServerSettings:
-    """A protocol process's settings: the server's, its models run in this process,
-    and its share of the server's queue bound, so that at most ``max_queue_size``
-    requests of a copied model wait in the whole server."""
-    share = queue_share(settings.max_queue_size, settings.protocol_processes)
-    return settings.model_copy(update={"parallel_workers": 0, "max_queue_size": share})
+    """A protocol process's settings: the server's, its models run in this process."""
+    return settings.model_copy(update={"parallel_workers": 0})
 
 
 def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
@@ -68,6 +65,9 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
         placement=protocol_placement(settings, role),
+        # Its share of the server's bound: at most max_queue_size requests of a copied
+        # model wait in the whole server.
+        queue_bound=queue_share(settings.max_queue_size, settings.protocol_processes),
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
     )
