@@ -6,8 +6,9 @@ Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR``,
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole InferenceServer in its role
 (server/protocol_role.py). A protocol process's own models run in it
-(``parallel_workers: 0``), each loaded once per protocol process, which
-placement.py allows only for models that can be; the others it reaches in the
+(``parallel_workers: 0``), each loaded once per protocol process: the models
+placement.py copies, decided from the server's settings as configured, with the
+process's share of the server's ``max_queue_size``; the others it reaches in the
 model host (workers/hosted.py), or refuses when none runs. The model host runs
 exactly those others, with the server's worker settings, and opens no public port.
 """
