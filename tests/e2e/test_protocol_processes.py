@@ -29,7 +29,7 @@ from inferd.protocol import pb, pb_grpc
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.procstat import children, is_running
-from tests.support.serverproc import ServerProcess
+from tests.support.serverproc import LEFT_OUT, ServerProcess
 
 TWO = {"protocol_processes": 2, "shutdown_grace_seconds": 6}
 # A request that takes longer than this hangs: the tests fail it.
@@ -110,9 +110,10 @@ def rest_pid_of(server: ServerProcess, model: str, **parameters: Any) -> int:
 @pytest.fixture
 def hosting(start: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
     """Two protocol processes and the model host, running ``pinned`` (its workers
-    are sized by hand) in a worker of its own."""
+    are sized by hand) in a worker of its own. ``parallel_workers`` is left to its
+    default (set, it would send ``slow`` to the host too)."""
     add_custom_model(repository, "pinned", "SlowEcho", workers=1)
-    server = start(repository, settings={**TWO, "parallel_workers": 1})
+    server = start(repository, settings={**TWO, "parallel_workers": LEFT_OUT})
     expected = "serving with 2 protocol processes and the model host"
     wait_for(lambda: expected in server.log(), server.log, 30)
     return server

@@ -27,9 +27,10 @@ import tritonclient.http as httpclient
 
 from inferd.protocol import pb, pb_grpc
 from inferd.settings.cpu_quota import available_cpus
+from inferd.supervisor.placement import SMALLEST_HOSTING
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import children
+from tests.support.procstat import children, descendants
 from tests.support.serverproc import (
     READY_PATH,
     ServerProcess,
@@ -264,9 +265,10 @@ def test_a_sequence_model_runs_in_the_model_host_and_its_sequences_span_connecti
         assert "has no sequence_batching" not in server.log()
 
 
-def test_an_mlserver_settings_file_gets_a_protocol_process_per_cpu(tmp_path: Path) -> None:
+def test_an_mlserver_settings_file_keeps_its_worker_processes(tmp_path: Path) -> None:
     """MLServer's settings.json (``parallel_workers`` and ports, no inferd key) runs
-    one protocol process per CPU this process may use, without an edit."""
+    its models in worker processes, as MLServer does; with the CPUs for it, behind
+    one protocol process per CPU and the model host, else behind one process."""
     add_custom_model(tmp_path, "slow", "SlowEcho")
     http_port, grpc_port, metrics_port = free_ports(3)
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
@@ -279,12 +281,17 @@ def test_an_mlserver_settings_file_gets_a_protocol_process_per_cpu(tmp_path: Pat
     ) as server:  # fmt: skip
         server.wait_until(READY_PATH)
         cpus = available_cpus()
-        if cpus > 1:
-            wait_for(lambda: f"serving with {cpus} protocol processes" in server.log(), server.log)
-            with httpx.Client(base_url=server.url) as client:
-                assert pid_of(client) in children(server.process.pid)
-        else:
-            assert "protocol processes" not in server.log()
+        if cpus >= SMALLEST_HOSTING:
+            expected = f"serving with {cpus} protocol processes and the model host"
+            wait_for(lambda: expected in server.log(), server.log)
+            assert "the server sets parallel_workers: 2" in server.log()
+        with httpx.Client(base_url=server.url) as client:
+            pid = pid_of(client)
+        # A worker: not the server, nor one of the processes that hold connections.
+        assert pid in descendants(server.process.pid)
+        assert pid != server.process.pid
+        if cpus >= SMALLEST_HOSTING:
+            assert pid not in children(server.process.pid)
 
 
 def test_no_process_says_ready_before_every_process_has_loaded(tmp_path: Path) -> None:

@@ -38,6 +38,8 @@ READY_PATH = "/v2/health/ready"
 POLL_INTERVAL = 0.05
 # Sets the protocol_processes a started server gets when its settings name none.
 PROTOCOL_PROCESSES_ENV = "INFERD_TEST_PROTOCOL_PROCESSES"
+# A setting start_server leaves out of settings.json, so that its default applies.
+LEFT_OUT: Any = object()
 # Polling 127.0.0.1 must never go through an HTTP proxy set in the environment.
 _LOCAL_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -230,7 +232,9 @@ def start_server(
 ) -> ServerProcess:
     """Write ``settings.json`` with free ports into ``repository`` and start inferd.
 
-    ``wait`` is the path polled for a 200 before returning (None: don't wait).
+    A setting given as :data:`LEFT_OUT` is not written (its default applies: e.g.
+    ``parallel_workers``, which the tests otherwise set to 0); None is written as
+    null. ``wait`` is the path polled for a 200 before returning (None: don't wait).
     """
     http_port, grpc_port, metrics_port = free_ports(3)
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
@@ -241,6 +245,7 @@ def start_server(
         **ports,
         **(settings or {}),
     }
+    full_settings = {key: value for key, value in full_settings.items() if value is not LEFT_OUT}
     write_settings(repository, full_settings)
     server = spawn(
         [sys.executable, "-m", "inferd", "start", str(repository)],

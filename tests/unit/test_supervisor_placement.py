@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,13 +11,19 @@ import pytest
 from inferd.errors import ErrorCode, InvalidRequest
 from inferd.serving.placement import passed_through
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.supervisor.child import protocol_server
+from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 from inferd.supervisor.placement import (
     copied,
     needs_model_host,
+    queue_share,
     refuse_unreplicated,
     serving_layout,
     why_not_replicated,
 )
+
+# Settings as a settings.json that sets neither parallel_workers nor the cache.
+DEFAULTS = ServerSettings(protocol_processes=4)
 
 
 def model(name: str = "m", **settings: Any) -> ModelSettings:
@@ -26,11 +33,15 @@ def model(name: str = "m", **settings: Any) -> ModelSettings:
 
 
 def test_a_plain_cpu_model_is_replicated() -> None:
-    assert why_not_replicated(model()) is None
-    assert why_not_replicated(model(devices=["cpu"], threads_per_worker=4)) is None
-    assert why_not_replicated(model(parameters={"extra": {"device": -1}})) is None
-    assert why_not_replicated(model(parameters={"extra": {"device": "cpu"}})) is None
-    assert why_not_replicated(model(max_batch_size=1)) is None  # 1: batching off
+    assert why_not_replicated(model(), DEFAULTS) is None
+    assert why_not_replicated(model(devices=["cpu"], threads_per_worker=4), DEFAULTS) is None
+    assert why_not_replicated(model(parameters={"extra": {"device": -1}}), DEFAULTS) is None
+    assert why_not_replicated(model(parameters={"extra": {"device": "cpu"}}), DEFAULTS) is None
+    assert why_not_replicated(model(max_batch_size=1), DEFAULTS) is None  # 1: batching off
+    assert why_not_replicated(model(max_queue_size=0), DEFAULTS) is None  # 0: no bound
+    # The cache is on only when the server turns it on too.
+    assert why_not_replicated(model(cache_enabled=True), DEFAULTS) is None
+    assert why_not_replicated(model(), ServerSettings(cache_enabled=True)) is None
 
 
 @pytest.mark.parametrize(
@@ -45,32 +56,56 @@ def test_a_plain_cpu_model_is_replicated() -> None:
         ({"parameters": {"environment_path": "/env"}}, "its own Python environment"),
         ({"parameters": {"environment_tarball": "env.tar.gz"}}, "its own Python environment"),
         ({"workers": 2}, "workers: 2"),
+        ({"max_queue_size": 64}, "max_queue_size: 64"),
     ],
 )
 def test_what_keeps_a_model_to_one_copy(settings: dict[str, Any], reason: str) -> None:
-    why = why_not_replicated(model(**settings))
+    why = why_not_replicated(model(**settings), DEFAULTS)
     assert why is not None and reason in why
 
 
+def test_a_cached_model_runs_once_for_one_cache() -> None:
+    cached = ServerSettings(cache_enabled=True)
+    why = why_not_replicated(model(cache_enabled=True), cached)
+    assert why is not None and "cache_enabled" in why
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_parallel_workers_the_user_set_runs_every_model_in_workers(workers: int) -> None:
+    asked = ServerSettings(parallel_workers=workers)
+    why = why_not_replicated(model(), asked)
+    assert why is not None and f"parallel_workers: {workers}" in why
+    # Left to its default (1), or set to 0, the model is copied as before.
+    assert copied(model(), ServerSettings()) and ServerSettings().parallel_workers == 1
+    assert copied(model(), ServerSettings(parallel_workers=0))
+
+
+def test_parallel_workers_from_the_environment_counts_as_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERD_PARALLEL_WORKERS", "2")
+    assert not copied(model(), ServerSettings())
+
+
 def test_copied_models_need_no_host() -> None:
-    assert copied(model()) and not copied(model(workers=2))
-    assert not needs_model_host([model("a"), model("b")])
-    assert not needs_model_host([])
+    assert copied(model(), DEFAULTS) and not copied(model(workers=2), DEFAULTS)
+    assert not needs_model_host(DEFAULTS, [model("a"), model("b")])
+    assert not needs_model_host(DEFAULTS, [])
 
 
 def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.INFO, "inferd.supervisor.placement"):
-        assert needs_model_host([model("a"), model("gpu", devices=["cuda:0"])])
+        assert needs_model_host(DEFAULTS, [model("a"), model("gpu", devices=["cuda:0"])])
     assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
-    assert "'a'" not in caplog.text
+    assert "Model 'a' is copied into every protocol process" in caplog.text
 
 
 def test_a_later_load_is_refused_with_a_400_that_says_what_to_do() -> None:
-    refuse_unreplicated(model())  # nothing to refuse
+    refuse_unreplicated(model(), DEFAULTS)  # nothing to refuse
     with pytest.raises(InvalidRequest) as refused:
-        refuse_unreplicated(model("seq", sequence_batching={}))
+        refuse_unreplicated(model("seq", sequence_batching={}), DEFAULTS)
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert "sequence_batching" in refused.value.message
     assert "protocol_processes: 1" in refused.value.message
@@ -104,3 +139,28 @@ def test_two_cpus_left_to_the_default_serve_a_hosted_model_from_one_process() ->
     asked = ServerSettings(protocol_processes=2)  # said so: both, the host too
     assert serving_layout(asked, batched) == (2, True)
     assert serving_layout(left_to_the_default(3), batched) == (3, True)
+
+
+def test_each_process_queues_its_share_of_the_servers_bound() -> None:
+    assert [queue_share(64, n) for n in (1, 2, 3, 16)] == [64, 32, 21, 4]
+    assert queue_share(0, 3) == 0  # no bound stays none
+    assert queue_share(2, 3) == 1  # at least one each
+
+
+def test_a_protocol_process_queues_its_share(tmp_path: Path) -> None:
+    settings = ServerSettings(
+        model_repository_root=str(tmp_path), protocol_processes=3, max_queue_size=64
+    )
+    server = protocol_server(settings, ProtocolRole(PrivatePaths(tmp_path), index=0))
+    assert server.role is not None and server.role.queue_bound == 21
+    # Its settings stay the server's (Triton's model configuration reports the bound).
+    assert server.settings.max_queue_size == 64 and server.settings.parallel_workers == 0
+
+
+def test_parallel_workers_set_on_two_cpus_serves_one_process_with_workers() -> None:
+    asked = left_to_the_default(2)
+    asked.parallel_workers = 2
+    asked.model_fields_set.add("parallel_workers")
+    assert serving_layout(asked, [model("a")]) == (1, False)
+    many = ServerSettings(protocol_processes=4, parallel_workers=2)
+    assert serving_layout(many, [model("a")]) == (4, True)

@@ -53,10 +53,11 @@ class InferenceServer:
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         model_stats = ModelStatsTable(observe=settings.metrics_enabled)
         self.pool, self._worker_processes = build_pool(settings, model_stats)
+        queue_bound = role.queue_bound if role is not None else None
         self.registry = Registry(
             self.pool,
             model_stats,
-            settings.max_queue_size,
+            settings.max_queue_size if queue_bound is None else queue_bound,
             ResponseCache(settings.cache_size) if settings.cache_enabled else None,
             placement=role.placement if role is not None else None,
         )

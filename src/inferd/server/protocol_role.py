@@ -55,6 +55,9 @@ class ProtocolProcess:
     open_ports_first: bool = False
     # The model host: serves its models to the protocol processes here, no public port.
     host_socket: Path | None = None
+    # The queue bound of a model this process runs that sets none: its share of the
+    # server's max_queue_size (supervisor/placement.py queue_share); None: the server's.
+    queue_bound: int | None = None
 
 
 def private_rest_app(dataplane: DataPlane) -> RestApp:

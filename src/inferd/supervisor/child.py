@@ -6,8 +6,9 @@ Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR``,
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole InferenceServer in its role
 (server/protocol_role.py). A protocol process's own models run in it
-(``parallel_workers: 0``), each loaded once per protocol process, which
-placement.py allows only for models that can be; the others it reaches in the
+(``parallel_workers: 0``), each loaded once per protocol process: the models
+placement.py copies, decided from the server's settings as configured, with the
+process's share of the server's ``max_queue_size``; the others it reaches in the
 model host (workers/hosted.py), or refuses when none runs. The model host runs
 exactly those others, with the server's worker settings, and opens no public port.
 """
@@ -26,7 +27,7 @@ from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.serving.placement import Placement
-from inferd.settings import ServerSettings
+from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
 from inferd.supervisor.forwarding import (
@@ -35,7 +36,7 @@ from inferd.supervisor.forwarding import (
     wait_for_every_process,
 )
 from inferd.supervisor.paths import ProtocolRole, protocol_role
-from inferd.supervisor.placement import copied, refuse_unreplicated
+from inferd.supervisor.placement import copied, queue_share, refuse_unreplicated
 from inferd.workers.hosted import HostedPool
 from inferd.workers.worker import die_with_parent
 
@@ -64,7 +65,10 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        placement=protocol_placement(role),
+        placement=protocol_placement(settings, role),
+        # Its share of the server's bound: at most max_queue_size requests of a copied
+        # model wait in the whole server.
+        queue_bound=queue_share(settings.max_queue_size, settings.protocol_processes),
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
     )
@@ -73,12 +77,17 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
     return server
 
 
-def protocol_placement(role: ProtocolRole) -> Placement:
+def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placement:
     """A protocol process runs the models it may copy; the others run in the model
-    host when one runs, else they are refused."""
+    host when one runs, else they are refused. ``settings`` are the server's as
+    configured (which models are copied depends on what the user set)."""
+
+    def here(model: ModelSettings) -> bool:
+        return copied(model, settings)
+
     if role.host_runs:
-        return Placement(here=copied, elsewhere=HostedPool(role.paths.host))
-    return Placement(here=copied, refuse=refuse_unreplicated)
+        return Placement(here=here, elsewhere=HostedPool(role.paths.host))
+    return Placement(here=here, refuse=lambda model: refuse_unreplicated(model, settings))
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
@@ -95,7 +104,7 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        placement=Placement(here=lambda model: not copied(model)),
+        placement=Placement(here=lambda model: not copied(model, settings)),
         before_public=catch_up_with_the_others,
         # At the server's start host.sock opens first: the protocol processes' loads
         # wait there for the host's. Restarted, it opens once its models are loaded.

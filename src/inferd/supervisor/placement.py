@@ -1,29 +1,42 @@
-"""Which models every protocol process may load a copy of, and so how many processes run.
+"""Where each model runs when several protocol processes serve (``protocol_processes``
+N > 1), decided from what the user configured, and how many processes run.
 
-With ``protocol_processes`` N > 1 each protocol process is a whole server whose
-models run in its own process (``parallel_workers: 0``): a model is loaded N
-times. That is right for a model on the CPU that any copy can answer, and wrong
-for one that must exist once or needs a worker process:
+Each protocol process is a whole server that runs its own copy of a model in
+process (``parallel_workers: 0``): no hop, so a light model's throughput grows with
+the processes. A model runs once, in the model host, when a copy per process would
+break what its settings promise. One rule, the first row that matches wins (the
+same table is in docs/design.md "Protocol processes" and the README's "Using every
+core"); setting -> where the model runs: why.
 
-- a cuda device (``devices``, or a ``device`` parameter naming cuda): N copies of
-  its weights on one GPU, each with its own CUDA context;
-- ``sequence_batching``: a sequence's state lives in one copy, but its requests
-  arrive on whichever process took their connection;
-- adaptive batching (``max_batch_size`` > 1): a model that batches wants its
-  concurrent requests to meet in one batcher; a batcher per process sees 1/N of
-  them, and a synchronous ``predict`` in process never batches (measured:
-  benchmarks/README.md, "Batching across protocol processes");
-- ``inference_timeout``: a call is stopped by killing its worker process, which a
-  model in the protocol process does not have;
-- its own Python environment (``environment_path``/``environment_tarball``): it
-  runs in a worker process of that environment's interpreter;
-- an explicit ``workers`` count: the operator sized its processes by hand.
+1. ``parallel_workers`` >= 1 set in settings.json or ``INFERD_PARALLEL_WORKERS``
+   -> the model host, in its workers: the user asked for worker processes, so a
+   crash in predict is a worker's death (retried or 503), not the loss of every
+   connection of a protocol process, and model code never holds a protocol
+   process's event loop.
+2. A model's ``workers`` -> the host: its processes are sized by hand.
+3. A cuda device (``devices``, or ``parameters.extra.device``) -> the host: one
+   copy of its weights and one CUDA context on the GPU.
+4. ``sequence_batching`` -> the host: a sequence's state lives in one copy.
+5. ``max_batch_size`` > 1 -> the host: its requests meet in one batcher.
+6. ``inference_timeout`` -> the host: a call is stopped by killing its worker.
+7. ``environment_path``/``environment_tarball`` -> the host: it runs in a worker
+   of that environment's interpreter.
+8. ``cache_enabled`` (the model's and the server's: the cache is on only then) ->
+   the host: one response cache answers a repeat whichever process took it.
+9. A model's own ``max_queue_size`` > 0 -> the host: its bound holds exactly, in
+   one queue.
+10. None of these (``parallel_workers`` 0 or left to its default) -> a copy in
+    every protocol process, run there: no hop, so a light model's throughput grows
+    with the processes. The server's ``max_queue_size`` stays the server's: each
+    process lets at most its share wait (:func:`queue_share`: bound // N, at least 1).
 
-Such a model runs in the model host instead (docs/design.md "The model host"): one
-more process, started when a model loaded at start needs it
-(:func:`needs_model_host`), which loads it once, with its worker processes, batcher
-and sequences, and serves it to every protocol process. One loaded later while no
-host runs is refused (:func:`refuse_unreplicated`).
+The model host (docs/design.md "The model host") is one more process, started when
+a model loaded at start needs it (:func:`needs_model_host`): it runs such models as
+a lone server would, with the server's worker settings, and serves them to every
+protocol process. One loaded later while no host runs is refused
+(:func:`refuse_unreplicated`). With 2 CPUs or fewer and ``protocol_processes``
+left to its default, a start-up model that needs the host makes the server one
+protocol process instead (:func:`serving_layout`, :data:`SMALLEST_HOSTING`).
 """
 
 from __future__ import annotations
@@ -37,8 +50,27 @@ from inferd.settings import ModelSettings, ServerSettings
 logger = logging.getLogger(__name__)
 
 
-def why_not_replicated(model: ModelSettings) -> str | None:
-    """Why ``model`` cannot be loaded once per protocol process; None if it can."""
+def why_not_replicated(model: ModelSettings, server: ServerSettings) -> str | None:
+    """Why ``model`` runs once, in the model host, rather than a copy in each protocol
+    process of a server with ``server``'s settings; None if it is copied."""
+    return _asks_for_workers(model, server) or _one_copy(model) or _server_wide(model, server)
+
+
+def _asks_for_workers(model: ModelSettings, server: ServerSettings) -> str | None:
+    """The user's choice of worker processes: the server's (settings.json or the
+    environment; its default of 1 is no choice) or the model's own count."""
+    if "parallel_workers" in server.model_fields_set and server.parallel_workers >= 1:
+        return (
+            f"the server sets parallel_workers: {server.parallel_workers} (its models run "
+            "in worker processes)"
+        )
+    if model.workers is not None:
+        return f"it sets workers: {model.workers} (its worker processes are sized by hand)"
+    return None
+
+
+def _one_copy(model: ModelSettings) -> str | None:
+    """What must exist once, or needs a worker process, by the model's own settings."""
     cuda = model.cuda_devices
     if cuda:
         return f"it runs on a GPU (devices: {', '.join(cuda)})"
@@ -57,9 +89,29 @@ def why_not_replicated(model: ModelSettings) -> str | None:
     parameters = model.parameters
     if parameters is not None and (parameters.environment_path or parameters.environment_tarball):
         return "it runs in its own Python environment (environment_path/environment_tarball)"
-    if model.workers is not None:
-        return f"it sets workers: {model.workers} (its worker processes are sized by hand)"
     return None
+
+
+def _server_wide(model: ModelSettings, server: ServerSettings) -> str | None:
+    """What is one for the whole server: its response cache, the model's own bound."""
+    if model.cache_enabled and server.cache_enabled:
+        return "it sets cache_enabled (one response cache answers every process's repeats)"
+    if model.max_queue_size:
+        return (
+            f"it sets max_queue_size: {model.max_queue_size} (at most that many of its "
+            "requests wait in the whole server, in one queue)"
+        )
+    return None
+
+
+def queue_share(bound: int, processes: int) -> int:
+    """The requests of a copied model one of ``processes`` protocol processes lets
+    wait, so that at most ``bound`` (the server's ``max_queue_size``; 0: none) wait
+    in the whole server: an even share, at least 1 (a bound below the process count
+    lets one wait in each)."""
+    if bound == 0 or processes <= 1:
+        return bound
+    return max(1, bound // processes)
 
 
 def _device_parameter(model: ModelSettings) -> str | None:
@@ -74,22 +126,23 @@ def _device_parameter(model: ModelSettings) -> str | None:
     return None
 
 
-def copied(model: ModelSettings) -> bool:
+def copied(model: ModelSettings, server: ServerSettings) -> bool:
     """Whether every protocol process loads a copy of ``model`` (else the host runs it)."""
-    return why_not_replicated(model) is None
+    return why_not_replicated(model, server) is None
 
 
-def needs_model_host(startup_models: Iterable[ModelSettings]) -> bool:
-    """Whether a model loaded at start must run in the model host (each such model
-    and why logged)."""
+def needs_model_host(server: ServerSettings, startup_models: Iterable[ModelSettings]) -> bool:
+    """Whether a model loaded at start must run in the model host; logs where each
+    model runs and why."""
     needed = False
     for model in startup_models:
-        reason = why_not_replicated(model)
-        if reason is not None:
+        reason = why_not_replicated(model, server)
+        label = model.label[:1].upper() + model.label[1:]
+        if reason is None:
+            logger.info("%s is copied into every protocol process (runs in each)", label)
+        else:
             logger.info(
-                "%s runs in the model host, once, for every protocol process: %s",
-                model.label[:1].upper() + model.label[1:],
-                reason,
+                "%s runs in the model host, once, for every protocol process: %s", label, reason
             )
             needed = True
     return needed
@@ -107,7 +160,10 @@ def serving_layout(
 ) -> tuple[int, bool]:
     """How many protocol processes serve, and whether the model host runs."""
     count = settings.protocol_processes
-    if count <= 1 or not needs_model_host(startup_models):
+    if count <= 1:
+        return count, False
+    if not needs_model_host(settings, startup_models):
+        _log_queue_share(settings, count)
         return count, False
     if count < SMALLEST_HOSTING and "protocol_processes" not in settings.model_fields_set:
         logger.info(
@@ -116,13 +172,26 @@ def serving_layout(
             count,
         )
         return 1, False
+    _log_queue_share(settings, count)
     return count, True
 
 
-def refuse_unreplicated(model: ModelSettings) -> None:
+def _log_queue_share(settings: ServerSettings, count: int) -> None:
+    bound = settings.max_queue_size
+    if bound:
+        logger.info(
+            "A copied model's requests wait at most %d in each of the %d protocol processes "
+            "(max_queue_size %d for the whole server)",
+            queue_share(bound, count),
+            count,
+            bound,
+        )
+
+
+def refuse_unreplicated(model: ModelSettings, server: ServerSettings) -> None:
     """InvalidRequest (400, gRPC INVALID_ARGUMENT) for a model loaded while several
     protocol processes run that cannot be loaded in each of them."""
-    reason = why_not_replicated(model)
+    reason = why_not_replicated(model, server)
     if reason is not None:
         raise InvalidRequest(
             f"{model.label} cannot be copied into every protocol process "
