@@ -96,7 +96,7 @@ class Cluster:
 
         server.pool.control = recording  # type: ignore[method-assign]
         server.server_wide = ForwardingServerWide(self.paths.coordinator)
-        await self.serve(private_rest_app(server.dataplane), self.paths.rest(index))
+        await self.serve(private_rest_app(server.dataplane, server.changes), self.paths.rest(index))
         process = Process(server, rest_client(server), told)
         self.processes.append(process)
         return process

@@ -7,13 +7,11 @@ from typing import Any
 
 import pytest
 
-from inferd.errors import ErrorCode, InvalidRequest
 from inferd.serving.placement import passed_through
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.supervisor.placement import (
     copied,
     needs_model_host,
-    refuse_unreplicated,
     serving_layout,
     why_not_replicated,
 )
@@ -65,15 +63,6 @@ def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
         assert needs_model_host([model("a"), model("gpu", devices=["cuda:0"])])
     assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
     assert "'a'" not in caplog.text
-
-
-def test_a_later_load_is_refused_with_a_400_that_says_what_to_do() -> None:
-    refuse_unreplicated(model())  # nothing to refuse
-    with pytest.raises(InvalidRequest) as refused:
-        refuse_unreplicated(model("seq", sequence_batching={}))
-    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
-    assert "sequence_batching" in refused.value.message
-    assert "protocol_processes: 1" in refused.value.message
 
 
 def test_a_hosted_model_passes_through_a_protocol_process_unbatched() -> None:

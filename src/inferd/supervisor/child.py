@@ -2,14 +2,15 @@
 SUPERVISOR_PID MODEL_REPOSITORY``.
 
 Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR``,
-``INFERD_PROTOCOL_INDEX`` and, when a model host runs, ``INFERD_MODEL_HOST`` set.
+``INFERD_PROTOCOL_INDEX`` and, in the model host, ``INFERD_MODEL_HOST`` set.
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole InferenceServer in its role
 (server/protocol_role.py). A protocol process's own models run in it
 (``parallel_workers: 0``), each loaded once per protocol process, which
 placement.py allows only for models that can be; the others it reaches in the
-model host (workers/hosted.py), or refuses when none runs. The model host runs
-exactly those others, with the server's worker settings, and opens no public port.
+model host (workers/hosted.py), which the coordinator starts before such a load
+when none runs yet. The model host runs exactly those others, with the server's
+worker settings, and opens no public port.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from inferd.supervisor.forwarding import (
     wait_for_every_process,
 )
 from inferd.supervisor.paths import ProtocolRole, protocol_role
-from inferd.supervisor.placement import copied, refuse_unreplicated
+from inferd.supervisor.placement import copied
 from inferd.workers.hosted import HostedPool
 from inferd.workers.worker import die_with_parent
 
@@ -75,10 +76,9 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
 
 def protocol_placement(role: ProtocolRole) -> Placement:
     """A protocol process runs the models it may copy; the others run in the model
-    host when one runs, else they are refused."""
-    if role.host_runs:
-        return Placement(here=copied, elsewhere=HostedPool(role.paths.host))
-    return Placement(here=copied, refuse=refuse_unreplicated)
+    host, reached (connected) when a load first binds one: the host may start after
+    this process, when the coordinator starts it for that load."""
+    return Placement(here=copied, elsewhere=HostedPool(role.paths.host))
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
@@ -101,6 +101,9 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
         # wait there for the host's. Restarted, it opens once its models are loaded.
         open_ports_first=not role.restarted,
         host_socket=role.paths.host,
+        # Started later, for a load: the models it runs are those the coordinator has
+        # applied (its journal, then that load), none of its own from the repository.
+        models_at_start=not role.host_started_later,
     )
     server = InferenceServer(settings, process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)

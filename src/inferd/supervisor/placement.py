@@ -20,10 +20,11 @@ for one that must exist once or needs a worker process:
 - an explicit ``workers`` count: the operator sized its processes by hand.
 
 Such a model runs in the model host instead (docs/design.md "The model host"): one
-more process, started when a model loaded at start needs it
-(:func:`needs_model_host`), which loads it once, with its worker processes, batcher
-and sequences, and serves it to every protocol process. One loaded later while no
-host runs is refused (:func:`refuse_unreplicated`).
+more process, which loads it once, with its worker processes, batcher and
+sequences, and serves it to every protocol process. The host starts with the
+server when a model loaded at start needs it (:func:`needs_model_host`), else the
+coordinator starts it when a load first needs it (supervisor/host_on_demand.py):
+any model can be loaded at any time, whatever the layout.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from inferd.errors import InvalidRequest
 from inferd.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -95,17 +95,20 @@ def needs_model_host(startup_models: Iterable[ModelSettings]) -> bool:
     return needed
 
 
-# Up to this many CPUs, a hosted model served with the default protocol_processes
-# runs one protocol process instead: on 2 cores the decoding has no core to spread
-# to, and the hop to the host cost 0.85 of one process's rate (benchmarks/README.md,
-# "Through the model host").
+# Up to this many CPUs, a hosted model loaded at start with the default
+# protocol_processes runs one protocol process instead: on 2 cores the decoding has no
+# core to spread to, and the hop to the host cost 0.85 of one process's rate
+# (benchmarks/README.md, "Through the model host"). Only the start-up models can
+# choose it: once serving, the processes are not changed, and a hosted model
+# loaded later starts the host.
 SMALLEST_HOSTING = 3
 
 
 def serving_layout(
     settings: ServerSettings, startup_models: Iterable[ModelSettings]
 ) -> tuple[int, bool]:
-    """How many protocol processes serve, and whether the model host runs."""
+    """How many protocol processes serve, and whether the model host starts with them
+    (else it starts when a load first needs it)."""
     count = settings.protocol_processes
     if count <= 1 or not needs_model_host(startup_models):
         return count, False
@@ -117,16 +120,3 @@ def serving_layout(
         )
         return 1, False
     return count, True
-
-
-def refuse_unreplicated(model: ModelSettings) -> None:
-    """InvalidRequest (400, gRPC INVALID_ARGUMENT) for a model loaded while several
-    protocol processes run that cannot be loaded in each of them."""
-    reason = why_not_replicated(model)
-    if reason is not None:
-        raise InvalidRequest(
-            f"{model.label} cannot be copied into every protocol process "
-            f"(protocol_processes > 1): {reason}; such a model runs in the model host, "
-            "which runs only when a model loaded at start needs it. Restart the server "
-            "with the model in the repository, or set protocol_processes: 1"
-        )
