@@ -78,7 +78,7 @@ def protocol_placement(role: ProtocolRole) -> Placement:
     """A protocol process runs the models it may copy; the others run in the model
     host, reached (connected) when a load first binds one: the host may start after
     this process, when the coordinator starts it for that load."""
-    return Placement(here=copied, elsewhere=HostedPool(role.paths.host))
+    return Placement(here=copied, elsewhere=HostedPool(role.paths.host, role.host_at_start))
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:

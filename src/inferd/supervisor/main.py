@@ -37,7 +37,13 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
-from inferd.supervisor.paths import HOST_AT_START, HOST_LATER, MODEL_HOST_ENV, PrivatePaths
+from inferd.supervisor.paths import (
+    HOST_AT_START,
+    HOST_LATER,
+    HOST_PEER,
+    MODEL_HOST_ENV,
+    PrivatePaths,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +159,8 @@ class Supervisor:
     async def _supervise(self, paths: PrivatePaths) -> list[Child]:
         command = [*child_command(), str(self.repository)]
         environment = environment_of_children(paths)
+        if self.host:  # their start-up load binds to it: they wait for its socket
+            environment[MODEL_HOST_ENV] = HOST_PEER
         protocol = self._protocol = [
             Child(i, command, environment, paths) for i in range(self.count)
         ]

@@ -30,11 +30,13 @@ PRIVATE_DIR_ENV = "INFERD_PRIVATE_DIR"
 PROTOCOL_INDEX_ENV = "INFERD_PROTOCOL_INDEX"
 # Set ("1") for a process started again after a death: it joins processes that serve.
 RESTARTED_ENV = "INFERD_PROTOCOL_RESTARTED"
-# Set in the model host only: "start" when it started with the server (a model loaded
-# at start needed it), "later" when the coordinator started it for a load.
+# In the model host: "start" when it started with the server (a model loaded at start
+# needed it), "later" when the coordinator started it for a load; "peer" in the
+# protocol processes when it starts with them (their start-up load waits for it).
 MODEL_HOST_ENV = "INFERD_MODEL_HOST"
 HOST_AT_START = "start"
 HOST_LATER = "later"
+HOST_PEER = "peer"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class ProtocolRole:
     # The host started later, for a load: it loads no model of its own at its start,
     # only what the coordinator applied (its journal) and applies from then on.
     host_started_later: bool = False
+    # A protocol process whose model host starts with it (a model loaded at start needs it).
+    host_at_start: bool = False
 
 
 def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> ProtocolRole | None:
@@ -85,4 +89,5 @@ def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> Pr
         restarted,
         is_host=host in (HOST_AT_START, HOST_LATER),
         host_started_later=host == HOST_LATER,
+        host_at_start=host == HOST_PEER,
     )
