@@ -1,9 +1,10 @@
 """``repository_poll_secs`` with three protocol processes: the supervisor polls the
 repository once, and each change reaches every process through the coordinator.
 
-A changed artifact and an added version are each, once the supervisor says the
-change is applied, served the same by every protocol process (each asked on its
-private socket); no protocol process polls on its own. How far apart the
+A changed artifact, an added version and a new folder of a model that must run in
+the model host (which starts for it) are each, once the supervisor says the change
+is applied, served the same by every protocol process (each asked on its private
+socket); no protocol process polls on its own. How far apart the
 processes switched is printed (docs/design.md "The repository polled once").
 """
 
@@ -67,6 +68,14 @@ def test_a_changed_folder_and_an_added_version_are_served_alike_by_every_process
     assert [answer.status_code for answer in versions] == [200] * PROCESSES
     metadata = ask_each(server, "GET", "/v2/models/double")
     assert [answer.json()["versions"] for answer in metadata] == [["1", "2"]] * PROCESSES
+
+    # A folder of a model that batches: the first such load starts the model host.
+    assert "Starting the model host" not in server.log()
+    add_custom_model(repository, "batched", "SlowEcho", max_batch_size=4)
+    wait_for(lambda: applied(server, "batched", "reload"), server.log, 60)
+    ready = ask_each(server, "GET", "/v2/models/batched/ready")
+    assert [answer.status_code for answer in ready] == [200] * PROCESSES
+    assert "Starting the model host for model 'batched'" in server.log()
 
     log = server.log()
     assert "[inferd.serving.repository_poll] Polling the model repository" in log

@@ -87,7 +87,8 @@ class LocalChanges(ModelChanges):
             await self._registry.load(name, found)
         except InferdError:
             return  # the registry logged why and kept the old instance serving
-        logger.info("Model %r loaded from the repository", name)
+        if name in self._registry.names():  # the model host leaves out what it does not run
+            logger.info("Model %r loaded from the repository", name)
 
 
 class RepositoryPoller:
