@@ -171,7 +171,7 @@ class InferenceServer:
         """The whole REST app without access rules (nor HTTP statistics: these are the
         coordinator's requests, not clients'), and the metrics exposition, each on its
         own unix socket."""
-        rest = private_rest_app(self.dataplane, self.changes)
+        rest = private_rest_app(self.dataplane, self.changes, role.switch)
         apps = [("Private REST server", rest, role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self._metrics_app(), role.metrics_socket))

@@ -37,7 +37,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -51,7 +51,9 @@ from inferd.serving.server_wide import LocalServerWide
 
 # Where a private socket takes a change of the repository the supervisor's poller
 # found: POST {REPOSITORY_CHANGE}/{name}/reload (serve what its folders hold now) or
-# /remove (no folder holds it any more). Answered once applied here.
+# /remove (no folder holds it any more). Answered once applied here. A reload's
+# ?switch=<id> has its new instances serve only once ProtocolProcess.switch(id)
+# returns: the coordinator's barrier, passed when every process has loaded them.
 REPOSITORY_CHANGE = "/private/repository/models"
 _CHANGE = re.compile(re.escape(REPOSITORY_CHANGE) + r"/(?P<name>[^/]+)/(?P<action>reload|remove)")
 
@@ -73,25 +75,39 @@ class ProtocolProcess:
     # Whether it loads the repository's models at its start (load_models_at_startup
     # permitting): not a model host started later, for a load (it catches up instead).
     models_at_start: bool = True
+    # Awaits the coordinator's switch barrier of that id (a repository reload's); None:
+    # a reload serves its new instances as soon as they are loaded.
+    switch: Callable[[str], Awaitable[None]] | None = None
 
 
-def private_rest_app(dataplane: DataPlane, changes: ModelChanges) -> PrivateRestApp:
+def private_rest_app(
+    dataplane: DataPlane,
+    changes: ModelChanges,
+    switch: Callable[[str], Awaitable[None]] | None = None,
+) -> PrivateRestApp:
     """The REST app of a protocol process's ``rest-<i>.sock``: every API group open
     (the public edge that took a call decided access), operations applied to this
     process alone, not counted in the public metrics (the coordinator's calls are
-    not clients'); and the repository's changes, applied to ``changes``."""
+    not clients'); and the repository's changes, applied to ``changes`` (a reload's
+    switch awaited with ``switch``)."""
     rest = build_rest_app(
         dataplane, dataplane.settings, guards={}, server_wide=LocalServerWide(dataplane)
     )
-    return PrivateRestApp(rest, changes)
+    return PrivateRestApp(rest, changes, switch)
 
 
 class PrivateRestApp:
     """The REST API, and the repository changes the supervisor's poller sends."""
 
-    def __init__(self, rest: RestApp, changes: ModelChanges) -> None:
+    def __init__(
+        self,
+        rest: RestApp,
+        changes: ModelChanges,
+        switch: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.rest = rest
         self.changes = changes
+        self.switch = switch
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = _repository_change(scope)
@@ -100,10 +116,19 @@ class PrivateRestApp:
             return
         name, action = found
         if action == "reload":
-            await self.changes.reload(name)
+            await self.changes.reload(name, self._switch_of(scope))
         else:
             await self.changes.remove(name)
         await Response(b"{}", 200, media_type="application/json")(scope, receive, send)
+
+    def _switch_of(self, scope: Scope) -> Callable[[], Awaitable[None]] | None:
+        """The reload's switch: the barrier its ``?switch=<id>`` names, when this
+        process has a way to await one."""
+        barrier = parse_qs(scope.get("query_string", b"").decode()).get("switch")
+        if not barrier or self.switch is None:
+            return None
+        await_barrier, barrier_id = self.switch, barrier[0]
+        return lambda: await_barrier(barrier_id)
 
 
 def _repository_change(scope: Scope) -> tuple[str, str] | None:

@@ -34,7 +34,7 @@ import os
 from typing import Protocol
 
 from inferd.errors import ConfigurationError, InferdError, ModelNotFound
-from inferd.serving.registry import Registry
+from inferd.serving.registry import Registry, Switch
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_watch import (
     Changes,
@@ -51,8 +51,9 @@ logger = logging.getLogger(__name__)
 class ModelChanges(Protocol):
     """Where the poller's changes are applied."""
 
-    async def reload(self, name: str) -> None:
-        """Serve what the repository's folders hold for ``name`` now."""
+    async def reload(self, name: str, switch: Switch | None = None) -> None:
+        """Serve what the repository's folders hold for ``name`` now (with ``switch``:
+        once it returns, see Registry.load)."""
         ...
 
     async def remove(self, name: str) -> None:
@@ -72,7 +73,7 @@ class LocalChanges(ModelChanges):
             await self._registry.remove(name)
             logger.info("Model %r is no longer in the repository: unloaded", name)
 
-    async def reload(self, name: str) -> None:
+    async def reload(self, name: str, switch: Switch | None = None) -> None:
         try:
             found = await asyncio.to_thread(self._repository.find, name)
         except (ConfigurationError, ModelNotFound) as error:
@@ -84,7 +85,7 @@ class LocalChanges(ModelChanges):
         if not found:  # its folders went since this poll looked: the next poll removes it
             return
         try:
-            await self._registry.load(name, found)
+            await self._registry.load(name, found, switch)
         except InferdError:
             return  # the registry logged why and kept the old instance serving
         if name in self._registry.names():  # the model host leaves out what it does not run

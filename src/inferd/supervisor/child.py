@@ -20,6 +20,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
@@ -33,6 +34,7 @@ from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
 from inferd.supervisor.forwarding import (
     ForwardingServerWide,
     catch_up,
+    switch_together,
     wait_for_every_process,
 )
 from inferd.supervisor.paths import ProtocolRole, protocol_role
@@ -68,6 +70,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
         placement=protocol_placement(role),
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
+        switch=partial(switch_together, role),
     )
     server = InferenceServer(protocol_settings(settings), process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)

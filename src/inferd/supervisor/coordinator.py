@@ -25,7 +25,11 @@ to itself), waits for every answer and answers as they did (merging.py):
   up under it), so any model can be loaded at any time;
 - the repository's changes, when ``repository_poll_secs`` is set, are found by the
   supervisor's one poller (repository_changes.py) and applied here as loads and
-  unloads are: in turn, host first, journaled.
+  unloads are: in turn, host first, journaled. A reload's protocol processes each
+  load the new instances, then wait at a switch barrier
+  (``POST /coordinator/switch/{id}/{index}``) that opens once every one has loaded
+  (or its call ended, loaded or not): they all start serving the new version
+  together, within the few milliseconds the barrier's answers take to reach them.
 
 What a partial failure leaves: the processes that applied the operation keep it
 (nothing is undone: undoing a load would unload the version that served before),
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import re
 from collections.abc import Awaitable
@@ -59,6 +64,7 @@ from inferd.supervisor.journal import (
     is_server_wide,
     loaded_model,
     loads_a_model,
+    reloads_from_the_repository,
     unloads_a_model,
 )
 from inferd.supervisor.merging import NO_PROCESS, Settled, merge_statistics, settle
@@ -69,6 +75,7 @@ logger = logging.getLogger(__name__)
 JSON = "application/json"
 CATCH_UP_PREFIX = "/coordinator/catch-up"
 LOADED_PREFIX = "/coordinator/loaded"
+SWITCH_PREFIX = "/coordinator/switch"
 _JSON_HEADERS = {"content-type": JSON}
 # What a process's answer passes on to the client.
 _PASSED_HEADERS = ("content-type", "retry-after")
@@ -98,6 +105,8 @@ class Coordinator:
         self._lock = asyncio.Lock()
         self._loaded: set[int] = set()
         self._all_loaded = asyncio.Event()
+        self._switches: dict[int, _Barrier] = {}
+        self._switch_ids = itertools.count(1)
 
     @property
     def host(self) -> Path | None:
@@ -155,15 +164,43 @@ class Coordinator:
             return fan_out(sockets, call.method, call.path, call.body, _JSON_HEADERS, None)
 
         if host is None:
-            return await to_all(self.sockets)
+            return await self._to_protocol_processes(call)
         if loads_a_model(call.path):
             hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
-            return [*await to_all(self.sockets), hosted]
+            return [*await self._to_protocol_processes(call), hosted]
         if unloads_a_model(call.path):
             answers = await to_all(self.sockets)
             hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
             return [*answers, _held_nothing(hosted)]
         return await to_all([*self.sockets, host])
+
+    async def _to_protocol_processes(self, call: Call) -> list[Answer]:
+        """``call`` to every protocol process; a repository reload with a switch barrier
+        that each passes once every one has loaded (or its call has ended)."""
+        if not reloads_from_the_repository(call.path):
+            return await fan_out(self.sockets, call.method, call.path, call.body, _JSON_HEADERS)
+        number = next(self._switch_ids)
+        barrier = self._switches[number] = _Barrier(set(range(len(self.sockets))))
+        path = f"{call.path}?switch={number}"
+
+        async def one(index: int, socket: Path) -> Answer:
+            try:
+                return await send(socket, call.method, path, call.body, _JSON_HEADERS)
+            finally:
+                barrier.passed(index)  # failed, refused, or switched already
+
+        try:
+            return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(self.sockets))))
+        finally:
+            del self._switches[number]
+
+    async def switch(self, number: int, index: int) -> None:
+        """Process ``index`` has loaded what reload ``number`` brings: return once every
+        process has (at once if that reload is over: nothing waits for it any more)."""
+        barrier = self._switches.get(number)
+        if barrier is not None:
+            barrier.passed(index)
+            await barrier.open.wait()
 
     async def statistics(self, path: str) -> Response:
         """Triton's statistics at ``path``, summed over the processes."""
@@ -209,6 +246,21 @@ class Coordinator:
                 call,
                 answers[index].error,
             )
+
+
+class _Barrier:
+    """Opens once every process of ``waiting`` has passed."""
+
+    def __init__(self, waiting: set[int]) -> None:
+        self.waiting = waiting
+        self.open = asyncio.Event()
+        if not waiting:
+            self.open.set()
+
+    def passed(self, index: int) -> None:
+        self.waiting.discard(index)
+        if not self.waiting:
+            self.open.set()
 
 
 def _reached(call: Call, answer: Answer) -> bool:
@@ -280,10 +332,15 @@ def coordinator_app(coordinator: Coordinator) -> Starlette:
         await coordinator.loaded(request.path_params["index"])
         return Response(b"{}", 200, media_type=JSON)
 
+    async def switch(request: Request) -> Response:
+        await coordinator.switch(request.path_params["number"], request.path_params["index"])
+        return Response(b"{}", 200, media_type=JSON)
+
     app = Starlette(
         routes=[
             Route(f"{CATCH_UP_PREFIX}/{{index:int}}", catch_up, methods=["POST"]),
             Route(f"{LOADED_PREFIX}/{{index:int}}", loaded, methods=["POST"]),
+            Route(f"{SWITCH_PREFIX}/{{number:int}}/{{index:int}}", switch, methods=["POST"]),
             Route("/v2/{path:path}", operation, methods=["GET", "POST"]),
         ]
     )

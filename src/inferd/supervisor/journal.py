@@ -99,6 +99,11 @@ def unloads_a_model(path: str) -> bool:
     return found is not None and found[1] in _UNLOADS
 
 
+def reloads_from_the_repository(path: str) -> bool:
+    """The poll's reload of a changed model (its processes switch at a barrier)."""
+    return path.startswith(REPOSITORY_CHANGE) and path.endswith(f"/{RELOAD}")
+
+
 def loaded_model(call: Call) -> tuple[str, str | None] | None:
     """The model ``call`` loads and its configuration override (the JSON text of a
     load's ``parameters.config``, as forwarding.py sends it); None if it loads none."""

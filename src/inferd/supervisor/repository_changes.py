@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from inferd.server.protocol_role import REPOSITORY_CHANGE
+from inferd.serving.registry import Switch
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_poll import ModelChanges, RepositoryPoller
 from inferd.settings import ServerSettings
@@ -43,7 +44,8 @@ class ServerWideChanges(ModelChanges):
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
 
-    async def reload(self, name: str) -> None:
+    async def reload(self, name: str, switch: Switch | None = None) -> None:
+        """Sent to every process; each switches at the coordinator's barrier."""
         await self._apply(name, RELOAD)
 
     async def remove(self, name: str) -> None:
