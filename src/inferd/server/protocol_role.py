@@ -133,7 +133,8 @@ class PrivateRestApp:
 
 def _repository_change(scope: Scope) -> tuple[str, str] | None:
     """The model and the action (reload, remove) of a repository change; None for any
-    other request. The name as sent, percent-encoded (it may hold a slash)."""
+    other request. The name is read from the raw path, where it is percent-encoded
+    (it may hold a slash)."""
     if scope["type"] != "http" or scope["method"] != "POST":
         return None
     raw = scope.get("raw_path")
