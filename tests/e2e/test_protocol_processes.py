@@ -171,19 +171,27 @@ def test_a_killed_model_host_is_restarted_and_its_models_serve_again(
     assert "The model host (pid" in hosting.log() and "exited with signal SIGKILL" in hosting.log()
 
 
-def test_a_later_load_of_a_model_that_cannot_be_replicated_is_refused(
+def test_a_later_load_of_a_model_that_cannot_be_copied_starts_the_model_host(
     two: ServerProcess, repository: Path
 ) -> None:
+    """No model loaded at start needed the host: the first load that needs it starts
+    it (REST), and a later one (gRPC) finds it running."""
+    assert len(children(two.process.pid)) == 2
     add_custom_model(repository, "sequences", "SlowEcho", sequence_batching={})
-    response = httpx.post(f"{two.url}/v2/repository/models/sequences/load", timeout=30)
-    assert response.status_code == 400
-    assert "sequence_batching" in response.text and "protocol_processes: 1" in response.text
-    with grpc.insecure_channel(two.grpc_address) as channel, pytest.raises(grpc.RpcError) as error:
+    response = httpx.post(f"{two.url}/v2/repository/models/sequences/load", timeout=60)
+    assert response.status_code == 200, response.text
+    assert "Starting the model host" in two.log()
+    steps = [{"sequence_id": 7, "sequence_start": step == 0} for step in range(8)]
+    answered = {rest_pid_of(two, "sequences", **step) for step in steps}
+    assert len(answered) == 1  # the host, through either process
+    add_custom_model(repository, "batched", "SlowEcho", max_batch_size=4)
+    with grpc.insecure_channel(two.grpc_address) as channel:
         pb_grpc.GRPCInferenceServiceStub(channel).RepositoryModelLoad(
-            pb.RepositoryModelLoadRequest(model_name="sequences"), timeout=30
+            pb.RepositoryModelLoadRequest(model_name="batched"), timeout=60
         )
-    assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert "protocol_processes: 1" in str(error.value.details())
+    assert {rest_pid_of(two, "batched") for _ in range(4)} == answered
+    assert two.log().count("Starting the model host:") == 1
+    assert len(children(two.process.pid)) == 3
 
 
 class Load:

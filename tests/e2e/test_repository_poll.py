@@ -7,6 +7,12 @@ folder is added (served), the first model's settings are broken (the old
 version keeps serving; the index says why), and the added folder is removed
 (404 once gone). Every answer is a 200, except a 404 for the removed model once
 its folder is gone; none waits for a load.
+
+With several protocol processes (``INFERD_TEST_PROTOCOL_PROCESSES``) the supervisor
+polls and every process applies each change; a reload switches them together at
+the coordinator's barrier, whose answers reach the processes within milliseconds
+of each other, and a removal reaches them as fast (docs/design.md "The repository
+polled once"): an old answer may follow a new one only within :data:`SPREAD`.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import httpx
 
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.serverproc import ServerProcess
+from tests.support.serverproc import ServerProcess, default_protocol_processes
 
 POLL_SECS = 0.2
 # Each load takes this long: requests during it must be answered by the old instance.
@@ -33,6 +39,9 @@ CLIENTS = 8
 SLACK = 1.0
 SWITCH_BOUND = 2 * POLL_SECS + LOAD_SECONDS + SLACK
 BODY = {"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [1]}]}
+# How long after one process answers a change another may still answer as before:
+# the barrier's (or the removal's) answers reaching each process, on a busy machine.
+SPREAD = 0.0 if default_protocol_processes() == 1 else 0.1
 
 
 def add_text_model(repository: Path, name: str, text: str) -> Path:
@@ -161,7 +170,7 @@ def test_the_repository_reloads_itself_under_load(
     assert gone.received - removed < 2 * POLL_SECS + SLACK
     # None waited for a load: the old instance answered during each.
     assert latencies[-1] < LOAD_SECONDS, latencies[-10:]
-    after_switch = [a for a in answers if a.model == "text" and a.sent > switched.received]
+    after_switch = [a for a in answers if a.model == "text" and a.sent > switched.received + SPREAD]
     assert after_switch and {a.text for a in after_switch} == {"second"}
     unexpected = [
         answer
@@ -171,7 +180,7 @@ def test_the_repository_reloads_itself_under_load(
     ]
     assert not unexpected, unexpected[:5]
     # Once gone, gone: no 200 (nor 503) for the removed model after its first 404.
-    after_gone = [a for a in answers if a.model == "added" and a.sent > gone.received]
+    after_gone = [a for a in answers if a.model == "added" and a.sent > gone.received + SPREAD]
     assert all(a.status == 404 for a in after_gone)
     assert "model-settings.json" in reason and "cannot be read as JSON" in reason
     assert "Model 'text' changed on disk but cannot be loaded" in server.log()

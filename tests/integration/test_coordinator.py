@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from inferd.protocol import pb, pb_grpc
 from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import private_rest_app
 from inferd.supervisor.coordinator import Coordinator, build_coordinator_app
-from inferd.supervisor.forwarding import ForwardingServerWide, catch_up
+from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 from inferd.triton.logsettings import SetLogLevel
 from inferd.triton.shm import SharedMemoryRegistry
@@ -96,7 +97,9 @@ class Cluster:
 
         server.pool.control = recording  # type: ignore[method-assign]
         server.server_wide = ForwardingServerWide(self.paths.coordinator)
-        await self.serve(private_rest_app(server.dataplane), self.paths.rest(index))
+        switch = partial(switch_together, ProtocolRole(self.paths, index))
+        app = private_rest_app(server.dataplane, server.changes, switch)
+        await self.serve(app, self.paths.rest(index))
         process = Process(server, rest_client(server), told)
         self.processes.append(process)
         return process

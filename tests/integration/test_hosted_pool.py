@@ -66,7 +66,7 @@ async def host(start_inferd: StartServer, folder: Path) -> AsyncIterator[Host]:
 
 @pytest.fixture
 async def pool(host: Host) -> AsyncIterator[HostedPool]:
-    made = HostedPool(host.path)
+    made = HostedPool(host.path, host_at_start=True)
     yield made
     await made.close()
 
@@ -93,6 +93,25 @@ async def test_a_load_waits_for_the_host_to_come(host: Host, pool: HostedPool) -
     assert not loading.done()
     await host.serve()
     assert (await asyncio.wait_for(loading, 10)).metadata.name == "echo"
+
+
+async def test_a_load_fails_at_once_when_no_host_ever_ran(host: Host) -> None:
+    """Started later, a host is started by the coordinator before any load that needs
+    it: a load that finds none (a process's start-up load of a folder added since)
+    does not wait for one that is not coming."""
+    pool = HostedPool(host.path)  # no host starts with this process
+    try:
+        with pytest.raises(ModelNotReady, match="model host is not running"):
+            await asyncio.wait_for(pool.load(1, ECHO), 2)
+        await host.serve()  # once one has run, its socket stays: a restart is waited for
+        host.stop()
+        loading = asyncio.ensure_future(pool.load(1, ECHO))
+        await asyncio.sleep(0.2)
+        assert not loading.done()
+        await host.serve()
+        assert (await asyncio.wait_for(loading, 10)).metadata.name == "echo"
+    finally:
+        await pool.close()
 
 
 async def test_a_host_gone_fails_calls_at_once_and_its_return_binds_them_again(

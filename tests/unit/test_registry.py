@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inferd.dispatch.queued import QueuedDispatch
-from inferd.errors import InvalidRequest, ModelError, ModelNotFound, ModelNotReady
+from inferd.errors import ModelError, ModelNotFound, ModelNotReady
 from inferd.observability.stats import ModelStatsTable
 from inferd.serving.placement import Placement
 from inferd.serving.registry import Registry
@@ -253,18 +253,46 @@ async def test_an_instance_the_pool_gives_up_on_becomes_unavailable(
     )
 
 
-async def test_a_refused_model_is_not_touched(pool: FakePool) -> None:
-    def refuse_v2(settings: ModelSettings) -> None:
-        if settings.version == "2":
-            raise InvalidRequest(f"{settings.label} is refused here")
-
-    placement = Placement(here=lambda settings: settings.version != "2", refuse=refuse_v2)
-    registry = Registry(pool, ModelStatsTable(), placement=placement)
+async def test_with_a_switch_new_instances_serve_only_once_it_returns(
+    registry: Registry, pool: FakePool
+) -> None:
+    """A repository change applied in several processes: each loads its new
+    instances, then waits at the switch (the others loading theirs) serving the old."""
     await registry.load("m", [version("m", "1")])
-    with pytest.raises(InvalidRequest, match="refused here"):
-        await registry.load("m", [version("m", "1"), version("m", "2")])
-    assert [found.version for found in registry.versions()] == ["1"]  # v1 kept, v2 unknown
-    assert len(pool.loaded) == 1 and pool.unloaded == []
+    switch = asyncio.Event()
+    reached = asyncio.Event()
+
+    async def wait_for_the_others() -> None:
+        reached.set()
+        await switch.wait()
+
+    reloading = asyncio.create_task(
+        registry.load("m", [version("m", "1"), version("m", "2")], wait_for_the_others)
+    )
+    await asyncio.wait_for(reached.wait(), 5)  # both new instances are loaded by now
+    assert len(pool.loaded) == 3
+    assert await served_by(registry, "m", "1") == 1  # the old one still answers
+    assert registry.find("m", "2").state is ModelState.LOADING
+    assert registry.get_ready("m").version == "1"  # the default stays the served one
+    switch.set()
+    await reloading
+    assert await served_by(registry, "m", "1") == 2
+    assert await served_by(registry, "m", "2") == 3
+    assert registry.get_ready("m").version == "2"
+    assert pool.unloaded == [1]
+
+
+async def test_a_failed_load_still_reaches_the_switch(registry: Registry, pool: FakePool) -> None:
+    """A process whose load failed does not hold the others at the switch."""
+    pool.failures[("m", None)] = "corrupt"
+    reached: list[bool] = []
+
+    async def arrive() -> None:
+        reached.append(True)
+
+    with pytest.raises(ModelError, match="corrupt"):
+        await registry.load("m", [version("m")], arrive)
+    assert reached == [True]
 
 
 def batched(name: str) -> ModelSettings:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from inferd.errors import ErrorCode, InvalidRequest
 from inferd.serving.placement import passed_through
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.supervisor.child import protocol_server
@@ -17,7 +16,6 @@ from inferd.supervisor.placement import (
     copied,
     needs_model_host,
     queue_share,
-    refuse_unreplicated,
     serving_layout,
     why_not_replicated,
 )
@@ -100,15 +98,6 @@ def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
         assert needs_model_host(DEFAULTS, [model("a"), model("gpu", devices=["cuda:0"])])
     assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
     assert "Model 'a' is copied into every protocol process" in caplog.text
-
-
-def test_a_later_load_is_refused_with_a_400_that_says_what_to_do() -> None:
-    refuse_unreplicated(model(), DEFAULTS)  # nothing to refuse
-    with pytest.raises(InvalidRequest) as refused:
-        refuse_unreplicated(model("seq", sequence_batching={}), DEFAULTS)
-    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
-    assert "sequence_batching" in refused.value.message
-    assert "protocol_processes: 1" in refused.value.message
 
 
 def test_a_hosted_model_passes_through_a_protocol_process_unbatched() -> None:

@@ -28,7 +28,7 @@ from inferd.server.transport import metrics_options, rest_options
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
-from inferd.serving.repository_poll import RepositoryPoller
+from inferd.serving.repository_poll import LocalChanges, RepositoryPoller
 from inferd.serving.response_cache import ResponseCache
 from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
@@ -66,15 +66,18 @@ class InferenceServer:
             Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
+        # The repository's changes, as the poller finds them, applied to this process.
+        self.changes = LocalChanges(self.repository, self.registry)
         self.dataplane.models_ready_once_started = role is not None
         # Where the edges send what holds server-wide (loads, log level, shared memory,
         # statistics): this process alone, unless a supervisor's protocol process is
         # given the coordinator's (supervisor/forwarding.py) before its apps are built.
         self.server_wide: ServerWide = LocalServerWide(self.dataplane)
-        # Reloads models whose folders change (repository_poll_secs; None: off).
+        # Reloads models whose folders change (repository_poll_secs; None: off). Among
+        # several processes the supervisor polls, once for all (protocol_role.py).
         self.poller = (
-            RepositoryPoller(self.repository, self.registry, settings.repository_poll_secs)
-            if settings.repository_poll_secs > 0
+            RepositoryPoller(self.repository, self.changes, settings.repository_poll_secs)
+            if settings.repository_poll_secs > 0 and role is None
             else None
         )
         # Per-protocol request counters, kept only when metrics are served.
@@ -169,7 +172,8 @@ class InferenceServer:
         """The whole REST app without access rules (nor HTTP statistics: these are the
         coordinator's requests, not clients'), and the metrics exposition, each on its
         own unix socket."""
-        apps = [("Private REST server", private_rest_app(self.dataplane), role.rest_socket)]
+        rest = private_rest_app(self.dataplane, self.changes, role.switch)
+        apps = [("Private REST server", rest, role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self._metrics_app(), role.metrics_socket))
         return [
@@ -234,7 +238,8 @@ class InferenceServer:
         """Load the repository's models (if the settings say so)."""
         if self.poller is not None:
             self.poller.watch_from_now()  # a change made during the load is seen after it
-        if self.settings.load_models_at_startup:
+        at_start = self.role is None or self.role.models_at_start
+        if self.settings.load_models_at_startup and at_start:
             await self.dataplane.load_all()
 
     def mark_ready(self) -> None:

@@ -3,9 +3,9 @@ several processes (``protocol_processes`` > 1; docs/design.md "The model host").
 
 A protocol process runs in its own pool the models every process may hold a copy
 of (supervisor/placement.py says which). The others it hands to the model host's
-pool (workers/hosted.py) when a host runs, and refuses when none does; the model
-host runs exactly those others and leaves the rest out. A lone server has no
-placement: its pool runs every model.
+pool (workers/hosted.py): the coordinator has the host load such a model first,
+starting the host if none runs yet. The model host runs exactly those others and
+leaves the rest out. A lone server has no placement: its pool runs every model.
 """
 
 from __future__ import annotations
@@ -24,21 +24,13 @@ class Placement:
     # Whether the server's own pool runs the model.
     here: Callable[[ModelSettings], bool]
     # The pool of a model not run here: the model host's, reached over its socket.
+    # None: such a model is left out (the model host leaves out what the protocol
+    # processes run).
     elsewhere: Pool | None = None
-    # With no pool elsewhere: raises (an InferdError saying why) for a model not run
-    # here; None: such a model is left out (the model host leaves out what the
-    # protocol processes run).
-    refuse: Callable[[ModelSettings], None] | None = None
 
     def served(self, versions: list[ModelSettings]) -> list[ModelSettings]:
-        """The versions this server serves, its own pool or the host's; raises first
-        (before anything of them is touched) for one it must refuse."""
+        """The versions this server serves, in its own pool or the host's."""
         if self.elsewhere is not None:
-            return versions
-        if self.refuse is not None:
-            for version in versions:
-                if not self.here(version):
-                    self.refuse(version)
             return versions
         return [version for version in versions if self.here(version)]
 

@@ -2,7 +2,10 @@
 
 Loading a model name replaces the set of versions served under it: new versions
 are loaded (and an existing version reloaded) before the old instances are
-unloaded, so a model keeps answering while it is reloaded.
+unloaded, so a model keeps answering while it is reloaded. A load given a
+``switch`` (a repository change applied in every protocol process) loads every
+new instance first, awaits ``switch`` (the other processes have loaded theirs),
+and only then serves them, all at once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import itertools
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from inferd.dispatch.scheduler import Scheduler
@@ -32,6 +36,9 @@ from inferd.types import ModelState, RepositoryEntry
 from inferd.workers.base import Control, LoadedInstance, Pool
 
 logger = logging.getLogger(__name__)
+
+# Awaited by a load between loading its new instances and serving them.
+Switch = Callable[[], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -149,22 +156,28 @@ class Registry:
             for version in self.versions()
         ]
 
-    async def load(self, name: str, settings: list[ModelSettings]) -> None:
+    async def load(
+        self, name: str, settings: list[ModelSettings], switch: Switch | None = None
+    ) -> None:
         """Serve exactly ``settings`` (the versions found on disk) under ``name``.
 
         Raises the first load error after every version has been tried; versions
-        that loaded keep serving and a failed reload keeps the old instance.
+        that loaded keep serving and a failed reload keeps the old instance. With
+        ``switch``, the new instances serve only once it returns (it is awaited
+        whatever loaded, so a process that failed does not hold the others).
         """
         if self._placement is not None:
             settings = self._placement.served(settings)
             if not settings and name not in self._models:
+                if switch is not None:
+                    await switch()
                 return  # none of it runs in this process (the model host's case)
         while True:
             model = self._models.setdefault(name, _Model())
             async with model.lock:
                 if self._models.get(name) is not model:
                     continue  # removed while this waited: load into the entry served now
-                errors = await self._load_versions(model, settings)
+                errors = await self._load_versions(model, settings, switch)
                 wanted = {version.version for version in settings}
                 for stale in [key for key in model.versions if key not in wanted]:
                     await self._unload_version(model, stale)
@@ -175,17 +188,45 @@ class Registry:
             raise errors[0]
 
     async def _load_versions(
-        self, model: _Model, settings: list[ModelSettings]
+        self, model: _Model, settings: list[ModelSettings], switch: Switch | None
     ) -> list[InferdError]:
+        """Each version loaded, and served as soon as it is (no ``switch``) or all of
+        them once ``switch`` returns."""
         errors: list[InferdError] = []
+        loaded: list[tuple[ModelVersion, ModelVersion | None]] = []
         for version_settings in settings:
             try:
-                await self._load_version(model, version_settings)
+                new, old = await self._load_version(model, version_settings)
             except InferdError as error:
                 errors.append(error)
+                continue
+            if switch is None:
+                await self._serve([(new, old)], model)
+            else:
+                loaded.append((new, old))
+        if switch is not None:
+            await switch()
+            await self._serve(loaded, model)
         return errors
 
-    async def _load_version(self, model: _Model, settings: ModelSettings) -> None:
+    async def _serve(
+        self, loaded: list[tuple[ModelVersion, ModelVersion | None]], model: _Model
+    ) -> None:
+        """Loaded versions serve from now on, all in one step; then the instances
+        they replace are retired."""
+        for new, _ in loaded:
+            new.state = ModelState.READY
+            model.versions[new.settings.version] = new
+            logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
+        for _, old in loaded:
+            if old is not None and old.scheduler is not None:
+                await self._retire(old)
+
+    async def _load_version(
+        self, model: _Model, settings: ModelSettings
+    ) -> tuple[ModelVersion, ModelVersion | None]:
+        """The new instance of a version, loaded (not serving yet), and the one it
+        replaces."""
         old = model.versions.get(settings.version)
         new = ModelVersion(settings)
         if old is None or old.state is not ModelState.READY:
@@ -216,12 +257,8 @@ class Registry:
             hosted=hosted,
         )
         new.cache = None if hosted else self._bind_cache(settings, new.stats)
-        new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
-        model.versions[settings.version] = new
-        logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
-        if old is not None and old.scheduler is not None:
-            await self._retire(old)
+        return new, old
 
     def _bind_cache(self, settings: ModelSettings, stats: ModelStats) -> VersionCache | None:
         """The version's response cache: on when both settings.json and its

@@ -17,6 +17,12 @@ Only changes are acted on: a model unloaded through the repository API stays
 unloaded until its files change, and one loaded with a configuration override
 keeps it until then. Each model name loads in a task of its own, so a slow load
 does not hold up the polls or the other models.
+
+What the poller finds it hands to a :class:`ModelChanges`: a lone server's is
+:class:`LocalChanges`, which applies a change to its own registry. With several
+protocol processes the supervisor runs the one poller, and its changes go through
+the coordinator to every process (supervisor/repository_changes.py), each of
+which applies it with its own :class:`LocalChanges`.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ import asyncio
 import contextlib
 import logging
 import os
+from typing import Protocol
 
 from inferd.errors import ConfigurationError, InferdError, ModelNotFound
-from inferd.serving.registry import Registry
+from inferd.serving.registry import Registry, Switch
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_watch import (
     Changes,
@@ -41,13 +48,57 @@ from inferd.types import ModelState
 logger = logging.getLogger(__name__)
 
 
-class RepositoryPoller:
-    """Watches the repository's folders and brings the registry in line with them."""
+class ModelChanges(Protocol):
+    """Where the poller's changes are applied."""
 
-    def __init__(self, repository: ModelRepository, registry: Registry, interval: float) -> None:
-        self.interval = interval
+    async def reload(self, name: str, switch: Switch | None = None) -> None:
+        """Serve what the repository's folders hold for ``name`` now (with ``switch``:
+        once it returns, see Registry.load)."""
+        ...
+
+    async def remove(self, name: str) -> None:
+        """No folder holds ``name`` any more: stop serving it."""
+        ...
+
+
+class LocalChanges(ModelChanges):
+    """Changes applied to one registry: a lone server's, or one process's share."""
+
+    def __init__(self, repository: ModelRepository, registry: Registry) -> None:
         self._repository = repository
         self._registry = registry
+
+    async def remove(self, name: str) -> None:
+        if name in self._registry.names():
+            await self._registry.remove(name)
+            logger.info("Model %r is no longer in the repository: unloaded", name)
+
+    async def reload(self, name: str, switch: Switch | None = None) -> None:
+        try:
+            found = await asyncio.to_thread(self._repository.find, name)
+        except (ConfigurationError, ModelNotFound) as error:
+            reason = error.message if isinstance(error, InferdError) else str(error)
+            self._registry.reload_failed(name, reason)
+            keeps = "; the loaded instance keeps serving" if _serves(self._registry, name) else ""
+            logger.error("Model %r changed on disk but cannot be loaded: %s%s", name, reason, keeps)
+            return
+        if not found:  # its folders went since this poll looked: the next poll removes it
+            return
+        try:
+            await self._registry.load(name, found, switch)
+        except InferdError:
+            return  # the registry logged why and kept the old instance serving
+        if name in self._registry.names():  # the model host leaves out what it does not run
+            logger.info("Model %r loaded from the repository", name)
+
+
+class RepositoryPoller:
+    """Watches the repository's folders and brings what is served in line with them."""
+
+    def __init__(self, repository: ModelRepository, changes: ModelChanges, interval: float) -> None:
+        self.interval = interval
+        self._repository = repository
+        self._changes = changes
         self._tracker = ChangeTracker({})
         # Model folder -> the name it served under when last acted on.
         self._names: dict[str, str] = {}
@@ -134,38 +185,14 @@ class RepositoryPoller:
     ) -> None:
         try:
             if present:
-                await self._reload(name)
+                await self._changes.reload(name)
             else:
-                await self._remove(name)
+                await self._changes.remove(name)
         except Exception:
             logger.exception("Applying the repository's change to model %r failed", name)
         finally:
             self._settle(prints, names)
             self._busy.pop(name, None)
-
-    async def _remove(self, name: str) -> None:
-        """No folder holds ``name`` any more: stop serving it."""
-        if name in self._registry.names():
-            await self._registry.remove(name)
-            logger.info("Model %r is no longer in the repository: unloaded", name)
-
-    async def _reload(self, name: str) -> None:
-        """Serve the versions the repository holds for ``name`` now."""
-        try:
-            found = await asyncio.to_thread(self._repository.find, name)
-        except (ConfigurationError, ModelNotFound) as error:
-            reason = error.message if isinstance(error, InferdError) else str(error)
-            self._registry.reload_failed(name, reason)
-            keeps = "; the loaded instance keeps serving" if _serves(self._registry, name) else ""
-            logger.error("Model %r changed on disk but cannot be loaded: %s%s", name, reason, keeps)
-            return
-        if not found:  # its folders went since this poll looked: the next poll removes it
-            return
-        try:
-            await self._registry.load(name, found)
-        except InferdError:
-            return  # the registry logged why and kept the old instance serving
-        logger.info("Model %r loaded from the repository", name)
 
     def _settle(self, prints: dict[str, FolderPrint | None], names: dict[str, str]) -> None:
         self._tracker.settle(prints)

@@ -2,15 +2,16 @@
 SUPERVISOR_PID MODEL_REPOSITORY``.
 
 Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR``,
-``INFERD_PROTOCOL_INDEX`` and, when a model host runs, ``INFERD_MODEL_HOST`` set.
+``INFERD_PROTOCOL_INDEX`` and, in the model host, ``INFERD_MODEL_HOST`` set.
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole InferenceServer in its role
 (server/protocol_role.py). A protocol process's own models run in it
 (``parallel_workers: 0``), each loaded once per protocol process: the models
 placement.py copies, decided from the server's settings as configured, with the
 process's share of the server's ``max_queue_size``; the others it reaches in the
-model host (workers/hosted.py), or refuses when none runs. The model host runs
-exactly those others, with the server's worker settings, and opens no public port.
+model host (workers/hosted.py), which the coordinator starts before such a load
+when none runs yet. The model host runs exactly those others, with the server's
+worker settings, and opens no public port.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
@@ -33,10 +35,11 @@ from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
 from inferd.supervisor.forwarding import (
     ForwardingServerWide,
     catch_up,
+    switch_together,
     wait_for_every_process,
 )
 from inferd.supervisor.paths import ProtocolRole, protocol_role
-from inferd.supervisor.placement import copied, queue_share, refuse_unreplicated
+from inferd.supervisor.placement import copied, queue_share
 from inferd.workers.hosted import HostedPool
 from inferd.workers.worker import die_with_parent
 
@@ -71,6 +74,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
         queue_bound=queue_share(settings.max_queue_size, settings.protocol_processes),
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
+        switch=partial(switch_together, role),
     )
     server = InferenceServer(protocol_settings(settings), process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)
@@ -79,15 +83,14 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
 
 def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placement:
     """A protocol process runs the models it may copy; the others run in the model
-    host when one runs, else they are refused. ``settings`` are the server's as
-    configured (which models are copied depends on what the user set)."""
+    host, reached (connected) when a load first binds one: the host may start after
+    this process, when the coordinator starts it for that load. ``settings`` are the
+    server's as configured (which models are copied depends on what the user set)."""
 
     def here(model: ModelSettings) -> bool:
         return copied(model, settings)
 
-    if role.host_runs:
-        return Placement(here=here, elsewhere=HostedPool(role.paths.host))
-    return Placement(here=here, refuse=lambda model: refuse_unreplicated(model, settings))
+    return Placement(here=here, elsewhere=HostedPool(role.paths.host, role.host_at_start))
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
@@ -110,6 +113,9 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
         # wait there for the host's. Restarted, it opens once its models are loaded.
         open_ports_first=not role.restarted,
         host_socket=role.paths.host,
+        # Started later, for a load: the models it runs are those the coordinator has
+        # applied (its journal, then that load), none of its own from the repository.
+        models_at_start=not role.host_started_later,
     )
     server = InferenceServer(settings, process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)

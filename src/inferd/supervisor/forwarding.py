@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,11 +25,13 @@ import orjson
 
 from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.serving.server_wide import ServerWide
-from inferd.supervisor.coordinator import CATCH_UP_PREFIX, LOADED_PREFIX
+from inferd.supervisor.coordinator import CATCH_UP_PREFIX, LOADED_PREFIX, SWITCH_PREFIX
 from inferd.supervisor.fanout import Answer, send
 from inferd.supervisor.journal import LOGGING_PATH
 from inferd.supervisor.paths import ProtocolRole
 from inferd.triton.shm import CUDA, SYSTEM
+
+logger = logging.getLogger(__name__)
 
 _JSON_HEADERS = {"content-type": "application/json"}
 _SHM_PREFIX = {SYSTEM: "/v2/systemsharedmemory", CUDA: "/v2/cudasharedmemory"}
@@ -141,3 +144,15 @@ async def wait_for_every_process(role: ProtocolRole) -> None:
     """Tell the coordinator this process has loaded its start-up models, and return
     once every protocol process has (CoordinatorUnreachable if it does not answer)."""
     await call_coordinator(role.paths.coordinator, "POST", f"{LOADED_PREFIX}/{role.index}")
+
+
+async def switch_together(role: ProtocolRole, barrier: str) -> None:
+    """Return once every protocol process has loaded what the repository reload of
+    switch ``barrier`` brings (the coordinator's barrier), so they serve it together.
+    A coordinator that cannot say so (the server is stopping) does not hold the new
+    version back: it serves now."""
+    path = f"{SWITCH_PREFIX}/{barrier}/{role.index}"
+    try:
+        await call_coordinator(role.paths.coordinator, "POST", path)
+    except InferdError as error:
+        logger.warning("Serving a repository change without the others: %s", error.message)

@@ -6,8 +6,10 @@ the configured log level, no shared memory region. The journal holds the REST
 calls that bring it to where the others are, one per key, in the order they were
 last applied:
 
-- a model's last load (with its configuration override) or unload: an unload is
-  kept, since a process that loads its models at start-up has to unload it again;
+- a model's last load (with its configuration override) or unload, or the last
+  change of its folders the repository poll applied (a reload or a removal,
+  ``REPOSITORY_CHANGE`` calls): an unload is kept, since a process that loads its
+  models at start-up has to unload it again;
 - the log settings in force, as a whole (Triton's fields): each change applies to
   what is in force, so only the last answer says what the changes came to;
 - each shared memory region still registered; an unregister forgets the region
@@ -23,16 +25,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
+
+import orjson
+
+from inferd.server.protocol_role import REPOSITORY_CHANGE
 
 MODEL = "model"
 LOGGING = "logging"
 LOGGING_PATH = "/v2/logging"
+RELOAD, REMOVE = "reload", "remove"
 
 # The server-wide operations' REST paths (routes.py), as the process sent them: a
 # name stays percent-encoded, which is the same for every call naming it.
-_MODEL_CALL = re.compile(r"/v2/repository/models/(?P<name>[^/]+)/(?:load|unload)")
-_MODEL_LOAD = re.compile(r"/v2/repository/models/[^/]+/load")
-_MODEL_UNLOAD = re.compile(r"/v2/repository/models/[^/]+/unload")
+_API_MODEL_CALL = re.compile(r"/v2/repository/models/[^/]+/(?:load|unload)")
+_MODEL_CALL = re.compile(
+    r"/v2/repository/models/(?P<name>[^/]+)/(?P<action>load|unload)"
+    rf"|{re.escape(REPOSITORY_CHANGE)}/(?P<changed>[^/]+)/(?P<change>{RELOAD}|{REMOVE})"
+)
+_LOADS = ("load", RELOAD)
+_UNLOADS = ("unload", REMOVE)
 _REGION_REGISTER = re.compile(
     r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/register"
 )
@@ -40,7 +52,7 @@ _REGION_UNREGISTER = re.compile(
     r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/unregister"
 )
 _KIND_UNREGISTER = re.compile(r"/v2/(?P<kind>system|cuda)sharedmemory/unregister")
-_OPERATIONS = (_MODEL_CALL, _REGION_REGISTER, _REGION_UNREGISTER, _KIND_UNREGISTER)
+_OPERATIONS = (_API_MODEL_CALL, _REGION_REGISTER, _REGION_UNREGISTER, _KIND_UNREGISTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +77,48 @@ def is_server_wide(path: str) -> bool:
     return path == LOGGING_PATH or any(pattern.fullmatch(path) for pattern in _OPERATIONS)
 
 
+def _model_call(path: str) -> tuple[str, str] | None:
+    """The (percent-encoded) model and the action of a call on one model; else None."""
+    found = _MODEL_CALL.fullmatch(path)
+    if found is None:
+        return None
+    if found["name"] is not None:
+        return found["name"], found["action"]
+    return found["changed"], found["change"]
+
+
 def loads_a_model(path: str) -> bool:
-    return _MODEL_LOAD.fullmatch(path) is not None
+    """A repository API load, or the poll's reload of a changed model."""
+    found = _model_call(path)
+    return found is not None and found[1] in _LOADS
 
 
 def unloads_a_model(path: str) -> bool:
-    return _MODEL_UNLOAD.fullmatch(path) is not None
+    """A repository API unload, or the poll's removal of a model whose folders went."""
+    found = _model_call(path)
+    return found is not None and found[1] in _UNLOADS
+
+
+def reloads_from_the_repository(path: str) -> bool:
+    """The poll's reload of a changed model (its processes switch at a barrier)."""
+    return path.startswith(REPOSITORY_CHANGE) and path.endswith(f"/{RELOAD}")
+
+
+def loaded_model(call: Call) -> tuple[str, str | None] | None:
+    """The model ``call`` loads and its configuration override (the JSON text of a
+    load's ``parameters.config``, as forwarding.py sends it); None if it loads none."""
+    found = _model_call(call.path)
+    if found is None or found[1] not in _LOADS:
+        return None
+    name, action = found
+    config = None
+    if action == "load" and call.body:
+        try:
+            parameters = orjson.loads(call.body).get("parameters") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            parameters = {}
+        config = parameters.get("config") if isinstance(parameters, dict) else None
+    return unquote(name), config if isinstance(config, str) else None
 
 
 class Journal:
@@ -84,8 +132,8 @@ class Journal:
         path = call.path
         if path == LOGGING_PATH:
             self._record((LOGGING, ""), Call(call.method, path, answer))
-        elif found := _MODEL_CALL.fullmatch(path):
-            self._record((MODEL, found["name"]), call)
+        elif model := _model_call(path):
+            self._record((MODEL, model[0]), call)
         elif found := _REGION_REGISTER.fullmatch(path):
             self._record((found["kind"], found["region"]), call)
         elif found := _REGION_UNREGISTER.fullmatch(path):

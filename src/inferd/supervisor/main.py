@@ -2,9 +2,11 @@
 
 It holds no client connection. It checks the public ports are free, makes the
 private folder (mode 0700, removed when it exits), serves what the server shares
-(:class:`Service`s: the coordinator, the summed metrics), starts the protocol
-processes (``children.py``), and the model host when a model needs one, and keeps
-them running; on SIGTERM or SIGINT it forwards SIGTERM to each protocol process
+(:class:`Service`s: the coordinator, the summed metrics, the repository poll),
+starts the protocol processes (``children.py``), and the model host when a model
+loaded at start needs one or, later, when the coordinator asks for it
+(:meth:`Supervisor.start_host`: a load needs it), and keeps them running; on
+SIGTERM or SIGINT it forwards SIGTERM to each protocol process
 (each drains as a lone server does) and, once they have exited, to the host (so
 what they forwarded to it is answered), waits for them within
 ``shutdown_grace_seconds`` and a margin, kills what is left and exits: 0
@@ -23,7 +25,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,13 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
-from inferd.supervisor.paths import MODEL_HOST_ENV, PrivatePaths
+from inferd.supervisor.paths import (
+    HOST_AT_START,
+    HOST_LATER,
+    HOST_PEER,
+    MODEL_HOST_ENV,
+    PrivatePaths,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,17 +52,31 @@ logger = logging.getLogger(__name__)
 EXIT_MARGIN_SECONDS = 5.0
 # inferd start's status when a protocol process did not drain: a lone server's then.
 UNDRAINED_EXIT_STATUS = FORCED_EXIT_STATUS
+# How long a load that starts the model host waits for it to answer ready (it loads
+# no model of its own then: an import and the journal's replay).
+HOST_START_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
 class Service:
     """An ASGI app the supervisor serves, on a socket bound for it; ``options``:
-    uvicorn's for it (TLS: ``transport.metrics_options`` for ``metrics_ssl``)."""
+    uvicorn's for it (TLS: ``transport.metrics_options`` for ``metrics_ssl``);
+    ``background``: work it does beside, run as a task while it is served (the
+    repository poll), which returns once the supervisor stops."""
 
     what: str
     app: Any
     sock: socket.socket
     options: Mapping[str, Any] = field(default_factory=dict)
+    background: Callable[[], Coroutine[Any, Any, None]] | None = None
+
+
+async def _no_host() -> None:
+    raise RuntimeError("this supervisor starts no model host")
+
+
+def _protocol_processes_only() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -64,12 +86,18 @@ class Supervised:
     paths: PrivatePaths
     count: int
     settings: ServerSettings
-    host: bool = False  # a model host runs too, as process ``count``
+    host: bool = False  # a model host runs from the start too, as process ``count``
+    # Starts the model host (a load needs it) and returns once it is ready.
+    start_host: Callable[[], Awaitable[None]] = _no_host
+    # Whether the model host runs now (from the start, or started since).
+    host_runs: Callable[[], bool] = _protocol_processes_only
+    # Set once the supervisor stops: a service's background work ends then.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
-    @property
     def processes(self) -> int:
-        """How many processes serve a private REST app: the protocol processes and the host."""
-        return self.count + 1 if self.host else self.count
+        """How many processes serve a private REST app now: the protocol processes and
+        the host once it runs."""
+        return self.count + 1 if self.host or self.host_runs() else self.count
 
 
 # Where the supervisor's own services plug in: each factory is called once the private
@@ -90,13 +118,18 @@ class Supervisor:
         services: Sequence[ServiceFactory] = (),
         host: bool = False,
     ) -> None:
-        """``host``: also run the model host (a model loaded at start needs it)."""
+        """``host``: run the model host from the start (a model loaded at start needs
+        it); else it starts when a load first needs it (:meth:`start_host`)."""
         self.settings = settings
         self.repository = repository
         self.count = count
         self.host = host
         self._service_factories = list(services)
         self._stopping = asyncio.Event()
+        self._protocol: list[Child] = []
+        self._host: Child | None = None
+        self._host_kept: asyncio.Task[None] | None = None
+        self._paths: PrivatePaths | None = None
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
@@ -105,7 +138,16 @@ class Supervisor:
         # httpx logs each request at INFO: here that is every readiness poll.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with private_folder() as paths:
-            supervised = Supervised(paths, self.count, self.settings, self.host)
+            self._paths = paths
+            supervised = Supervised(
+                paths,
+                self.count,
+                self.settings,
+                self.host,
+                start_host=self.start_host,
+                host_runs=lambda: self._host is not None,
+                stopping=self._stopping,
+            )
             services = [s for factory in self._service_factories for s in factory(supervised)]
             running = [serve_service(service) for service in services]
             try:
@@ -115,13 +157,20 @@ class Supervisor:
         return exit_status(children)
 
     async def _supervise(self, paths: PrivatePaths) -> list[Child]:
-        children = self._children(paths)
-        protocol, host = children[: self.count], children[self.count :]
+        command = [*child_command(), str(self.repository)]
+        environment = environment_of_children(paths)
+        if self.host:  # their start-up load binds to it: they wait for its socket
+            environment[MODEL_HOST_ENV] = HOST_PEER
+        protocol = self._protocol = [
+            Child(i, command, environment, paths) for i in range(self.count)
+        ]
+        kept = [asyncio.create_task(child.keep_running()) for child in protocol]
+        if self.host:  # watched as a protocol process is: it cannot start, the server stops
+            kept.append(self._start_host_child(HOST_AT_START))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._on_signal, signum, children)
-        kept = [asyncio.create_task(child.keep_running()) for child in children]
-        announced = asyncio.create_task(self._announce(children))
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        announced = asyncio.create_task(self._announce(protocol))
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
@@ -132,38 +181,59 @@ class Supervisor:
             await self._wait_for_exits(protocol, kept[: self.count])
             # The host last: until the protocol processes have drained, it answers
             # what they forwarded to it.
-            if host:
-                host[0].stop()
-                await self._wait_for_exits(host, kept[self.count :])
+            host, host_kept = self._host, self._host_kept
+            if host is not None and host_kept is not None:
+                host.stop()
+                await self._wait_for_exits([host], [host_kept])
             for task in failed:
                 await task  # re-raises why it stopped watching its process
-            return children
+            return [*protocol, *([host] if host is not None else [])]
         finally:
             stopping.cancel()
             announced.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 
-    def _children(self, paths: PrivatePaths) -> list[Child]:
-        """The protocol processes, then the model host (index ``count``) if it runs."""
+    def _start_host_child(self, when: str) -> asyncio.Task[None]:
+        """Start the model host (process ``count``) and keep it running; its watch."""
+        assert self._paths is not None
         command = [*child_command(), str(self.repository)]
-        environment = environment_of_children(paths)
-        if not self.host:
-            return [Child(i, command, environment, paths) for i in range(self.count)]
-        peer = {**environment, MODEL_HOST_ENV: "peer"}
-        children = [Child(i, command, peer, paths) for i in range(self.count)]
-        host = {**environment, MODEL_HOST_ENV: "self"}
-        return [*children, Child(self.count, command, host, paths, "The model host")]
+        environment = {**environment_of_children(self._paths), MODEL_HOST_ENV: when}
+        self._host = Child(self.count, command, environment, self._paths, "The model host")
+        self._host_kept = asyncio.create_task(self._host.keep_running())
+        return self._host_kept
 
-    def _on_signal(self, signum: int, children: Sequence[Child]) -> None:
+    async def start_host(self) -> None:
+        """Start the model host, for a load of a model that needs it, and return once it
+        answers ready (at once when it runs); RuntimeError when it cannot be: the
+        server is stopping, or it did not become ready within HOST_START_SECONDS."""
+        if self._stopping.is_set():
+            raise RuntimeError("the server is stopping")
+        if self._host is None or (self._host_kept is not None and self._host_kept.done()):
+            logger.info("Starting the model host: a model loaded now runs in it")
+            self._start_host_child(HOST_LATER)
+        host, kept = self._host, self._host_kept
+        assert host is not None and kept is not None
+        ready = asyncio.create_task(host.ready.wait())
+        done, _ = await asyncio.wait(
+            [ready, kept], timeout=HOST_START_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+        if ready in done:
+            return
+        ready.cancel()
+        if kept in done and kept.exception() is not None:
+            raise RuntimeError(str(kept.exception()))
+        raise RuntimeError(f"it did not answer ready within {HOST_START_SECONDS:g}s (see the log)")
+
+    def _on_signal(self, signum: int) -> None:
         """Every signal is forwarded as SIGTERM: the first drains each process, a
         second cuts what still runs (as for a lone server)."""
         name = signal.Signals(signum).name
         if not self._stopping.is_set():
-            self._stop(children[: self.count], f"Received {name}")
+            self._stop(self._protocol, f"Received {name}")
         else:
             logger.info("Received %s again: protocol processes stop what still runs", name)
-            for child in children:
+            for child in [*self._protocol, *([self._host] if self._host else [])]:
                 child.signal(signal.SIGTERM)
 
     def _stop(self, children: Sequence[Child], why: str) -> None:
@@ -177,8 +247,9 @@ class Supervisor:
         for child in children:
             child.stop()
 
-    async def _announce(self, children: Sequence[Child]) -> None:
-        await asyncio.gather(*(child.ready.wait() for child in children))
+    async def _announce(self, protocol: Sequence[Child]) -> None:
+        waited = [*protocol, *([self._host] if self.host and self._host else [])]
+        await asyncio.gather(*(child.ready.wait() for child in waited))
         host = " and the model host" if self.host else ""
         logger.info("inferd is serving with %d protocol processes%s", self.count, host)
 
@@ -252,8 +323,8 @@ def private_folder() -> Generator[PrivatePaths, None, None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# A service being served: its server and the task serving it.
-RunningService = tuple[uvicorn.Server, asyncio.Task[None]]
+# A service being served: its server, the task serving it, and its background's.
+RunningService = tuple[uvicorn.Server, asyncio.Task[None], asyncio.Task[None] | None]
 
 
 def serve_service(service: Service) -> RunningService:
@@ -265,14 +336,22 @@ def serve_service(service: Service) -> RunningService:
         **({"server_header": False} | dict(service.options)),
     )
     server = SignalFreeServer(config)
-    return server, asyncio.create_task(server.serve([service.sock]), name=service.what)
+    serving = asyncio.create_task(server.serve([service.sock]), name=service.what)
+    beside: asyncio.Task[None] | None = None
+    if service.background is not None:
+        beside = asyncio.create_task(service.background(), name=f"{service.what}: beside")
+    return server, serving, beside
 
 
 async def stop_services(running: Sequence[RunningService]) -> None:
-    for server, task in running:
+    for server, task, beside in running:
         server.should_exit = True
-        with contextlib.suppress(Exception, SystemExit):
-            await task
+        if beside is not None:
+            beside.cancel()
+        for each in (task, beside):
+            if each is not None:
+                with contextlib.suppress(Exception, SystemExit, asyncio.CancelledError):
+                    await each
 
 
 def run_supervisor(supervisor: Supervisor) -> int:

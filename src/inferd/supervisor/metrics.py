@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gzip
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
@@ -141,12 +141,16 @@ def content_type(answers: Sequence[Answer]) -> str:
 
 
 def build_metrics_app(
-    paths: PrivatePaths, count: int, endpoint: str, timeout_s: float = SCRAPE_TIMEOUT_S
+    paths: PrivatePaths,
+    count: int | Callable[[], int],
+    endpoint: str,
+    timeout_s: float = SCRAPE_TIMEOUT_S,
 ) -> ASGIApp:
     """The app the supervisor serves on ``metrics_port``: ``endpoint`` answers the sum of
-    protocol processes 0 to ``count``-1, each asked at the same ``endpoint`` on its
+    processes 0 to ``count``-1 (a callable: how many now; the model host, process N,
+    counts once it runs), each asked at the same ``endpoint`` on its
     ``metrics-<i>.sock``; any other path is a 404 that says where."""
-    sockets = [paths.metrics(index) for index in range(count)]
+    processes = count if callable(count) else lambda: count
     path = "/" + endpoint.strip("/")
     totals: dict[str, Totals] = {}  # by format: a counter's family is named per format
 
@@ -155,6 +159,7 @@ def build_metrics_app(
         query = scope.get("query_string", b"").decode()
         asked = {"accept": headers.get("accept", ""), "accept-encoding": "identity"}
         target = f"{path}?{query}" if query else path
+        sockets = [paths.metrics(index) for index in range(processes())]
         answers = await fan_out(sockets, "GET", target, headers=asked, timeout_s=timeout_s)
         kind = content_type(answers)
         names = parse_qs(query).get("name[]")

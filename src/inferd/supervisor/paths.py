@@ -15,8 +15,9 @@ when it exits) holds unix sockets only these processes may open:
   the N protocol processes) for its ``rest-N.sock`` and ``metrics-N.sock``.
 
 A protocol process knows the folder and its index from the environment
-(``INFERD_PRIVATE_DIR``, ``INFERD_PROTOCOL_INDEX``), and whether a model host
-runs and which process is it (``INFERD_MODEL_HOST``), set by the supervisor.
+(``INFERD_PRIVATE_DIR``, ``INFERD_PROTOCOL_INDEX``), set by the supervisor; the
+model host is told that it is the host, and whether it was started with the server
+or later, when a load first needed it (``INFERD_MODEL_HOST``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ PRIVATE_DIR_ENV = "INFERD_PRIVATE_DIR"
 PROTOCOL_INDEX_ENV = "INFERD_PROTOCOL_INDEX"
 # Set ("1") for a process started again after a death: it joins processes that serve.
 RESTARTED_ENV = "INFERD_PROTOCOL_RESTARTED"
-# "peer" in the protocol processes when a model host runs, "self" in the host.
+# In the model host: "start" when it started with the server (a model loaded at start
+# needed it), "later" when the coordinator started it for a load; "peer" in the
+# protocol processes when it starts with them (their start-up load waits for it).
 MODEL_HOST_ENV = "INFERD_MODEL_HOST"
+HOST_AT_START = "start"
+HOST_LATER = "later"
+HOST_PEER = "peer"
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,12 @@ class ProtocolRole:
     paths: PrivatePaths
     index: int
     restarted: bool = False  # started again after a death (not at the server's start)
-    host_runs: bool = False  # a model host serves the models no protocol process copies
-    is_host: bool = False  # this process is that host
+    is_host: bool = False  # this process is the model host
+    # The host started later, for a load: it loads no model of its own at its start,
+    # only what the coordinator applied (its journal) and applies from then on.
+    host_started_later: bool = False
+    # A protocol process whose model host starts with it (a model loaded at start needs it).
+    host_at_start: bool = False
 
 
 def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> ProtocolRole | None:
@@ -74,5 +84,10 @@ def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> Pr
     restarted = environ.get(RESTARTED_ENV) == "1"
     host = environ.get(MODEL_HOST_ENV, "")
     return ProtocolRole(
-        PrivatePaths(Path(folder)), int(index), restarted, host in ("peer", "self"), host == "self"
+        PrivatePaths(Path(folder)),
+        int(index),
+        restarted,
+        is_host=host in (HOST_AT_START, HOST_LATER),
+        host_started_later=host == HOST_LATER,
+        host_at_start=host == HOST_PEER,
     )

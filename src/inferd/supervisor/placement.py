@@ -30,13 +30,14 @@ core"); setting -> where the model runs: why.
     with the processes. The server's ``max_queue_size`` stays the server's: each
     process lets at most its share wait (:func:`queue_share`: bound // N, at least 1).
 
-The model host (docs/design.md "The model host") is one more process, started when
-a model loaded at start needs it (:func:`needs_model_host`): it runs such models as
-a lone server would, with the server's worker settings, and serves them to every
-protocol process. One loaded later while no host runs is refused
-(:func:`refuse_unreplicated`). With 2 CPUs or fewer and ``protocol_processes``
-left to its default, a start-up model that needs the host makes the server one
-protocol process instead (:func:`serving_layout`, :data:`SMALLEST_HOSTING`).
+The model host (docs/design.md "The model host") is one more process that runs
+such models as a lone server would, with the server's worker settings, and serves
+them to every protocol process. It starts with the server when a model loaded at
+start needs it (:func:`needs_model_host`), else the coordinator starts it when a
+load first needs it (supervisor/host_on_demand.py): any model can be loaded at any
+time, whatever the layout. With 2 CPUs or fewer and ``protocol_processes`` left to
+its default, a start-up model that needs the host makes the server one protocol
+process instead (:func:`serving_layout`, :data:`SMALLEST_HOSTING`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from inferd.errors import InvalidRequest
 from inferd.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -148,17 +148,20 @@ def needs_model_host(server: ServerSettings, startup_models: Iterable[ModelSetti
     return needed
 
 
-# Up to this many CPUs, a hosted model served with the default protocol_processes
-# runs one protocol process instead: on 2 cores the decoding has no core to spread
-# to, and the hop to the host cost 0.85 of one process's rate (benchmarks/README.md,
-# "Through the model host").
+# Up to this many CPUs, a hosted model loaded at start with the default
+# protocol_processes runs one protocol process instead: on 2 cores the decoding has no
+# core to spread to, and the hop to the host cost 0.85 of one process's rate
+# (benchmarks/README.md, "Through the model host"). Only the start-up models can
+# choose it: once serving, the processes are not changed, and a hosted model
+# loaded later starts the host.
 SMALLEST_HOSTING = 3
 
 
 def serving_layout(
     settings: ServerSettings, startup_models: Iterable[ModelSettings]
 ) -> tuple[int, bool]:
-    """How many protocol processes serve, and whether the model host runs."""
+    """How many protocol processes serve, and whether the model host starts with them
+    (else it starts when a load first needs it)."""
     count = settings.protocol_processes
     if count <= 1:
         return count, False
@@ -185,17 +188,4 @@ def _log_queue_share(settings: ServerSettings, count: int) -> None:
             queue_share(bound, count),
             count,
             bound,
-        )
-
-
-def refuse_unreplicated(model: ModelSettings, server: ServerSettings) -> None:
-    """InvalidRequest (400, gRPC INVALID_ARGUMENT) for a model loaded while several
-    protocol processes run that cannot be loaded in each of them."""
-    reason = why_not_replicated(model, server)
-    if reason is not None:
-        raise InvalidRequest(
-            f"{model.label} cannot be copied into every protocol process "
-            f"(protocol_processes > 1): {reason}; such a model runs in the model host, "
-            "which runs only when a model loaded at start needs it. Restart the server "
-            "with the model in the repository, or set protocol_processes: 1"
         )

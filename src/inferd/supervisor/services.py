@@ -1,6 +1,7 @@
 """What the supervisor serves beside its protocol processes: the coordinator on
-``coordinator.sock`` and, when metrics are on, their summed ``/metrics`` on
-``metrics_port``."""
+``coordinator.sock`` (with the repository poll beside it, when
+``repository_poll_secs`` is set) and, when metrics are on, their summed
+``/metrics`` on ``metrics_port``."""
 
 from __future__ import annotations
 
@@ -9,17 +10,24 @@ from collections.abc import Sequence
 from inferd.server.listener import listen_tcp
 from inferd.server.protocol_role import bind_unix
 from inferd.server.transport import metrics_options
-from inferd.supervisor.coordinator import build_coordinator_app
+from inferd.supervisor.coordinator import Coordinator, coordinator_app
+from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.main import Service, ServiceFactory, Supervised
 from inferd.supervisor.metrics import build_metrics_app
+from inferd.supervisor.repository_changes import repository_poll
 
 METRICS_PORT_FIX = 'set metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
 
 
 def coordinator(supervised: Supervised) -> Sequence[Service]:
-    """Server-wide operations, applied in every protocol process (coordinator.py)."""
-    app = build_coordinator_app(supervised.paths, supervised.count, supervised.host)
-    return [Service("Coordinator", app, bind_unix(supervised.paths.coordinator))]
+    """Server-wide operations, applied in every protocol process (coordinator.py), the
+    model host started when a load needs it, and the repository's changes."""
+    settings = supervised.settings
+    on_demand = HostOnDemand(settings, supervised.start_host)
+    found = Coordinator(supervised.paths, supervised.count, supervised.host, on_demand)
+    poll = repository_poll(settings, found, supervised.stopping)
+    sock = bind_unix(supervised.paths.coordinator)
+    return [Service("Coordinator", coordinator_app(found), sock, background=poll)]
 
 
 def summed_metrics(supervised: Supervised) -> Sequence[Service]:

@@ -49,7 +49,10 @@ logger = logging.getLogger(__name__)
 # client cannot make one process hold unbounded work.
 HOSTED_SLOTS = 4096
 # How long a load waits for the host's socket at the server's start (the host imports
-# and binds it before loading its models: seconds, under load).
+# and binds it before loading its models: seconds, under load), or while a host that
+# ran is restarted. A host that never ran is not waited for: the coordinator starts
+# one before any load that needs it, so only a process's own start-up load can meet
+# none (a hosted model's folder added since the server started), and fails at once.
 CONNECT_PATIENCE_SECONDS = 120.0
 _CONNECT_POLL_SECONDS = 0.05
 CLIENT_LEFT = "The client disconnected while its request waited in the model host"
@@ -62,8 +65,10 @@ HOST_HOLDER: Holder = (-2, 1)
 class HostedPool:
     """The model host's models (a Pool), reached over the socket at ``path``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, host_at_start: bool = False) -> None:
+        """``host_at_start``: the host starts with this process (wait for its socket)."""
         self._path = path
+        self._host_at_start = host_at_start
         self._channel: Channel | None = None
         self._connecting: asyncio.Task[Channel] | None = None
         self._bound: dict[int, tuple[str, str | None]] = {}
@@ -85,7 +90,8 @@ class HostedPool:
         host that dies meanwhile (at the server's start, while it loads) is waited
         for again: its restart loads the model, and this binds to that."""
         key = (settings.name, settings.version)
-        deadline = time.monotonic() + CONNECT_PATIENCE_SECONDS
+        ran = self._host_at_start or self._path.exists()  # its socket stays when it dies
+        deadline = time.monotonic() + (CONNECT_PATIENCE_SECONDS if ran else 0.0)
         while True:
             channel = await self._connected(patience=deadline - time.monotonic())
             try:

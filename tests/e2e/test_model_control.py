@@ -1,0 +1,166 @@
+"""Triton's model-control flow (tritonclient's simple_http_model_control.py and
+simple_grpc_model_control.py), with one protocol process and with three.
+
+``simple`` batches (``max_batch_size`` 8, as Triton's example model), so with
+several protocol processes it runs in the model host; no model is loaded at
+start (Triton's explicit model control), so no host runs until the first load
+starts it. Each step is checked in every protocol process (each/its private
+socket), not only in the one a client's connection landed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.e2e.each_process import ask_each, protocol_sockets
+from tests.support.models import add_custom_model
+from tests.support.serverproc import ServerProcess
+
+WRONG_FORMAT = '"parameters": {"config": {{"max_batch_size": "16"}}}'
+OVERRIDE = '{"max_batch_size":"16"}'
+
+
+@pytest.fixture(params=[1, 3], ids=["1-protocol-process", "3-protocol-processes"])
+def processes(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture
+def explicit(start: Callable[..., ServerProcess], tmp_path: Path, processes: int) -> ServerProcess:
+    """Nothing loaded at start; ``simple`` batches, ``plain`` does not."""
+    repository = tmp_path / "models"
+    add_custom_model(repository, "simple", "SlowEcho", max_batch_size=8)
+    add_custom_model(repository, "plain", "SlowEcho")
+    settings = {"protocol_processes": processes, "load_models_at_startup": False}
+    server = start(repository, settings=settings)
+    assert len(protocol_sockets(server)) == (processes if processes > 1 else 0)
+    return server
+
+
+def every_process(server: ServerProcess, path: str) -> list[Any]:
+    """What each protocol process answers at ``path``: its JSON, or its status."""
+    return [
+        answer.json() if answer.status_code == 200 else answer.status_code
+        for answer in ask_each(server, "GET", path)
+    ]
+
+
+def ready_everywhere(server: ServerProcess, model: str) -> list[bool]:
+    answers = ask_each(server, "GET", f"/v2/models/{model}/ready")
+    return [answer.status_code == 200 for answer in answers]
+
+
+def batch_size_everywhere(server: ServerProcess, model: str) -> set[int]:
+    configs = every_process(server, f"/v2/models/{model}/config")
+    return {config["max_batch_size"] for config in configs}
+
+
+def check_served_as_one(server: ServerProcess, processes: int) -> None:
+    """Once loaded with the override: ready, batching 16 in every process, and (with
+    several) answered by the one model host."""
+    assert all(ready_everywhere(server, "simple"))
+    assert batch_size_everywhere(server, "simple") == {16}
+    if processes > 1:
+        assert "Starting the model host" in server.log()
+
+
+def test_tritons_http_model_control_flow(explicit: ServerProcess, processes: int) -> None:
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{explicit.http_port}")
+    try:
+        assert {entry["name"] for entry in client.get_model_repository_index()} == {
+            "simple",
+            "plain",
+        }
+        client.load_model("simple")
+        assert client.is_model_ready("simple")
+        assert all(ready_everywhere(explicit, "simple"))
+        with pytest.raises(InferenceServerException) as wrong:
+            client.load_model("simple", config=WRONG_FORMAT)
+        assert "failed to load" in str(wrong.value.message())
+        client.load_model("simple", config=OVERRIDE)
+        assert client.get_model_config("simple")["max_batch_size"] == 16
+        check_served_as_one(explicit, processes)
+        answered = infer_http(client)
+        assert answered == 1.0
+        client.unload_model("simple")
+        assert not client.is_model_ready("simple")
+        assert not any(ready_everywhere(explicit, "simple"))
+        with pytest.raises(InferenceServerException) as unknown:
+            client.load_model("wrong_model_name")
+        assert "'wrong_model_name' is not found" in str(unknown.value.message())
+    finally:
+        client.close()
+
+
+def test_tritons_grpc_model_control_flow(explicit: ServerProcess, processes: int) -> None:
+    client = grpcclient.InferenceServerClient(explicit.grpc_address)
+    try:
+        index = client.get_model_repository_index()
+        assert {model.name for model in index.models} == {"simple", "plain"}
+        client.load_model("simple")
+        assert client.is_model_ready("simple")
+        assert all(ready_everywhere(explicit, "simple"))
+        with pytest.raises(InferenceServerException) as wrong:
+            client.load_model("simple", config=WRONG_FORMAT)
+        assert "failed to load" in str(wrong.value.message())
+        client.load_model("simple", config=OVERRIDE)
+        assert client.get_model_config("simple").config.max_batch_size == 16
+        check_served_as_one(explicit, processes)
+        client.unload_model("simple")
+        assert not client.is_model_ready("simple")
+        assert not any(ready_everywhere(explicit, "simple"))
+        with pytest.raises(InferenceServerException) as unknown:
+            client.load_model("wrong_model_name")
+        assert "'wrong_model_name' is not found" in str(unknown.value.message())
+    finally:
+        client.close()
+
+
+def infer_http(client: httpclient.InferenceServerClient) -> float:
+    x = httpclient.InferInput("x", [1], "FP32")
+    x.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+    result = client.infer("simple", [x])
+    return float(result.as_numpy("x")[0])
+
+
+def test_an_override_that_turns_batching_on_moves_a_copied_model_to_the_host(
+    start: Callable[..., ServerProcess], tmp_path: Path, processes: int
+) -> None:
+    """``simple`` plain and loaded at start (copied into each protocol process); the
+    load with Triton's override makes it batch: it then runs once, in the model
+    host, started for it. Unloaded and loaded again as on disk, it is copied again."""
+    repository = tmp_path / "models"
+    add_custom_model(repository, "simple", "SlowEcho")
+    server = start(repository, settings={"protocol_processes": processes})
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    try:
+        assert batch_size_everywhere(server, "simple") == {0}
+        client.load_model("simple", config=OVERRIDE)
+        check_served_as_one(server, processes)
+        pids = {pid_of(server) for _ in range(8)}
+        assert len(pids) == 1  # one process runs it: the host (or the lone server)
+        client.unload_model("simple")
+        client.load_model("simple")
+        assert batch_size_everywhere(server, "simple") == {0}
+        assert all(ready_everywhere(server, "simple"))
+    finally:
+        client.close()
+
+
+def pid_of(server: ServerProcess) -> int:
+    """The pid of the process whose model answered, on a new connection."""
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    try:
+        x = httpclient.InferInput("x", [1], "FP32")
+        x.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+        return int(client.infer("simple", [x]).as_numpy("pid")[0])
+    finally:
+        client.close()
