@@ -18,7 +18,9 @@ def _errors(*statuses: int) -> Schema:
         400: "The request is malformed; error.param names the field",
         401: "The API is restricted: send an accepted key as Authorization: Bearer <key>",
         404: "No model of that name serves this endpoint",
+        413: "The request body is larger than max_request_size",
         429: "The model's queue is full; Retry-After says when to retry",
+        503: "The model is not ready (loading, unloading or failed to load)",
     }
     return {str(s): answer(described[s], _ERROR) for s in statuses}
 
@@ -34,7 +36,7 @@ def _generation(summary: str, body: str, answers: str) -> Callable[[str, Schema]
             "events ending with data: [DONE]",
             "content": {"application/json": {"schema": _OBJECT}, _STREAM: {"schema": _OBJECT}},
         }
-        responses = {"200": done} | _errors(400, 401, 404, 429)
+        responses = {"200": done} | _errors(400, 401, 404, 413, 429, 503)
         return op(operation_id, _TAG, summary, responses, requestBody=_body(body))
 
     return build
@@ -47,12 +49,12 @@ def _models(operation_id: str, example: Schema) -> Schema:
 
 def _model(operation_id: str, example: Schema) -> Schema:
     found = answer("The model", _OBJECT)
-    return op(operation_id, _TAG, "One model", {"200": found} | _errors(401, 404))
+    return op(operation_id, _TAG, "One model", {"200": found} | _errors(401, 404, 503))
 
 
 def _embeddings(operation_id: str, example: Schema) -> Schema:
     vectors = answer("One embedding per input (float lists or base64 float32)", _OBJECT)
-    responses = {"200": vectors} | _errors(400, 401, 404, 429)
+    responses = {"200": vectors} | _errors(400, 401, 404, 413, 429, 503)
     return op(operation_id, _TAG, "Embeddings", responses, requestBody=_body("Embedding"))
 
 
