@@ -9,6 +9,7 @@ import base64
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -85,6 +86,9 @@ def test_several_prompts_and_choices_seeded(client: openai.OpenAI) -> None:
 
     first = ask()
     assert [index for index, _ in first] == [0, 1, 2, 3]
+    answer = client.completions.create(model=WORDS, prompt=["a b", "c"], n=3, max_tokens=5)
+    assert answer.usage is not None  # each prompt counted once, each choice's tokens
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (3, 9)
     assert ask() == first  # seeded sampling: the same answers again
     assert len({text for _, text in first}) > 1  # each choice its own seed
 
@@ -222,3 +226,25 @@ def test_async_client_and_stream(server: ServerProcess, reference: Reference) ->
 
     whole, streamed = asyncio.run(run())
     assert whole == streamed == reference.greedy(PROMPT, 6)
+
+
+def test_metrics_count_tokens_and_time_to_first_token(
+    client: openai.OpenAI, server: ServerProcess
+) -> None:
+    def scrape() -> dict[str, float]:
+        text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+        found = {}
+        for line in text.splitlines():
+            if 'model_name="words"' in line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                found[name.split("{")[0]] = float(value)
+        return found
+
+    before = scrape()
+    client.completions.create(model=WORDS, prompt="one two three four", max_tokens=3)
+    after = scrape()
+    generated = "model_generated_tokens_total"
+    assert after[generated] - before.get(generated, 0) == 3
+    assert after["model_prompt_tokens_total"] - before.get("model_prompt_tokens_total", 0) == 4
+    first_token = "model_stream_first_response_seconds_count"
+    assert after[first_token] - before.get(first_token, 0) == 1

@@ -59,18 +59,30 @@ class Choice:
     text: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+    # The first choice of its prompt: the answer's usage counts each prompt once.
+    counts_prompt: bool = True
 
 
 class Completion:
     """One answer of either completion route: its identity, and how it is written."""
 
-    def __init__(self, model: str, chat: bool) -> None:
+    def __init__(self, model: str, chat: bool, n: int = 1) -> None:
         self.chat = chat
+        self.n = n  # choices of each prompt
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
         self.object = "chat.completion" if chat else "text_completion"
         self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
+        self.usage = Usage()  # of the choices that ended
+
+    def choice(self, index: int) -> Choice:
+        return Choice(index, counts_prompt=index % self.n == 0)
+
+    def ended(self, choice: Choice) -> None:
+        """Count a choice that ended in the answer's usage."""
+        prompt = choice.usage.prompt_tokens if choice.counts_prompt else 0
+        self.usage.add(Usage(prompt, choice.usage.completion_tokens))
 
     def whole(self, choices: list[Choice], usage: Usage) -> bytes:
         return orjson.dumps(

@@ -40,7 +40,6 @@ from inferd.server.openai.answers import (
     DONE,
     Choice,
     Completion,
-    Usage,
     embeddings_answer,
     error_event,
     model_entry,
@@ -119,14 +118,17 @@ class OpenAIEndpoints:
                 found.setdefault(version.name, instance.openai_endpoints)
         return found
 
-    def _check_serves(self, name: str, kind: str) -> None:
-        found = self.dataplane.registry.get_ready(name, None)  # ModelNotFound, ModelNotReady
+    def _check_serves(self, name: str, kind: str) -> str | None:
+        """The version of ``name`` that answers (ModelNotFound, ModelNotReady, or a 400
+        when it does not serve ``kind``)."""
+        found = self.dataplane.registry.get_ready(name, None)
         assert found.instance is not None
         if kind not in found.instance.openai_endpoints:
             served = ", ".join(_WHAT[k] for k in found.instance.openai_endpoints) or "none"
             raise wire.BadParameter(
                 f"Model {name!r} does not serve {_WHAT[kind]} (it serves: {served})", "model"
             )
+        return found.version
 
     async def models(self, call: _Call) -> None:
         entries = [model_entry(name, self.created) for name in sorted(self.served())]
@@ -159,15 +161,21 @@ class OpenAIEndpoints:
         kind: str,
     ) -> None:
         n, usage_chunk = wire.choices(body), wire.include_usage(body)
-        self._check_serves(name, kind)
+        version = self._check_serves(name, kind)
         runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
-        answer = Completion(name, chat=kind == CHAT)
+        answer = Completion(name, chat=kind == CHAT, n=n)
         context = self.edge.context(name, None, call.headers, None)
         if body.stream:
             work = self._stream(call, answer, runs, context, usage_chunk)
         else:
             work = self._whole(call, answer, runs, context)
-        await run_until_disconnect(work, call.receive)
+        try:
+            await run_until_disconnect(work, call.receive)
+        finally:  # what was generated counts, answered or not
+            usage = answer.usage
+            self.dataplane.model_stats.of(name, version).tokens(
+                usage.prompt_tokens, usage.completion_tokens
+            )
 
     async def _whole(
         self,
@@ -176,10 +184,10 @@ class OpenAIEndpoints:
         runs: list[GenerationRequest],
         context: RequestContext,
     ) -> None:
-        choices = [Choice(index) for index in range(len(runs))]
+        choices = [answer.choice(index) for index in range(len(runs))]
         # Concurrently: the queue and the model's slots decide how many run at once.
         tasks = [
-            asyncio.ensure_future(self._generate(answer.model, run, choice, context))
+            asyncio.ensure_future(self._generate(answer, run, choice, context))
             for run, choice in zip(runs, choices, strict=True)
         ]
         try:
@@ -187,22 +195,20 @@ class OpenAIEndpoints:
         finally:  # one failed: the others stop too
             for task in tasks:
                 task.cancel()
-        usage = Usage()
-        for choice in choices:
-            usage.add(choice.usage)
-        await send_whole(call.send, 200, [_JSON_TYPE], answer.whole(choices, usage))
+        await send_whole(call.send, 200, [_JSON_TYPE], answer.whole(choices, answer.usage))
 
     async def _generate(
         self,
-        name: str,
+        answer: Completion,
         run: GenerationRequest,
         choice: Choice,
         context: RequestContext,
         on_text: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
-        """Run one choice to its end, noting its text, finish and usage; ``on_text``
-        gets the new pieces as soon as they are ready (a stream)."""
-        responses = self.dataplane.infer_stream(name, None, generation_request(run), context)
+        """Run one choice to its end, noting its text, finish and usage (added to the
+        answer's); ``on_text`` gets the new pieces as soon as they are ready (a stream)."""
+        request = generation_request(run)
+        responses = self.dataplane.infer_stream(answer.model, None, request, context)
         pieces = 0
         async with contextlib.aclosing(responses):
             async for ready in responses:
@@ -224,6 +230,7 @@ class OpenAIEndpoints:
                     await on_text(texts)
         if pieces >= 0:
             choice.usage.completion_tokens = pieces
+        answer.ended(choice)
 
     async def _stream(
         self,
@@ -236,14 +243,12 @@ class OpenAIEndpoints:
         """The choices one after another (each chunk names its choice), each piece
         sent as soon as it is made. The answer starts with the first piece, so an
         error before it is an ordinary error answer."""
-        usage = Usage()
         for index, run in enumerate(runs):
-            chunks = _ChoiceChunks(call, answer, Choice(index), context, include_usage)
-            await self._generate(answer.model, run, chunks.choice, context, chunks.send_text)
+            chunks = _ChoiceChunks(call, answer, answer.choice(index), context, include_usage)
+            await self._generate(answer, run, chunks.choice, context, chunks.send_text)
             await chunks.end()
-            usage.add(chunks.choice.usage)
         if include_usage:
-            await call.chunk(answer.usage_chunk(usage))
+            await call.chunk(answer.usage_chunk(answer.usage))
         await call.chunk(DONE)
         await call.send({"type": "http.response.body", "body": b""})
 
