@@ -1,8 +1,9 @@
 """The runtime side of the OpenAI-compatible endpoints (``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/embeddings``): what a runtime implements to serve them.
 
-Subclass :class:`GenerativeModel` and implement ``generate`` (text: both completion
-routes), ``embed`` (vectors), or both::
+Subclass :class:`GenerativeModel` (or :class:`AsyncGenerativeModel`, for an engine
+with its own scheduler) and implement ``generate`` (text: both completion routes),
+``embed`` (vectors), or both::
 
     class MyLlm(GenerativeModel):
         async def load(self) -> bool:
@@ -35,7 +36,7 @@ model's tokenizer does (usage); a stream that ends without saying counts as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Literal
 
 import msgspec
@@ -172,13 +173,7 @@ class GenerativeModel(Model):
     def openai_endpoints(self) -> tuple[str, ...]:
         """Which endpoints this model answers (``/v1/models`` lists it for them): by
         default, what it implements. Read once, after ``load``."""
-        served: tuple[str, ...] = ()
-        kind = type(self)
-        if kind.generate is not GenerativeModel.generate:
-            served += (COMPLETIONS, CHAT)
-        if kind.embed is not GenerativeModel.embed:
-            served += (EMBEDDINGS,)
-        return served
+        return _implemented(self, GenerativeModel)
 
     def predict(self, request: InferenceRequest) -> InferenceResponse:
         return self.answer_embedding(request)
@@ -198,3 +193,48 @@ class GenerativeModel(Model):
         call = _unpacked(request, "embed", _embedding_decoder)
         assert isinstance(call, EmbeddingRequest)
         return embeddings_response(self.embed(call))
+
+
+class AsyncGenerativeModel(Model):
+    """As :class:`GenerativeModel`, for an engine that schedules many generations
+    itself (vLLM's ``AsyncLLMEngine``, a server behind an async client): ``generate``
+    is an async generator and ``embed`` a coroutine. Its streams run interleaved on
+    the worker's event loop and hold no slot (up to ``max_concurrent_streams``), so
+    the engine sees every request at once and can batch them; ``generate`` must
+    never block the loop."""
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[TextPiece]:
+        """The text of one completion, piece by piece, as the engine makes it."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement generate()")
+        yield TextPiece("")  # makes this an async generator, as overrides are
+
+    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+        raise NotImplementedError(f"{type(self).__name__} does not implement embed()")
+
+    @property
+    def openai_endpoints(self) -> tuple[str, ...]:
+        return _implemented(self, AsyncGenerativeModel)
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        call = _unpacked(request, "embed", _embedding_decoder)
+        assert isinstance(call, EmbeddingRequest)
+        return embeddings_response(await self.embed(call))
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        call = _unpacked(request, "generate", _generation_decoder)
+        assert isinstance(call, GenerationRequest)
+        pieces = self.generate(call)
+        try:
+            async for piece in pieces:
+                yield piece_response(piece)
+        finally:  # closed early (the client left): the engine's generator stops now
+            await pieces.aclose()  # type: ignore[attr-defined]
+
+
+def _implemented(model: Model, base: type) -> tuple[str, ...]:
+    """The endpoints whose methods ``model``'s class overrides from ``base``."""
+    served: tuple[str, ...] = ()
+    for method, endpoints in (("generate", (COMPLETIONS, CHAT)), ("embed", (EMBEDDINGS,))):
+        if getattr(type(model), method) is not getattr(base, method):
+            served += endpoints
+    return served

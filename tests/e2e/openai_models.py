@@ -13,11 +13,12 @@ from tests.support.tiny_llm import save_tiny_chat_lm
 
 HF = "inferd.runtimes.huggingface.HuggingFaceModel"
 WORDS_RUNTIME = Path(__file__).resolve().parent / "runtimes" / "openai_runtime.py"
-CHAT_LM, ENCODER, WORDS = "chat-lm", "encoder", "words"
+CHAT_LM, ENCODER, WORDS, ASYNC_WORDS = "chat-lm", "encoder", "words", "async-words"
+ALL_MODELS = sorted([CHAT_LM, ENCODER, WORDS, ASYNC_WORDS])
 
 
 def write_repository(repository: Path, *, words_delay: float = 0.0, **words: Any) -> Path:
-    """``repository`` with the three models; ``words`` settings go to the Words model."""
+    """``repository`` with the four models; ``words`` settings go to the Words model."""
     save_tiny_chat_lm(repository / CHAT_LM / "weights")
     write_model_folder(
         repository,
@@ -40,6 +41,13 @@ def write_repository(repository: Path, *, words_delay: float = 0.0, **words: Any
         files={WORDS_RUNTIME.name: WORDS_RUNTIME},
         parameters={"extra": extra},
         **words,
+    )
+    write_model_folder(
+        repository,
+        ASYNC_WORDS,
+        "openai_runtime.AsyncWords",
+        files={WORDS_RUNTIME.name: WORDS_RUNTIME},
+        parameters={"extra": {"delay": words_delay}},
     )
     return repository
 

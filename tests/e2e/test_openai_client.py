@@ -16,7 +16,14 @@ import pytest
 from tests.frameworks import require_module
 from tests.support.serverproc import ServerProcess, start_server
 
-from .openai_models import CHAT_LM, ENCODER, WORDS, Reference, write_repository
+from .openai_models import (
+    ALL_MODELS,
+    CHAT_LM,
+    ENCODER,
+    WORDS,
+    Reference,
+    write_repository,
+)
 
 openai = require_module("openai", "test")
 require_module("transformers", "huggingface")
@@ -54,7 +61,7 @@ def client(server: ServerProcess) -> Iterator[openai.OpenAI]:
 
 def test_models_lists_what_serves_the_endpoints(client: openai.OpenAI) -> None:
     models = client.models.list()
-    assert sorted(model.id for model in models) == sorted([CHAT_LM, ENCODER, WORDS])
+    assert sorted(model.id for model in models) == ALL_MODELS
     found = client.models.retrieve(CHAT_LM)
     assert (found.id, found.object, found.owned_by) == (CHAT_LM, "model", "inferd")
     with pytest.raises(openai.NotFoundError):

@@ -5,6 +5,7 @@ and three protocol processes."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tests.frameworks import require_module
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
-from .openai_models import CHAT_LM, ENCODER, WORDS, write_repository
+from .openai_models import ALL_MODELS, ASYNC_WORDS, CHAT_LM, ENCODER, WORDS, write_repository
 
 openai = require_module("openai", "test")
 require_module("transformers", "huggingface")
@@ -86,10 +87,20 @@ def test_unknown_model_is_a_404(http: httpx.Client) -> None:
 
 
 def test_a_stream_is_server_sent_events_ending_with_done(http: httpx.Client) -> None:
-    body = {"model": WORDS, "prompt": "a b c", "stream": True}
+    # The async engine: its generator runs on the loop, each word sent as it is made. (A
+    # plain generator in the main process with threads_per_worker 1 is stepped inline,
+    # up to 16 responses ahead of its reader, so its words would leave together.)
+    body = {"model": ASYNC_WORDS, "prompt": "a b c", "stream": True}
+    arrived = []
     with http.stream("POST", "/v1/completions", json=body) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
-        lines = [line for line in response.iter_lines() if line]
+        lines = []
+        for line in response.iter_lines():
+            if line:
+                lines.append(line)
+                arrived.append(time.monotonic())
+    # A word each 0.1 s: each chunk was sent as its word was made, not all at the end.
+    assert arrived[2] - arrived[0] > 0.15
     assert lines[-1] == "data: [DONE]"
     chunks = [orjson.loads(line.removeprefix("data: ")) for line in lines[:-1]]
     assert [c["choices"][0]["text"] for c in chunks] == ["a", " b", " c", ""]
@@ -176,7 +187,7 @@ def test_three_protocol_processes(repository: Path, tmp_path: Path) -> None:
         ) as client,
     ):
         models = sorted(m.id for m in client.models.list())
-        assert models == sorted([CHAT_LM, ENCODER, WORDS])
+        assert models == ALL_MODELS
         texts = set()
         for _ in range(6):  # connections land on any of the processes
             answer = client.completions.create(
@@ -190,3 +201,23 @@ def test_three_protocol_processes(repository: Path, tmp_path: Path) -> None:
         assert len(texts) == 1  # greedy: every process answers alike
         vectors = client.embeddings.create(model=ENCODER, input=["a", "b"])
         assert len(vectors.data) == 2
+
+
+def test_an_async_engines_streams_interleave(server: ServerProcess) -> None:
+    """AsyncGenerativeModel: streams hold no slot, so a second one runs alongside."""
+    arrivals: dict[str, list[float]] = {"first": [], "second": []}
+
+    def stream(name: str) -> None:
+        body = {"model": ASYNC_WORDS, "prompt": " ".join([name] * 20), "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as sse:
+            for line in sse.iter_lines():
+                if line.startswith("data: {"):
+                    arrivals[name].append(time.monotonic())
+
+    first = threading.Thread(target=stream, args=("first",))
+    first.start()
+    wait_for(lambda: arrivals["first"], timeout=20, what="the first stream's first chunk")
+    stream("second")
+    first.join(30)
+    assert len(arrivals["first"]) == len(arrivals["second"]) == 21
+    assert arrivals["second"][0] < arrivals["first"][-1]  # it did not wait its turn

@@ -11,6 +11,7 @@ import pytest
 
 from inferd.errors import InvalidRequest, ModelNotFound, Overloaded, PermissionDenied
 from inferd.generation import (
+    AsyncGenerativeModel,
     EmbeddingRequest,
     Embeddings,
     GenerationRequest,
@@ -121,6 +122,26 @@ def test_calls_travel_as_inference_requests_and_back() -> None:
     assert embedded.vectors.dtype == np.float32 and embedded.prompt_tokens == 4
     with pytest.raises(InvalidRequest, match="/v1/"):
         model.predict(InferenceRequest([]))
+
+
+def test_an_async_engine_streams_as_an_async_generator() -> None:
+    import asyncio
+    import inspect
+
+    class Engine(AsyncGenerativeModel):
+        async def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+            yield TextPiece("x")
+            yield TextPiece("", "length", 1, 1)
+
+    model = Engine(ModelSettings(name="e", implementation="x.E"))
+    assert model.openai_endpoints == ("completions", "chat")
+    assert inspect.isasyncgenfunction(model.predict_stream)  # interleaved streams
+
+    async def read() -> list[TextPiece]:
+        request = generation_request(GenerationRequest(prompt="p"))
+        return [read_piece(r) async for r in model.predict_stream(request)]
+
+    assert asyncio.run(read()) == [TextPiece("x"), TextPiece("", "length", 1, 1)]
 
 
 def test_a_model_serves_what_it_implements() -> None:
