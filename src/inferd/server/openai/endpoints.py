@@ -30,6 +30,7 @@ from inferd.generation import (
     COMPLETIONS,
     EMBEDDINGS,
     GenerationRequest,
+    TextPiece,
     generation_request,
     read_embeddings,
     read_piece,
@@ -164,11 +165,12 @@ class OpenAIEndpoints:
         version = self._check_serves(name, kind)
         runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
         answer = Completion(name, chat=kind == CHAT, n=n)
-        context = self.edge.context(name, None, call.headers, None)
+        # A context (and trace) per choice: each is a request of its own to the core.
+        contexts = [self.edge.context(name, None, call.headers, None) for _ in runs]
         if body.stream:
-            work = self._stream(call, answer, runs, context, usage_chunk)
+            work = self._stream(call, answer, runs, contexts, usage_chunk)
         else:
-            work = self._whole(call, answer, runs, context)
+            work = self._whole(call, answer, runs, contexts)
         try:
             await run_until_disconnect(work, call.receive)
         finally:  # what was generated counts, answered or not
@@ -182,20 +184,21 @@ class OpenAIEndpoints:
         call: _Call,
         answer: Completion,
         runs: list[GenerationRequest],
-        context: RequestContext,
+        contexts: list[RequestContext],
     ) -> None:
         choices = [answer.choice(index) for index in range(len(runs))]
         # Concurrently: the queue and the model's slots decide how many run at once.
         tasks = [
             asyncio.ensure_future(self._generate(answer, run, choice, context))
-            for run, choice in zip(runs, choices, strict=True)
+            for run, choice, context in zip(runs, choices, contexts, strict=True)
         ]
         try:
             await asyncio.gather(*tasks)
         finally:  # one failed: the others stop too
             for task in tasks:
                 task.cancel()
-        await send_whole(call.send, 200, [_JSON_TYPE], answer.whole(choices, answer.usage))
+        headers = self.edge.response_headers(contexts[0], [_JSON_TYPE])
+        await send_whole(call.send, 200, headers, answer.whole(choices, answer.usage))
 
     async def _generate(
         self,
@@ -209,27 +212,23 @@ class OpenAIEndpoints:
         answer's); ``on_text`` gets the new pieces as soon as they are ready (a stream)."""
         request = generation_request(run)
         responses = self.dataplane.infer_stream(answer.model, None, request, context)
-        pieces = 0
+        pieces, counted, last = 0, False, None
         async with contextlib.aclosing(responses):
             async for ready in responses:
                 texts = []
-                for response in ready:
-                    piece = read_piece(response)
-                    pieces += 1
+                for last in ready:
+                    piece = read_piece(last)
                     if piece.text:
                         texts.append(piece.text)
-                    if piece.finish_reason is not None:
-                        choice.finish_reason = piece.finish_reason
-                    if piece.prompt_tokens is not None:
-                        choice.usage.prompt_tokens = piece.prompt_tokens
-                    if piece.completion_tokens is not None:
-                        choice.usage.completion_tokens = piece.completion_tokens
-                        pieces = -1  # counted by the runtime
+                        pieces += 1
+                    counted |= _note_end(choice, piece)
                 choice.text += texts
                 if on_text is not None and texts:
                     await on_text(texts)
-        if pieces >= 0:
+        if not counted:  # the runtime did not count: a token per piece of text
             choice.usage.completion_tokens = pieces
+        if last is not None:
+            self.edge.traced(context, last)
         answer.ended(choice)
 
     async def _stream(
@@ -237,13 +236,13 @@ class OpenAIEndpoints:
         call: _Call,
         answer: Completion,
         runs: list[GenerationRequest],
-        context: RequestContext,
+        contexts: list[RequestContext],
         include_usage: bool,
     ) -> None:
         """The choices one after another (each chunk names its choice), each piece
         sent as soon as it is made. The answer starts with the first piece, so an
         error before it is an ordinary error answer."""
-        for index, run in enumerate(runs):
+        for index, (run, context) in enumerate(zip(runs, contexts, strict=True)):
             chunks = _ChoiceChunks(call, answer, answer.choice(index), context, include_usage)
             await self._generate(answer, run, chunks.choice, context, chunks.send_text)
             await chunks.end()
@@ -335,6 +334,18 @@ class _ChoiceChunks:
         index, first = self.choice.index, self.first
         self.first = False
         return self.answer.chunk(index, text, finish_reason, first=first, usage=self.include_usage)
+
+
+def _note_end(choice: Choice, piece: TextPiece) -> bool:
+    """Note what a piece says of its choice's end; whether it counted the tokens."""
+    if piece.finish_reason is not None:
+        choice.finish_reason = piece.finish_reason
+    if piece.prompt_tokens is not None:
+        choice.usage.prompt_tokens = piece.prompt_tokens
+    if piece.completion_tokens is not None:
+        choice.usage.completion_tokens = piece.completion_tokens
+        return True
+    return False
 
 
 def _seeded(run: GenerationRequest, choice: int) -> GenerationRequest:
