@@ -35,7 +35,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repository: Path) -> Iterator[ServerProcess]:
-    with start_server(repository, {"protocol_processes": 1}) as process:
+    # One worker process, as parallel_workers' default (the client tests run in process).
+    settings = {"protocol_processes": 1, "parallel_workers": 1}
+    with start_server(repository, settings) as process:
         yield process
 
 
@@ -87,10 +89,7 @@ def test_unknown_model_is_a_404(http: httpx.Client) -> None:
 
 
 def test_a_stream_is_server_sent_events_ending_with_done(http: httpx.Client) -> None:
-    # The async engine: its generator runs on the loop, each word sent as it is made. (A
-    # plain generator in the main process with threads_per_worker 1 is stepped inline,
-    # up to 16 responses ahead of its reader, so its words would leave together.)
-    body = {"model": ASYNC_WORDS, "prompt": "a b c", "stream": True}
+    body = {"model": WORDS, "prompt": "a b c", "stream": True}
     arrived = []
     with http.stream("POST", "/v1/completions", json=body) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -134,7 +133,8 @@ def test_a_full_queue_is_a_429_with_retry_after(server: ServerProcess) -> None:
     with httpx.Client(base_url=server.url, timeout=60) as client:
         body = {"model": WORDS, "prompt": LONG_PROMPT, "max_tokens": 1000, "stream": True}
         with client.stream("POST", "/v1/completions", json=body) as stream:
-            next(line for line in stream.iter_lines() if line)  # it holds the slot now
+            lines = stream.iter_lines()  # kept: a dropped iterator closes the response
+            next(line for line in lines if line)  # it holds the slot now
             waiters = [threading.Thread(target=ask) for _ in range(2)]
             for waiter in waiters:
                 waiter.start()
