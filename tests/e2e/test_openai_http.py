@@ -27,9 +27,10 @@ LONG_PROMPT = " ".join(["word"] * 200)
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Words: 0.1 s a word, and a queue of one request.
+    # Words: 0.1 s a word, a queue of one request, and workers of its own (so that
+    # with several protocol processes it runs in the model host).
     return write_repository(
-        tmp_path_factory.mktemp("openai-http"), words_delay=0.1, max_queue_size=1
+        tmp_path_factory.mktemp("openai-http"), words_delay=0.1, max_queue_size=1, workers=1
     )
 
 
@@ -199,6 +200,7 @@ def test_three_protocol_processes(repository: Path, tmp_path: Path) -> None:
             )
             assert "".join(c.choices[0].delta.content or "" for c in stream) == "a b"
         assert len(texts) == 1  # greedy: every process answers alike
+        assert f"'{WORDS}' runs in the model host" in process.log()
         vectors = client.embeddings.create(model=ENCODER, input=["a", "b"])
         assert len(vectors.data) == 2
 
