@@ -23,6 +23,7 @@ attention mask), float32; ``dimensions`` must be the model's own width.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -99,6 +100,10 @@ class Generation:
         self.context = context_length(self.model.config)
         eos = self.tokenizer.eos_token_id
         self.ends = {eos} if isinstance(eos, int) else set()
+        # The key/value cache's argument: ``cache`` since transformers 5, before it
+        # ``past_key_values`` (deprecated in 5, and warned about on every call).
+        forward = inspect.signature(self.model.forward).parameters
+        self.cache_name = "cache" if "cache" in forward else "past_key_values"
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         tokenizer = self.tokenizer
@@ -169,8 +174,8 @@ class Generation:
         past = None
         with torch.inference_mode():
             for _ in range(limit):
-                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
-                past = out.past_key_values
+                out = self.model(input_ids=ids, use_cache=True, **{self.cache_name: past})
+                past = getattr(out, self.cache_name)
                 token = self._pick(out.logits[0, -1], request, generator)
                 yield token
                 ids = torch.tensor([[token]], device=device)
