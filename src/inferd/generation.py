@@ -126,7 +126,11 @@ def _unpacked(request: InferenceRequest, kind: str, decoder: msgspec.msgpack.Dec
             f"This model answers the OpenAI-compatible {wanted} endpoint here, not an "
             "inference request: use /v1/completions, /v1/chat/completions or /v1/embeddings"
         )
-    return decoder.decode(request.inputs[0].data.item())
+    body = request.inputs[0].data
+    try:
+        return decoder.decode(body.item() if body.size == 1 else b"")
+    except (msgspec.MsgspecError, TypeError) as error:  # not what generation_request packs
+        raise InvalidRequest(f"Not a generation call: its body does not decode ({error})") from None
 
 
 def piece_response(piece: TextPiece) -> InferenceResponse:

@@ -122,6 +122,10 @@ def test_calls_travel_as_inference_requests_and_back() -> None:
     assert embedded.vectors.dtype == np.float32 and embedded.prompt_tokens == 4
     with pytest.raises(InvalidRequest, match="/v1/"):
         model.predict(InferenceRequest([]))
+    forged = generation_request(EmbeddingRequest(texts=["a"]))
+    forged.inputs[0].data[()] = b"not msgpack"
+    with pytest.raises(InvalidRequest, match="does not decode"):
+        model.predict(forged)
 
 
 def test_an_async_engine_streams_as_an_async_generator() -> None:

@@ -58,12 +58,19 @@ class PipelineGeneration(GenerativeModel):
         return served_endpoints(self.settings.extra, self._pipeline)
 
     def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
+        self._check_serves(COMPLETIONS)
         torch = import_framework("torch", type(self).__name__, EXTRA)
         return Generation(self.name, self._pipeline, torch).generate(request)
 
     def embed(self, request: EmbeddingRequest) -> Embeddings:
+        self._check_serves(EMBEDDINGS)
         torch = import_framework("torch", type(self).__name__, EXTRA)
         return mean_pooled(self.name, self._pipeline, torch, request)
+
+    def _check_serves(self, endpoint: str) -> None:
+        if self._pipeline is not None and endpoint not in self.openai_endpoints:
+            task = self.settings.extra.get("task")
+            raise InvalidRequest(f"Model {self.name!r} ({task}) does not serve {endpoint}")
 
 
 def served_endpoints(extra: dict[str, Any], pipeline: Any) -> tuple[str, ...]:
