@@ -1,16 +1,14 @@
 """Every Prometheus metric the server exports, in one registry, in the main process.
 
 The hot path records into the plain counters of :mod:`inferd.observability.stats`; the
-collector here turns them into Prometheus metric families when the endpoint is
-scraped (on the event loop thread, like the recording, so no locks). Custom
-metrics from runtimes (:mod:`inferd.custom_metrics`) are real prometheus_client
-metrics in the same registry, fed by what workers ship with their replies.
+collector here turns them into Prometheus metric families when the endpoint is scraped
+(on the event loop thread, like the recording: no locks). Runtimes' custom metrics
+(:mod:`inferd.custom_metrics`) are prometheus_client metrics in the same registry.
 
-Labels, one scheme throughout: ``model_name`` and ``model_version`` ("" for an
-unversioned model) on every per-model metric; ``method``, ``path`` (the route
-template, never the raw path) and ``status_code`` on REST metrics; the
-py-grpc-prometheus labels (``grpc_type``, ``grpc_service``, ``grpc_method``,
-``grpc_code``) on gRPC metrics; ``worker`` (its index) on worker metrics.
+Labels, one scheme throughout: ``model_name`` and ``model_version`` ("" for an unversioned
+model) on every per-model metric; ``method``, ``path`` (the route template, never the raw
+path) and ``status_code`` on REST metrics; the py-grpc-prometheus labels (``grpc_type``,
+``grpc_service``, ``grpc_method``, ``grpc_code``) on gRPC metrics; ``worker`` on workers'.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from inferd.custom_metrics import Definition, Record
 from inferd.observability import gpu_metrics
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.observability.stats import Histogram as StatsHistogram
+from inferd.observability.token_metrics import token_families
 from inferd.types import ModelState
 
 logger = logging.getLogger(__name__)
@@ -128,6 +127,7 @@ class ServerCollector(Collector):
         for version in versions:  # loaded models show from zero, before their first request
             sources.models.of(version.name, version.version)
         yield from _model_families(sources.models)
+        yield from token_families(sources.models)
         yield from _registry_families(versions)
         yield from _worker_families(sources.workers())
         yield from _rest_families(self.rest_prefix, sources.http or HttpStats())

@@ -91,10 +91,12 @@ class ModelStats:
         "fail_count",
         "fail_ns",
         "first_response",
+        "generated_tokens",
         "inference_count",
         "last_inference_ns",
         "name",
         "observe",
+        "prompt_tokens",
         "queue_count",
         "queue_ns",
         "queue_wait",
@@ -131,6 +133,9 @@ class ModelStats:
         self.streams_open = 0
         self.first_response = Histogram(DURATION_BUCKETS)
         self.stream_responses = Histogram(STREAM_RESPONSE_BUCKETS)
+        # Tokens of the OpenAI-compatible endpoints' completions (server/openai/).
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
         # Calls killed for running past the model's inference_timeout.
         self.timeouts = 0
         # The response cache (serving/response_cache.py): lookups answered from it, and not.
@@ -151,6 +156,11 @@ class ModelStats:
         self.streams_open -= 1
         if self.observe:
             self.stream_responses.observe(responses)
+
+    def tokens(self, prompt: int, generated: int) -> None:
+        """A completion read ``prompt`` tokens and generated ``generated``."""
+        self.prompt_tokens += prompt
+        self.generated_tokens += generated
 
     def succeeded(self, started_ns: int, ended_ns: int) -> None:
         """A request answered; both times from ``time.perf_counter_ns()``."""

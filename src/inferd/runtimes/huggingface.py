@@ -41,6 +41,10 @@ stream). Each response holds one output, ``output``: BYTES ``[1]`` tagged
 are the text that ``predict`` with ``return_full_text: false`` generates. A
 stream closed early (the client left) stops the generation at its next token.
 Other tasks refuse to stream with a 400.
+
+The OpenAI-compatible endpoints (``/v1/completions``, ``/v1/chat/completions``,
+``/v1/embeddings``) are served by ``text-generation`` and ``feature-extraction``
+pipelines with no other setting: see inferd/runtimes/huggingface_generation.py.
 """
 
 from __future__ import annotations
@@ -58,8 +62,9 @@ import numpy as np
 import orjson
 
 from inferd.errors import InvalidRequest, ModelNotReady
-from inferd.model import Model
+from inferd.generation import is_generation_call
 from inferd.runtimes.common import import_framework, response, short_error, with_derived_metadata
+from inferd.runtimes.huggingface_generation import PipelineGeneration
 from inferd.tensors import codecs
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
@@ -83,6 +88,7 @@ KNOWN_SETTINGS = (
     "inter_op_threads",
     "intra_op_threads",
     "optimum_model",
+    "openai",
 )
 TEXT_TASKS = (
     "text-classification",
@@ -101,8 +107,8 @@ SEQUENCE_COUNTS = ("num_beams", "num_return_sequences")
 """Generation arguments that make several sequences, which one stream cannot carry."""
 
 
-class HuggingFaceModel(Model):
-    """Serves a transformers pipeline."""
+class HuggingFaceModel(PipelineGeneration):
+    """Serves a transformers pipeline (and, through it, the OpenAI-compatible endpoints)."""
 
     _pipeline: Any = None
     _batch_size = 1
@@ -202,6 +208,8 @@ class HuggingFaceModel(Model):
 
     # Plain def: the pipeline is a plain function (see SKLearnModel.predict).
     def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if is_generation_call(request):
+            return self.answer_embedding(request)
         if self._pipeline is None:
             raise ModelNotReady(f"Model {self.name!r} is not loaded")
         arguments = {tensor.name: self._argument(tensor, request) for tensor in request.inputs}
@@ -234,6 +242,9 @@ class HuggingFaceModel(Model):
     # life, as a predict does, rather than letting any number of generations share
     # the device at once (an async generator's streams hold no slot).
     def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        if is_generation_call(request):
+            yield from self.answer_generation(request)
+            return
         prompt, arguments = self._stream_arguments(request)
         for piece in self._generated_pieces(prompt, arguments, request):
             yield response(self, request, [text_output(piece)])

@@ -102,6 +102,9 @@ class KeyGuard(ApiGuard):
     def check_headers(self, headers: Mapping[bytes, bytes]) -> None:
         self._check(headers.get(self._header_bytes))
 
+    def accepts(self, value: bytes) -> bool:
+        return self._keys.accepts(value)
+
     def check_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> None:
         value = None
         for key, found in metadata or ():
@@ -148,6 +151,19 @@ def api_guards(settings: ServerSettings) -> dict[str, ApiGuard]:
     if not settings.model_repository_api:
         guards[MODEL_REPOSITORY] = ClosedApi(MODEL_REPOSITORY, REPOSITORY_API_OFF)
     return guards
+
+
+def check_bearer(guard: ApiGuard | None, headers: Mapping[bytes, bytes]) -> None:
+    """As ``guard.check_headers``, also accepting the key as ``Authorization: Bearer
+    <key>``: how OpenAI's clients send it (the OpenAI-compatible routes)."""
+    if guard is None:
+        return
+    if isinstance(guard, KeyGuard):
+        value = headers.get(b"authorization", b"")
+        scheme, _, key = value.partition(b" ")
+        if scheme.lower() == b"bearer" and key.strip() and guard.accepts(key.strip()):
+            return
+    guard.check_headers(headers)
 
 
 class GuardedRoute:

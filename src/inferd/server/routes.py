@@ -111,6 +111,21 @@ def _shared_memory_routes(kind: str, *handlers: str) -> tuple[ApiRoute, ...]:
     )
 
 
+def _openai_routes() -> tuple[ApiRoute, ...]:
+    """OpenAI's API (server/openai/): the models that serve it, completions, chat
+    completions and embeddings. Each handler is an ASGI endpoint of its own."""
+    return tuple(
+        ApiRoute(method, path, name, name, group)
+        for method, path, name, group in (
+            ("GET", "/v1/models", "openai_models", METADATA),
+            ("GET", "/v1/models/{model}", "openai_model", METADATA),
+            ("POST", "/v1/completions", "openai_completions", INFERENCE),
+            ("POST", "/v1/chat/completions", "openai_chat_completions", INFERENCE),
+            ("POST", "/v1/embeddings", "openai_embeddings", INFERENCE),
+        )
+    )
+
+
 # In matching order: Starlette takes the first route that fits.
 API_ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("GET", "/v2/health/live", "server_live", "live", HEALTH),
@@ -147,6 +162,7 @@ API_ROUTES: tuple[ApiRoute, ...] = (
     *_model_docs_routes(VERSION_PREFIX, VERSION_SUFFIX),
     *_shared_memory_routes("system", "shm_status", "shm_register", "shm_unregister"),
     *_shared_memory_routes("cuda", "cuda_shm_status", "cuda_shm_register", "cuda_shm_unregister"),
+    *_openai_routes(),
 )
 
 # The routes the fast path answers itself (RestApp), in front of Starlette.

@@ -104,6 +104,9 @@ class LoadedInstance:
     # REST routes the runtime serves itself: (method, path, handler name),
     # server/rest/custom_routes.py.
     custom_routes: tuple[tuple[str, str, str], ...] = ()
+    # The OpenAI-compatible endpoints it answers ("completions", "chat", "embeddings";
+    # inferd/generation.py), server/openai/.
+    openai_endpoints: tuple[str, ...] = ()
     # How many workers hold it, where that is not what the slots of the pool that
     # loaded it say: a model host's version, as the host counts it (workers/hosted.py).
     instances: int | None = None

@@ -143,6 +143,7 @@ class LoadedModel:
             interleaved_streams=streams and self.interleaved_streams,
             wants_headers=bool(getattr(model, "wants_headers", False)),
             custom_routes=tuple(getattr(model, "custom_routes", ())),
+            openai_endpoints=tuple(getattr(model, "openai_endpoints", ())),
         )
 
     @property

@@ -19,10 +19,12 @@ from urllib.parse import quote
 import msgspec
 
 from inferd.server.docs.docs_operations import DOCS_OPERATIONS
+from inferd.server.docs.openai_operations import OPENAI_OPERATIONS
 from inferd.server.docs.operations import operation as _v2_operation
 from inferd.server.docs.operations import path_parameters
 from inferd.server.docs.parts import REF, Schema
 from inferd.server.docs.shm_operations import SHARED_MEMORY_OPERATIONS
+from inferd.server.openai.wire import ChatCompletionBody, CompletionBody, EmbeddingBody
 from inferd.server.rest import codec as bodies
 from inferd.server.rest import responses
 from inferd.server.rest.codec_generate import GenerateRequestBody, GenerateResponseBody
@@ -64,6 +66,9 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     SystemSharedMemoryRegionBody,
     CudaSharedMemoryRegisterBody,
     CudaSharedMemoryRegionBody,
+    CompletionBody,
+    ChatCompletionBody,
+    EmbeddingBody,
 )
 # What the decoder's own checks add to the Structs' types
 # (tensors/datatypes.py, encoding.check_shape).
@@ -106,7 +111,11 @@ _GENERIC_EXAMPLE = {
 
 def operation(route: ApiRoute, example: Schema) -> Schema:
     """The OpenAPI operation of ``route``."""
-    builder = SHARED_MEMORY_OPERATIONS.get(route.operation) or DOCS_OPERATIONS.get(route.operation)
+    builder = (
+        SHARED_MEMORY_OPERATIONS.get(route.operation)
+        or DOCS_OPERATIONS.get(route.operation)
+        or OPENAI_OPERATIONS.get(route.operation)
+    )
     if builder is not None:
         return builder(route.operation_id, example)
     return _v2_operation(route, example)

@@ -22,6 +22,7 @@ _PATH_PARAMETERS = {
     "version": "One of the model's versions (its parameters.version)",
     "file": "One of Swagger UI's files",
     "region": "The name the shared memory region is (to be) registered under",
+    "model": "A model's name, as GET /v1/models lists it",
 }
 
 

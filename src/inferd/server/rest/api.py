@@ -25,6 +25,7 @@ from inferd.server.access import ApiGuard, GuardedRoute, api_guards
 from inferd.server.codec_triton import decode_load_request, decode_log_settings
 from inferd.server.docs.pages import DocsEndpoints
 from inferd.server.errors import http_error
+from inferd.server.openai.endpoints import OpenAIEndpoints
 from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, decode_index_request, error_body
 from inferd.server.rest.custom_routes import CustomRoutes
@@ -165,7 +166,11 @@ def _routes(
     """Starlette's routes: routes.API_ROUTES, each answered by the handler it names,
     behind its API group's guard if it has one (the edge's)."""
     # ASGI apps that run models, which answer their own errors and go through the edge.
-    asgi_endpoints: dict[str, Any] = {"infer": infer, **stream_endpoints(edge, infer)}
+    asgi_endpoints: dict[str, Any] = {
+        "infer": infer,
+        **stream_endpoints(edge, infer),
+        **OpenAIEndpoints(edge).endpoints(),
+    }
     shared_memory = SharedMemoryEndpoints(
         endpoints.dataplane, endpoints.server_wide, endpoints.read_body
     )
@@ -181,8 +186,9 @@ def _routes(
             endpoint = _handles_errors(handler)
         guard = edge.guard(route.api)
         middleware = None
-        # InferEndpoint has the edge admit it: the fast path reaches it without Starlette.
-        if guard is not None and endpoint is not infer:
+        # InferEndpoint has the edge admit it: the fast path reaches it without Starlette;
+        # the OpenAI endpoints check access themselves (a Bearer key, OpenAI's errors).
+        if guard is not None and endpoint is not infer and not hasattr(endpoint, "checks_access"):
             middleware = [Middleware(GuardedRoute, guard=guard)]
         routes.append(
             Route(

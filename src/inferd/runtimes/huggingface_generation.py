@@ -1,0 +1,257 @@
+"""The Hugging Face runtime behind the OpenAI-compatible endpoints (inferd/generation.py).
+
+A ``text-generation`` pipeline serves ``/v1/completions`` and, when its tokenizer has
+a chat template, ``/v1/chat/completions``; a ``feature-extraction`` pipeline serves
+``/v1/embeddings``. ``parameters.extra.openai: false`` turns them off.
+
+Generation runs the model's own decoding loop here, one token per forward pass with
+its key/value cache, so each token is yielded as soon as the model makes it and
+closing the stream (the client left) stops it before the next forward pass:
+greedy with ``temperature`` 0, otherwise sampling from the softmax of the logits
+divided by ``temperature``, cut to the ``top_p`` nucleus, with a generator seeded
+by ``seed`` (reproducible) or by the operating system. It ends at the tokenizer's
+end token or a stop string (``stop``; the text before it is kept, as OpenAI
+does) with ``finish_reason`` ``stop``, or after ``max_tokens`` (default: what the
+context leaves) with ``length``. Text that could be the start of a stop string, or
+an unfinished UTF-8 character, is held back until the next token settles it.
+Tokens are counted by the model's tokenizer (usage). One sequence per call: no
+batching across streams (each holds one of the model's slots while it runs).
+
+Embeddings: the mean of the last hidden states over each text's tokens (the
+attention mask), float32; ``dimensions`` must be the model's own width.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.generation import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    EmbeddingRequest,
+    Embeddings,
+    FinishReason,
+    GenerationRequest,
+    GenerativeModel,
+    TextPiece,
+)
+from inferd.runtimes.common import import_framework
+
+EXTRA = "huggingface"
+GENERATION_TASK = "text-generation"
+EMBEDDING_TASK = "feature-extraction"
+
+
+class PipelineGeneration(GenerativeModel):
+    """The OpenAI-compatible side of HuggingFaceModel (runtimes/huggingface.py), which
+    sets ``_pipeline`` when it loads."""
+
+    _pipeline: Any = None
+
+    @property
+    def openai_endpoints(self) -> tuple[str, ...]:
+        return served_endpoints(self.settings.extra, self._pipeline)
+
+    def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
+        self._check_serves(COMPLETIONS)
+        torch = import_framework("torch", type(self).__name__, EXTRA)
+        return Generation(self.name, self._pipeline, torch).generate(request)
+
+    def embed(self, request: EmbeddingRequest) -> Embeddings:
+        self._check_serves(EMBEDDINGS)
+        torch = import_framework("torch", type(self).__name__, EXTRA)
+        return mean_pooled(self.name, self._pipeline, torch, request)
+
+    def _check_serves(self, endpoint: str) -> None:
+        if self._pipeline is not None and endpoint not in self.openai_endpoints:
+            task = self.settings.extra.get("task")
+            raise InvalidRequest(f"Model {self.name!r} ({task}) does not serve {endpoint}")
+
+
+def served_endpoints(extra: dict[str, Any], pipeline: Any) -> tuple[str, ...]:
+    """What a pipeline of ``extra["task"]`` serves (``extra["openai"]`` false: nothing)."""
+    if pipeline is None or extra.get("openai", True) is False:
+        return ()
+    task = extra.get("task")
+    if task == GENERATION_TASK:
+        chat = getattr(pipeline.tokenizer, "chat_template", None) is not None
+        return (COMPLETIONS, CHAT) if chat else (COMPLETIONS,)
+    if task == EMBEDDING_TASK:
+        return (EMBEDDINGS,)
+    return ()
+
+
+def context_length(config: Any) -> int:
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048
+
+
+class Generation:
+    """One pipeline's model and tokenizer, generating for one request at a time."""
+
+    def __init__(self, name: str, pipeline: Any, torch: ModuleType) -> None:
+        if pipeline is None:
+            raise ModelNotReady(f"Model {name!r} is not loaded")
+        self.name = name
+        self.model = pipeline.model
+        self.tokenizer = pipeline.tokenizer
+        self.torch = torch
+        self.context = context_length(self.model.config)
+        eos = self.tokenizer.eos_token_id
+        self.ends = {eos} if isinstance(eos, int) else set()
+        # The key/value cache's argument: ``cache`` since transformers 5, before it
+        # ``past_key_values`` (deprecated in 5, and warned about on every call).
+        forward = inspect.signature(self.model.forward).parameters
+        self.cache_name = "cache" if "cache" in forward else "past_key_values"
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        tokenizer = self.tokenizer
+        if request.messages is not None:
+            if getattr(tokenizer, "chat_template", None) is None:
+                raise InvalidRequest(
+                    f"Model {self.name!r} has no chat template; use /v1/completions"
+                )
+            messages = [{"role": m.role, "content": m.content} for m in request.messages]
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = tokenizer(request.prompt or "")["input_ids"]
+        if not ids:
+            raise InvalidRequest("The prompt is empty once tokenized; send some text")
+        return list(ids)
+
+    def limit(self, prompt_tokens: int, max_tokens: int | None) -> int:
+        room = self.context - prompt_tokens
+        if room < 1 or (max_tokens is not None and max_tokens > room):
+            asked = prompt_tokens + (max_tokens or 1)
+            raise InvalidRequest(
+                f"Model {self.name!r} takes at most {self.context} tokens; the prompt has "
+                f"{prompt_tokens} and {asked - prompt_tokens} more were asked for: shorten "
+                "the prompt or lower max_tokens"
+            )
+        return room if max_tokens is None else max_tokens
+
+    def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
+        prompt = self.prompt_ids(request)
+        limit = self.limit(len(prompt), request.max_tokens)
+        stops = StopStrings(request.stop)
+        generated: list[int] = []
+        sent = 0  # characters of the decoded text yielded so far
+        reason: FinishReason = "length"
+        text = ""
+        for token in self._tokens(prompt, request, limit):
+            if token in self.ends:
+                reason = "stop"
+                break
+            generated.append(token)
+            text = self.tokenizer.decode(generated, skip_special_tokens=True)
+            if text.endswith("\ufffd"):  # a character split over tokens: wait for the rest
+                continue
+            found = stops.find(text, sent)
+            if found is not None:
+                text, reason = text[: max(found, sent)], "stop"
+                break
+            ready = len(text) - stops.held_back(text)
+            if ready > sent:
+                yield TextPiece(text[sent:ready])
+                sent = ready
+        yield TextPiece(text[sent:], reason, len(prompt), len(generated))
+
+    def _tokens(self, prompt: list[int], request: GenerationRequest, limit: int) -> Iterator[int]:
+        """The model's next token, ``limit`` times at most (a forward pass each, on
+        the key/value cache of the ones before)."""
+        torch = self.torch
+        device = self.model.device
+        generator = torch.Generator(device=device)
+        if request.seed is not None:
+            generator.manual_seed(request.seed)
+        else:
+            generator.seed()
+        ids = torch.tensor([prompt], device=device)
+        past = None
+        with torch.inference_mode():
+            for _ in range(limit):
+                out = self.model(input_ids=ids, use_cache=True, **{self.cache_name: past})
+                past = getattr(out, self.cache_name)
+                token = self._pick(out.logits[0, -1], request, generator)
+                yield token
+                ids = torch.tensor([[token]], device=device)
+
+    def _pick(self, logits: Any, request: GenerationRequest, generator: Any) -> int:
+        torch = self.torch
+        if request.temperature == 0:
+            return int(torch.argmax(logits))
+        logits = logits.float() / request.temperature
+        if request.top_p < 1:
+            ordered, order = torch.sort(logits, descending=True)
+            before = torch.cumsum(torch.softmax(ordered, dim=-1), dim=-1) - torch.softmax(
+                ordered, dim=-1
+            )
+            ordered[before > request.top_p] = float("-inf")  # the first token always stays
+            logits = torch.full_like(logits, float("-inf")).scatter(0, order, ordered)
+        probabilities = torch.softmax(logits, dim=-1)
+        return int(torch.multinomial(probabilities, 1, generator=generator))
+
+
+class StopStrings:
+    """Where a stop string appears in the text, and how much of the text's end may
+    still become one."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = [stop for stop in stops if stop]
+        self.longest = max((len(stop) for stop in self.stops), default=0)
+
+    def find(self, text: str, sent: int) -> int | None:
+        """The earliest stop string in ``text`` not wholly yielded (``sent``)."""
+        start = max(0, sent - self.longest)
+        found = [i for stop in self.stops if (i := text.find(stop, start)) >= 0]
+        return min(found) if found else None
+
+    def held_back(self, text: str) -> int:
+        """How many characters at the end of ``text`` begin a stop string."""
+        held = 0
+        for stop in self.stops:
+            for size in range(min(len(stop) - 1, len(text)), held, -1):
+                if text.endswith(stop[:size]):
+                    held = size
+                    break
+        return held
+
+
+def mean_pooled(
+    name: str, pipeline: Any, torch: ModuleType, request: EmbeddingRequest
+) -> Embeddings:
+    """Each text's vector: the mean of its last hidden states over its tokens."""
+    if pipeline is None:
+        raise ModelNotReady(f"Model {name!r} is not loaded")
+    model, tokenizer = pipeline.model, pipeline.tokenizer
+    width = int(model.config.hidden_size)
+    if request.dimensions is not None and request.dimensions != width:
+        raise InvalidRequest(
+            f"Model {name!r} makes {width}-dimensional embeddings; leave out dimensions "
+            f"or set it to {width}",
+        )
+    # Without a pad token rows cannot share a batch: one text at a time.
+    groups = [request.texts] if tokenizer.pad_token is not None else [[t] for t in request.texts]
+    vectors, tokens = [], 0
+    limit = context_length(model.config)
+    with torch.inference_mode():
+        for texts in groups:
+            encoded = tokenizer(
+                texts, padding=True, truncation=True, max_length=limit, return_tensors="pt"
+            ).to(model.device)
+            hidden = model(**encoded).last_hidden_state
+            mask = encoded["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            vectors.append((hidden * mask).sum(1) / mask.sum(1).clamp(min=1))
+            tokens += int(encoded["attention_mask"].sum())
+    return Embeddings(torch.cat(vectors).float().cpu().numpy(), tokens)

@@ -1,0 +1,356 @@
+"""The OpenAI-compatible routes on the REST port: ``GET /v1/models[/{model}]``,
+``POST /v1/completions``, ``/v1/chat/completions`` and ``/v1/embeddings``.
+
+Each is an ASGI endpoint of its Starlette route (routes.API_ROUTES, server/rest/api.py)
+that goes through the REST edge as ``/infer`` does: the body read within
+``max_request_size``, the request's context, then ``DataPlane.infer_stream``
+(completions: one stream per choice) or ``DataPlane.infer`` (embeddings), so the
+queue bound, workers, protocol processes and the model host hold. The runtime side
+is inferd/generation.py. Access is checked here, not by the route's middleware, so
+that a refusal is in OpenAI's shape and ``Authorization: Bearer <key>`` is
+accepted as the key of a restricted group (server/access.py ``check_bearer``).
+
+A client that leaves cancels the work (``run_until_disconnect``): a stream's
+generator is closed, and the model's generation stops at its next token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from inferd.errors import InvalidRequest, ModelNotFound
+from inferd.generation import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    GenerationRequest,
+    TextPiece,
+    generation_request,
+    read_embeddings,
+    read_piece,
+)
+from inferd.server.access import check_bearer
+from inferd.server.openai import wire
+from inferd.server.openai.answers import (
+    DONE,
+    Choice,
+    Completion,
+    embeddings_answer,
+    error_event,
+    model_entry,
+    models_answer,
+    openai_error,
+)
+from inferd.server.rest.codec import JSON_CONTENT_TYPE
+from inferd.server.rest.edge import RestEdge
+from inferd.server.rest.fastpath import Receive, Scope, Send, send_whole
+from inferd.server.rest.sse import EVENT_STREAM_TYPE, run_until_disconnect
+from inferd.server.routes import INFERENCE, METADATA
+from inferd.types import ModelState
+
+if TYPE_CHECKING:
+    from inferd.context import RequestContext
+
+_JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
+_EVENT_STREAM_HEADERS = (
+    (b"content-type", EVENT_STREAM_TYPE.encode()),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass each chunk on as it comes
+)
+_WHAT = {COMPLETIONS: "completions", CHAT: "chat completions", EMBEDDINGS: "embeddings"}
+Handler = Callable[["_Call"], Awaitable[None]]
+
+
+class _Call:
+    """One request: its headers, body, and how to answer."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, serving: str) -> None:
+        self.scope, self.receive, self.send, self.serving = scope, receive, send, serving
+        self.headers: dict[bytes, bytes] = dict(scope["headers"])
+        self.started = False
+
+    async def start(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self.started = True
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    async def chunk(self, body: bytes) -> None:
+        await self.send({"type": "http.response.body", "body": body, "more_body": True})
+
+    async def fail(self, error: Exception) -> None:
+        if self.started:  # a stream: one last event says what went wrong
+            await self.chunk(error_event(error, self.serving))
+            await self.send({"type": "http.response.body", "body": b""})
+            return
+        status, body, headers = openai_error(error, self.serving)
+        await send_whole(self.send, status, headers, body)
+
+
+class OpenAIEndpoints:
+    """The endpoints, by the handler names of routes.API_ROUTES."""
+
+    def __init__(self, edge: RestEdge) -> None:
+        self.edge = edge
+        self.dataplane = edge.dataplane
+        self.created = int(time.time())
+
+    def endpoints(self) -> dict[str, _Endpoint]:
+        return {
+            "openai_models": _Endpoint(self, METADATA, "listing models", self.models),
+            "openai_model": _Endpoint(self, METADATA, "retrieving a model", self.model),
+            "openai_completions": _Endpoint(self, INFERENCE, "a completion", self.completions),
+            "openai_chat_completions": _Endpoint(self, INFERENCE, "a chat completion", self.chat),
+            "openai_embeddings": _Endpoint(self, INFERENCE, "embeddings", self.embeddings),
+        }
+
+    # Models
+
+    def served(self) -> dict[str, tuple[str, ...]]:
+        """Each ready model that answers an OpenAI-compatible endpoint, and which."""
+        found: dict[str, tuple[str, ...]] = {}
+        for version in self.dataplane.registry.versions():
+            instance = version.instance
+            if version.state is ModelState.READY and instance and instance.openai_endpoints:
+                found.setdefault(version.name, instance.openai_endpoints)
+        return found
+
+    def _check_serves(self, name: str, kind: str) -> str | None:
+        """The version of ``name`` that answers (ModelNotFound, ModelNotReady, or a 400
+        when it does not serve ``kind``)."""
+        found = self.dataplane.registry.get_ready(name, None)
+        assert found.instance is not None
+        if kind not in found.instance.openai_endpoints:
+            served = ", ".join(_WHAT[k] for k in found.instance.openai_endpoints) or "none"
+            raise wire.BadParameter(
+                f"Model {name!r} does not serve {_WHAT[kind]} (it serves: {served})", "model"
+            )
+        return found.version
+
+    async def models(self, call: _Call) -> None:
+        entries = [model_entry(name, self.created) for name in sorted(self.served())]
+        await send_whole(call.send, 200, [_JSON_TYPE], models_answer(entries))
+
+    async def model(self, call: _Call) -> None:
+        name = call.scope["path_params"]["model"]
+        if name not in self.served():
+            raise ModelNotFound(name, hint=" (GET /v1/models lists the models served here)")
+        body = msgspec.json.encode(model_entry(name, self.created))
+        await send_whole(call.send, 200, [_JSON_TYPE], body)
+
+    # Completions
+
+    async def completions(self, call: _Call) -> None:
+        body = wire.decode(await self._body(call), wire.CompletionBody)
+        calls = wire.completion_calls(body)
+        await self._complete(call, body, calls, wire.model_of(body), COMPLETIONS)
+
+    async def chat(self, call: _Call) -> None:
+        body = wire.decode(await self._body(call), wire.ChatCompletionBody)
+        await self._complete(call, body, [wire.chat_call(body)], wire.model_of(body), CHAT)
+
+    async def _complete(
+        self,
+        call: _Call,
+        body: wire.CompletionBody | wire.ChatCompletionBody,
+        prompts: list[GenerationRequest],
+        name: str,
+        kind: str,
+    ) -> None:
+        n, usage_chunk = wire.choices(body), wire.include_usage(body)
+        version = self._check_serves(name, kind)
+        runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
+        answer = Completion(name, chat=kind == CHAT, n=n)
+        # A context (and trace) per choice: each is a request of its own to the core.
+        contexts = [self.edge.context(name, None, call.headers, None) for _ in runs]
+        if body.stream:
+            work = self._stream(call, answer, runs, contexts, usage_chunk)
+        else:
+            work = self._whole(call, answer, runs, contexts)
+        try:
+            await run_until_disconnect(work, call.receive)
+        finally:  # what was generated counts, answered or not
+            usage = answer.usage
+            self.dataplane.model_stats.of(name, version).tokens(
+                usage.prompt_tokens, usage.completion_tokens
+            )
+
+    async def _whole(
+        self,
+        call: _Call,
+        answer: Completion,
+        runs: list[GenerationRequest],
+        contexts: list[RequestContext],
+    ) -> None:
+        choices = [answer.choice(index) for index in range(len(runs))]
+        # Concurrently: the queue and the model's slots decide how many run at once.
+        tasks = [
+            asyncio.ensure_future(self._generate(answer, run, choice, context))
+            for run, choice, context in zip(runs, choices, contexts, strict=True)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:  # one failed: the others stop too
+            for task in tasks:
+                task.cancel()
+        headers = self.edge.response_headers(contexts[0], [_JSON_TYPE])
+        await send_whole(call.send, 200, headers, answer.whole(choices, answer.usage))
+
+    async def _generate(
+        self,
+        answer: Completion,
+        run: GenerationRequest,
+        choice: Choice,
+        context: RequestContext,
+        on_text: Callable[[list[str]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run one choice to its end, noting its text, finish and usage (added to the
+        answer's); ``on_text`` gets the new pieces as soon as they are ready (a stream)."""
+        request = generation_request(run)
+        responses = self.dataplane.infer_stream(answer.model, None, request, context)
+        pieces, counted, last = 0, False, None
+        async with contextlib.aclosing(responses):
+            async for ready in responses:
+                texts = []
+                for last in ready:
+                    piece = read_piece(last)
+                    if piece.text:
+                        texts.append(piece.text)
+                        pieces += 1
+                    counted |= _note_end(choice, piece)
+                choice.text += texts
+                if on_text is not None and texts:
+                    await on_text(texts)
+        if not counted:  # the runtime did not count: a token per piece of text
+            choice.usage.completion_tokens = pieces
+        if last is not None:
+            self.edge.traced(context, last)
+        answer.ended(choice)
+
+    async def _stream(
+        self,
+        call: _Call,
+        answer: Completion,
+        runs: list[GenerationRequest],
+        contexts: list[RequestContext],
+        include_usage: bool,
+    ) -> None:
+        """The choices one after another (each chunk names its choice), each piece
+        sent as soon as it is made. The answer starts with the first piece, so an
+        error before it is an ordinary error answer."""
+        for index, (run, context) in enumerate(zip(runs, contexts, strict=True)):
+            chunks = _ChoiceChunks(call, answer, answer.choice(index), context, include_usage)
+            await self._generate(answer, run, chunks.choice, context, chunks.send_text)
+            await chunks.end()
+        if include_usage:
+            await call.chunk(answer.usage_chunk(answer.usage))
+        await call.chunk(DONE)
+        await call.send({"type": "http.response.body", "body": b""})
+
+    # Embeddings
+
+    async def embeddings(self, call: _Call) -> None:
+        body = wire.decode(await self._body(call), wire.EmbeddingBody)
+        name = wire.model_of(body)
+        request = wire.embedding_call(body)
+        self._check_serves(name, EMBEDDINGS)
+        context = self.edge.context(name, None, call.headers, call.receive)
+        response = await self.dataplane.infer(name, None, generation_request(request), context)
+        self.edge.traced(context, response)
+        embeddings = read_embeddings(response)
+        if len(embeddings.vectors) != len(request.texts):
+            raise InvalidRequest(
+                f"Model {name!r} answered {len(embeddings.vectors)} vectors for "
+                f"{len(request.texts)} texts"
+            )
+        content = embeddings_answer(
+            name, embeddings.vectors, embeddings.prompt_tokens, body.encoding_format
+        )
+        await send_whole(call.send, 200, self.edge.response_headers(context, [_JSON_TYPE]), content)
+
+    async def _body(self, call: _Call) -> bytes:
+        return await self.edge.read_body(call.headers, call.receive)
+
+
+class _Endpoint:
+    """One route's ASGI endpoint: access (the group's guard, a Bearer key accepted),
+    then its handler; whatever it raises answered in OpenAI's shape."""
+
+    # server/rest/api.py: no guard middleware in front, this checks access itself.
+    checks_access = True
+
+    def __init__(self, owner: OpenAIEndpoints, group: str, what: str, handler: Handler) -> None:
+        self.owner = owner
+        self.group = group
+        self.what = what
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = _Call(scope, receive, send, self.what)
+        try:
+            check_bearer(self.owner.edge.guard(self.group), call.headers)
+            await self.handler(call)
+        except Exception as error:
+            await call.fail(error)
+
+
+class _ChoiceChunks:
+    """The chunks of one choice of a stream: its text as it comes, then its end."""
+
+    def __init__(
+        self,
+        call: _Call,
+        answer: Completion,
+        choice: Choice,
+        context: RequestContext,
+        include_usage: bool,
+    ) -> None:
+        self.call, self.answer, self.choice = call, answer, choice
+        self.context = context
+        self.include_usage = include_usage
+        self.first = True
+
+    async def _start(self) -> None:
+        if not self.call.started:  # the headers a runtime set go with the first chunk
+            headers = RestEdge.response_headers(self.context, list(_EVENT_STREAM_HEADERS))
+            await self.call.start(headers)
+
+    async def send_text(self, texts: list[str]) -> None:
+        await self._start()
+        chunks = []
+        for text in texts:
+            chunks.append(self._chunk(text, None))
+        await self.call.chunk(b"".join(chunks))
+
+    async def end(self) -> None:
+        await self._start()  # nothing generated: the answer starts here
+        await self.call.chunk(self._chunk("", self.choice.finish_reason or "stop"))
+
+    def _chunk(self, text: str, finish_reason: str | None) -> bytes:
+        index, first = self.choice.index, self.first
+        self.first = False
+        return self.answer.chunk(index, text, finish_reason, first=first, usage=self.include_usage)
+
+
+def _note_end(choice: Choice, piece: TextPiece) -> bool:
+    """Note what a piece says of its choice's end; whether it counted the tokens."""
+    if piece.finish_reason is not None:
+        choice.finish_reason = piece.finish_reason
+    if piece.prompt_tokens is not None:
+        choice.usage.prompt_tokens = piece.prompt_tokens
+    if piece.completion_tokens is not None:
+        choice.usage.completion_tokens = piece.completion_tokens
+        return True
+    return False
+
+
+def _seeded(run: GenerationRequest, choice: int) -> GenerationRequest:
+    """The ``choice``-th choice of a prompt: its own seed (``seed + choice``), so that
+    the choices differ and each is reproducible."""
+    if choice == 0 or run.seed is None:
+        return run
+    return msgspec.structs.replace(run, seed=run.seed + choice)

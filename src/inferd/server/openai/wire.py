@@ -1,0 +1,243 @@
+"""OpenAI's request bodies, decoded with msgspec and checked into the runtime's calls
+(inferd/generation.py).
+
+The fields people use are read as OpenAI's API reference defines them; fields a
+runtime here cannot honour are refused with a 400 that names them when they ask
+for something (``logprobs``, ``echo``, ``tools``...), and ignored at their
+defaults, so an SDK that sends them as nulls still works. Unknown fields are
+ignored, as OpenAI's clients add new ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from inferd.errors import InvalidRequest
+from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest
+
+MAX_STOP = 4  # as OpenAI
+MAX_CHOICES = 128
+
+
+class BadParameter(InvalidRequest):
+    """A 400 that names the field it is about (OpenAI's ``param``)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool | None = None
+
+
+class TextPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class MessageBody(msgspec.Struct):
+    role: str
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class _Sampling(msgspec.Struct, kw_only=True):
+    """What both completion bodies share."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    user: str | None = None
+    logprobs: Any = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+
+class CompletionBody(_Sampling, kw_only=True):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[Any]
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class ChatCompletionBody(_Sampling, kw_only=True):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[MessageBody]
+    max_completion_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    top_logprobs: int | None = None
+
+
+class EmbeddingBody(msgspec.Struct, kw_only=True):
+    """``POST /v1/embeddings``."""
+
+    model: str
+    input: str | list[Any]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {
+    body: msgspec.json.Decoder(body) for body in (CompletionBody, ChatCompletionBody, EmbeddingBody)
+}
+
+
+Body = TypeVar("Body", CompletionBody, ChatCompletionBody, EmbeddingBody)
+
+
+def decode(body: bytes, kind: type[Body]) -> Body:
+    """The body as ``kind``; BadParameter naming the field that is wrong."""
+    if not body.strip():
+        raise BadParameter("The request body is empty; send a JSON object")
+    try:
+        decoded: Body = _decoders[kind].decode(body)
+    except msgspec.ValidationError as error:
+        text = str(error)
+        param = text.rpartition("at `$.")[2].rstrip("`") if "at `$." in text else None
+        raise BadParameter(f"Invalid request: {text}", param) from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise BadParameter(f"The request body is not valid JSON: {error}") from None
+    return decoded
+
+
+def stop_strings(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    found = [stop] if isinstance(stop, str) else stop
+    if len(found) > MAX_STOP:
+        raise BadParameter(f"stop takes up to {MAX_STOP} strings, got {len(found)}", "stop")
+    return [text for text in found if text]
+
+
+def _refuse_unsupported(body: _Sampling) -> None:
+    if body.logprobs not in (None, False, 0):
+        raise BadParameter("logprobs are not supported by this server", "logprobs")
+    if body.logit_bias:
+        raise BadParameter("logit_bias is not supported by this server", "logit_bias")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(body, name) not in (None, 0, 0.0):
+            raise BadParameter(f"{name} is not supported by this server", name)
+
+
+def _sampling(body: _Sampling, max_tokens: int | None) -> GenerationRequest:
+    """The call of one choice (its prompt or messages set by the caller)."""
+    _refuse_unsupported(body)
+    temperature = 1.0 if body.temperature is None else body.temperature
+    if not 0 <= temperature <= 2:
+        raise BadParameter(f"temperature must be between 0 and 2, got {temperature}", "temperature")
+    top_p = 1.0 if body.top_p is None else body.top_p
+    if not 0 < top_p <= 1:
+        raise BadParameter(f"top_p must be greater than 0 and at most 1, got {top_p}", "top_p")
+    if max_tokens is not None and max_tokens < 1:
+        raise BadParameter(f"max_tokens must be at least 1, got {max_tokens}", "max_tokens")
+    return GenerationRequest(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=body.seed,
+        stop=stop_strings(body.stop),
+        user=body.user,
+    )
+
+
+def choices(body: _Sampling) -> int:
+    n = 1 if body.n is None else body.n
+    if not 1 <= n <= MAX_CHOICES:
+        raise BadParameter(f"n must be between 1 and {MAX_CHOICES}, got {n}", "n")
+    return n
+
+
+def include_usage(body: _Sampling) -> bool:
+    options = body.stream_options
+    if options is not None and not body.stream:
+        raise BadParameter("stream_options is only allowed with stream: true", "stream_options")
+    return bool(options is not None and options.include_usage)
+
+
+def completion_calls(body: CompletionBody) -> list[GenerationRequest]:
+    """One call per prompt (n choices of each are the caller's)."""
+    if body.echo:
+        raise BadParameter("echo is not supported by this server", "echo")
+    if body.suffix:
+        raise BadParameter("suffix is not supported by this server", "suffix")
+    if body.best_of not in (None, 1) and body.best_of != body.n:
+        raise BadParameter("best_of is not supported by this server", "best_of")
+    max_tokens = 16 if body.max_tokens is None else body.max_tokens  # OpenAI's default
+    template = _sampling(body, max_tokens)
+    return [msgspec.structs.replace(template, prompt=p) for p in _texts(body.prompt, "prompt")]
+
+
+def chat_call(body: ChatCompletionBody) -> GenerationRequest:
+    if body.tools:
+        raise BadParameter("tools are not supported by this server", "tools")
+    kind = (body.response_format or {}).get("type", "text")
+    if kind != "text":
+        raise BadParameter(
+            f"response_format {kind!r} is not supported by this server", "response_format"
+        )
+    if not body.messages:
+        raise BadParameter("messages must hold at least one message", "messages")
+    limit = (
+        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    )
+    call = _sampling(body, limit)
+    call.messages = [_message(message, i) for i, message in enumerate(body.messages)]
+    return call
+
+
+def _message(message: MessageBody, index: int) -> ChatMessage:
+    content = message.content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if part.type != "text" or part.text is None:
+                raise BadParameter(
+                    f"messages[{index}]: content parts of type {part.type!r} are not "
+                    "supported; send text parts",
+                    f"messages.[{index}].content",
+                )
+            texts.append(part.text)
+        content = "".join(texts)
+    return ChatMessage(message.role, content or "")
+
+
+def embedding_call(body: EmbeddingBody) -> EmbeddingRequest:
+    if body.dimensions is not None and body.dimensions < 1:
+        raise BadParameter(f"dimensions must be at least 1, got {body.dimensions}", "dimensions")
+    return EmbeddingRequest(
+        texts=_texts(body.input, "input"), dimensions=body.dimensions, user=body.user
+    )
+
+
+def _texts(value: str | list[Any], param: str) -> list[str]:
+    """A string, or a non-empty list of strings (token arrays are not taken)."""
+    texts = [value] if isinstance(value, str) else value
+    if not texts:
+        raise BadParameter(f"{param} must not be empty", param)
+    if not all(isinstance(text, str) for text in texts):
+        raise BadParameter(
+            f"{param} must be a string or a list of strings; token arrays are not supported",
+            param,
+        )
+    return texts
+
+
+def model_of(body: CompletionBody | ChatCompletionBody | EmbeddingBody) -> str:
+    if not body.model:
+        raise BadParameter("model must name a model (GET /v1/models lists them)", "model")
+    return body.model

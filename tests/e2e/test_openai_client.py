@@ -1,0 +1,257 @@
+"""The OpenAI-compatible endpoints with the official ``openai`` client (sync, async,
+streaming): models, completions, chat, embeddings and errors, against tiny models the
+tests build (tests/e2e/openai_models.py), compared with transformers' own answers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.frameworks import require_module
+from tests.support.serverproc import ServerProcess, start_server
+
+from .openai_models import (
+    ALL_MODELS,
+    CHAT_LM,
+    ENCODER,
+    WORDS,
+    Reference,
+    write_repository,
+)
+
+openai = require_module("openai", "test")
+require_module("transformers", "huggingface")
+
+PROMPT = "the movie was"
+MESSAGES = [
+    {"role": "system", "content": "a plot"},
+    {"role": "user", "content": "the film is good"},
+]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_repository(tmp_path_factory.mktemp("openai"))
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path) -> Iterator[ServerProcess]:
+    with start_server(repository) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def reference(repository: Path) -> Reference:
+    return Reference(repository)
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60
+    ) as made:
+        yield made
+
+
+def test_models_lists_what_serves_the_endpoints(client: openai.OpenAI) -> None:
+    models = client.models.list()
+    assert sorted(model.id for model in models) == ALL_MODELS
+    found = client.models.retrieve(CHAT_LM)
+    assert (found.id, found.object, found.owned_by) == (CHAT_LM, "model", "inferd")
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+
+def test_greedy_completion_is_transformers_greedy_decoding(
+    client: openai.OpenAI, reference: Reference
+) -> None:
+    answer = client.completions.create(model=CHAT_LM, prompt=PROMPT, max_tokens=10, temperature=0)
+    assert answer.object == "text_completion" and answer.model == CHAT_LM
+    assert answer.id.startswith("cmpl-") and answer.created > 0
+    (choice,) = answer.choices
+    assert choice.text == reference.greedy(PROMPT, 10)
+    assert (choice.index, choice.finish_reason) == (0, "length")
+    usage = answer.usage
+    assert usage is not None
+    assert usage.prompt_tokens == reference.prompt_tokens(PROMPT)
+    assert usage.completion_tokens == 10
+    assert usage.total_tokens == usage.prompt_tokens + 10
+
+
+def test_several_prompts_and_choices_seeded(client: openai.OpenAI) -> None:
+    def ask() -> list[tuple[int, str]]:
+        answer = client.completions.create(
+            model=CHAT_LM, prompt=["a movie", "the plot"], n=2, max_tokens=6, seed=7
+        )
+        return [(choice.index, choice.text) for choice in answer.choices]
+
+    first = ask()
+    assert [index for index, _ in first] == [0, 1, 2, 3]
+    answer = client.completions.create(model=WORDS, prompt=["a b", "c"], n=3, max_tokens=5)
+    assert answer.usage is not None  # each prompt counted once, each choice's tokens
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (3, 9)
+    assert ask() == first  # seeded sampling: the same answers again
+    assert len({text for _, text in first}) > 1  # each choice its own seed
+
+
+def test_stop_string_ends_the_text_before_it(client: openai.OpenAI, reference: Reference) -> None:
+    full = reference.greedy(PROMPT, 12)
+    word = full.split()[2]
+    answer = client.completions.create(
+        model=CHAT_LM, prompt=PROMPT, max_tokens=12, temperature=0, stop=[word, "zzz"]
+    )
+    (choice,) = answer.choices
+    assert choice.text == full[: full.index(word)]
+    assert choice.finish_reason == "stop"
+
+
+def test_chat_applies_the_chat_template(client: openai.OpenAI, reference: Reference) -> None:
+    answer = client.chat.completions.create(
+        model=CHAT_LM,
+        messages=MESSAGES,
+        max_completion_tokens=8,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert answer.object == "chat.completion" and answer.id.startswith("chatcmpl-")
+    (choice,) = answer.choices
+    assert choice.message.role == "assistant"
+    prompt = reference.chat_prompt(MESSAGES)
+    assert choice.message.content == reference.greedy(prompt, 8, special=False)
+    assert answer.usage is not None
+    assert answer.usage.prompt_tokens == len(reference.tokenizer(prompt)["input_ids"])
+
+
+def test_chat_text_parts_read_as_their_text(client: openai.OpenAI) -> None:
+    parts = [{"type": "text", "text": "the film"}, {"type": "text", "text": " is good"}]
+    as_parts = client.chat.completions.create(
+        model=WORDS,
+        messages=[{"role": "user", "content": parts}],  # type: ignore[list-item]
+    )
+    assert as_parts.choices[0].message.content == "the film is good"
+    assert as_parts.choices[0].finish_reason == "stop"
+
+
+def test_streamed_chat_is_the_whole_answer_in_chunks(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(
+        model=CHAT_LM,
+        messages=MESSAGES,
+        max_tokens=8,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    stream = client.chat.completions.create(
+        model=CHAT_LM,
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert {chunk.object for chunk in chunks} == {"chat.completion.chunk"}
+    assert len({chunk.id for chunk in chunks}) == 1
+    *with_choices, last = chunks
+    assert with_choices[0].choices[0].delta.role == "assistant"
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in with_choices)
+    assert text == whole.choices[0].message.content
+    assert len(with_choices) > 3  # token by token, not one piece
+    assert with_choices[-1].choices[0].finish_reason == "length"
+    assert last.choices == [] and last.usage == whole.usage
+
+
+def test_streamed_completion(client: openai.OpenAI, reference: Reference) -> None:
+    stream = client.completions.create(
+        model=CHAT_LM, prompt=PROMPT, max_tokens=10, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    assert {chunk.object for chunk in chunks} == {"text_completion"}
+    assert "".join(chunk.choices[0].text for chunk in chunks) == reference.greedy(PROMPT, 10)
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(chunk.usage is None for chunk in chunks)
+
+
+def test_embeddings_are_mean_pooled(client: openai.OpenAI, reference: Reference) -> None:
+    texts = ["the movie was good", "awful plot"]
+    expected = reference.embeddings(texts)
+    answer = client.embeddings.create(model=ENCODER, input=texts)  # base64 under the hood
+    assert [item.index for item in answer.data] == [0, 1]
+    vectors = [item.embedding for item in answer.data]
+    np.testing.assert_allclose(vectors, expected, rtol=1e-4, atol=1e-5)
+    as_floats = client.embeddings.create(model=ENCODER, input=texts[0], encoding_format="float")
+    np.testing.assert_allclose(as_floats.data[0].embedding, expected[0], rtol=1e-4, atol=1e-5)
+    raw = client.embeddings.with_raw_response.create(
+        model=ENCODER, input=texts, encoding_format="base64"
+    ).http_response.json()
+    decoded = np.frombuffer(base64.b64decode(raw["data"][1]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(decoded, expected[1], rtol=1e-4, atol=1e-5)
+    assert raw["usage"]["prompt_tokens"] > 0
+
+
+def test_custom_runtime_serves_the_same_endpoints(client: openai.OpenAI) -> None:
+    answer = client.completions.create(model=WORDS, prompt="one two three", max_tokens=2)
+    assert (answer.choices[0].text, answer.choices[0].finish_reason) == ("one two", "length")
+    assert answer.usage is not None and answer.usage.completion_tokens == 2
+    vectors = client.embeddings.create(model=WORDS, input=["a bb", "ccc"], encoding_format="float")
+    assert [item.embedding for item in vectors.data] == [[4.0, 2.0], [3.0, 1.0]]
+
+
+def test_errors_raise_the_sdk_exceptions(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.completions.create(model="no-such-model", prompt="hi")
+    assert unknown.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as hot:
+        client.completions.create(model=CHAT_LM, prompt="hi", temperature=5)
+    assert hot.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as not_served:
+        client.chat.completions.create(model=ENCODER, messages=[{"role": "user", "content": "hi"}])
+    assert "does not serve chat completions" in not_served.value.message
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model=CHAT_LM, input="hi")
+    with pytest.raises(openai.BadRequestError) as long:
+        client.completions.create(model=CHAT_LM, prompt="the", max_tokens=100_000)
+    assert "at most 256 tokens" in long.value.message
+
+
+def test_async_client_and_stream(server: ServerProcess, reference: Reference) -> None:
+    async def run() -> tuple[str, str]:
+        async with openai.AsyncOpenAI(
+            base_url=f"{server.url}/v1", api_key="unused", max_retries=0
+        ) as client:
+            whole = await client.completions.create(
+                model=CHAT_LM, prompt=PROMPT, max_tokens=6, temperature=0
+            )
+            stream = await client.completions.create(
+                model=CHAT_LM, prompt=PROMPT, max_tokens=6, temperature=0, stream=True
+            )
+            pieces = [chunk.choices[0].text async for chunk in stream]
+            return whole.choices[0].text, "".join(pieces)
+
+    whole, streamed = asyncio.run(run())
+    assert whole == streamed == reference.greedy(PROMPT, 6)
+
+
+def test_metrics_count_tokens_and_time_to_first_token(
+    client: openai.OpenAI, server: ServerProcess
+) -> None:
+    def scrape() -> dict[str, float]:
+        text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+        found = {}
+        for line in text.splitlines():
+            if 'model_name="words"' in line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                found[name.split("{")[0]] = float(value)
+        return found
+
+    before = scrape()
+    client.completions.create(model=WORDS, prompt="one two three four", max_tokens=3)
+    after = scrape()
+    generated = "model_generated_tokens_total"
+    assert after[generated] - before.get(generated, 0) == 3
+    assert after["model_prompt_tokens_total"] - before.get("model_prompt_tokens_total", 0) == 4
+    first_token = "model_stream_first_response_seconds_count"
+    assert after[first_token] - before.get(first_token, 0) == 1

@@ -1,0 +1,50 @@
+"""A tiny GPT-2-style causal LM with a chat template, and a tiny encoder for embeddings,
+built from random seeded weights and saved as save_pretrained does: no download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.frameworks import TINY_VOCABULARY, require_module
+
+ROLES = ["<|system|>", "<|user|>", "<|assistant|>"]
+END = "<|end|>"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message.role }}|> {{ message.content }} {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def save_tiny_chat_lm(folder: Path, *, seed: int = 0) -> None:
+    """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template."""
+    torch = require_module("torch", "huggingface")
+    transformers = require_module("transformers", "huggingface")
+    tokenizers = require_module("tokenizers", "huggingface")
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["[PAD]", "[UNK]", END, *ROLES, *TINY_VOCABULARY]
+    backend = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]")
+    )
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        eos_token=END,
+        additional_special_tokens=ROLES,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = transformers.GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=256,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=None,
+        eos_token_id=words.index(END),
+        pad_token_id=0,
+        initializer_range=0.5,  # varied words, not one word over and over
+    )
+    torch.manual_seed(seed)
+    transformers.GPT2LMHeadModel(config).eval().save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))

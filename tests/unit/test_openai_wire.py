@@ -1,0 +1,245 @@
+"""The OpenAI-compatible endpoints' pure parts: request bodies, answers, errors, the
+Bearer key, and the Hugging Face runtime's stop strings."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import orjson
+import pytest
+
+from inferd.errors import InvalidRequest, ModelNotFound, Overloaded, PermissionDenied
+from inferd.generation import (
+    AsyncGenerativeModel,
+    EmbeddingRequest,
+    Embeddings,
+    GenerationRequest,
+    GenerativeModel,
+    TextPiece,
+    generation_request,
+    is_generation_call,
+    read_embeddings,
+    read_piece,
+)
+from inferd.runtimes.huggingface_generation import StopStrings
+from inferd.server.access import AcceptedKeys, KeyGuard, check_bearer
+from inferd.server.openai import wire
+from inferd.server.openai.answers import Choice, Completion, Usage, embeddings_answer, openai_error
+from inferd.settings import ModelSettings
+from inferd.settings.security import RestrictedApiSettings
+from inferd.types import InferenceRequest
+
+
+def completion(**fields: object) -> bytes:
+    return orjson.dumps({"model": "m", "prompt": "hi"} | fields)
+
+
+def test_a_completion_body_becomes_one_call_per_prompt() -> None:
+    body = wire.decode(
+        completion(prompt=["a", "b"], stop="x", seed=3, temperature=0), wire.CompletionBody
+    )
+    calls = wire.completion_calls(body)
+    assert [call.prompt for call in calls] == ["a", "b"]
+    assert calls[0].max_tokens == 16  # OpenAI's default for completions
+    assert (calls[0].stop, calls[0].seed, calls[0].temperature) == (["x"], 3, 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"temperature": 3}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"n": 0}, "n"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"prompt": [[1, 2]]}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"logprobs": 2}, "logprobs"),
+        ({"echo": True}, "echo"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"temperature": "hot"}, "temperature"),
+    ],
+)
+def test_bad_fields_are_a_400_naming_the_field(fields: dict[str, object], param: str) -> None:
+    with pytest.raises(wire.BadParameter) as refused:
+        body = wire.decode(completion(**fields), wire.CompletionBody)
+        wire.completion_calls(body)
+        wire.choices(body)
+        wire.include_usage(body)
+    assert refused.value.param == param
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"[]", b'{"prompt": "x"}', b"\xff"])
+def test_malformed_bodies_are_a_400(body: bytes) -> None:
+    with pytest.raises(InvalidRequest):
+        wire.decode(body, wire.CompletionBody)
+
+
+def test_chat_messages_take_text_parts_and_max_completion_tokens() -> None:
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    body = orjson.dumps(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": parts},
+                {"role": "assistant", "content": None},
+            ],
+            "max_tokens": 9,
+            "max_completion_tokens": 5,
+        }
+    )
+    call = wire.chat_call(wire.decode(body, wire.ChatCompletionBody))
+    assert call.messages is not None
+    assert [(m.role, m.content) for m in call.messages] == [("user", "ab"), ("assistant", "")]
+    assert call.max_tokens == 5 and call.chat
+
+
+def test_an_image_part_is_refused() -> None:
+    body = orjson.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
+    )
+    with pytest.raises(wire.BadParameter, match="image_url"):
+        wire.chat_call(wire.decode(body, wire.ChatCompletionBody))
+
+
+def test_calls_travel_as_inference_requests_and_back() -> None:
+    class Echo(GenerativeModel):
+        def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+            yield TextPiece(request.prompt or "")
+            yield TextPiece("", "stop", 1, 1)
+
+        def embed(self, request: EmbeddingRequest) -> Embeddings:
+            return Embeddings(np.ones((len(request.texts), 3)), 4)
+
+    model = Echo(ModelSettings(name="echo", implementation="x.Echo"))
+    assert model.openai_endpoints == ("completions", "chat", "embeddings")
+    request = generation_request(GenerationRequest(prompt="hello", stop=["x"]))
+    assert is_generation_call(request) and request.inputs[0].data.shape == ()
+    pieces = [read_piece(response) for response in model.predict_stream(request)]
+    assert pieces == [TextPiece("hello"), TextPiece("", "stop", 1, 1)]
+    embedded = read_embeddings(model.predict(generation_request(EmbeddingRequest(texts=["a"]))))
+    assert embedded.vectors.dtype == np.float32 and embedded.prompt_tokens == 4
+    with pytest.raises(InvalidRequest, match="/v1/"):
+        model.predict(InferenceRequest([]))
+    forged = generation_request(EmbeddingRequest(texts=["a"]))
+    forged.inputs[0].data[()] = b"not msgpack"
+    with pytest.raises(InvalidRequest, match="does not decode"):
+        model.predict(forged)
+
+
+def test_an_async_engine_streams_as_an_async_generator() -> None:
+    import asyncio
+    import inspect
+
+    class Engine(AsyncGenerativeModel):
+        async def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+            yield TextPiece("x")
+            yield TextPiece("", "length", 1, 1)
+
+    model = Engine(ModelSettings(name="e", implementation="x.E"))
+    assert model.openai_endpoints == ("completions", "chat")
+    assert inspect.isasyncgenfunction(model.predict_stream)  # interleaved streams
+
+    async def read() -> list[TextPiece]:
+        request = generation_request(GenerationRequest(prompt="p"))
+        return [read_piece(r) async for r in model.predict_stream(request)]
+
+    assert asyncio.run(read()) == [TextPiece("x"), TextPiece("", "length", 1, 1)]
+
+
+def test_a_model_serves_what_it_implements() -> None:
+    class OnlyEmbeds(GenerativeModel):
+        def embed(self, request: EmbeddingRequest) -> Embeddings:
+            return Embeddings(np.zeros((1, 1)), 0)
+
+    model = OnlyEmbeds(ModelSettings(name="e", implementation="x.E"))
+    assert model.openai_endpoints == ("embeddings",)
+
+
+def test_whole_answers_and_chunks_have_openai_shapes() -> None:
+    answer = Completion("m", chat=True)
+    choice = Choice(0, ["a", "b"], "length", Usage(2, 2))
+    whole = orjson.loads(answer.whole([choice], Usage(2, 2)))
+    assert whole["object"] == "chat.completion" and whole["id"].startswith("chatcmpl-")
+    assert whole["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "ab"},
+            "logprobs": None,
+            "finish_reason": "length",
+        }
+    ]
+    assert whole["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    first = answer.chunk(0, "a", None, first=True, usage=True)
+    assert first.startswith(b"data: ") and first.endswith(b"\n\n")
+    chunk = orjson.loads(first[6:])
+    assert chunk["object"] == "chat.completion.chunk" and chunk["usage"] is None
+    assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": "a"}
+    text = orjson.loads(
+        Completion("m", chat=False).chunk(1, "x", "stop", first=False, usage=False)[6:]
+    )
+    assert text["choices"] == [{"index": 1, "text": "x", "logprobs": None, "finish_reason": "stop"}]
+    assert "usage" not in text
+
+
+def test_embeddings_answer_in_floats_or_base64() -> None:
+    vectors = np.array([[1.5, -2.0]], dtype=np.float32)
+    floats = orjson.loads(embeddings_answer("m", vectors, 3, "float"))
+    assert floats["data"] == [{"object": "embedding", "index": 0, "embedding": [1.5, -2.0]}]
+    assert floats["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    encoded = orjson.loads(embeddings_answer("m", vectors, 3, "base64"))["data"][0]["embedding"]
+    assert np.frombuffer(base64.b64decode(encoded), "<f4").tolist() == [1.5, -2.0]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "kind", "code"),
+    [
+        (wire.BadParameter("bad", "n"), 400, "invalid_request_error", None),
+        (ModelNotFound("x"), 404, "invalid_request_error", "model_not_found"),
+        (PermissionDenied("no"), 401, "invalid_request_error", "invalid_api_key"),
+        (Overloaded("full", 2.0), 429, "rate_limit_exceeded", "rate_limit_exceeded"),
+        (RuntimeError("bug"), 500, "server_error", None),
+    ],
+)
+def test_errors_in_openai_shape(error: Exception, status: int, kind: str, code: str | None) -> None:
+    got, body, headers = openai_error(error, "test")
+    detail = orjson.loads(body)["error"]
+    assert (got, detail["type"], detail["code"]) == (status, kind, code)
+    assert set(detail) == {"message", "type", "param", "code"}
+    if status == 429:
+        assert (b"retry-after", b"2") in headers
+    if status == 500:
+        assert "bug" not in detail["message"]
+
+
+def test_a_bearer_key_is_accepted_as_the_groups_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEYS", "k1,k2")
+    restriction = RestrictedApiSettings.model_validate(
+        {"apis": ["inference"], "header": "x-key", "values_from_env": "KEYS"}
+    )
+    guard = KeyGuard("inference", "x-key", AcceptedKeys(restriction))
+    check_bearer(guard, {b"authorization": b"Bearer k2"})
+    check_bearer(guard, {b"x-key": b"k1"})
+    check_bearer(None, {})
+    for refused in ({b"authorization": b"Bearer nope"}, {b"authorization": b"k1"}, {}):
+        with pytest.raises(PermissionDenied):
+            check_bearer(guard, refused)
+
+
+@pytest.mark.parametrize(
+    ("text", "sent", "found", "held"),
+    [
+        ("a b END c", 0, 4, 0),
+        ("a b EN", 0, None, 2),
+        ("a b E", 0, None, 1),
+        ("xyz", 0, None, 1),  # "z" may begin "zz"
+        ("xy", 0, None, 0),
+        ("abc ENDx", 5, 4, 0),
+    ],
+)
+def test_stop_strings(text: str, sent: int, found: int | None, held: int) -> None:
+    stops = StopStrings(["END", "zz"])
+    assert stops.find(text, sent) == found
+    if found is None:
+        assert stops.held_back(text) == held

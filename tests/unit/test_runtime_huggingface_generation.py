@@ -1,0 +1,123 @@
+"""The Hugging Face runtime's own decoding loop (runtimes/huggingface_generation.py)
+on a tiny random chat LM and encoder, without a server."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest, TextPiece
+from inferd.runtimes.huggingface_generation import (
+    Generation,
+    mean_pooled,
+    served_endpoints,
+)
+from tests.frameworks import require_module, save_tiny_text_classifier
+from tests.support.tiny_llm import save_tiny_chat_lm
+
+transformers = require_module("transformers", "huggingface")
+torch = require_module("torch", "huggingface")
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("lm") / "lm"
+    save_tiny_chat_lm(folder)
+    return transformers.pipeline("text-generation", model=str(folder))
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder: Path = tmp_path_factory.mktemp("encoder") / "encoder"
+    save_tiny_text_classifier(folder)
+    return transformers.pipeline("feature-extraction", model=str(folder))
+
+
+def generate(lm: Any, **fields: Any) -> list[TextPiece]:
+    return list(Generation("lm", lm, torch).generate(GenerationRequest(**fields)))
+
+
+def text(pieces: list[TextPiece]) -> str:
+    return "".join(piece.text for piece in pieces)
+
+
+def test_each_token_is_a_piece_and_the_last_counts(lm: Any) -> None:
+    pieces = generate(lm, prompt="the movie was", max_tokens=6, temperature=0)
+    *made, last = pieces
+    assert len(made) >= 3  # token by token
+    assert (last.finish_reason, last.prompt_tokens, last.completion_tokens) == ("length", 3, 6)
+
+
+def test_seeded_sampling_repeats_and_seeds_differ(lm: Any) -> None:
+    first = text(generate(lm, prompt="a", max_tokens=12, seed=1))
+    assert text(generate(lm, prompt="a", max_tokens=12, seed=1)) == first
+    others = {text(generate(lm, prompt="a", max_tokens=12, seed=s)) for s in range(2, 6)}
+    assert others - {first}
+
+
+def test_top_p_near_zero_is_greedy(lm: Any) -> None:
+    greedy = text(generate(lm, prompt="the plot", max_tokens=8, temperature=0))
+    assert text(generate(lm, prompt="the plot", max_tokens=8, top_p=1e-6, seed=3)) == greedy
+
+
+def test_chat_uses_the_template_and_needs_one(lm: Any) -> None:
+    messages = [ChatMessage("user", "good film")]
+    pieces = generate(lm, messages=messages, max_tokens=4, temperature=0)
+    assert pieces[-1].prompt_tokens == 4  # <|user|> good film <|assistant|>
+    template, lm.tokenizer.chat_template = lm.tokenizer.chat_template, None
+    try:
+        assert served_endpoints({"task": "text-generation"}, lm) == ("completions",)
+        with pytest.raises(InvalidRequest, match="chat template"):
+            generate(lm, messages=messages)
+    finally:
+        lm.tokenizer.chat_template = template
+    assert served_endpoints({"task": "text-generation"}, lm) == ("completions", "chat")
+    assert served_endpoints({"task": "text-generation", "openai": False}, lm) == ()
+
+
+def test_a_prompt_past_the_context_is_a_400(lm: Any) -> None:
+    with pytest.raises(InvalidRequest, match="at most 256 tokens"):
+        generate(lm, prompt="the " * 300)
+    with pytest.raises(InvalidRequest, match="lower max_tokens"):
+        generate(lm, prompt="the", max_tokens=300)
+
+
+def test_closing_the_stream_stops_generating(lm: Any) -> None:
+    calls = 0
+    model = lm.model
+    forward = model.forward
+
+    @functools.wraps(forward)  # the same signature: the loop reads it
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return forward(*args, **kwargs)
+
+    model.forward = counted
+    try:
+        stream = Generation("lm", lm, torch).generate(
+            GenerationRequest(prompt="the", max_tokens=200, temperature=0)
+        )
+        next(stream)
+        stream.close()
+    finally:
+        model.forward = forward
+    assert calls < 5  # not the 200 forward passes a whole generation takes
+
+
+def test_embeddings_mean_pool_and_refuse_other_widths(encoder: Any) -> None:
+    texts = ["the movie was good", "bad"]
+    found = mean_pooled("e", encoder, torch, EmbeddingRequest(texts=texts))
+    width = encoder.model.config.hidden_size
+    assert found.vectors.shape == (2, width) and found.vectors.dtype == np.float32
+    alone = mean_pooled("e", encoder, torch, EmbeddingRequest(texts=texts[1:]))
+    np.testing.assert_allclose(alone.vectors[0], found.vectors[1], rtol=1e-4, atol=1e-5)
+    with pytest.raises(InvalidRequest, match="dimensions"):
+        mean_pooled("e", encoder, torch, EmbeddingRequest(texts=texts, dimensions=width + 1))
+    with pytest.raises(ModelNotReady):
+        mean_pooled("e", None, torch, EmbeddingRequest(texts=texts))
