@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 
 from inferd.observability.metrics import Sources, build_registry, metrics_app
+from inferd.observability.on_demand_metrics import OnDemandCollector
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
@@ -66,13 +67,22 @@ class InferenceServer:
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         self.dataplane.models_ready_once_started = role is not None
+        on_demand = self.dataplane.on_demand
+        if on_demand is not None and role is not None:  # a request's load is server-wide
+            host = role.host_socket is not None
+            on_demand.join_processes(None if host else self.server_wide_load_on_request)
         # Where the edges send what holds server-wide (loads, log level, shared memory,
         # statistics): this process alone, unless a supervisor's protocol process is
         # given the coordinator's (supervisor/forwarding.py) before its apps are built.
         self.server_wide: ServerWide = LocalServerWide(self.dataplane)
         # Reloads models whose folders change (repository_poll_secs; None: off).
         self.poller = (
-            RepositoryPoller(self.repository, self.registry, settings.repository_poll_secs)
+            RepositoryPoller(
+                self.repository,
+                self.registry,
+                settings.repository_poll_secs,
+                settings.load_on_request,
+            )
             if settings.repository_poll_secs > 0
             else None
         )
@@ -81,6 +91,9 @@ class InferenceServer:
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
         self.tracing = start_tracing(settings)
         self._stop = asyncio.Event()
+
+    async def server_wide_load_on_request(self, name: str) -> None:
+        await self.server_wide.load_on_request(name)  # the supervisor's, once it is set
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
@@ -310,6 +323,8 @@ class InferenceServer:
             grpc=self.grpc_stats,
         )
         registry = build_registry(sources, settings.metrics_rest_server_prefix)
+        if self.dataplane.on_demand is not None:
+            registry.register(OnDemandCollector(self.dataplane.on_demand))
         return metrics_app(registry, settings.metrics_endpoint or "/metrics")
 
     def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:

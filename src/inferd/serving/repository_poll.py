@@ -44,8 +44,17 @@ logger = logging.getLogger(__name__)
 class RepositoryPoller:
     """Watches the repository's folders and brings the registry in line with them."""
 
-    def __init__(self, repository: ModelRepository, registry: Registry, interval: float) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        registry: Registry,
+        interval: float,
+        only_loaded: bool = False,
+    ) -> None:
+        """``only_loaded`` (load_on_request): a new folder is known, not loaded; a
+        changed one reloads only if its model is loaded."""
         self.interval = interval
+        self._only_loaded = only_loaded
         self._repository = repository
         self._registry = registry
         self._tracker = ChangeTracker({})
@@ -151,6 +160,8 @@ class RepositoryPoller:
 
     async def _reload(self, name: str) -> None:
         """Serve the versions the repository holds for ``name`` now."""
+        if self._only_loaded and name not in self._registry.names():
+            return  # its first request loads it
         try:
             found = await asyncio.to_thread(self._repository.find, name)
         except (ConfigurationError, ModelNotFound) as error:

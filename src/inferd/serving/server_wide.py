@@ -18,9 +18,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import orjson
+
 from inferd.errors import PermissionDenied
 from inferd.serving.dataplane import DataPlane
 from inferd.triton.shm import TURNED_OFF, SharedMemoryRegistry
+
+# The load parameter (REST: ``{"parameters": {"load_on_request": true}}``) of a load
+# that a request's first use makes: unpinned, a no-op where the model is loaded.
+LOAD_ON_REQUEST = "load_on_request"
 
 
 class ServerWide(Protocol):
@@ -28,6 +34,11 @@ class ServerWide(Protocol):
 
     async def load(self, name: str, config: str | None) -> None:
         """(Re)load ``name`` from the repository, with the JSON override ``config``."""
+        ...
+
+    async def load_on_request(self, name: str) -> None:
+        """Load ``name`` as a request's first use does (load_on_request: unpinned,
+        under max_loaded_models), unless it is loaded already."""
         ...
 
     async def unload(self, name: str) -> None: ...
@@ -54,6 +65,15 @@ class ServerWide(Protocol):
         ...
 
 
+def asks_load_on_request(body: bytes) -> bool:
+    """Whether a REST load body sets the ``load_on_request`` parameter (to true)."""
+    try:
+        parameters = orjson.loads(body or b"{}").get("parameters")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False  # the load's own decoding says what is wrong with it
+    return isinstance(parameters, dict) and parameters.get(LOAD_ON_REQUEST) is True
+
+
 def shared_memory_of(dataplane: DataPlane) -> SharedMemoryRegistry:
     """The server's regions; PermissionDenied while the extension is off."""
     if dataplane.shared_memory is None:
@@ -70,6 +90,9 @@ class LocalServerWide(ServerWide):
 
     async def load(self, name: str, config: str | None) -> None:
         await self.dataplane.load(name, config)
+
+    async def load_on_request(self, name: str) -> None:
+        await self.dataplane.load_on_request(name)
 
     async def unload(self, name: str) -> None:
         await self.dataplane.unload(name)

@@ -1,0 +1,288 @@
+"""Models loaded on their first request, at most ``max_loaded_models`` of them.
+
+With ``load_on_request`` on, nothing of the repository loads at the start: a request
+for a model of the repository that is not loaded loads it (:meth:`OnDemand.using`)
+and is answered once it is ready. Concurrent first requests wait on one load (a
+task shared by its waiters: one that gives up does not cancel it); a load that fails
+answers every waiter with its error, and the next request tries again.
+
+Loaded on request, a model counts against ``max_loaded_models`` (0: no limit). To
+load one more past it, the least recently used idle model (no request of it in
+flight or queued, no open stream, no live sequence) is unloaded (drained as an
+unload is); with none idle, the load waits for a slot up to the request's timeout,
+then the request is refused (503 with Retry-After). A model loaded through the
+repository API is pinned: never evicted, and not counted against the budget.
+
+With protocol processes, a request's load goes to the coordinator
+(``forward``: ``ServerWide.load_on_request``), which applies it in every process;
+each applies it with :meth:`OnDemand.load_here`, which evicts by that process's own
+recency (see the README's "Models loaded on request").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from inferd.errors import DeadlineExceeded, ErrorCode, InferdError, ModelNotFound, Overloaded
+from inferd.serving.registry import Registry
+from inferd.serving.repository import ModelRepository
+from inferd.types import ModelState
+
+logger = logging.getLogger(__name__)
+
+# How long a load waits for a slot when its request sets no timeout (nor its model).
+DEFAULT_WAIT_SECONDS = 30.0
+# A process applying a load forwarded by the coordinator waits this long for a slot
+# (under the coordinator's lock: every server-wide operation waits meanwhile); the
+# request that asked for it tries again until its own timeout.
+FORWARDED_WAIT_SECONDS = 1.0
+# How soon a refused client may try again.
+RETRY_AFTER_SECONDS = 1.0
+
+Load = Callable[[str], Awaitable[None]]
+T = TypeVar("T")
+
+
+class OnDemand:
+    """The models of one process loaded on request: their recency, their load tasks."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        repository: ModelRepository,
+        max_loaded: int = 0,
+        load: Load | None = None,
+    ) -> None:
+        """``load``: how a request's load reaches every process (the coordinator's);
+        None: it is applied here alone (:meth:`load_here`)."""
+        self.registry = registry
+        self.repository = repository
+        self.max_loaded = max_loaded
+        self.forward = load
+        self._recent: OrderedDict[str, None] = OrderedDict()  # least recently used first
+        self._pinned: set[str] = set()
+        self._busy: Counter[str] = Counter()  # requests and streams inside using()
+        self._reserved = 0  # slots taken by loads under way, or by evictions draining
+        self._loads: dict[str, asyncio.Task[None]] = {}
+        self._no_slot: set[str] = set()  # loads waiting for a slot (none was free)
+        self._changed = asyncio.Condition()
+        self.loads: Counter[str] = Counter()  # model_loads_total, by model
+        self.evictions: Counter[str] = Counter()  # model_evictions_total, by model
+
+    def join_processes(self, forward: Load | None) -> None:
+        """This is one of a supervisor's processes: a request's load goes through
+        ``forward`` (to the coordinator, which applies it in every process); None:
+        the model host, which loads what it is told and evicts nothing itself."""
+        if forward is None:
+            self.max_loaded = 0
+        else:
+            self.forward = forward
+
+    # The request path
+
+    @contextlib.asynccontextmanager
+    async def using(
+        self, name: str, version: str | None, timeout: float | None
+    ) -> AsyncIterator[None]:
+        """Around one request (or stream) of ``name``: loads it first if it is not,
+        waiting up to ``timeout`` seconds (None: DEFAULT_WAIT_SECONDS); the model
+        is busy, not evictable, until the block ends."""
+        self._busy[name] += 1
+        try:
+            if not self._serves(name, version):
+                await self._wait_loaded(name, version, timeout or DEFAULT_WAIT_SECONDS)
+            if name in self._recent:
+                self._recent.move_to_end(name)
+            yield
+        finally:
+            self._busy[name] -= 1
+            if not self._busy[name]:
+                del self._busy[name]
+                await self._notify()
+
+    async def stream(
+        self,
+        name: str,
+        version: str | None,
+        timeout: float | None,
+        opened: Callable[[], AsyncGenerator[T, None]],
+    ) -> AsyncGenerator[T, None]:
+        """The stream ``opened`` makes once ``name`` is loaded; busy until it ends."""
+        async with self.using(name, version, timeout):
+            responses = opened()
+            async with contextlib.aclosing(responses):
+                async for ready in responses:
+                    yield ready
+
+    def _serves(self, name: str, version: str | None) -> bool:
+        try:
+            return self.registry.find(name, version).state is ModelState.READY
+        except ModelNotFound:
+            return False
+
+    async def _wait_loaded(self, name: str, version: str | None, timeout: float) -> None:
+        if not self.repository.holds(name, version):
+            raise ModelNotFound(name, version)
+        task = self._loads.get(name)
+        if task is None:
+            task = asyncio.create_task(self._load(name, timeout), name=f"load {name}")
+            self._loads[name] = task
+            task.add_done_callback(lambda done: self._load_ended(name, done))
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            if name in self._no_slot:
+                raise Overloaded(self._full(name), RETRY_AFTER_SECONDS) from None
+            raise DeadlineExceeded(
+                f"Model '{name}' was loading on this request's first use and was not ready "
+                f"after {time.monotonic() - started:.1f}s (its timeout); retry later, or "
+                "raise its 'timeout' parameter (microseconds) or the model's timeout"
+            ) from None
+
+    def _load_ended(self, name: str, task: asyncio.Task[None]) -> None:
+        self._no_slot.discard(name)
+        if self._loads.get(name) is task:
+            del self._loads[name]
+        if not task.cancelled():
+            task.exception()  # its waiters have it; none left must not warn
+
+    async def _load(self, name: str, wait: float) -> None:
+        if self.forward is None:
+            await self.load_here(name, wait)
+            return
+        deadline = time.monotonic() + wait
+        while True:  # a process that found no slot refused it: the others may have it
+            try:
+                await self.forward(name)
+                return
+            except InferdError as error:
+                full = error.code is ErrorCode.UNAVAILABLE and error.retry_after is not None
+                if not full or time.monotonic() >= deadline:
+                    raise
+            self._no_slot.add(name)
+            await asyncio.sleep(0.05)
+
+    # Applied in each process
+
+    async def load_here(self, name: str, wait: float = FORWARDED_WAIT_SECONDS) -> None:
+        """Load ``name`` on request in this process, unless it serves it already:
+        make room under the budget (waiting up to ``wait`` seconds), then load."""
+        if name in self._pinned or (name in self._recent and self._serves(name, None)):
+            return
+        settings = self.repository.find(name)
+        if not settings:
+            raise ModelNotFound(name)
+        await self._take_slot(name, wait)
+        try:
+            await self.registry.load(name, settings)
+            self._recent[name] = None
+            self.loads[name] += 1
+        except InferdError as error:
+            raise _failed_load(name, error) from None
+        finally:
+            self._reserved -= 1
+            await self._notify()
+
+    async def _take_slot(self, name: str, wait: float) -> None:
+        """Reserve one of the budget's slots, evicting the least recently used idle
+        model if none is free; Overloaded after ``wait`` seconds without one."""
+        deadline = time.monotonic() + wait
+        for gone in set(self._recent) - set(self.registry.names()):  # removed by the poller
+            del self._recent[gone]
+        async with self._changed:
+            try:
+                while self.max_loaded and self._occupied() >= self.max_loaded:
+                    victim = self._idle_victim()
+                    if victim is not None:
+                        self._reserved += 1  # the victim's slot, until it has drained
+                        await self._evict(victim)
+                        continue
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Overloaded(self._full(name), RETRY_AFTER_SECONDS)
+                    self._no_slot.add(name)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), left)
+            finally:
+                self._no_slot.discard(name)
+            self._reserved += 1
+
+    def _occupied(self) -> int:
+        return len(self._recent) + self._reserved
+
+    def _idle_victim(self) -> str | None:
+        for name in self._recent:
+            if not self._busy[name] and self._idle(name):
+                return name
+        return None
+
+    def _idle(self, name: str) -> bool:
+        for version in self.registry.versions():
+            if version.name != name or version.scheduler is None:
+                continue
+            policy = version.scheduler.policy
+            if not policy.idle or getattr(policy, "open_sequences", None):
+                return False
+        return True
+
+    async def _evict(self, name: str) -> None:
+        """Unload ``name`` (holding its slot until it has drained): ``_changed`` is
+        released meanwhile, so a request that ends can say so."""
+        loaded = len(self._recent) + self._reserved - 1
+        del self._recent[name]
+        logger.info(
+            "Evicted model '%s' (least recently used; %d of %d loaded)",
+            name,
+            loaded,
+            self.max_loaded,
+        )
+        self.evictions[name] += 1
+        self._changed.release()
+        try:
+            with contextlib.suppress(ModelNotFound):
+                await self.registry.unload(name)
+        finally:
+            await self._changed.acquire()
+            self._reserved -= 1
+
+    def _full(self, name: str) -> str:
+        return (
+            f"Model '{name}' cannot be loaded now: max_loaded_models ({self.max_loaded}) "
+            "models are loaded and every one of them is busy; retry later"
+        )
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # The repository API
+
+    def pinned(self, name: str) -> None:
+        """``name`` was loaded through the repository API: never evicted, not counted."""
+        self._pinned.add(name)
+        self._recent.pop(name, None)
+
+    def loaded_on_request(self, name: str) -> bool:
+        return name in self._recent
+
+    async def unloaded(self, name: str) -> None:
+        """``name`` was unloaded (or removed): its slot is free."""
+        self._pinned.discard(name)
+        if self._recent.pop(name, None) is not None or name in self._loads:
+            await self._notify()
+
+
+def _failed_load(name: str, error: InferdError) -> InferdError:
+    """The error worded as a repository load's: ``failed to load '<name>': why``."""
+    prefix = f"failed to load '{name}'"
+    if not error.message.startswith(prefix):
+        error.message = f"{prefix}: {error.message}"
+        error.args = (error.message,)
+    return error
