@@ -166,7 +166,6 @@ class DataPlane:
         shutdown deadline fails with it (see :mod:`inferd.serving.drain`)."""
         task = self.drain.admit()
         try:
-            version = version or self.version_split.pick(name, context)
             if self.on_demand is None:
                 return await self._infer(name, version, request, context)
             async with self.on_demand.using(name, version, request_timeout(request, None)):
@@ -182,6 +181,7 @@ class DataPlane:
     async def _infer(
         self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
     ) -> InferenceResponse:
+        version = version or self.version_split.pick(name, context)  # after any load on request
         found = self.registry.get_ready(name, version)
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
         assert scheduler is not None and stats is not None and instance is not None
@@ -226,7 +226,6 @@ class DataPlane:
         iterator early (a client that left) stops the model's generator. As infer,
         refused once the server drains, stopped (ShuttingDown) at its deadline.
         """
-        version = version or self.version_split.pick(name, context)
         if self.on_demand is None:
             return self._infer_stream(name, version, request, context)
         return self.on_demand.stream(
@@ -243,6 +242,7 @@ class DataPlane:
         request: InferenceRequest,
         context: RequestContext,
     ) -> AsyncGenerator[list[InferenceResponse], None]:
+        version = version or self.version_split.pick(name, context)
         found = self.registry.get_ready(name, version)
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
         assert scheduler is not None and stats is not None and instance is not None

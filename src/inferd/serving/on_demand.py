@@ -10,7 +10,8 @@ Loaded on request, a model counts against ``max_loaded_models`` (0: no limit). T
 load one more past it, the least recently used idle model (no request of it in
 flight or queued, no open stream, no live sequence) is unloaded (drained as an
 unload is); with none idle, the load waits for a slot up to the request's timeout,
-then the request is refused (503 with Retry-After). A model loaded through the
+then the request is refused (503 with Retry-After, as one whose load is still
+running when its timeout ends: the load goes on for the next request). A model loaded through the
 repository API is pinned: never evicted, and not counted against the budget.
 
 With protocol processes, a request's load goes to the coordinator
@@ -29,7 +30,7 @@ from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from inferd.errors import DeadlineExceeded, ErrorCode, InferdError, ModelNotFound, Overloaded
+from inferd.errors import ErrorCode, InferdError, ModelNotFound, ModelNotReady, Overloaded
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
 from inferd.types import ModelState
@@ -140,10 +141,11 @@ class OnDemand:
         except TimeoutError:
             if name in self._no_slot:
                 raise Overloaded(self._full(name), RETRY_AFTER_SECONDS) from None
-            raise DeadlineExceeded(
-                f"Model '{name}' was loading on this request's first use and was not ready "
-                f"after {time.monotonic() - started:.1f}s (its timeout); retry later, or "
-                "raise its 'timeout' parameter (microseconds) or the model's timeout"
+            raise ModelNotReady(
+                f"Model '{name}' is loading for this request and was not ready after "
+                f"{time.monotonic() - started:.1f}s (the request's timeout); retry later, "
+                "or raise its 'timeout' parameter (microseconds)",
+                RETRY_AFTER_SECONDS,
             ) from None
 
     def _load_ended(self, name: str, task: asyncio.Task[None]) -> None:
