@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import random
 import threading
 import time
@@ -54,6 +55,7 @@ def server(
     add_custom_model(repository, "broken", "FailsToLoad")
     add_artifact(repository, "by-grpc")
     add_custom_model(repository, "tokens", "Tokens")
+    add_custom_model(repository, "grpc-tokens", "Tokens")
     for version in ("1", "2"):  # AsyncDouble answers its version
         add_custom_model(
             repository,
@@ -119,6 +121,19 @@ def test_a_grpc_request_and_a_stream_load_their_model(server: ServerProcess) -> 
         assert sse.status_code == 200
         data = [line for line in sse.iter_lines() if line.startswith("data: ")]
     assert len(data) == 3
+
+
+def test_a_grpc_stream_loads_a_model_that_only_streams(server: ServerProcess) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with triton.InferenceServerClient(server.grpc_address) as grpc_client:
+        grpc_client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        tensor = triton.InferInput("x", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
+        grpc_client.async_stream_infer("grpc-tokens", [tensor], parameters={"count": 3})
+        got = [answers.get(timeout=60) for _ in range(3)]
+        grpc_client.stop_stream()
+    assert [error for _, error in got] == [None] * 3
+    assert [int(result.as_numpy("index")[0]) for result, _ in got] == [0, 1, 2]
 
 
 def test_unversioned_requests_split_by_weight_and_stick_by_header(client: httpx.Client) -> None:
@@ -207,6 +222,7 @@ def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
     repository = tmp_path_factory.mktemp("one-slot")
     add_artifact(repository, "other")
     add_custom_model(repository, "busy", "SlowEcho", threads_per_worker=2)  # off the loop
+    add_custom_model(repository, "stream", "Tokens")
     settings = {"load_on_request": True, "max_loaded_models": 1}
     with start_server(repository, settings) as process:
         yield process
@@ -215,6 +231,7 @@ def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
 def test_busy_model_is_not_evicted_and_the_wait_ends_in_503(
     one_slot: ServerProcess, tmp_path: Path
 ) -> None:
+    """(A request in flight holds its model.)"""
     started = tmp_path / "started"
     with httpx.Client(base_url=one_slot.url, timeout=60) as client:
         with ThreadPoolExecutor(1) as clients:
@@ -229,3 +246,17 @@ def test_busy_model_is_not_evicted_and_the_wait_ends_in_503(
         assert text_of(infer(client, "other")) == "I am other"  # busy is idle now: evicted
         assert ready_models(client) == {"other"}
     assert "Evicted model 'busy' (least recently used; 1 of 1 loaded)" in one_slot.log()
+
+
+def test_an_open_stream_holds_its_model(one_slot: ServerProcess) -> None:
+    body = {"id": "long", "inputs": [INPUT], "parameters": {"count": 8, "delay_ms": 250}}
+    url = f"{one_slot.url}/v2/models/stream/infer_stream"
+    with httpx.Client(base_url=one_slot.url, timeout=60) as client:
+        with httpx.stream("POST", url, json=body, timeout=60) as sse:
+            lines = sse.iter_lines()
+            next(line for line in lines if line.startswith("data: "))  # it is open
+            refused = infer(client, "other", timeout=300_000)
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert refused.status_code == 503, refused.text
+        assert len(rest) == 7  # the stream ran to its end
+        assert text_of(infer(client, "other")) == "I am other"

@@ -86,7 +86,10 @@ class DataPlane:
 
     def model_streams(self, name: str, version: str | None = None) -> bool:
         """Whether the ready version answers the streaming endpoints with
-        ``predict_stream`` (else with its one predict answer); raises if not ready."""
+        ``predict_stream`` (else with its one predict answer); raises if not ready.
+        True for one to be loaded on request: the stream answers either kind."""
+        if self.on_demand is not None and self.on_demand.to_load(name, version):
+            return True
         instance = self.registry.get_ready(name, version).instance
         return instance is not None and instance.streams
 
@@ -236,11 +239,7 @@ class DataPlane:
         )
 
     async def _infer_stream(
-        self,
-        name: str,
-        version: str | None,
-        request: InferenceRequest,
-        context: RequestContext,
+        self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
     ) -> AsyncGenerator[list[InferenceResponse], None]:
         version = version or self.version_split.pick(name, context)
         found = self.registry.get_ready(name, version)

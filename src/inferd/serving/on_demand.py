@@ -121,6 +121,11 @@ class OnDemand:
                 async for ready in responses:
                     yield ready
 
+    def to_load(self, name: str, version: str | None) -> bool:
+        """Whether a request for ``name`` would load it (it is in the repository, not
+        served here)."""
+        return not self._serves(name, version) and self.repository.holds(name, version)
+
     def _serves(self, name: str, version: str | None) -> bool:
         try:
             return self.registry.find(name, version).state is ModelState.READY
