@@ -92,8 +92,8 @@ class InferenceServer:
         self.tracing = start_tracing(settings)
         self._stop = asyncio.Event()
 
-    async def server_wide_load_on_request(self, name: str) -> None:
-        await self.server_wide.load_on_request(name)  # the supervisor's, once it is set
+    async def server_wide_load_on_request(self, name: str, evict: str | None) -> None:
+        await self.server_wide.load_on_request(name, evict)  # the supervisor's, once set
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""

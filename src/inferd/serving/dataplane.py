@@ -349,13 +349,13 @@ class DataPlane:
         if self.on_demand is not None:
             self.on_demand.pinned(name)
 
-    async def load_on_request(self, name: str) -> None:
+    async def load_on_request(self, name: str, evict: str | None = None) -> None:
         """Load ``name`` as a request's first use does (unpinned, under the budget),
         unless it is loaded already: what the coordinator applies in every process."""
         if self.on_demand is None:
             await self.load(name)
         else:
-            await self.on_demand.load_here(name)
+            await self.on_demand.load_here(name, evict=evict)
 
     async def unload(self, name: str) -> None:
         await self.registry.unload(name)

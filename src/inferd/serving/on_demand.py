@@ -15,9 +15,11 @@ running when its timeout ends: the load goes on for the next request). A model l
 repository API is pinned: never evicted, and not counted against the budget.
 
 With protocol processes, a request's load goes to the coordinator
-(``forward``: ``ServerWide.load_on_request``), which applies it in every process;
-each applies it with :meth:`OnDemand.load_here`, which evicts by that process's own
-recency (see the README's "Models loaded on request").
+(``forward``: ``ServerWide.load_on_request``), naming the model the requesting
+process would evict for it; the coordinator applies it in every process with
+:meth:`OnDemand.load_here`, which evicts the named model (waiting a little for it
+to become idle there), else its own least recently used idle one (see
+docs/design.md, "Models loaded on request").
 """
 
 from __future__ import annotations
@@ -43,10 +45,14 @@ DEFAULT_WAIT_SECONDS = 30.0
 # (under the coordinator's lock: every server-wide operation waits meanwhile); the
 # request that asked for it tries again until its own timeout.
 FORWARDED_WAIT_SECONDS = 1.0
+# How long a process applying a forwarded load waits for the model it names for
+# eviction to become idle here, before it evicts another of its own.
+NAMED_WAIT_SECONDS = 0.25
 # How soon a refused client may try again.
 RETRY_AFTER_SECONDS = 1.0
 
-Load = Callable[[str], Awaitable[None]]
+# A load on request sent to every process: the model, and the one to evict for it.
+Load = Callable[[str, str | None], Awaitable[None]]
 T = TypeVar("T")
 
 
@@ -167,7 +173,7 @@ class OnDemand:
         deadline = time.monotonic() + wait
         while True:  # a process that found no slot refused it: the others may have it
             try:
-                await self.forward(name)
+                await self.forward(name, self._victim_for(name))
                 return
             except InferdError as error:
                 full = error.code is ErrorCode.UNAVAILABLE and error.retry_after is not None
@@ -178,15 +184,25 @@ class OnDemand:
 
     # Applied in each process
 
-    async def load_here(self, name: str, wait: float = FORWARDED_WAIT_SECONDS) -> None:
+    def _victim_for(self, name: str) -> str | None:
+        """What this process would evict to load ``name`` now (None: no need, or none
+        idle): named in the server-wide load, so that every process evicts the same."""
+        if not self.max_loaded or name in self._recent or self._occupied() < self.max_loaded:
+            return None
+        return self._idle_victim()
+
+    async def load_here(
+        self, name: str, wait: float = FORWARDED_WAIT_SECONDS, evict: str | None = None
+    ) -> None:
         """Load ``name`` on request in this process, unless it serves it already:
-        make room under the budget (waiting up to ``wait`` seconds), then load."""
+        make room under the budget (evicting ``evict`` first if it is idle here, else
+        the least recently used idle model; waiting up to ``wait`` seconds), then load."""
         if name in self._pinned or (name in self._recent and self._serves(name, None)):
             return
         settings = self.repository.find(name)
         if not settings:
             raise ModelNotFound(name)
-        await self._take_slot(name, wait)
+        await self._take_slot(name, wait, evict)
         try:
             await self.registry.load(name, settings)
             self._recent[name] = None
@@ -197,16 +213,22 @@ class OnDemand:
             self._reserved -= 1
             await self._notify()
 
-    async def _take_slot(self, name: str, wait: float) -> None:
+    async def _take_slot(self, name: str, wait: float, evict: str | None = None) -> None:
         """Reserve one of the budget's slots, evicting the least recently used idle
         model if none is free; Overloaded after ``wait`` seconds without one."""
         deadline = time.monotonic() + wait
+        named_until = time.monotonic() + min(wait, NAMED_WAIT_SECONDS)
         for gone in set(self._recent) - set(self.registry.names()):  # removed by the poller
             del self._recent[gone]
         async with self._changed:
             try:
                 while self.max_loaded and self._occupied() >= self.max_loaded:
-                    victim = self._idle_victim()
+                    victim = self._idle_victim(evict)
+                    # The one named (by the process that asked) while it may still
+                    # become idle here: every process then evicts the same model.
+                    named = evict in self._recent and victim != evict
+                    if named and time.monotonic() < named_until:
+                        victim = None
                     if victim is not None:
                         self._reserved += 1  # the victim's slot, until it has drained
                         await self._evict(victim)
@@ -215,6 +237,8 @@ class OnDemand:
                     if left <= 0:
                         raise Overloaded(self._full(name), RETRY_AFTER_SECONDS)
                     self._no_slot.add(name)
+                    if named:  # wake when the named one's time is up, to fall back
+                        left = min(left, max(named_until - time.monotonic(), 0.001))
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._changed.wait(), left)
             finally:
@@ -224,11 +248,14 @@ class OnDemand:
     def _occupied(self) -> int:
         return len(self._recent) + self._reserved
 
-    def _idle_victim(self) -> str | None:
-        for name in self._recent:
-            if not self._busy[name] and self._idle(name):
-                return name
-        return None
+    def _idle_victim(self, first: str | None = None) -> str | None:
+        """The least recently used idle model (``first`` if it is one of them)."""
+        if first is not None and first in self._recent and self._evictable(first):
+            return first
+        return next((name for name in self._recent if self._evictable(name)), None)
+
+    def _evictable(self, name: str) -> bool:
+        return not self._busy[name] and self._idle(name)
 
     def _idle(self, name: str) -> bool:
         for version in self.registry.versions():

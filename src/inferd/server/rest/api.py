@@ -34,7 +34,7 @@ from inferd.server.rest.streaming import stream_endpoints
 from inferd.server.routes import API_ROUTES
 from inferd.server.shm_api import SharedMemoryEndpoints
 from inferd.serving.dataplane import DataPlane
-from inferd.serving.server_wide import LocalServerWide, ServerWide, asks_load_on_request
+from inferd.serving.server_wide import LocalServerWide, ServerWide, load_on_request_of
 from inferd.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -111,8 +111,9 @@ class RestEndpoints:
         name = request.path_params["name"]
         body = await self.read_body(request)
         config = decode_load_request(name, body)
-        if asks_load_on_request(body):
-            await self.server_wide.load_on_request(name)
+        on_request, evict = load_on_request_of(body)
+        if on_request:
+            await self.server_wide.load_on_request(name, evict)
         else:
             await self.server_wide.load(name, config)
         return json_response({})
