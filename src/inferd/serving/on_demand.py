@@ -141,23 +141,39 @@ class OnDemand:
     async def _wait_loaded(self, name: str, version: str | None, timeout: float) -> None:
         if not self.repository.holds(name, version):
             raise ModelNotFound(name, version)
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._load_task(name, timeout)), timeout)
+                return
+            except TimeoutError:
+                raise self._timed_out(name, time.monotonic() - started) from None
+            except Overloaded:
+                # The load gave up waiting for a slot at its first waiter's bound: one
+                # more try, while this waiter's own bound lasts.
+                timeout = deadline - time.monotonic()
+                if timeout <= 0.01:
+                    raise
+
+    def _load_task(self, name: str, wait: float) -> asyncio.Task[None]:
+        """The load of ``name`` under way, or a new one (waiting ``wait`` for a slot)."""
         task = self._loads.get(name)
-        if task is None:
-            task = asyncio.create_task(self._load(name, timeout), name=f"load {name}")
+        if task is None or task.done():
+            task = asyncio.create_task(self._load(name, wait), name=f"load {name}")
             self._loads[name] = task
             task.add_done_callback(lambda done: self._load_ended(name, done))
-        started = time.monotonic()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout)
-        except TimeoutError:
-            if name in self._no_slot:
-                raise Overloaded(self._full(name), RETRY_AFTER_SECONDS) from None
-            raise ModelNotReady(
-                f"Model '{name}' is loading for this request and was not ready after "
-                f"{time.monotonic() - started:.1f}s (the request's timeout); retry later, "
-                "or raise its 'timeout' parameter (microseconds)",
-                RETRY_AFTER_SECONDS,
-            ) from None
+        return task
+
+    def _timed_out(self, name: str, waited: float) -> InferdError:
+        if name in self._no_slot:
+            return Overloaded(self._full(name), RETRY_AFTER_SECONDS)
+        return ModelNotReady(
+            f"Model '{name}' is loading for this request and was not ready after "
+            f"{waited:.1f}s (the request's timeout); retry later, "
+            "or raise its 'timeout' parameter (microseconds)",
+            RETRY_AFTER_SECONDS,
+        )
 
     def _load_ended(self, name: str, task: asyncio.Task[None]) -> None:
         self._no_slot.discard(name)
