@@ -101,3 +101,22 @@ async def test_a_busy_model_is_not_evicted_the_wait_ends_in_overloaded(
     await held
     await waiting
     assert loaded(server) == {"echo"}
+
+
+async def test_a_model_with_an_open_sequence_is_not_evicted(
+    start_inferd: StartServer, repository: Path
+) -> None:
+    write_model_folder(
+        repository,
+        "seq",
+        f"{RUNTIMES}.Echo",
+        sequence_batching={"max_sequence_idle_microseconds": 60_000_000},
+    )
+    server = await start_inferd(load_on_request=True, max_loaded_models=1)
+    await server.dataplane.infer("seq", None, request(sequence_id=7, sequence_start=True))
+    with pytest.raises(Overloaded):
+        await server.dataplane.infer("echo", None, request(timeout=200_000))
+    assert loaded(server) == {"seq"}
+    await server.dataplane.infer("seq", None, request(sequence_id=7, sequence_end=True))
+    await use(server, "echo")
+    assert loaded(server) == {"echo"}

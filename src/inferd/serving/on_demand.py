@@ -126,7 +126,8 @@ class OnDemand:
             self._busy[name] -= 1
             if not self._busy[name]:
                 del self._busy[name]
-                await self._notify()
+                if self._no_slot:  # a load waits for a model to become idle
+                    await self._notify()
 
     async def stream(
         self,
