@@ -29,6 +29,9 @@ class Versions:
     def ready_versions(self, name: str) -> list[str]:
         return self.ready
 
+    def versions_of(self, name: str) -> list[Any]:
+        return [self.default] if name == "m" else []
+
 
 def split(ready: list[str] | None = None, **settings: Any) -> VersionSplit:
     registry: Any = Versions(ready or ["1", "2"], **settings)
