@@ -277,3 +277,19 @@ def test_an_open_stream_holds_its_model(one_slot: ServerProcess) -> None:
         assert refused.status_code == 503, refused.text
         assert len(rest) == 7  # the stream ran to its end
         assert text_of(infer(client, "other")) == "I am other"
+
+
+def test_a_model_in_the_model_host_loads_on_request(tmp_path: Path) -> None:
+    """A batched model runs in the model host: the protocol processes bind to it on
+    request, and let it go when they evict it."""
+    add_artifact(tmp_path, "plain")
+    add_custom_model(tmp_path, "batched", "BatchRecorder", max_batch_size=4, max_batch_time=0.001)
+    settings = {"load_on_request": True, "max_loaded_models": 1, "protocol_processes": 2}
+    with start_server(tmp_path, settings) as server:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            for _ in range(2):  # loaded, evicted by plain, loaded again
+                answer = infer(client, "batched")
+                assert answer.status_code == 200, answer.text
+                assert text_of(infer(client, "plain")) == "I am plain"
+        assert "runs in the model host" in server.log()
+        assert "Evicted model 'batched'" in server.log()

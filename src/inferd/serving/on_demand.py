@@ -255,8 +255,9 @@ class OnDemand:
         await self._take_slot(name, wait, evict)
         try:
             await self.registry.load(name, settings)
-            self._recent[name] = None
-            self.loads[name] += 1
+            if name in self.registry.names():  # the model host holds only some models
+                self._recent[name] = None
+                self.loads[name] += 1
         except InferdError as error:
             self._scan = None  # its next try reads the repository again (fixed, maybe)
             raise _failed_load(name, error) from None
