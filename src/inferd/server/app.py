@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 
 from inferd.observability.metrics import Sources, build_registry, metrics_app
+from inferd.observability.on_demand_metrics import OnDemandCollector
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
@@ -67,8 +68,12 @@ class InferenceServer:
         )
         self.dataplane = DataPlane(settings, self.registry, self.repository)
         # The repository's changes, as the poller finds them, applied to this process.
-        self.changes = LocalChanges(self.repository, self.registry)
+        self.changes = LocalChanges(self.repository, self.registry, settings.load_on_request)
         self.dataplane.models_ready_once_started = role is not None
+        on_demand = self.dataplane.on_demand
+        if on_demand is not None and role is not None:  # a request's load is server-wide
+            host = role.host_socket is not None
+            on_demand.join_processes(None if host else self.server_wide_load_on_request)
         # Where the edges send what holds server-wide (loads, log level, shared memory,
         # statistics): this process alone, unless a supervisor's protocol process is
         # given the coordinator's (supervisor/forwarding.py) before its apps are built.
@@ -85,6 +90,9 @@ class InferenceServer:
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
         self.tracing = start_tracing(settings)
         self._stop = asyncio.Event()
+
+    async def server_wide_load_on_request(self, name: str, evict: str | None) -> None:
+        await self.server_wide.load_on_request(name, evict)  # the supervisor's, once set
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain and shut down (see shutdown.py)."""
@@ -316,6 +324,8 @@ class InferenceServer:
             grpc=self.grpc_stats,
         )
         registry = build_registry(sources, settings.metrics_rest_server_prefix)
+        if self.dataplane.on_demand is not None:
+            registry.register(OnDemandCollector(self.dataplane.on_demand))
         return metrics_app(registry, settings.metrics_endpoint or "/metrics")
 
     def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:

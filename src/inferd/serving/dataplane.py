@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from inferd.context import NO_CONTEXT, RequestContext
+from inferd.dispatch.queueing import request_timeout
 from inferd.errors import (
     ConfigurationError,
     InferdError,
@@ -22,9 +23,11 @@ from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.answers import finish, record_end
 from inferd.serving.drain import STOPPED, Drain
 from inferd.serving.extensions import served_extensions
+from inferd.serving.on_demand import OnDemand
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository, RepositoryScan
 from inferd.serving.runtime_headers import pass_headers, take_response_headers
+from inferd.serving.version_split import VersionSplit
 from inferd.settings import ServerSettings
 from inferd.triton import logsettings
 from inferd.triton.config import model_config
@@ -66,6 +69,12 @@ class DataPlane:
         self.shared_memory: SharedMemoryRegistry | None = None
         if settings.shared_memory_enabled:
             self.shared_memory = SharedMemoryRegistry(settings.shared_memory_key_prefix)
+        # Models loaded on their first request (load_on_request; None: off).
+        self.on_demand: OnDemand | None = None
+        if settings.load_on_request:
+            self.on_demand = OnDemand(registry, repository, settings.max_loaded_models)
+        # Requests that name no version, shared between versions (version_weights).
+        self.version_split = VersionSplit(registry)
 
     # Health
 
@@ -77,7 +86,10 @@ class DataPlane:
 
     def model_streams(self, name: str, version: str | None = None) -> bool:
         """Whether the ready version answers the streaming endpoints with
-        ``predict_stream`` (else with its one predict answer); raises if not ready."""
+        ``predict_stream`` (else with its one predict answer); raises if not ready.
+        True for one to be loaded on request: the stream answers either kind."""
+        if self.on_demand is not None and self.on_demand.to_load(name, version):
+            return True
         instance = self.registry.get_ready(name, version).instance
         return instance is not None and instance.streams
 
@@ -157,7 +169,10 @@ class DataPlane:
         shutdown deadline fails with it (see :mod:`inferd.serving.drain`)."""
         task = self.drain.admit()
         try:
-            return await self._infer(name, version, request, context)
+            if self.on_demand is None:
+                return await self._infer(name, version, request, context)
+            async with self.on_demand.using(name, version, request_timeout(request, None)):
+                return await self._infer(name, version, request, context)
         except asyncio.CancelledError:
             stopped = self.drain.stopped(task)
             if stopped is None:
@@ -169,6 +184,7 @@ class DataPlane:
     async def _infer(
         self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
     ) -> InferenceResponse:
+        version = version or self.version_split.pick(name, context)  # after any load on request
         found = self.registry.get_ready(name, version)
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
         assert scheduler is not None and stats is not None and instance is not None
@@ -197,7 +213,7 @@ class DataPlane:
             take_response_headers(response, context)
         return response
 
-    async def infer_stream(
+    def infer_stream(
         self,
         name: str,
         version: str | None,
@@ -213,6 +229,19 @@ class DataPlane:
         iterator early (a client that left) stops the model's generator. As infer,
         refused once the server drains, stopped (ShuttingDown) at its deadline.
         """
+        if self.on_demand is None:
+            return self._infer_stream(name, version, request, context)
+        return self.on_demand.stream(
+            name,
+            version,
+            request_timeout(request, None),
+            lambda: self._infer_stream(name, version, request, context),
+        )
+
+    async def _infer_stream(
+        self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
+    ) -> AsyncGenerator[list[InferenceResponse], None]:
+        version = version or self.version_split.pick(name, context)
         found = self.registry.get_ready(name, version)
         scheduler, stats, instance = found.scheduler, found.stats, found.instance
         assert scheduler is not None and stats is not None and instance is not None
@@ -317,12 +346,27 @@ class DataPlane:
             await self.registry.load(name, found)
         except InferdError as error:
             raise _failed_load(name, error) from None
+        if self.on_demand is not None:
+            self.on_demand.pinned(name)
+
+    async def load_on_request(self, name: str, evict: str | None = None) -> None:
+        """Load ``name`` as a request's first use does (unpinned, under the budget),
+        unless it is loaded already: what the coordinator applies in every process."""
+        if self.on_demand is None:
+            await self.load(name)
+        else:
+            await self.on_demand.load_here(name, evict=evict)
 
     async def unload(self, name: str) -> None:
         await self.registry.unload(name)
+        if self.on_demand is not None:
+            await self.on_demand.unloaded(name)
 
     async def load_all(self) -> None:
-        """Start-up: load every model in the repository; failures are logged, not raised."""
+        """Start-up: load every model in the repository (none with load_on_request: each
+        loads on its first request); failures are logged, not raised."""
+        if self.on_demand is not None:
+            return
         for name, versions in _by_name(self.repository.find_all()).items():
             try:
                 await self.registry.load(name, versions)

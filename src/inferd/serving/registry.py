@@ -15,7 +15,7 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from inferd.dispatch.scheduler import Scheduler
@@ -99,6 +99,11 @@ class Registry:
 
     def versions(self) -> list[ModelVersion]:
         return [version for model in self._models.values() for version in model.versions.values()]
+
+    def versions_of(self, name: str) -> Iterable[ModelVersion]:
+        """The versions of ``name`` in any state (none if unknown)."""
+        model = self._models.get(name)
+        return model.versions.values() if model is not None else ()
 
     def all_ready(self) -> bool:
         return all(version.state is ModelState.READY for version in self.versions())

@@ -76,15 +76,16 @@ class ModelRepository:
         _check_unique_versions(scan.models)
         return scan.models
 
-    def find(self, name: str) -> list[ModelSettings]:
-        """Every version of the model called ``name``; empty if there is none.
+    def find(self, name: str, scan: RepositoryScan | None = None) -> list[ModelSettings]:
+        """Every version of the model called ``name``; empty if there is none (in
+        ``scan`` when given: a recent look, as loads on request reuse one).
 
         A broken settings file elsewhere in the repository does not stop another
         model from loading; one meant for this model (by its "name", or its folder
         when that cannot be read) does. An unknown name is ModelNotFound, which
         mentions the broken files whose name could not be read (one may be it).
         """
-        scan = self.scan()
+        scan = self.scan() if scan is None else scan
         found = [settings for settings in scan.models if settings.name == name]
         own_broken = [broken for broken in scan.broken if broken.folder == name]
         if own_broken:
@@ -95,11 +96,14 @@ class ModelRepository:
         _check_unique_versions(found)
         return found
 
-    def holds(self, name: str, version: str | None = None) -> bool:
-        """Whether the repository on disk has a model ``name`` (in ``version``, when
-        given), loaded or not; a folder of that name with broken settings counts."""
+    def holds(
+        self, name: str, version: str | None = None, scan: RepositoryScan | None = None
+    ) -> bool:
+        """Whether the repository on disk (or ``scan`` of it) has a model ``name`` (in
+        ``version``, when given), loaded or not; a folder of that name with broken
+        settings counts."""
         try:
-            scan = self.scan()
+            scan = self.scan() if scan is None else scan
         except ConfigurationError:
             return False  # no readable repository: it holds nothing
         if any(broken.folder == name for broken in scan.broken):

@@ -64,7 +64,12 @@ class ModelChanges(Protocol):
 class LocalChanges(ModelChanges):
     """Changes applied to one registry: a lone server's, or one process's share."""
 
-    def __init__(self, repository: ModelRepository, registry: Registry) -> None:
+    def __init__(
+        self, repository: ModelRepository, registry: Registry, only_loaded: bool = False
+    ) -> None:
+        """``only_loaded`` (load_on_request): a new folder is known, not loaded; a
+        changed one reloads only if its model is loaded (its first request loads it)."""
+        self._only_loaded = only_loaded
         self._repository = repository
         self._registry = registry
 
@@ -74,6 +79,8 @@ class LocalChanges(ModelChanges):
             logger.info("Model %r is no longer in the repository: unloaded", name)
 
     async def reload(self, name: str, switch: Switch | None = None) -> None:
+        if self._only_loaded and name not in self._registry.names():
+            return  # its first request loads it
         try:
             found = await asyncio.to_thread(self._repository.find, name)
         except (ConfigurationError, ModelNotFound) as error:

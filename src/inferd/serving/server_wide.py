@@ -18,9 +18,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import orjson
+
 from inferd.errors import PermissionDenied
 from inferd.serving.dataplane import DataPlane
 from inferd.triton.shm import TURNED_OFF, SharedMemoryRegistry
+
+# The load parameters (REST: ``{"parameters": {"load_on_request": true, "evict":
+# "m3"}}``) of a load that a request's first use makes: unpinned, a no-op where the
+# model is loaded, evicting ``evict`` first (the requesting process's choice) if the
+# budget is full.
+LOAD_ON_REQUEST = "load_on_request"
+EVICT = "evict"
 
 
 class ServerWide(Protocol):
@@ -28,6 +37,12 @@ class ServerWide(Protocol):
 
     async def load(self, name: str, config: str | None) -> None:
         """(Re)load ``name`` from the repository, with the JSON override ``config``."""
+        ...
+
+    async def load_on_request(self, name: str, evict: str | None = None) -> None:
+        """Load ``name`` as a request's first use does (load_on_request: unpinned,
+        under max_loaded_models, making room by evicting ``evict`` if it may), unless
+        it is loaded already."""
         ...
 
     async def unload(self, name: str) -> None: ...
@@ -54,6 +69,19 @@ class ServerWide(Protocol):
         ...
 
 
+def load_on_request_of(body: bytes) -> tuple[bool, str | None]:
+    """Whether a REST load body sets the ``load_on_request`` parameter (to true), and
+    the ``evict`` it names (None: none)."""
+    try:
+        parameters = orjson.loads(body or b"{}").get("parameters")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False, None  # the load's own decoding says what is wrong with it
+    if not isinstance(parameters, dict) or parameters.get(LOAD_ON_REQUEST) is not True:
+        return False, None
+    evict = parameters.get(EVICT)
+    return True, evict if isinstance(evict, str) else None
+
+
 def shared_memory_of(dataplane: DataPlane) -> SharedMemoryRegistry:
     """The server's regions; PermissionDenied while the extension is off."""
     if dataplane.shared_memory is None:
@@ -70,6 +98,9 @@ class LocalServerWide(ServerWide):
 
     async def load(self, name: str, config: str | None) -> None:
         await self.dataplane.load(name, config)
+
+    async def load_on_request(self, name: str, evict: str | None = None) -> None:
+        await self.dataplane.load_on_request(name, evict)
 
     async def unload(self, name: str) -> None:
         await self.dataplane.unload(name)

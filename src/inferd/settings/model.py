@@ -147,6 +147,15 @@ class ModelSettings(EnvFirstSettings):
     request's own ``timeout`` parameter (microseconds, as in Triton) replaces it.
     A request past it leaves the queue with 504 / DEADLINE_EXCEEDED, unrun."""
 
+    version_weights: dict[str, float] = {}
+    """Shares of the requests that name no version, by version (e.g. ``{"1": 90, "2":
+    10}``): read from the version such a request reaches by default (the highest one
+    loaded); versions not loaded, or not listed, get none. Empty: no split."""
+
+    version_sticky_header: str | None = None
+    """With ``version_weights``: a request header (e.g. ``x-user-id``) whose value picks
+    the version, so that requests with the same value always reach the same one."""
+
     inference_timeout: float | None = Field(default=None, ge=0)
     """Longest one call of the model may run in a worker process, in seconds (0 or
     none: no limit). Unlike ``timeout`` (time waiting in the queue), it counts from
@@ -216,6 +225,15 @@ class ModelSettings(EnvFirstSettings):
 
     # The model-settings.json this came from; set by the loader, never by the file.
     _source: Path | None = PrivateAttr(default=None)
+
+    @field_validator("version_weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(weight < 0 for weight in value.values()):
+            raise ValueError("each version's weight must be 0 or more")
+        if value and not any(value.values()):
+            raise ValueError("at least one version needs a weight above 0")
+        return value
 
     @property
     def cuda_devices(self) -> list[str]:

@@ -82,6 +82,16 @@ class ServerSettings(EnvFirstSettings):
     load_models_at_startup: bool = True
     """Load every model found in the repository when the server starts."""
 
+    load_on_request: bool = False
+    """Load no model at the start: a request for a model of the repository that is not
+    loaded loads it, and is answered once it is ready (see the README's "Models loaded
+    on request"). ``load_models_at_startup`` then has no effect."""
+
+    max_loaded_models: int = Field(default=0, ge=0)
+    """With ``load_on_request``: most models loaded on request at once; past it the
+    least recently used idle one is unloaded. 0: no limit. Models loaded through the
+    repository API are pinned, and not counted."""
+
     repository_poll_secs: float = Field(default=0, ge=0)
     """Seconds between two looks at ``model_repository_root`` for changed, new and
     removed model folders, which are then reloaded, loaded and unloaded (Triton's

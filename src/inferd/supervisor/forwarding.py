@@ -24,7 +24,7 @@ from urllib.parse import quote
 import orjson
 
 from inferd.errors import ErrorCode, InferdError, StatusError
-from inferd.serving.server_wide import ServerWide
+from inferd.serving.server_wide import EVICT, LOAD_ON_REQUEST, ServerWide
 from inferd.supervisor.coordinator import CATCH_UP_PREFIX, LOADED_PREFIX, SWITCH_PREFIX
 from inferd.supervisor.fanout import Answer, send
 from inferd.supervisor.journal import LOGGING_PATH
@@ -49,6 +49,10 @@ class ForwardingServerWide(ServerWide):
 
     async def load(self, name: str, config: str | None) -> None:
         body = {"parameters": {"config": config}} if config is not None else {}
+        await self._call("POST", f"/v2/repository/models/{_quoted(name)}/load", body)
+
+    async def load_on_request(self, name: str, evict: str | None = None) -> None:
+        body = {"parameters": {LOAD_ON_REQUEST: True, EVICT: evict}}
         await self._call("POST", f"/v2/repository/models/{_quoted(name)}/load", body)
 
     async def unload(self, name: str) -> None:

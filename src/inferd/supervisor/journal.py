@@ -9,7 +9,9 @@ last applied:
 - a model's last load (with its configuration override) or unload, or the last
   change of its folders the repository poll applied (a reload or a removal,
   ``REPOSITORY_CHANGE`` calls): an unload is kept, since a process that loads its
-  models at start-up has to unload it again;
+  models at start-up has to unload it again; a load on request (``load_on_request``)
+  is not: a process that starts loads such a model on its own first request for
+  it, as the others did;
 - the log settings in force, as a whole (Triton's fields): each change applies to
   what is in force, so only the last answer says what the changes came to;
 - each shared memory region still registered; an unregister forgets the region
@@ -30,6 +32,7 @@ from urllib.parse import unquote
 import orjson
 
 from inferd.server.protocol_role import REPOSITORY_CHANGE
+from inferd.serving.server_wide import load_on_request_of
 
 MODEL = "model"
 LOGGING = "logging"
@@ -133,7 +136,8 @@ class Journal:
         if path == LOGGING_PATH:
             self._record((LOGGING, ""), Call(call.method, path, answer))
         elif model := _model_call(path):
-            self._record((MODEL, model[0]), call)
+            if not load_on_request_of(call.body)[0]:  # else loaded again on its own request
+                self._record((MODEL, model[0]), call)
         elif found := _REGION_REGISTER.fullmatch(path):
             self._record((found["kind"], found["region"]), call)
         elif found := _REGION_UNREGISTER.fullmatch(path):
