@@ -13,6 +13,7 @@ from typing import Any
 
 import uvicorn
 
+from inferd import model_calls
 from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
@@ -94,6 +95,8 @@ class InferenceServer:
         # A protocol process drains on SIGTERM alone: a Ctrl-C reaches its whole
         # process group, and the supervisor forwards it as SIGTERM (two would cut).
         shutdown.install_signal_handlers(SIGNALS if self.role is None else (signal.SIGTERM,))
+        # Runtimes of this process call other models through its dataplane (BLS, ensembles).
+        model_calls.serve_calls(self.dataplane)
         try:
             if self.role is None:
                 await self._serve(shutdown)
@@ -101,6 +104,7 @@ class InferenceServer:
                 await self._serve_in_role(shutdown, self.role)
         finally:
             shutdown.restore_signal_handlers()
+            model_calls.serve_calls(None)
 
     async def _serve(self, shutdown: Shutdown) -> None:
         listening = self._listen()  # first: a port in use is a clear error, nothing started
