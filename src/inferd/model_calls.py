@@ -8,9 +8,9 @@ in a thread of its own (a synchronous Triton ``execute``) calls
 :func:`infer_from_thread`, which runs the call on the server's event loop.
 
 Where it works: runtimes in the server's own process (``parallel_workers: 0``, in
-every protocol process and in the model host). A runtime in a worker process has
-no dataplane of its own; there a call is refused with a ModelError saying so.
-"""
+every protocol process and in the model host) call its dataplane; runtimes in its
+worker processes reach the same dataplane over a private socket
+(``workers/calls_client.py``, ``server/worker_calls.py``)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,8 @@ def serve_calls(caller: ModelCaller | None, loop: asyncio.AbstractEventLoop | No
 def _the_caller() -> ModelCaller:
     if _caller is None:
         raise ModelError(
-            "Calling another model needs the model to run in the server's own process: "
-            "this process has no dataplane (a worker process); set parallel_workers to 0 "
-            "in settings.json to serve models that call models"
+            "This process cannot call models: it is not a server's process, nor one of "
+            "its worker processes (a runtime loaded outside `inferd start`?)"
         )
     return _caller
 

@@ -220,21 +220,22 @@ def test_a_decoupled_model_refuses_a_unary_call(triton_server: ServerProcess) ->
     assert "decoupled" in answer.json()["error"]
 
 
-def test_in_worker_processes_models_batch_and_calls_say_where_they_work(
-    tmp_path: Path,
-) -> None:
+def test_in_worker_processes_models_batch_and_call_models(tmp_path: Path) -> None:
     repository = tmp_path / "models"
-    repository.mkdir()
-    for name in ("add_sub", "auto_batch", "bls"):
-        shutil.copytree(MODELS / name, repository / name)
-    with start_server(repository, {"parallel_workers": 1}) as server:
+    shutil.copytree(MODELS, repository)
+    (repository / "pipeline" / "1").mkdir(exist_ok=True)
+    with start_server(repository, {"parallel_workers": 2}) as server:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
         result = client.infer("add_sub", add_sub_inputs(client))
         assert result.as_numpy("OUTPUT1").dtype == np.int32
-        name = np.array([b"add_sub"], dtype=np.object_)
-        inputs = [tensor(client, "MODEL_NAME", name, "BYTES"), *add_sub_inputs(client)]
-        error = client.infer("bls", inputs).as_numpy("ERROR")[0].decode()
-        assert "set parallel_workers to 0" in error
+        test_bls_calls_another_model(client)  # from a worker, through the server's socket
+        test_bls_to_an_unknown_model_answers_a_response_with_an_error(client)
+        test_async_bls_runs_its_calls_at_once(client)
+        test_bls_reads_a_decoupled_models_responses(client)
+        test_a_failing_ensemble_step_is_named(client)
+        x = np.array([[1, 2, 3]], dtype=np.float32)
+        answer = client.infer("pipeline", [tensor(client, "INPUT", x, "FP32")])
+        np.testing.assert_array_equal(answer.as_numpy("OUTPUT"), x * 2 + 1)
 
         def one(index: int) -> int:
             own = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")

@@ -13,7 +13,6 @@ from typing import Any
 
 import uvicorn
 
-from inferd import model_calls
 from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
@@ -26,6 +25,7 @@ from inferd.server.rest.fastpath import RestApp
 from inferd.server.shutdown import SAME_STOP_SECONDS, SIGNALS, Shutdown, servers_stop_after
 from inferd.server.traced import start_tracing
 from inferd.server.transport import metrics_options, rest_options
+from inferd.server.worker_calls import model_calls_served
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
@@ -95,16 +95,15 @@ class InferenceServer:
         # A protocol process drains on SIGTERM alone: a Ctrl-C reaches its whole
         # process group, and the supervisor forwards it as SIGTERM (two would cut).
         shutdown.install_signal_handlers(SIGNALS if self.role is None else (signal.SIGTERM,))
-        # Runtimes of this process call other models through its dataplane (BLS, ensembles).
-        model_calls.serve_calls(self.dataplane)
         try:
-            if self.role is None:
-                await self._serve(shutdown)
-            else:
-                await self._serve_in_role(shutdown, self.role)
+            # Runtimes (here and in worker processes) call models through this dataplane.
+            async with model_calls_served(self.dataplane, self.settings):
+                if self.role is None:
+                    await self._serve(shutdown)
+                else:
+                    await self._serve_in_role(shutdown, self.role)
         finally:
             shutdown.restore_signal_handlers()
-            model_calls.serve_calls(None)
 
     async def _serve(self, shutdown: Shutdown) -> None:
         listening = self._listen()  # first: a port in use is a clear error, nothing started
