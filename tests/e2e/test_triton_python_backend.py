@@ -137,12 +137,14 @@ def test_bls_to_an_unknown_model_answers_a_response_with_an_error(client: Any) -
 def test_async_bls_runs_its_calls_at_once(client: Any) -> None:
     result = client.infer("bls_async", add_sub_inputs(client))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * (A + B))
+    assert int(result.as_numpy("REPEATED")[0]) == len(A)  # async_exec(decoupled=True)
 
 
 def test_bls_reads_a_decoupled_models_responses(client: Any) -> None:
     values = np.array([3, 4, 5], dtype=np.int32)
     result = client.infer("bls_decoupled", [tensor(client, "IN", values, "INT32")])
     assert (int(result.as_numpy("SUM")[0]), int(result.as_numpy("COUNT")[0])) == (12, 3)
+    assert bool(result.as_numpy("LAST_EMPTY")[0])
 
 
 def test_the_ensemble_runs_its_steps_through_their_models(client: Any) -> None:

@@ -60,14 +60,35 @@ def read_model(folder: Path) -> list[ModelSettings]:
             "Triton names a model by its folder"
         )
     versions = _served_versions(folder, config, where)
+    _with_defaults(config)
     if config.get("platform") == "ensemble":
         _check_ensemble(config, where)
         implementation = ENSEMBLE_RUNTIME
     else:
         _check_python(config, where)
         config = _auto_completed(folder / str(versions[-1]) / _model_file(config), config, text)
+        if not config["instance_group"]:
+            config["instance_group"] = [{"name": name, "kind": "KIND_CPU", "count": 1}]
         implementation = PYTHON_RUNTIME
     return [_settings(folder, version, config, implementation, where) for version in versions]
+
+
+def _with_defaults(config: dict[str, Any]) -> None:
+    """The fields Triton's JSON form always has (``auto_complete_config`` and
+    ``initialize`` read ``config["input"]`` of a config.pbtxt that sets none)."""
+    for key, default in (
+        ("platform", ""),
+        ("max_batch_size", 0),
+        ("input", []),
+        ("output", []),
+        ("parameters", {}),
+        ("model_transaction_policy", {"decoupled": False}),
+        ("version_policy", {"latest": {"num_versions": 1}}),
+    ):
+        config.setdefault(key, default)
+    if config["platform"] != "ensemble":
+        config.setdefault("backend", "python")
+        config.setdefault("instance_group", [])
 
 
 def _version_folders(folder: Path) -> list[Path]:
@@ -106,8 +127,8 @@ def _model_file(config: dict[str, Any]) -> str:
 
 
 def _check_python(config: dict[str, Any], where: str) -> None:
-    backend = config.get("backend", "python")
-    platform = config.get("platform", "")
+    backend = config["backend"]
+    platform = config["platform"]
     if backend != "python" or platform:
         served = f"backend {backend!r}" if not platform else f"platform {platform!r}"
         raise ConfigurationError(
@@ -115,7 +136,6 @@ def _check_python(config: dict[str, Any], where: str) -> None:
             'use the Python backend (backend: "python") or are ensembles '
             '(platform: "ensemble")'
         )
-    config["backend"] = "python"
 
 
 def _check_ensemble(config: dict[str, Any], where: str) -> None:

@@ -45,7 +45,8 @@ class InferenceRequest:
         parameters: dict[str, Any] | str | None = None,
         **_ignored: Any,  # preferred_memory, trace: no meaning on CPU in one process
     ) -> None:
-        self._model_name = model_name
+        # A name read from a BYTES tensor (as_numpy()[0]) is bytes: Triton takes it too.
+        self._model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self._inputs = list(inputs or [])
         self._requested = list(requested_output_names or [])
         self._request_id = request_id
@@ -115,10 +116,12 @@ class InferenceRequest:
         return response_of(answer)
 
     async def async_exec(self, decoupled: bool = False) -> Any:
-        """:meth:`exec` for an ``async def execute``: ``await`` it."""
+        """:meth:`exec` for an ``async def execute``: ``await`` it. With ``decoupled``,
+        it resolves once the model's last response arrived, to an iterator of them
+        (Triton's clients iterate it with a plain ``for``)."""
         request, version = self._for_call()
         if decoupled:
-            return _async_responses(request, self._model_name, version)
+            return iter([r async for r in _async_responses(request, self._model_name, version)])
         try:
             answer = await model_calls.infer(self._model_name, request, version)
         except Exception as error:
@@ -157,8 +160,10 @@ def _responses(
     try:
         for answer in model_calls.infer_stream_from_thread(model, request, version):
             yield response_of(answer)
-    except Exception as error:
+    except Exception as error:  # a failure is the stream's last response
         yield InferenceResponse(error=error_of(error))
+        return
+    yield InferenceResponse([])  # Triton's last response: empty, the final flag's
 
 
 async def _async_responses(
@@ -167,5 +172,7 @@ async def _async_responses(
     try:
         async for answer in model_calls.infer_stream(model, request, version):
             yield response_of(answer)
-    except Exception as error:
+    except Exception as error:  # a failure is the stream's last response
         yield InferenceResponse(error=error_of(error))
+        return
+    yield InferenceResponse([])  # Triton's last response: empty, the final flag's

@@ -13,8 +13,9 @@ class TritonPythonModel:
                 pb_utils.get_input_tensor_by_name(request, "INPUT0"),
                 pb_utils.get_input_tensor_by_name(request, "INPUT1"),
             ]
+            # The name as bytes, as Triton's own BLS example passes it.
             call = pb_utils.InferenceRequest(
-                model_name=name.decode(), inputs=inputs, requested_output_names=["OUTPUT0"]
+                model_name=name, inputs=inputs, requested_output_names=["OUTPUT0"]
             )
             answer = call.exec()
             if answer.has_error():

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -27,5 +28,15 @@ class TritonPythonModel:
                 pb_utils.get_output_tensor_by_name(answer, "OUTPUT0").as_numpy()
                 for answer in answers
             )
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", total)]))
+            # A decoupled model, awaited: an iterator of its responses (the last empty).
+            values = inputs[0].as_numpy().astype(np.int32)
+            repeat = pb_utils.InferenceRequest(
+                model_name="repeat",
+                inputs=[pb_utils.Tensor("IN", values)],
+                requested_output_names=["OUT"],
+            )
+            repeated = [a for a in await repeat.async_exec(decoupled=True) if a.output_tensors()]
+            count = np.array([len(repeated)], dtype=np.int32)
+            outputs = [pb_utils.Tensor("OUTPUT0", total), pb_utils.Tensor("REPEATED", count)]
+            responses.append(pb_utils.InferenceResponse(outputs))
         return responses
