@@ -15,9 +15,11 @@ worker processes reach the same dataplane over a private socket
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar
 
 from inferd.context import NO_CONTEXT, RequestContext
 from inferd.errors import ModelError
@@ -35,6 +37,8 @@ class ModelCaller(Protocol):
         self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
     ) -> AsyncIterator[list[InferenceResponse]]: ...
 
+
+T = TypeVar("T")
 
 _caller: ModelCaller | None = None
 _loop: asyncio.AbstractEventLoop | None = None
@@ -87,12 +91,61 @@ async def infer_stream(
             await closing()
 
 
+class ThreadCalls:
+    """The calls code running in a thread makes (:meth:`run`), cancelled together when
+    the request that thread serves is (its client left): each blocked call then
+    raises ``concurrent.futures.CancelledError`` and the called model's queue drops it."""
+
+    def __init__(self) -> None:
+        self._open: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        token = _thread_calls.set(self)
+        try:
+            return function(*args)
+        finally:
+            _thread_calls.reset(token)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            calls = list(self._open)
+        for call in calls:
+            call.cancel()
+
+    def _started(self, call: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            if self._cancelled:
+                call.cancel()
+                return
+            self._open.add(call)
+        call.add_done_callback(self._ended)
+
+    def _ended(self, call: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._open.discard(call)
+
+
+_thread_calls: ContextVar[ThreadCalls | None] = ContextVar("inferd_thread_calls", default=None)
+
+
+def _on_loop(coroutine: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """Run ``coroutine`` on ``loop`` from another thread and wait for it (a call this
+    thread's ThreadCalls may cancel)."""
+    call = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    calls = _thread_calls.get()
+    if calls is not None:
+        calls._started(call)
+    return call.result()
+
+
 def infer_from_thread(
     name: str, request: InferenceRequest, version: str | None = None
 ) -> InferenceResponse:
     """:func:`infer` from a thread that is not the server's event loop (it blocks)."""
-    loop = _thread_loop()
-    return asyncio.run_coroutine_threadsafe(infer(name, request, version), loop).result()
+    return _on_loop(infer(name, request, version), _thread_loop())
 
 
 def infer_stream_from_thread(
@@ -103,8 +156,7 @@ def infer_stream_from_thread(
     responses = infer_stream(name, request, version)
     try:
         while True:
-            step = asyncio.run_coroutine_threadsafe(_next(responses), loop)
-            done, response = step.result()
+            done, response = _on_loop(_next(responses), loop)
             if done:
                 return
             assert response is not None

@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
 MODELS = Path(__file__).parent / "triton_models"
@@ -75,6 +76,7 @@ def test_the_repository_lists_every_triton_model(triton_server: ServerProcess) -
             "double",
             "add_one",
             "pipeline",
+            "sleep",
         )
     }
     assert "notes holds no model" in triton_server.log()
@@ -132,6 +134,30 @@ def test_bls_to_an_unknown_model_answers_a_response_with_an_error(client: Any) -
     inputs = [tensor(client, "MODEL_NAME", name, "BYTES"), *add_sub_inputs(client)]
     error = client.infer("bls", inputs).as_numpy("ERROR")[0].decode()
     assert "unknown model: 'no_such_model'" in error
+
+
+def test_a_client_that_leaves_cancels_the_bls_calls_its_request_made(
+    triton_server: ServerProcess,
+) -> None:
+    client = grpcclient.InferenceServerClient(triton_server.grpc_address)
+    name = np.array([b"sleep"], dtype=np.object_)
+    seconds = np.full(4, 1.5, dtype=np.float32)
+    inputs = [
+        tensor(client, "MODEL_NAME", name, "BYTES"),
+        tensor(client, "INPUT0", seconds, "FP32"),
+    ]
+    inputs.append(tensor(client, "INPUT1", B, "FP32"))
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        client.infer("bls", inputs, client_timeout=0.5)
+    # exec() answered at once with a CANCELLED error (code 7), not after the 1.5 s sleep.
+    wait_for(
+        lambda: (
+            "the call failed (code 7): The request was cancelled; cancelled: True"
+            in triton_server.log()
+        ),
+        lambda: f"the bls call to be cancelled:\n{triton_server.log()}",
+        timeout=TIMEOUT,
+    )
 
 
 def test_async_bls_runs_its_calls_at_once(client: Any) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd import model_calls
 from inferd.errors import InvalidRequest, ModelError
 from inferd.model import Model
 from inferd.triton.python_backend import loading
@@ -101,7 +102,14 @@ class PythonBackendModel(Model):
         if inspect.iscoroutinefunction(method):
             return await method(*args)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, functools.partial(method, *args))
+        calls = model_calls.ThreadCalls()  # its BLS calls: cancelled with the request
+        try:
+            return await loop.run_in_executor(
+                self._threads, functools.partial(calls.run, method, *args)
+            )
+        except asyncio.CancelledError:
+            calls.cancel()
+            raise
 
     def _requests(
         self, request: InferdRequest, senders: list[ResponseSender] | None = None

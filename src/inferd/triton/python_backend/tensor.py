@@ -9,6 +9,7 @@ DLPack support does (CPU arrays).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 from typing import Any
 
@@ -65,6 +66,8 @@ def error_of(error: BaseException) -> TritonError:
     message = getattr(error, "message", None) or str(error)
     if not isinstance(message, str):
         message = str(error)
+    if isinstance(error, concurrent.futures.CancelledError):
+        return TritonError("The request was cancelled", TritonError.CANCELLED)
     if isinstance(error, ModelNotFound):
         return TritonError(message, TritonError.NOT_FOUND)
     if isinstance(error, InvalidRequest):

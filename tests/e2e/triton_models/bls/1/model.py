@@ -19,6 +19,10 @@ class TritonPythonModel:
             )
             answer = call.exec()
             if answer.has_error():
+                pb_utils.Logger.log_warn(
+                    f"bls: the call failed (code {answer.error().code()}): "
+                    f"{answer.error().message()}; cancelled: {request.is_cancelled()}"
+                )
                 error = np.array([answer.error().message().encode()], dtype=np.object_)
                 out = np.zeros(4, dtype=np.float32)
             else:
