@@ -91,6 +91,24 @@ def test_add_sub_answers_with_the_dtypes_it_returned(client: Any) -> None:
     np.testing.assert_array_equal(out1, (A - B).astype(np.int32))
 
 
+def test_custom_metrics_keep_their_name_and_labels(triton_server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{triton_server.http_port}")
+    for _ in range(3):
+        client.infer("add_sub", add_sub_inputs(client))
+    url = f"http://127.0.0.1:{triton_server.metrics_port}/metrics"
+
+    def counted() -> float:
+        text = httpx.get(url, timeout=TIMEOUT).text
+        line = 'add_sub_requests{model="add_sub",version="1"} '
+        found = [row for row in text.splitlines() if row.startswith(line)]
+        return float(found[0].split()[-1]) if found else 0.0
+
+    # Triton's exposition: the family's own name (no _total) and the Metric's labels.
+    wait_for(lambda: counted() >= 3, "add_sub_requests to count 3 requests", timeout=TIMEOUT)
+    text = httpx.get(url, timeout=TIMEOUT).text
+    assert 'add_sub_batch_bucket{le="1.0",model="add_sub"}' in text
+
+
 def test_metadata_and_config_come_from_config_pbtxt(client: Any) -> None:
     config = client.get_model_config("add_sub")
     config = config if isinstance(config, dict) else _grpc_dict(client, "add_sub")

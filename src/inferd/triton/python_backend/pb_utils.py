@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from inferd.triton.python_backend.metrics import Metric, MetricFamily
 from inferd.triton.python_backend.modelconfig import (
     ModelConfig,
     get_input_config_by_name,
@@ -40,6 +41,8 @@ __all__ = [
     "InferenceResponse",
     "LogLevel",
     "Logger",
+    "Metric",
+    "MetricFamily",
     "ModelConfig",
     "ResponseSender",
     "Tensor",

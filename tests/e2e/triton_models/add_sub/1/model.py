@@ -12,8 +12,21 @@ class TritonPythonModel:
         self.out0_dtype = pb_utils.triton_string_to_numpy(out0["data_type"])
         self.greeting = self.config["parameters"]["greeting"]["string_value"]
         pb_utils.Logger.log_info(f"add_sub initialized for {args['model_name']}")
+        family = pb_utils.MetricFamily(
+            name="add_sub_requests",
+            description="Requests add_sub answered",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.requests = family.Metric(labels={"model": "add_sub", "version": "1"})
+        sizes = pb_utils.MetricFamily(
+            name="add_sub_batch",
+            description="Requests per execute",
+            kind=pb_utils.MetricFamily.HISTOGRAM,
+        )
+        self.batch = sizes.Metric(labels={"model": "add_sub"}, buckets=[1, 2, 4])
 
     def execute(self, requests):
+        self.batch.observe(len(requests))
         responses = []
         for request in requests:
             in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
@@ -26,6 +39,7 @@ class TritonPythonModel:
             # Declared FP32, answered INT32: a returned tensor keeps its own dtype.
             out1 = pb_utils.Tensor("OUTPUT1", (in0 - in1).astype(np.int32))
             responses.append(pb_utils.InferenceResponse(output_tensors=[out0, out1]))
+            self.requests.increment(1)
         return responses
 
     def finalize(self):
