@@ -292,3 +292,19 @@ def test_in_worker_processes_models_batch_and_call_models(tmp_path: Path) -> Non
 
         with ThreadPoolExecutor(6) as threads:
             assert max(threads.map(one, range(6))) > 1  # batch rows cross the worker IPC
+
+
+def test_a_changed_model_py_is_reloaded(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    shutil.copytree(MODELS / "add_sub", repository / "add_sub")
+    with start_server(repository, {"repository_poll_secs": 0.2}) as server:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        assert client.infer("add_sub", add_sub_inputs(client)).as_numpy("OUTPUT1").dtype == np.int32
+        model_py = repository / "add_sub" / "1" / "model.py"
+        model_py.write_text(model_py.read_text().replace("np.int32", "np.int64"))
+
+        def reloaded() -> bool:
+            answer = client.infer("add_sub", add_sub_inputs(client))
+            return bool(answer.as_numpy("OUTPUT1").dtype == np.int64)
+
+        wait_for(reloaded, "the changed model.py to be served", timeout=TIMEOUT)
