@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from inferd.dispatch.batching import merge
-from inferd.errors import ConfigurationError
+from inferd.errors import ConfigurationError, InvalidRequest, ModelError
 from inferd.triton.ensemble import _check_graph
 from inferd.triton.python_backend import pb_utils
+from inferd.triton.python_backend.reshape import Reshapes
 from inferd.triton.python_backend.runtime import _split, _stacked
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -130,3 +131,20 @@ def test_the_sender_refuses_anything_after_the_final_flag() -> None:
 def test_an_ensemble_graph_names_what_is_missing(steps: list, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         _check_graph("e", steps, {"IN"}, ["OUT"])
+
+
+def test_reshape_gives_the_model_its_shape_and_the_client_its_dims() -> None:
+    config = {
+        "max_batch_size": 4,
+        "input": [{"name": "X", "dims": [6], "reshape": {"shape": [2, 3]}}],
+        "output": [{"name": "Y", "dims": [6], "reshape": {"shape": [3, 2]}}],
+    }
+    reshapes = Reshapes(config)
+    x = np.arange(12).reshape(2, 6)
+    assert reshapes.input("X", x).shape == (2, 2, 3)
+    assert reshapes.output("Y", np.zeros((2, 3, 2))).shape == (2, 6)
+    assert reshapes.input("other", x) is x
+    with pytest.raises(InvalidRequest, match=r"cannot take the shape \[2, 3\]"):
+        reshapes.input("X", np.zeros((2, 5)))
+    with pytest.raises(ModelError, match=r"cannot take its dims \[6\]"):
+        reshapes.output("Y", np.zeros((2, 5)))

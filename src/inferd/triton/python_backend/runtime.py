@@ -30,6 +30,7 @@ from inferd.errors import InvalidRequest, ModelError
 from inferd.model import Model
 from inferd.triton.python_backend import loading
 from inferd.triton.python_backend.request import SEQUENCE_END, SEQUENCE_START, InferenceRequest
+from inferd.triton.python_backend.reshape import Reshapes
 from inferd.triton.python_backend.sender import ResponseSender, Sent
 from inferd.triton.python_backend.tensor import InferenceResponse, Tensor, raised_for
 from inferd.types import InferenceRequest as InferdRequest
@@ -46,6 +47,7 @@ class PythonBackendModel(Model):
     async def load(self) -> bool:
         self.config: dict[str, Any] = self.settings.extra["triton_config"]
         self.decoupled = bool(self.config.get("model_transaction_policy", {}).get("decoupled"))
+        self._reshapes = Reshapes(self.config)
         self._threads = concurrent.futures.ThreadPoolExecutor(
             8, thread_name_prefix=f"inferd-{self.settings.name}-execute"
         )
@@ -128,7 +130,10 @@ class PythonBackendModel(Model):
         requested = request.output_names or [output["name"] for output in self.config["output"]]
         triton_request = InferenceRequest(
             model_name=self.name,
-            inputs=[Tensor.of(tensor) for tensor in request.inputs],
+            inputs=[
+                Tensor(tensor.name, self._reshapes.input(tensor.name, tensor.data))
+                for tensor in request.inputs
+            ],
             requested_output_names=requested,
             request_id=request.id or "",
             correlation_id=parameters.get("sequence_id", 0),
@@ -174,7 +179,10 @@ class PythonBackendModel(Model):
         error = response.error()
         if error is not None:
             raise raised_for(error)
-        outputs = [tensor.to_inferd() for tensor in response.output_tensors()]
+        outputs = [
+            InferdTensor(tensor.name(), self._reshapes.output(tensor.name(), tensor.as_numpy()))
+            for tensor in response.output_tensors()
+        ]
         parameters = response.parameter_dict()
         return InferdResponse(outputs=outputs, model_name=self.name, parameters=parameters)
 
