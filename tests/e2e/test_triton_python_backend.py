@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.models import write_model_folder
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
@@ -36,8 +37,22 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     shutil.copytree(MODELS, repository)
     (repository / "pipeline" / "1").mkdir(exist_ok=True)
     (repository / "notes").mkdir()  # neither kind of model: reported in the log
+    files = {"native.py": NATIVE_RUNTIME}
+    write_model_folder(repository, "native", "native.CallsAddSub", files=files)
     with start_server(repository) as server:
         yield server
+
+
+# An inferd runtime that calls add_sub through self.context.infer (inferd's own API).
+NATIVE_RUNTIME = """
+from inferd import InferenceRequest, InferenceResponse, Model
+
+
+class CallsAddSub(Model):
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        answer = await self.context.infer("add_sub", request)
+        return InferenceResponse(outputs=[answer.output("OUTPUT0")])
+"""
 
 
 @pytest.fixture(params=["http", "grpc"])
@@ -77,6 +92,7 @@ def test_the_repository_lists_every_triton_model(triton_server: ServerProcess) -
             "add_one",
             "pipeline",
             "sleep",
+            "native",
         )
     }
     assert "notes holds no model" in triton_server.log()
@@ -145,6 +161,15 @@ def test_bls_calls_another_model(client: Any) -> None:
     result = client.infer("bls", inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
     assert result.as_numpy("ERROR")[0] == b""
+
+
+def test_bls_and_inferd_runtimes_call_each_other(client: Any) -> None:
+    # bls (Python backend) -> native (an inferd runtime, context.infer) -> add_sub
+    name = np.array([b"native"], dtype=np.object_)
+    inputs = [tensor(client, "MODEL_NAME", name, "BYTES"), *add_sub_inputs(client)]
+    result = client.infer("bls", inputs)
+    assert result.as_numpy("ERROR")[0] == b""
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
 
 
 def test_bls_to_an_unknown_model_answers_a_response_with_an_error(client: Any) -> None:

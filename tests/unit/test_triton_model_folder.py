@@ -129,6 +129,8 @@ def test_without_dynamic_batching_triton_does_not_batch(tmp_path: Path) -> None:
     (settings,) = read_model(folder)
     assert settings.max_batch_size == 0
     assert settings.version == "1"
+    assert settings.workers is None  # one instance (the default): inferd's placement
+    assert settings.extra["triton_config"]["instance_group"][0]["count"] == 1
 
 
 def test_version_policies(tmp_path: Path) -> None:

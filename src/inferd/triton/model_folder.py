@@ -203,7 +203,9 @@ def _settings(
     if batching is not None:
         data.update(_batching(batching))
     instances = sum(group.get("count", 1) for group in config.get("instance_group", []))
-    if instances:
+    if instances > 1:
+        # More than Triton's default of one: that many worker processes hold it. One
+        # leaves inferd's placement alone (a copy per protocol process, or per worker).
         data["workers"] = instances
     return model_settings_from_dict(data, folder / CONFIG_FILE)
 
