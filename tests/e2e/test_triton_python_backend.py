@@ -93,6 +93,8 @@ def test_the_repository_lists_every_triton_model(triton_server: ServerProcess) -
             "pipeline",
             "sleep",
             "native",
+            "square",
+            "repeat_square",
         )
     }
     assert "notes holds no model" in triton_server.log()
@@ -241,15 +243,17 @@ def test_a_failing_ensemble_step_is_named(client: Any) -> None:
     assert error.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
 
 
-def stream_answers(server: ServerProcess, values: np.ndarray) -> list[tuple[Any, Any]]:
-    """What repeat sends over ModelStreamInfer, up to and with its final flag."""
+def stream_answers(
+    server: ServerProcess, values: np.ndarray, model: str = "repeat"
+) -> list[tuple[Any, Any]]:
+    """What ``model`` sends for IN over ModelStreamInfer, up to and with its final flag."""
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_address)
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
     try:
         made = grpcclient.InferInput("IN", list(values.shape), "INT32")
         made.set_data_from_numpy(values)
-        client.async_stream_infer("repeat", [made], enable_empty_final_response=True)
+        client.async_stream_infer(model, [made], enable_empty_final_response=True)
         got = []
         while True:
             result, error = answers.get(timeout=TIMEOUT)
@@ -267,6 +271,16 @@ def test_a_decoupled_model_streams_over_grpc(triton_server: ServerProcess) -> No
     values = [result.as_numpy("OUT") for result, _ in got]
     assert [int(v[0]) for v in values[:-1]] == [7, 8, 9]
     assert values[-1] is None  # the final flag alone, sent after execute returned
+
+
+def test_a_decoupled_ensemble_sends_each_response_through_the_later_steps(
+    triton_server: ServerProcess,
+) -> None:
+    got = stream_answers(triton_server, np.array([2, 3, 4], dtype=np.int32), "repeat_square")
+    assert all(error is None for _, error in got), got
+    values = [result.as_numpy("SQUARED") for result, _ in got]
+    assert [int(v[0]) for v in values[:-1]] == [4, 9, 16]
+    assert values[-1] is None
 
 
 def test_a_request_answered_by_no_response_sends_only_the_final_flag(

@@ -12,6 +12,8 @@ A failing step fails the request with the step and the model named.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from inferd import model_calls
@@ -62,30 +64,69 @@ class EnsembleModel(Model):
         tensors: dict[str, Any],
         parameters: dict[str, Any],
     ) -> dict[str, Any]:
-        model = step["model_name"]
-        output_map: dict[str, str] = step.get("output_map", {})
-        request = InferenceRequest(
-            inputs=[Tensor(own, tensors[ours]) for own, ours in step.get("input_map", {}).items()],
-            parameters=dict(parameters),
-            outputs=[RequestedOutput(own) for own in output_map],
-        )
-        version = step.get("model_version", -1)
+        model, request, version = _step_call(step, tensors, parameters)
         try:
-            response = await model_calls.infer(
-                model, request, None if version in (-1, None) else str(version)
-            )
+            response = await model_calls.infer(model, request, version)
         except InferdError as error:
             raise _in_step(error, self.name, index, model) from None
+        return self._produced(index, step, response)
+
+    def _produced(
+        self, index: int, step: dict[str, Any], response: InferenceResponse
+    ) -> dict[str, Any]:
+        """The ensemble tensors a step's response gives (its output_map)."""
         produced = {}
-        for own, ours in output_map.items():
+        for own, ours in step.get("output_map", {}).items():
             try:
                 produced[ours] = response.output(own).data
             except KeyError:
                 raise ModelError(
-                    f"Ensemble {self.name!r} step {index} (model {model!r}): the model "
-                    f"answered no output {own!r}"
+                    f"Ensemble {self.name!r} step {index} (model {step['model_name']!r}): the "
+                    f"model answered no output {own!r}"
                 ) from None
         return produced
+
+    # A decoupled ensemble (model_transaction_policy { decoupled: true }): its steps
+    # may be decoupled models; each response of a step flows on through the steps
+    # after it, and each that reaches the end is one response of the ensemble.
+
+    @property
+    def streams(self) -> bool:
+        config = self.settings.extra["triton_config"]
+        return bool(config.get("model_transaction_policy", {}).get("decoupled"))
+
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        tensors = {tensor.name: tensor.data for tensor in request.inputs}
+        parameters = {k: v for k, v in request.parameters.items() if k in _PASSED_ON}
+        async for reached in self._flow(tensors, frozenset(), parameters):
+            outputs = [Tensor(name, reached[name]) for name in self.output_names if name in reached]
+            yield InferenceResponse(outputs=outputs, model_name=self.name)
+
+    async def _flow(
+        self, tensors: dict[str, Any], done: frozenset[int], parameters: dict[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every set of tensors the steps not ``done`` yet lead to, one step at a time."""
+        ready = [i for i, step in enumerate(self.steps) if i not in done and _ready(step, tensors)]
+        if not ready:
+            waiting = {i: step for i, step in enumerate(self.steps) if i not in done}
+            if waiting:
+                raise ModelError(self._stuck(waiting, tensors))
+            yield tensors
+            return
+        index = ready[0]
+        step = self.steps[index]
+        model, call, version = _step_call(step, tensors, parameters)
+        async with contextlib.aclosing(model_calls.infer_stream(model, call, version)) as answers:
+            while True:
+                try:
+                    response = await anext(answers)
+                except StopAsyncIteration:
+                    return
+                except InferdError as error:  # this step's (later steps' say their own)
+                    raise _in_step(error, self.name, index, model) from None
+                produced = {**tensors, **self._produced(index, step, response)}
+                async for reached in self._flow(produced, done | {index}, parameters):
+                    yield reached
 
     def _stuck(self, waiting: dict[int, dict[str, Any]], tensors: dict[str, Any]) -> str:
         index, step = next(iter(waiting.items()))
@@ -94,6 +135,20 @@ class EnsembleModel(Model):
             f"Ensemble {self.name!r} step {index} (model {step['model_name']!r}) waits for "
             f"tensors {missing} that no step produced (is an ensemble input missing?)"
         )
+
+
+def _step_call(
+    step: dict[str, Any], tensors: dict[str, Any], parameters: dict[str, Any]
+) -> tuple[str, InferenceRequest, str | None]:
+    """The model a step calls, its request (its input_map's tensors, asking for its
+    output_map's outputs) and the version (None: the latest)."""
+    request = InferenceRequest(
+        inputs=[Tensor(own, tensors[ours]) for own, ours in step.get("input_map", {}).items()],
+        parameters=dict(parameters),
+        outputs=[RequestedOutput(own) for own in step.get("output_map", {})],
+    )
+    version = step.get("model_version", -1)
+    return step["model_name"], request, None if version in (-1, None) else str(version)
 
 
 def _ready(step: dict[str, Any], tensors: dict[str, Any]) -> bool:
