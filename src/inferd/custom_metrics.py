@@ -44,10 +44,14 @@ class Definition:
     kind: str
     description: str
     buckets: tuple[float, ...] | None = None
+    # The label names its values carry; empty: the model's (model_name, model_version).
+    labelnames: tuple[str, ...] = ()
+    # False: a counter exposed under its own name, without Prometheus' "_total" (Triton's).
+    total_suffix: bool = True
 
 
-# One logged value: metric name, model name, model version, value.
-Record = tuple[str, str, str, float]
+# One logged value: metric name, its label values, value.
+Record = tuple[str, tuple[str, ...], float]
 Shipment = tuple[list[Definition], list[Record]]
 Sink = Callable[[list[Definition], list[Record]], None]
 
@@ -79,12 +83,15 @@ def register(
     description: str = "",
     kind: str = "histogram",
     buckets: list[float] | tuple[float, ...] | None = None,
+    labelnames: tuple[str, ...] = (),
+    total_suffix: bool = True,
 ) -> None:
     """Declare a metric (again is fine, if it is declared the same way).
 
     ``kind`` is ``"counter"`` (``log`` adds the value), ``"gauge"`` (``log`` sets
     it) or ``"histogram"`` (``log`` observes it; ``buckets`` are its upper bounds,
-    Prometheus' defaults if not given).
+    Prometheus' defaults if not given). ``labelnames``: labels of its own, logged
+    with :func:`log_labelled`, instead of the model's.
     """
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValueError(
@@ -95,12 +102,18 @@ def register(
         raise ValueError(f"Invalid metric kind {kind!r} for {name!r}: use one of {KINDS}")
     if buckets is not None and kind != "histogram":
         raise ValueError(f"Metric {name!r}: buckets are for histograms only, not a {kind}")
-    definition = Definition(name, kind, description, tuple(buckets) if buckets else None)
+    definition = Definition(
+        name, kind, description, tuple(buckets) if buckets else None, labelnames, total_suffix
+    )
     with _state.lock:
         known = _state.definitions.get(name)
         if known is not None:
             if known.kind != kind:
                 raise ValueError(f"Metric {name!r} is already registered as a {known.kind}")
+            if known.labelnames != labelnames:
+                raise ValueError(
+                    f"Metric {name!r} is already registered with labels {known.labelnames}"
+                )
             return
         _state.definitions[name] = definition
         _publish(definition)
@@ -124,7 +137,16 @@ def log(**values: float) -> None:
         number = _number(name, value)
         if number < 0 and _state.definitions[name].kind == "counter":
             raise ValueError(f"Counter {name!r} can only go up; got {number}")
-        _record((name, labels[0], labels[1], number))
+        _record((name, labels, number))
+
+
+def log_labelled(name: str, labels: tuple[str, ...], value: float) -> None:
+    """Record ``value`` for a metric registered with ``labelnames``, with those labels'
+    values (in their order); from anywhere, a model's context or not."""
+    definition = _state.definitions.get(name)
+    if definition is None or len(definition.labelnames) != len(labels):
+        raise ValueError(f"Metric {name!r} is not registered with {len(labels)} label names")
+    _record((name, tuple(labels), _number(name, value)))
 
 
 def _number(name: str, value: Any) -> float:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from inferd import model_calls
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
 from inferd.tensors import codecs
@@ -39,6 +40,19 @@ class WorkerContext:
 
     worker_index: int = -1
     device: str | None = None
+
+    async def infer(
+        self, model: str, request: InferenceRequest, version: str | None = None
+    ) -> InferenceResponse:
+        """Run ``request`` on another model of this server, through its queue and
+        batcher as a client's request (see :mod:`inferd.model_calls`)."""
+        return await model_calls.infer(model, request, version)
+
+    def infer_stream(
+        self, model: str, request: InferenceRequest, version: str | None = None
+    ) -> AsyncIterator[InferenceResponse]:
+        """The responses of another model's stream, as they arrive."""
+        return model_calls.infer_stream(model, request, version)
 
 
 class Model(NamedBySettings):

@@ -70,6 +70,10 @@ class InferenceRequest:
     id: str | None = None
     parameters: Parameters = field(default_factory=dict)
     outputs: list[RequestedOutput] = field(default_factory=list)
+    # Set on a batch of requests stacked into this one (dispatch/batching.py): each
+    # one's row count, in order. A runtime that answers each request on its own
+    # (Triton's Python backend: execute gets every request) cuts its inputs by it.
+    batch_rows: tuple[int, ...] = ()
 
     def input(self, name: str) -> Tensor:
         """The input called ``name``; KeyError if the request has none."""

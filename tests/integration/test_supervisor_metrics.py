@@ -66,7 +66,7 @@ class Process:
             method.finished("OK", 0.002)
         self.custom.apply(
             [Definition("tokens_generated", "counter", "Tokens")],
-            [("tokens_generated", "iris", "1", tokens)],
+            [("tokens_generated", ("iris", "1"), tokens)],
         )
 
 

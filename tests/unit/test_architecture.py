@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     {"compat"},
     {"runtimes"},
     {"triton"},
-    {"context", "model", "custom_calls", "generation", "__init__"},
+    {"context", "model", "custom_calls", "generation", "model_calls", "__init__"},
     {"observability"},
     {"custom_metrics"},
     {"settings"},

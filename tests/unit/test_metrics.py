@@ -116,7 +116,7 @@ def test_log_labels_values_with_the_current_model() -> None:
         ("hits", "counter"),
         ("latency", "histogram"),
     ]
-    assert records == [("hits", "m", "", 2.0), ("latency", "m", "", 0.5)]
+    assert records == [("hits", ("m", ""), 2.0), ("latency", ("m", ""), 0.5)]
 
 
 def test_log_outside_a_model_says_where_to_call_it() -> None:
@@ -169,7 +169,7 @@ def test_a_worker_buffers_until_take() -> None:
     assert shipment is not None
     definitions, records = shipment
     assert [d.name for d in definitions] == ["hits"]
-    assert records == [("hits", "m", "2", 1.0), ("hits", "m", "2", 3.0)]
+    assert records == [("hits", ("m", "2"), 1.0), ("hits", ("m", "2"), 3.0)]
     assert custom_metrics.take() is None
 
 

@@ -202,7 +202,7 @@ def real_registry() -> Any:
     registry = build_registry(Sources(models, http=http), "rest_server")
     CustomMetrics(registry).apply(
         [Definition("tokens", "counter", "Tokens"), Definition("size", "histogram", "Size")],
-        [("tokens", "m", "1", 3.0), ("size", "m", "1", 0.3)],
+        [("tokens", ("m", "1"), 3.0), ("size", ("m", "1"), 0.3)],
     )
     return registry
 

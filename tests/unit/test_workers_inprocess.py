@@ -60,8 +60,8 @@ class AsyncProbe(Model):
 
 
 @pytest.fixture
-def records() -> Iterator[list[tuple[str, str, str, float]]]:
-    logged: list[tuple[str, str, str, float]] = []
+def records() -> Iterator[list[tuple[str, tuple[str, ...], float]]]:
+    logged: list[tuple[str, tuple[str, ...], float]] = []
     SEEN.clear()
     custom_metrics.set_sink(lambda definitions, values: logged.extend(values))
     yield logged
@@ -98,7 +98,7 @@ async def test_a_plain_predict_runs_right_on_the_event_loop_with_its_metrics_lab
     pool = await loaded_pool(folder, SyncProbe)
     await infer(pool)
     assert [(threading.current_thread().name, "caller-echo")] == SEEN
-    assert records == [("probe_calls", "probe", "v1", 1.0)]
+    assert records == [("probe_calls", ("probe", "v1"), 1.0)]
     await pool.close()
 
 
@@ -142,7 +142,7 @@ async def test_with_threads_a_plain_predict_runs_in_its_own_threads_with_the_cal
     await asyncio.wait_for(asyncio.gather(infer(pool, "together"), infer(pool, "together")), 10)
     assert [thread.startswith("inferd-probe") for thread, _ in SEEN] == [True, True]
     assert {tag for _, tag in SEEN} == {"caller-together"}, "the context went along"
-    assert records == [("probe_calls", "probe", "v1", 1.0)] * 2
+    assert records == [("probe_calls", ("probe", "v1"), 1.0)] * 2
     await pool.close()
 
 
@@ -152,7 +152,7 @@ async def test_an_async_predict_is_awaited_with_its_metrics_labelled(
     pool = await loaded_pool(folder, AsyncProbe, threads=2)
     await infer(pool)
     assert [(threading.current_thread().name, "caller-echo")] == SEEN
-    assert records == [("probe_calls", "probe", "v1", 1.0)]
+    assert records == [("probe_calls", ("probe", "v1"), 1.0)]
     await pool.close()
 
 

@@ -74,8 +74,13 @@ def merge(requests: Sequence[InferenceRequest]) -> InferenceRequest:
         )
         for index, tensor in enumerate(first.inputs)
     ]
+    rows = tuple(request.inputs[0].data.shape[0] for request in requests) if inputs else ()
     return InferenceRequest(
-        inputs=inputs, id=first.id, parameters=first.parameters, outputs=first.outputs
+        inputs=inputs,
+        id=first.id,
+        parameters=first.parameters,
+        outputs=first.outputs,
+        batch_rows=rows,
     )
 
 

@@ -14,17 +14,13 @@ path) and ``status_code`` on REST metrics; the py-grpc-prometheus labels (``grpc
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
-    Gauge,
     GCCollector,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
     make_asgi_app,
@@ -35,13 +31,12 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from inferd import custom_metrics
-from inferd.custom_metrics import Definition, Record
 from inferd.observability import gpu_metrics
+from inferd.observability.custom import CustomMetrics
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.observability.stats import Histogram as StatsHistogram
 from inferd.observability.token_metrics import token_families
@@ -299,61 +294,6 @@ def _add_histogram(
 ) -> None:
     buckets = [(floatToGoString(bound), count) for bound, count in histogram.cumulative()]
     family.add_metric(labels, buckets, histogram.sum)
-
-
-class CustomMetrics:
-    """Runtimes' metrics: prometheus_client metrics created on first sight."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-        self._metrics: dict[str, MetricWrapperBase | None] = {}
-        # Logged from the event loop (values from workers) and from runtime
-        # threads (threads_per_worker > 1 with parallel_workers: 0).
-        self._lock = threading.Lock()
-
-    def apply(self, definitions: list[Definition], records: list[Record]) -> None:
-        for definition in definitions:
-            self._metric(definition)
-        for name, model_name, model_version, value in records:
-            metric = self._metrics.get(name)
-            if metric is None and name not in self._metrics:
-                metric = self._metric(Definition(name, "histogram", ""))
-            if metric is not None:
-                _apply_value(metric.labels(model_name, model_version), value)
-
-    def _metric(self, definition: Definition) -> MetricWrapperBase | None:
-        """The metric for ``definition``, created if new; None if it cannot be."""
-        with self._lock:
-            if definition.name in self._metrics:
-                return self._metrics[definition.name]
-            try:
-                metric = _new_metric(definition, self._registry)
-            except ValueError as error:
-                logger.warning("Custom metric %r is not exported: %s", definition.name, error)
-                metric = None
-            self._metrics[definition.name] = metric
-            return metric
-
-
-def _new_metric(definition: Definition, registry: CollectorRegistry) -> MetricWrapperBase:
-    description = definition.description or f"Custom metric {definition.name}"
-    common: dict[str, Any] = {"labelnames": MODEL_LABELS, "registry": registry}
-    if definition.kind == "counter":
-        return Counter(definition.name, description, **common)
-    if definition.kind == "gauge":
-        return Gauge(definition.name, description, **common)
-    if definition.buckets:
-        common["buckets"] = definition.buckets
-    return Histogram(definition.name, description, **common)
-
-
-def _apply_value(metric: Any, value: float) -> None:
-    if isinstance(metric, Counter):
-        metric.inc(value)
-    elif isinstance(metric, Gauge):
-        metric.set(value)
-    else:
-        metric.observe(value)
 
 
 def build_registry(sources: Sources, rest_prefix: str) -> CollectorRegistry:

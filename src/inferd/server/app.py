@@ -26,6 +26,7 @@ from inferd.server.rest.fastpath import RestApp
 from inferd.server.shutdown import SAME_STOP_SECONDS, SIGNALS, Shutdown, servers_stop_after
 from inferd.server.traced import start_tracing
 from inferd.server.transport import metrics_options, rest_options
+from inferd.server.worker_calls import model_calls_served
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
@@ -107,10 +108,12 @@ class InferenceServer:
         # process group, and the supervisor forwards it as SIGTERM (two would cut).
         shutdown.install_signal_handlers(SIGNALS if self.role is None else (signal.SIGTERM,))
         try:
-            if self.role is None:
-                await self._serve(shutdown)
-            else:
-                await self._serve_in_role(shutdown, self.role)
+            # Runtimes (here and in worker processes) call models through this dataplane.
+            async with model_calls_served(self.dataplane, self.settings):
+                if self.role is None:
+                    await self._serve(shutdown)
+                else:
+                    await self._serve_in_role(shutdown, self.role)
         finally:
             shutdown.restore_signal_handlers()
 

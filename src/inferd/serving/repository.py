@@ -25,6 +25,8 @@ from pathlib import Path
 from inferd.errors import ConfigurationError, ModelNotFound
 from inferd.settings import MODEL_SETTINGS_FILE, ModelSettings
 from inferd.settings.loader import env_variable, load_model_settings, model_settings_from_env
+from inferd.triton.model_folder import CONFIG_FILE, is_triton_model, read_model
+from inferd.triton.python_backend.loading import MODEL_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +118,9 @@ class ModelRepository:
     def scan(self) -> RepositoryScan:
         """Read every ``model-settings.json`` now, keeping the broken ones apart."""
         scan = RepositoryScan()
-        files = self._settings_files()
+        files, triton_folders = self._model_folders()
+        for folder in triton_folders:
+            _read_triton_model(folder, scan)
         for path in files:
             try:
                 settings = load_model_settings(path, file_name_wins=self._loaded_later)
@@ -129,7 +133,7 @@ class ModelRepository:
                 scan.broken.append(BrokenModel(guess, str(error), name_known=name is not None))
                 if name is not None:
                     scan.names[path.parent] = name
-        if not files:
+        if not files and not triton_folders:
             from_env = model_settings_from_env()
             if from_env is not None:
                 scan.models.append(from_env)
@@ -149,23 +153,66 @@ class ModelRepository:
             "move the files under it, or link to them from inside it (symlinks are followed)"
         )
 
-    def _settings_files(self) -> list[Path]:
+    def _model_folders(self) -> tuple[list[Path], list[Path]]:
+        """The ``model-settings.json`` files, and the folders of Triton models
+        (``config.pbtxt``, version folders with ``model.py``), under the root."""
         if not self.root.is_dir():
             if not self.root.exists():
                 if self._loaded_later:
-                    return []
+                    return [], []
                 raise ConfigurationError(
                     f"Model repository {self.root} is not a folder: it does not exist; create "
                     "it, or set load_models_at_startup to false to start with no models and "
                     "load them into it later through the repository API"
                 )
             raise ConfigurationError(f"Model repository {self.root} is not a folder")
-        files = []
+        files: list[Path] = []
+        triton: list[Path] = []
         for folder, subfolders, filenames in os.walk(self.root):
             subfolders[:] = sorted(name for name in subfolders if not name.startswith("."))
             if MODEL_SETTINGS_FILE in filenames:
                 files.append(Path(folder) / MODEL_SETTINGS_FILE)
-        return files
+            elif Path(folder) != self.root and is_triton_model(Path(folder)):
+                triton.append(Path(folder))
+                subfolders[:] = []  # its version folders are its own
+        _report_unknown_folders(self.root, files, triton)
+        return files, triton
+
+
+def _read_triton_model(folder: Path, scan: RepositoryScan) -> None:
+    try:
+        scan.models.extend(read_model(folder))
+    except ConfigurationError as error:
+        scan.broken.append(BrokenModel(folder.name, str(error)))
+    scan.names[folder] = folder.name
+
+
+# Folders of the root already reported as holding no model (the index reads it often).
+_reported: set[Path] = set()
+
+
+def _report_unknown_folders(root: Path, files: list[Path], triton: list[Path]) -> None:
+    """Log, once, each folder of the root that holds neither kind of model (unless the
+    environment describes the model: KServe's root holds its artifacts)."""
+    if any(env_variable(name, model=True) for name in ("uri", "implementation")):
+        return
+    used = {root / path.relative_to(root).parts[0] for path in [*files, *triton]}
+    try:
+        children = [Path(entry.path) for entry in os.scandir(root) if entry.is_dir()]
+    except OSError:
+        return
+    for child in children:
+        if child.name.startswith(".") or child in used or child in _reported:
+            continue
+        _reported.add(child)
+        logger.warning(
+            "%s holds no model: neither a %s (an MLServer or inferd model) nor a %s or a "
+            "version folder with %s (a Triton model) is in it",
+            child,
+            MODEL_SETTINGS_FILE,
+            CONFIG_FILE,
+            MODEL_FILE,
+        )
 
 
 def _name_in(settings_file: Path) -> str | None:

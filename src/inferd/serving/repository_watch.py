@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.settings import MODEL_SETTINGS_FILE
+from inferd.triton.model_folder import is_triton_model
 
 # What tells a file's versions apart (mtime in ns, size, inode); None: it is missing.
 Signature = tuple[int, int, int] | None
@@ -57,6 +58,8 @@ def fingerprint_repository(root: Path) -> Snapshot | None:
         relative = os.path.relpath(folder, root)
         subfolders[:] = [name for name in subfolders if not name.startswith(".")]
         owner = relative if MODEL_SETTINGS_FILE in names else owners.get(relative)
+        if owner is None and _triton_model(root, relative):
+            owner = relative
         for subfolder in subfolders:
             owners[os.path.normpath(os.path.join(relative, subfolder))] = owner
         if owner is None:
@@ -72,6 +75,12 @@ def fingerprint_repository(root: Path) -> Snapshot | None:
             if signature is not None:  # gone since it was listed: the next poll sees it
                 entries.append((prefix + name, *signature))
     return {owner: tuple(sorted(entries)) for owner, entries in files.items()}
+
+
+def _triton_model(root: Path, relative: str) -> bool:
+    """A Triton model's folder (``config.pbtxt``, or versions with ``model.py``): its
+    version folders' files are its own."""
+    return relative != "." and is_triton_model(root / relative)
 
 
 @dataclass(slots=True)

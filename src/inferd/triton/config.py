@@ -31,6 +31,9 @@ def model_config(
 
     ``instances``: how many workers hold it now; ``server_max_queue_size``: the
     queue bound of versions that set none."""
+    own = settings.extra.get("triton_config")
+    if own is not None:  # a Triton model folder's: its config.pbtxt, as it was read
+        return dict(own)
     batching = batches(settings)
     config: dict[str, Any] = {
         "name": settings.name,

@@ -121,9 +121,9 @@ PackedTensor = tuple[str, str | None, tuple[int, ...], Any, dict[str, Any]]
 """(name, dtype name or None, shape, raw buffer, a shm_system.SharedSlice (where the bytes
 lie in a client's shared memory, which the worker maps) or the data itself, parameters)."""
 PackedRequest = tuple[
-    list[PackedTensor], str | None, dict[str, Any], list[tuple[str, dict[str, Any]]]
+    list[PackedTensor], str | None, dict[str, Any], list[tuple[str, dict[str, Any]]], tuple
 ]
-"""(inputs, id, parameters, requested outputs as (name, parameters))."""
+"""(inputs, id, parameters, requested outputs as (name, parameters), batch rows)."""
 PackedResponse = tuple[list[PackedTensor], str, str | None, str | None, dict[str, Any]]
 """(outputs, model name, model version, id, parameters)."""
 TimedResponse = tuple[PackedResponse, int, int]
@@ -180,13 +180,13 @@ def unpack_tensors(packed: list[PackedTensor]) -> list[Tensor]:
 
 def pack_request(request: InferenceRequest) -> PackedRequest:
     outputs = [(output.name, output.parameters) for output in request.outputs]
-    return pack_tensors(request.inputs), request.id, request.parameters, outputs
+    return pack_tensors(request.inputs), request.id, request.parameters, outputs, request.batch_rows
 
 
 def unpack_request(packed: PackedRequest) -> InferenceRequest:
-    inputs, request_id, parameters, outputs = packed
+    inputs, request_id, parameters, outputs, rows = packed
     requested = [RequestedOutput(name, params) for name, params in outputs]
-    return InferenceRequest(unpack_tensors(inputs), request_id, parameters, requested)
+    return InferenceRequest(unpack_tensors(inputs), request_id, parameters, requested, rows)
 
 
 def pack_response(response: InferenceResponse) -> PackedResponse:

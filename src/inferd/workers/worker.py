@@ -55,7 +55,7 @@ from inferd.model import WorkerContext
 from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceRequest
-from inferd.workers import ipc
+from inferd.workers import calls_client, ipc
 from inferd.workers.base import Control, LoadedInstance
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.worker_streams import WorkerStreams
@@ -83,6 +83,7 @@ class Worker:
 
     def serve(self) -> None:
         self._loop_thread.start()
+        calls_client.offer_calls(self._loop)  # runtimes may call the server's models
         try:
             while (messages := ipc.receive(self._sock, self._decoder)) is not None:
                 for kind, call_id, instance_id, body in messages:
