@@ -8,6 +8,7 @@ them and run on their event loops' threads, the case this guards).
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,12 +22,13 @@ from tests.support.serverproc import ServerProcess, start_server
 
 from .test_rest_streaming import body, events, index
 
-# The goal is 100 ms; the bound leaves room for a loaded 2-core machine running three
-# protocol processes, and is far below what a held loop gives (a whole yield gap, or a
-# whole predict: 0.3 s and 1.5 s here).
-PROBE_BOUND = 0.25
+# The goal is 100 ms (probes here take 10-40 ms); the bound leaves room for a 2-core
+# machine under a load of 10 running three protocol processes, and is far below what a
+# held loop gives (a whole stream or a whole predict: 1.5 s and 2 s here).
+PROBE_BOUND = 0.5
+EVENTS = 6
 YIELD_GAP_MS = 300
-SLOW_PREDICT = 1.5  # seconds, the first call of `slow`
+SLOW_PREDICT = 2.0  # seconds, the first call of `slow`
 
 
 @pytest.fixture(
@@ -81,11 +83,11 @@ def test_a_plain_generator_streams_its_events_spaced_and_probes_answer_meanwhile
     url = f"{server.url}/v2/models/plain-tokens/infer_stream"
 
     def stream(number: int) -> list[float]:
-        request = body(f"s{number}", count=5, delay_ms=YIELD_GAP_MS)
+        request = body(f"s{number}", count=EVENTS, delay_ms=YIELD_GAP_MS)
         with httpx.stream("POST", url, json=request, timeout=60) as sse:  # its own connection
             assert sse.status_code == 200
             got = list(events(sse))
-        assert [index(data) for _, data, _ in got] == [0, 1, 2, 3, 4]
+        assert [index(data) for _, data, _ in got] == list(range(EVENTS))
         return [arrived for _, _, arrived in got]
 
     threads, results = in_threads(stream, 2)
@@ -95,7 +97,10 @@ def test_a_plain_generator_streams_its_events_spaced_and_probes_answer_meanwhile
     for arrivals in results:
         assert isinstance(arrivals, list), arrivals
         gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-        assert min(gaps) > YIELD_GAP_MS / 2000, f"events came together, not as yielded: {gaps}"
+        # Spaced as yielded (a loaded machine may delay one event onto the next: the
+        # median, not each gap).
+        spaced = statistics.median(gaps) > YIELD_GAP_MS / 2000
+        assert spaced, f"events came together, not as yielded: {gaps}"
     assert len(probes) > 5 and max(probes) < PROBE_BOUND, f"probes waited: {sorted(probes)}"
 
 
