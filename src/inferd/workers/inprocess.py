@@ -10,9 +10,10 @@ runs its copied models here):
   on right on the event loop: for a fast model (the common case) a thread hop
   costs more than the prediction. One whose calls grow slow again goes back to
   its thread. Its first call, whose cost is not known, never runs on the loop;
-- a synchronous ``predict_stream`` (a plain generator) is stepped in a thread of
-  the model's own, each response handed back as it is made
-  (:mod:`inferd.workers.local_stream`);
+- a synchronous ``predict_stream`` (a plain generator) runs in a thread of the
+  model's own for the stream's life, each response handed to the loop as it is
+  made (:mod:`inferd.workers.thread_stream`); an async generator is stepped on
+  the loop (:mod:`inferd.workers.local_stream`);
 - with ``threads_per_worker`` above 1, a synchronous ``predict`` runs in that many
   threads of its own (for models that wait on I/O or a GPU), and an async one
   that many at a time. An ``async def`` runs on the loop: it is its author's to
@@ -42,10 +43,12 @@ from inferd.workers.base import (
     Execution,
     Holder,
     LoadedInstance,
+    ResponseStream,
 )
 from inferd.workers.environments import refuse_in_process_environment
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.local_stream import LocalStream
+from inferd.workers.thread_stream import ThreadStream
 
 # The one holder of every instance here (sequences).
 IN_PROCESS: Holder = (-1, 1)
@@ -96,13 +99,14 @@ class InProcessPool:
             answer = _in_a_thread(loaded, request)
         return Execution.inline(answer if call.run is None else _timed(answer, call.run))
 
-    def stream(self, call: Call) -> LocalStream:
+    def stream(self, call: Call) -> ResponseStream:
         loaded = self._loaded(call.instance_id)
-        # A plain generator steps in a thread: its time.sleep or compute between yields
-        # would otherwise hold the loop (measured: five events 0.3 s apart all arrived
-        # at 1.5 s, and a health probe waited 5.8 s behind two such streams).
-        threads = None if loaded.interleaved_streams else loaded.own_threads()
-        return LocalStream(loaded, call.request, threads)
+        if loaded.interleaved_streams:  # an async generator: on the loop
+            return LocalStream(loaded, call.request)
+        # A plain generator runs in a thread of the model's own: its time.sleep or
+        # compute between yields would hold the loop (measured: five events 0.3 s apart
+        # all arrived at 1.5 s, and a health probe waited 5.8 s behind two such streams).
+        return ThreadStream(loaded, call.request, loaded.own_threads())
 
     def control(self, message: Control) -> None:
         """Applied here at once, whatever its destination: this process is the one

@@ -11,9 +11,9 @@ several events) while each is still sent as soon as the reader is free. The boun
 is the back-pressure: a reader that does not read pauses the generator.
 
 Where each step runs: an async generator on the event loop; a plain generator in
-``executor`` (a thread of the model's own, so that what it does between yields,
-``time.sleep`` or compute, never holds the loop), and its ``close`` there too; or
-inline, when given none (a caller that has no loop to keep free).
+``executor`` (a thread of the model's own), or inline on the loop when there is
+none (the in-process pool with ``threads_per_worker: 1``, like a plain
+``predict`` there).
 """
 
 from __future__ import annotations
@@ -105,7 +105,6 @@ class LocalStream(StreamBase):
         """Step the generator while a reader waits or fewer than ``read_ahead``
         responses are untaken; then close it (exhausted, failed, or cancelled by
         :meth:`cancel`)."""
-        ended = False  # the generator returned or raised: nothing of it is left to run
         try:
             while True:
                 if len(self._ready) >= self._read_ahead and self._reader is None:
@@ -116,12 +115,11 @@ class LocalStream(StreamBase):
                 _wake(self._reader)
                 self._reader = None  # answered: the next step is read-ahead again
         except StopAsyncIteration:
-            ended = True
+            pass
         except Exception as error:  # the model's error (an InferdError)
-            ended = True
             self._end = error
         finally:
-            await self._close(ended)
+            await self._close()
             self._finish()
             _wake(self._reader)
 
@@ -144,9 +142,9 @@ class LocalStream(StreamBase):
         except StopIteration:
             raise StopAsyncIteration from None
 
-    async def _close(self, ended: bool) -> None:
-        """Stop the generator: its ``finally`` runs (a generator that ``ended`` already
-        is left as it is, at no thread hop)."""
+    async def _close(self) -> None:
+        """Stop the generator: its ``finally`` runs (a generator that ended already is
+        left as it is)."""
         responses = self._responses
         try:
             if isinstance(responses, AsyncIterator):
@@ -158,16 +156,7 @@ class LocalStream(StreamBase):
                 # it can be closed once that step returns.
                 with contextlib.suppress(BaseException):
                     await asyncio.wrap_future(step)
-            close = responses.close  # type: ignore[attr-defined]
-            if ended or self._executor is None:
-                close()
-                return
-            try:  # its finally may block as its steps do
-                closing = self._executor.submit(close)
-            except RuntimeError:  # the model was unloaded: its threads are shut
-                close()
-                return
-            await asyncio.wrap_future(closing)
+            responses.close()  # type: ignore[attr-defined]
         except Exception:
             logger.exception("Closing the stream of model %r raised", self._loaded.model.name)
 
