@@ -84,13 +84,16 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def loaded_pool(folder: Path, runtime: type[Model], threads: int = 1) -> InProcessPool:
+async def loaded_pool(
+    folder: Path, runtime: type[Model], threads: int = 1, **more: Any
+) -> InProcessPool:
     pool = InProcessPool()
     settings = {
         "name": "probe",
         "implementation": f"{__name__}.{runtime.__name__}",
         "threads_per_worker": threads,
         "parameters": {"version": "v1"},
+        **more,
     }
     await pool.load(1, model_settings_from_dict(settings, folder / "model-settings.json"))
     return pool
@@ -175,6 +178,19 @@ async def test_a_plain_generator_steps_in_a_thread_handing_each_response_as_made
     assert arrivals[0][1] < arrivals[1][1] < arrivals[2][1], "the loop ran between them"
     assert all(thread.startswith("inferd-probe") for thread, _ in SEEN)
     assert {tag for _, tag in SEEN} == {"caller-stream"}, "the context went along"
+    await pool.close()
+
+
+@pytest.mark.parametrize("runtime", [SyncProbe, PlainStream])
+async def test_warmup_runs_plain_code_off_the_loop(
+    folder: Path, records: list[Any], runtime: type[Model]
+) -> None:
+    """A model loaded while the process serves (the repository API) must not hold the
+    loop with its warmup requests either."""
+    inputs = {"x": {"data_type": "TYPE_FP32", "dims": [1], "zero_data": True}}
+    warmup = [{"name": "zeros", "count": 2, "inputs": inputs}]
+    pool = await loaded_pool(folder, runtime, model_warmup=warmup)
+    assert SEEN and all(thread != threading.current_thread().name for thread, _ in SEEN)
     await pool.close()
 
 
