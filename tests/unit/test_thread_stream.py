@@ -161,3 +161,18 @@ async def test_a_model_whose_threads_are_shut_is_not_ready(
     threads.shutdown()
     with pytest.raises(Exception, match="no longer loaded"):
         ThreadStream(loaded(Counting(ModelSettings(name="m"))), request(1), threads)
+
+
+def test_a_generator_paused_for_its_reader_stops_once_the_loop_closes() -> None:
+    """Nobody will read it: the process is exiting, and waits for its threads."""
+    model = Counting(ModelSettings(name="m"))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="own") as threads:
+
+        async def start() -> ThreadStream:
+            stream = ThreadStream(loaded(model), request(100), threads, read_ahead=2)
+            await wait_for_async(lambda: model.yielded == 2, "paused for its reader", timeout=5)
+            return stream
+
+        asyncio.run(start())
+    # The executor's shutdown waited for the thread: it noticed the loop closed.
+    assert model.cleaned_up_in.startswith("own") and model.yielded == 2

@@ -39,6 +39,9 @@ from inferd.workers.local_stream import READ_AHEAD
 
 logger = logging.getLogger(__name__)
 
+# How often a generator paused for its reader checks that the loop still runs.
+_LOOP_CHECK_SECONDS = 1.0
+
 
 class ThreadStream(StreamBase):
     """One plain ``predict_stream`` call, stepped in ``threads``, as a ResponseStream."""
@@ -143,10 +146,12 @@ class ThreadStream(StreamBase):
 
     def _wait_for_room(self) -> bool:
         """Wait until fewer than ``read_ahead`` responses are untaken; False once
-        cancelled."""
+        cancelled, or once the loop closed (nobody will read: the process is
+        exiting, and waits for this thread)."""
         with self._room:
             while self._untaken >= self._bound and not self._cancelled:
-                self._room.wait()
+                self._room.wait(_LOOP_CHECK_SECONDS)
+                self._cancelled = self._cancelled or self._loop.is_closed()
             if self._cancelled:
                 return False
             self._untaken += 1
