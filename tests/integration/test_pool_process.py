@@ -40,6 +40,8 @@ class Tiny(Model):
         what = request.parameters.get("do")
         if what == "together":
             TOGETHER.wait(20)
+        elif what == "exit":
+            os._exit(3)
         elif what == "hang":
             Path(request.parameters["started"]).touch()
             time.sleep(60)
@@ -126,3 +128,22 @@ async def test_a_worker_killed_mid_request_fails_it_and_comes_back_to_serve(
     response = await pool.predict(Call(IN_ONE, request())).result()
     assert pid_of(response) == holder.pid != killed_pid
     assert holder.restarts == 1
+
+
+async def test_a_request_that_kills_its_worker_alone_is_the_suspect_and_not_retried(
+    pool: ProcessPool,
+) -> None:
+    """Retried, it would kill the other worker too (and the requests running there)."""
+    await wait_for_async(lambda: pool.capacity(IN_BOTH) == 4, "both workers serving", timeout=60)
+    pids = {worker.index: worker.pid for worker in pool.workers}
+    with pytest.raises(WorkerLost, match=r"it was the only request running there: .* not retried"):
+        await asyncio.wait_for(pool.predict(Call(IN_BOTH, request(do="exit"))).result(), 30)
+    await wait_for_async(
+        lambda: pool.capacity(IN_BOTH) == 4 and pool.capacity(IN_ONE) == 2,
+        "the dead one restarted",
+        timeout=60,
+    )
+    unchanged = [worker for worker in pool.workers if worker.pid == pids[worker.index]]
+    assert len(unchanged) == 1, "one worker died, the other lives on"
+    response = await pool.predict(Call(IN_BOTH, request())).result()
+    assert np.array_equal(response.outputs[0].data, X * 2)

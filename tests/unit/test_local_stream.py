@@ -1,10 +1,9 @@
-"""LocalStream: predict_stream run in this process, read ahead of its reader up to a bound."""
+"""LocalStream: an async generator's predict_stream run on the loop, read ahead of its
+reader up to a bound. (A plain generator's: test_thread_stream.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 from collections.abc import AsyncIterator, Iterator
 
 import numpy as np
@@ -26,21 +25,17 @@ def answer(value: int) -> InferenceResponse:
 
 
 class Counting(Model):
-    """Yields 0..n-1; records what ran and whether its finally did."""
+    """Yields 0..n-1 from an async generator; records how far it ran and its finally."""
 
     def __init__(self, settings: ModelSettings) -> None:
         super().__init__(settings)
         self.yielded = 0
-        self.cleaned_up = threading.Event()
-        self.threads: set[str] = set()
-        self.gate: threading.Event | None = None  # when set, each step waits on it
+        self.cleaned_up = asyncio.Event()
 
-    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+    async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         try:
             for value in range(int(request.inputs[0].data[0])):
-                self.threads.add(threading.current_thread().name)
-                if self.gate is not None:
-                    self.gate.wait(5)
+                await asyncio.sleep(0)
                 self.yielded += 1
                 yield answer(value)
         finally:
@@ -80,21 +75,6 @@ async def values(stream: LocalStream) -> list[int]:
     return [int(response.outputs[0].data[0]) async for response in stream]
 
 
-async def test_a_plain_generator_steps_inline_without_an_executor() -> None:
-    model = Counting(ModelSettings(name="m"))
-    stream = LocalStream(loaded(model), request(3))
-    assert await values(stream) == [0, 1, 2]
-    assert stream.finished.done() and model.cleaned_up.is_set()
-    assert model.threads == {threading.current_thread().name}
-
-
-async def test_a_plain_generator_steps_in_the_executor_it_is_given() -> None:
-    model = Counting(ModelSettings(name="m"))
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stream") as executor:
-        assert await values(LocalStream(loaded(model), request(2), executor)) == [0, 1]
-    assert all(name.startswith("stream") for name in model.threads)
-
-
 async def test_the_generator_runs_at_most_read_ahead_responses_ahead_of_the_reader() -> None:
     model = Counting(ModelSettings(name="m"))
     stream = LocalStream(loaded(model), request(100))
@@ -126,21 +106,6 @@ async def test_take_waits_for_one_response_then_takes_every_ready_one_in_order()
     assert stream.finished.done() and model.cleaned_up.is_set()
 
 
-async def test_cancel_during_a_thread_step_closes_the_generator_once_the_step_returns() -> None:
-    model = Counting(ModelSettings(name="m"))
-    model.gate = threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(1) as executor:
-        stream = LocalStream(loaded(model), request(100), executor)
-        while not model.threads:  # the step is inside the generator now
-            await asyncio.sleep(0.001)
-        stream.cancel()
-        await asyncio.sleep(0.01)
-        assert not stream.finished.done(), "its thread is still inside the generator"
-        model.gate.set()
-        await asyncio.wait_for(stream.finished, 5)
-    assert model.cleaned_up.is_set() and model.yielded == 1
-
-
 async def test_an_async_generator_runs_on_the_loop_and_its_error_ends_the_stream() -> None:
     model = AsyncCounting(ModelSettings(name="m"))
     stream = LocalStream(loaded(model), request(5, fail=True))
@@ -162,6 +127,15 @@ async def test_cancelling_an_async_generator_runs_its_finally() -> None:
     assert model.cleaned_up.is_set()
 
 
+async def test_a_plain_generator_is_not_stepped_here() -> None:
+    class Plain(Model):
+        def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+            yield answer(0)
+
+    with pytest.raises(TypeError, match="async generators only"):
+        LocalStream(loaded(Plain(ModelSettings(name="m"))), request(1))
+
+
 async def test_predict_stream_that_is_not_a_generator_is_refused_clearly() -> None:
     with pytest.raises(ModelError, match="predict_stream returned list, not a generator"):
         LocalStream(loaded(NotAGenerator(ModelSettings(name="m"))), request(1))
@@ -169,7 +143,9 @@ async def test_predict_stream_that_is_not_a_generator_is_refused_clearly() -> No
 
 async def test_an_inferd_error_from_the_model_keeps_its_kind() -> None:
     class Strict(Model):
-        def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        async def predict_stream(
+            self, request: InferenceRequest
+        ) -> AsyncIterator[InferenceResponse]:
             raise InvalidRequest("needs a prompt")
             yield answer(0)
 

@@ -53,6 +53,16 @@ class SyncProbe(Model):
         return answer(request)
 
 
+class PlainStream(Model):
+    """A plain generator that sleeps between yields, as a model that computes would."""
+
+    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        for value in range(3):
+            time.sleep(0.03)
+            SEEN.append((threading.current_thread().name, TAG.get()))
+            yield InferenceResponse([Tensor("y", np.array([value]))])
+
+
 class AsyncProbe(Model):
     async def predict(self, request: InferenceRequest) -> Any:  # type: ignore[override]
         await asyncio.sleep(0)
@@ -74,13 +84,16 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def loaded_pool(folder: Path, runtime: type[Model], threads: int = 1) -> InProcessPool:
+async def loaded_pool(
+    folder: Path, runtime: type[Model], threads: int = 1, **more: Any
+) -> InProcessPool:
     pool = InProcessPool()
     settings = {
         "name": "probe",
         "implementation": f"{__name__}.{runtime.__name__}",
         "threads_per_worker": threads,
         "parameters": {"version": "v1"},
+        **more,
     }
     await pool.load(1, model_settings_from_dict(settings, folder / "model-settings.json"))
     return pool
@@ -92,25 +105,29 @@ async def infer(pool: InProcessPool, do: str = "echo") -> InferenceResponse:
     return await pool.predict(Call(1, request)).result()
 
 
-async def test_a_plain_predict_runs_right_on_the_event_loop_with_its_metrics_labelled(
+async def test_a_plain_predict_measured_quick_runs_right_on_the_event_loop_metrics_labelled(
     folder: Path, records: list[Any]
 ) -> None:
+    """Its first call's cost is not known: it runs in a thread; once measured quick, on
+    the loop (a thread hop would cost a light model more than its predict)."""
     pool = await loaded_pool(folder, SyncProbe)
     await infer(pool)
-    assert [(threading.current_thread().name, "caller-echo")] == SEEN
-    assert records == [("probe_calls", ("probe", "v1"), 1.0)]
+    await infer(pool)
+    first, second = SEEN
+    assert first[0].startswith("inferd-probe") and first[1] == "caller-echo"
+    assert second == (threading.current_thread().name, "caller-echo")
+    assert records == [("probe_calls", ("probe", "v1"), 1.0)] * 2
     await pool.close()
 
 
-async def test_a_slow_plain_predict_moves_off_the_event_loop_and_back_when_quick(
+async def test_a_slow_plain_predict_never_holds_the_loop_and_comes_back_once_quick(
     folder: Path, records: list[Any]
 ) -> None:
     """A call that takes long on the loop stalls every connection of the process (and
-    its health probes): once its calls average over SLOW_CALL_SECONDS the model runs in
-    a thread of its own, and back on the loop once they are quick again."""
+    its health probes): neither its first call (its cost unknown) nor those while its
+    calls average over SLOW_CALL_SECONDS run there; once they are quick again, it is
+    back on the loop."""
     pool = await loaded_pool(folder, SyncProbe)
-    loop_thread = threading.current_thread().name
-    await infer(pool, "slow")  # on the loop: its time is not known yet
     ticks = 0
 
     async def tick() -> None:
@@ -121,16 +138,59 @@ async def test_a_slow_plain_predict_moves_off_the_event_loop_and_back_when_quick
 
     ticking = asyncio.create_task(tick())
     await asyncio.sleep(0)
-    before = ticks
-    await infer(pool, "slow")  # off the loop: the loop ran meanwhile
+    for _ in range(2):
+        before = ticks
+        await infer(pool, "slow")  # off the loop: the loop ran meanwhile
+        assert ticks - before > 3
     ticking.cancel()
-    assert ticks - before > 3
     for _ in range(30):
         await infer(pool)
     threads = [thread for thread, _ in SEEN]
-    assert threads[0] == loop_thread and threads[1].startswith("inferd-probe")
-    assert threads[-1] == loop_thread, "quick again: back on the loop"
-    assert {tag for _, tag in SEEN[1:2]} == {"caller-slow"}, "the context went along"
+    assert all(thread.startswith("inferd-probe") for thread in threads[:3])
+    assert threads[-1] == threading.current_thread().name, "quick again: back on the loop"
+    assert {tag for _, tag in SEEN[:2]} == {"caller-slow"}, "the context went along"
+    await pool.close()
+
+
+async def test_a_plain_generator_steps_in_a_thread_handing_each_response_as_made(
+    folder: Path, records: list[Any]
+) -> None:
+    """Its sleeps between yields would hold the loop (every connection of the process,
+    its health probes); in its own thread the loop runs on, and each response reaches
+    the reader as it is made, not all at the end."""
+    pool = await loaded_pool(folder, PlainStream)
+    TAG.set("caller-stream")
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticking = asyncio.create_task(tick())
+    stream = pool.stream(Call(1, InferenceRequest([Tensor("x", np.zeros(1))])))
+    arrivals = []
+    async for response in stream:
+        arrivals.append((int(response.outputs[0].data[0]), ticks))
+    ticking.cancel()
+    assert [value for value, _ in arrivals] == [0, 1, 2]
+    assert arrivals[0][1] < arrivals[1][1] < arrivals[2][1], "the loop ran between them"
+    assert all(thread.startswith("inferd-probe") for thread, _ in SEEN)
+    assert {tag for _, tag in SEEN} == {"caller-stream"}, "the context went along"
+    await pool.close()
+
+
+@pytest.mark.parametrize("runtime", [SyncProbe, PlainStream])
+async def test_warmup_runs_plain_code_off_the_loop(
+    folder: Path, records: list[Any], runtime: type[Model]
+) -> None:
+    """A model loaded while the process serves (the repository API) must not hold the
+    loop with its warmup requests either."""
+    inputs = {"x": {"data_type": "TYPE_FP32", "dims": [1], "zero_data": True}}
+    warmup = [{"name": "zeros", "count": 2, "inputs": inputs}]
+    pool = await loaded_pool(folder, runtime, model_warmup=warmup)
+    assert SEEN and all(thread != threading.current_thread().name for thread, _ in SEEN)
     await pool.close()
 
 

@@ -128,23 +128,23 @@ async def test_through_a_restart_the_scheduler_keeps_its_bound_and_the_workers_t
 ) -> None:
     pool = await pools.start(2)
     w0, w1 = counting(pool)
-    settings = model("a", max_queue_size=BOUND)
+    settings = model("a", max_queue_size=BOUND, threads_per_worker=2)
     await pool.load(1, settings)
     scheduler = Scheduler(pool, 1, settings)
-    admitted = [asyncio.ensure_future(scheduler.submit(REQUEST)) for _ in range(2 + BOUND)]
+    admitted = [asyncio.ensure_future(scheduler.submit(REQUEST)) for _ in range(4 + BOUND)]
     await wait_for_async(
         lambda: scheduler.waiting == BOUND, "scheduler.waiting == BOUND", timeout=5
     )
     with pytest.raises(Overloaded):
         await scheduler.submit(REQUEST)
 
-    w0.die()  # with its one request: retried once it is back, ahead of the queue
+    w0.die()  # with its two requests: retried once it is back, ahead of the queue
     await wait_for_async(
-        lambda: restarted(w0, 1)() and w0.running == 1,
-        "restarted(w0, 1)() and w0.running == 1",
+        lambda: restarted(w0, 1)() and w0.running == 2,
+        "restarted(w0, 1)() and w0.running == 2",
         timeout=5,
     )
-    assert (scheduler.in_flight, scheduler.waiting, pool.capacity(1)) == (2, BOUND, 2)
+    assert (scheduler.in_flight, scheduler.waiting, pool.capacity(1)) == (4, BOUND, 4)
     with pytest.raises(Overloaded):
         await scheduler.submit(REQUEST)
 
@@ -153,6 +153,6 @@ async def test_through_a_restart_the_scheduler_keeps_its_bound_and_the_workers_t
             worker.answer_all()
         await asyncio.sleep(0.001)
     assert all([task.result().outputs for task in admitted])
-    assert w0.most_running == w1.most_running == 1, "never more than a worker's one slot"
+    assert w0.most_running == w1.most_running == 2, "never more than a worker's two slots"
     assert (scheduler.in_flight, scheduler.waiting) == (0, 0)
-    assert (w0.free_slots(1), w1.free_slots(1), w0.outstanding, w1.outstanding) == (1, 1, 0, 0)
+    assert (w0.free_slots(1), w1.free_slots(1), w0.outstanding, w1.outstanding) == (2, 2, 0, 0)

@@ -1,17 +1,23 @@
 """The in-process pool (``parallel_workers: 0``): runtimes run in the main process.
 
 It has the same interface as the process pool, so the scheduler does not care
-where a model runs. A synchronous ``predict`` is called on the event loop
-directly: for fast models (the common case) a thread hop costs more than the
-prediction. One whose recent calls took longer than ``SLOW_CALL_SECONDS`` (a
-moving average) runs in a thread of its own instead, one call at a time as on the
-loop: the process's event loop then keeps reading requests and answering health
-probes and other models while it runs (a protocol process runs its models here,
-so a slow model would otherwise hold every connection of its process). With ``threads_per_worker``
-above 1, a synchronous ``predict`` runs in that many threads of its own instead
-(for models that wait on I/O or a GPU), and an async one that many at a time.
-A ``predict_stream`` runs the same way, one step per response read
-(:mod:`inferd.workers.local_stream`).
+where a model runs. Model code never holds the event loop, which reads every
+connection of the process and answers its health probes (a protocol process
+runs its copied models here):
+
+- a synchronous ``predict`` runs in a thread of the model's own until its calls
+  are measured quick (a moving average under ``SLOW_CALL_SECONDS``), and from then
+  on right on the event loop: for a fast model (the common case) a thread hop
+  costs more than the prediction. One whose calls grow slow again goes back to
+  its thread. Its first call, whose cost is not known, never runs on the loop;
+- a synchronous ``predict_stream`` (a plain generator) runs in a thread of the
+  model's own for the stream's life, each response handed to the loop as it is
+  made (:mod:`inferd.workers.thread_stream`); an async generator is stepped on
+  the loop (:mod:`inferd.workers.local_stream`);
+- with ``threads_per_worker`` above 1, a synchronous ``predict`` runs in that many
+  threads of its own (for models that wait on I/O or a GPU), and an async one
+  that many at a time. An ``async def`` runs on the loop: it is its author's to
+  await rather than block.
 
 A call here cannot be stopped (there is no process to kill), so a model with an
 ``inference_timeout`` is refused (:func:`refuse_unstoppable`): at start-up, and
@@ -37,16 +43,19 @@ from inferd.workers.base import (
     Execution,
     Holder,
     LoadedInstance,
+    ResponseStream,
 )
 from inferd.workers.environments import refuse_in_process_environment
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.local_stream import LocalStream
+from inferd.workers.thread_stream import ThreadStream
 
 # The one holder of every instance here (sequences).
 IN_PROCESS: Holder = (-1, 1)
 
 # A plain predict whose recent calls average longer than this runs off the event loop
-# (far above a thread hop's cost, ~50 us; far below what stalls a health probe).
+# (far above a thread hop's cost, ~50 us; far below what stalls a health probe). One
+# whose calls are not measured yet runs off it too.
 SLOW_CALL_SECONDS = 0.005
 # Weight of the newest call in the moving average: a slow first call (a cold cache)
 # moves a light model off the loop for a few calls only.
@@ -90,9 +99,14 @@ class InProcessPool:
             answer = _in_a_thread(loaded, request)
         return Execution.inline(answer if call.run is None else _timed(answer, call.run))
 
-    def stream(self, call: Call) -> LocalStream:
+    def stream(self, call: Call) -> ResponseStream:
         loaded = self._loaded(call.instance_id)
-        return LocalStream(loaded, call.request, loaded.threads)
+        if loaded.interleaved_streams:  # an async generator: on the loop
+            return LocalStream(loaded, call.request)
+        # A plain generator runs in a thread of the model's own: its time.sleep or
+        # compute between yields would hold the loop (measured: five events 0.3 s apart
+        # all arrived at 1.5 s, and a health probe waited 5.8 s behind two such streams).
+        return ThreadStream(loaded, call.request, loaded.own_threads())
 
     def control(self, message: Control) -> None:
         """Applied here at once, whatever its destination: this process is the one
@@ -147,19 +161,28 @@ async def _timed(answer: Answer, run: BatchRun) -> InferenceResponse:
 
 
 async def _timed_call(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
-    """A plain predict with ``threads_per_worker: 1``: on the loop while its calls are
-    quick, in its own thread while they are slow; either way its time is noted."""
+    """A plain predict with ``threads_per_worker: 1``: on the loop once its calls are
+    measured quick, else (its first calls, or slow ones) in its own thread."""
+    recent = loaded.recent_call_seconds
+    if recent is not None and recent <= SLOW_CALL_SECONDS:
+        return _measured_call(loaded, request)
+    run = contextvars.copy_context().run  # the request's context goes along
+    loop = asyncio.get_running_loop()
+    off_loop = loaded.own_threads()  # one thread of its own
+    return await loop.run_in_executor(off_loop, run, _measured_call, loaded, request)
+
+
+def _measured_call(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:
+    """The call, its own time (not a thread hop's) noted in the model's moving average."""
     started = time.perf_counter()
     try:
-        if loaded.recent_call_seconds > SLOW_CALL_SECONDS:
-            run = contextvars.copy_context().run
-            loop = asyncio.get_running_loop()
-            off_loop = loaded.own_threads()  # one thread of its own
-            return await loop.run_in_executor(off_loop, run, loaded.call_sync, request)
         return loaded.call_sync(request)
     finally:
         took = time.perf_counter() - started
-        loaded.recent_call_seconds += _NEWEST_WEIGHT * (took - loaded.recent_call_seconds)
+        recent = loaded.recent_call_seconds
+        loaded.recent_call_seconds = (
+            took if recent is None else recent + _NEWEST_WEIGHT * (took - recent)
+        )
 
 
 async def _in_a_thread(loaded: LoadedModel, request: InferenceRequest) -> InferenceResponse:

@@ -50,14 +50,15 @@ class LoadedModel:
     threads: concurrent.futures.ThreadPoolExecutor | None
     labels: custom_metrics.ModelLabels
     # Runs a plain call off the loop when ``threads`` is None (made on first use): a
-    # worker process's plain predict_stream, so its command thread reads on, and in
-    # process a slow plain predict, so the event loop does (own_threads).
+    # plain predict_stream, so a worker's command thread or the event loop reads on,
+    # and in process a plain predict not measured quick, so the event loop does
+    # (own_threads).
     own_thread: concurrent.futures.ThreadPoolExecutor | None = None
     # The runtime, when its async predict may run inline (see runs_inline).
     inline: InlinePredict | None = None
-    # In process, a plain predict's recent time (a moving average, inprocess.py): a
-    # slow one runs off the event loop.
-    recent_call_seconds: float = 0.0
+    # In process, a plain predict's recent time (a moving average, inprocess.py): one
+    # not measured yet (None) or slow runs off the event loop.
+    recent_call_seconds: float | None = None
 
     @classmethod
     async def load(cls, settings: ModelSettings, context: WorkerContext) -> LoadedModel:
@@ -113,10 +114,10 @@ class LoadedModel:
         return self.model.settings.threads_per_worker
 
     def own_threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        """Where a plain call runs off the thread that reads requests: a worker
-        process's plain generator (one thread per stream), an in-process slow plain
-        predict; the model's threads, or as many of its own (one, with
-        ``threads_per_worker: 1``)."""
+        """Where a plain call runs off the thread that reads requests: a plain
+        generator (in a worker process, one thread per stream), an in-process plain
+        predict not measured quick; the model's threads, or as many of its own (one,
+        with ``threads_per_worker: 1``)."""
         if self.threads is not None:
             return self.threads
         if self.own_thread is None:

@@ -1,4 +1,5 @@
-"""A ``predict_stream`` run in this process, read ahead of whoever reads it.
+"""An async generator's ``predict_stream`` run on this process's loop, read ahead of
+whoever reads it.
 
 Used by the in-process pool (the reader is the request's handler) and by a
 worker process (the reader is the task that ships responses to the main
@@ -10,22 +11,18 @@ that yields faster than they are sent has them sent together (one write for
 several events) while each is still sent as soon as the reader is free. The bound
 is the back-pressure: a reader that does not read pauses the generator.
 
-Where each step runs: an async generator on the event loop; a plain generator in
-``executor`` (a thread of the model's own), or inline on the loop when there is
-none (the in-process pool with ``threads_per_worker: 1``, like a plain
-``predict`` there).
+Its steps run on the event loop: an async generator awaits rather than blocks.
+A plain generator never runs here (it would hold the loop between yields): in
+process it runs in a thread of the model's own (:mod:`inferd.workers.thread_stream`),
+in a worker process likewise (:mod:`inferd.workers.worker_streams`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import contextvars
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator
 
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.base import StreamBase
@@ -45,19 +42,19 @@ class LocalStream(StreamBase):
         self,
         loaded: LoadedModel,
         request: InferenceRequest,
-        executor: concurrent.futures.Executor | None = None,
         read_ahead: int = READ_AHEAD,
     ) -> None:
         super().__init__()
         self._loaded = loaded
-        self._executor = executor
         self._read_ahead = max(read_ahead, 0)
-        self._responses = loaded.open_stream(request)
+        responses = loaded.open_stream(request)
+        if not isinstance(responses, AsyncIterator):  # the pools send plain ones elsewhere
+            raise TypeError("LocalStream steps async generators only")
+        self._responses = responses
         self._ready: deque[InferenceResponse] = deque()
         self._end: BaseException | None = None  # StopAsyncIteration, or the model's error
         self._reader: asyncio.Future[None] | None = None  # the reader waits for a response
         self._room: asyncio.Future[None] | None = None  # the stepper waits for the reader
-        self._thread_step: concurrent.futures.Future[Any] | None = None
         self._cancelled = False
         self._stepper = asyncio.ensure_future(self._step_ahead())
 
@@ -124,39 +121,13 @@ class LocalStream(StreamBase):
             _wake(self._reader)
 
     async def _step(self) -> InferenceResponse:
-        responses = self._responses
-        if isinstance(responses, AsyncIterator):
-            return await self._loaded.next_async(responses)
-        if self._executor is None:
-            return self._next_or_stop(responses)
-        run = contextvars.copy_context().run
-        self._thread_step = self._executor.submit(run, self._next_or_stop, responses)
-        response: InferenceResponse = await asyncio.wrap_future(self._thread_step)
-        return response
-
-    def _next_or_stop(self, responses: Iterator[InferenceResponse]) -> InferenceResponse:
-        # StopIteration cannot leave a coroutine or cross a future (both turn it into
-        # a RuntimeError).
-        try:
-            return self._loaded.next_sync(responses)
-        except StopIteration:
-            raise StopAsyncIteration from None
+        return await self._loaded.next_async(self._responses)
 
     async def _close(self) -> None:
         """Stop the generator: its ``finally`` runs (a generator that ended already is
         left as it is)."""
-        responses = self._responses
         try:
-            if isinstance(responses, AsyncIterator):
-                await responses.aclose()  # type: ignore[attr-defined]
-                return
-            step = self._thread_step
-            if step is not None and not step.done():
-                # A thread is still inside the generator (the step was cancelled here):
-                # it can be closed once that step returns.
-                with contextlib.suppress(BaseException):
-                    await asyncio.wrap_future(step)
-            responses.close()  # type: ignore[attr-defined]
+            await self._responses.aclose()  # type: ignore[attr-defined]
         except Exception:
             logger.exception("Closing the stream of model %r raised", self._loaded.model.name)
 

@@ -15,8 +15,9 @@ A worker that dies is noticed at once (its socket closes): it is restarted
 (backing off if it keeps dying young) and the instances it held are loaded
 again, while the other workers keep serving. Its requests in flight are sent
 once more, each to a free slot of another worker holding its instance or of the
-restarted one, ahead of new requests (:mod:`inferd.workers.retry`); those that
-cannot be fail with WorkerLost (503) saying why. A stream running there fails
+restarted one, ahead of new requests (:mod:`inferd.workers.retry`), except one
+that was running there alone: the suspect of the death, it is not retried. Those
+not retried fail with WorkerLost (503) saying why. A stream running there fails
 with WorkerLost too (streams are never retried). An instance whose load crashes
 its worker ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once
 no worker holds it, the registry is told to mark it UNAVAILABLE with the reason.

@@ -78,6 +78,9 @@ class WorkerProcess:
         self._kept: dict[type, Control] = {}
         self.book = SlotBook()
         self.metrics = WorkerMetrics()
+        # Requests running here (busy slots and open streams) when it last died: one
+        # alone is the suspect of its death (retry.py).
+        self.running_at_death = 0
 
     @property
     def pid(self) -> int | None:
@@ -222,6 +225,9 @@ class WorkerProcess:
         was_alive, self._alive = self._alive, False
         self.exit_status()
         if was_alive:  # a worker that dies while starting is start()'s to report
+            # Counted before the failed calls' callbacks run (they run on a later
+            # turn of the loop): what was running as it died.
+            self.running_at_death = self.book.outstanding + self.metrics.open_streams
             self.book.lost_all()
             self._on_death(self)
 

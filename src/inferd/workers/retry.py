@@ -2,10 +2,15 @@
 
 A worker process can die with requests in flight: it crashed, someone killed it,
 or it was killed because one of its calls ran past its model's
-``inference_timeout``. Those requests did not fail by any fault of their own, so
-each is sent once more, to a free slot of another worker holding its model or of
-the restarted one. Once only: a request that was running when two workers died
-may be what kills them. Retries go before new requests (the pool sends them
+``inference_timeout``. A request that was the only one running there (no other
+request, no stream) is the suspect: its own predict may be what killed the
+worker (``os._exit``, a segfault, memory), and sent again it would kill the next
+worker too, and the requests of both. It is answered WorkerLost (503) saying so,
+not retried. Requests that ran alongside others did not fail by any fault of
+their own as far as anyone knows, so each is sent once more, to a free slot of
+another worker holding its model or of the restarted one. Once only: a request
+that was running when two workers died may be what kills them. Retries go before
+new requests (the pool sends them
 first whenever a slot of the instance frees or a holder comes back), and never
 beyond a worker's slots, because an ``inference_timeout`` counts from the send:
 a retry queued inside a busy worker could be killed for another request's time.
@@ -59,18 +64,37 @@ class SentCall:
 
 def failure_to_answer(sent: SentCall, error: BaseException, closing: bool) -> BaseException | None:
     """What ``sent`` answers now that its attempt failed with ``error``; None: it is
-    retried instead (its worker died, its model allows it, it was not retried yet,
-    and the server is not shutting down)."""
+    retried instead (its worker died, its model allows it, other requests were running
+    there too, it was not retried yet, and the server is not shutting down)."""
     if not isinstance(error, WorkerLost) or closing:
         return error
     if not sent.settings.retry_on_worker_failure:
         return error
+    worker = sent.worker
+    if worker is not None and worker.running_at_death == 1:
+        return suspect_error(sent, worker)
     if sent.lost_on:
         return WorkerLost(
             f"{error.message} It had already been sent again once, after {sent.lost_on} "
             "stopped while running it; a request is retried only once."
         )
     return None
+
+
+def suspect_error(sent: SentCall, worker: WorkerProcess) -> WorkerLost:
+    """What the only request running on ``worker`` when it died answers: it is the
+    suspect, and is not retried."""
+    logger.warning(
+        "%s died running only a request of %s: it is answered 503, not retried",
+        worker.label,
+        sent.settings.label,
+    )
+    return WorkerLost(
+        f"The worker process running this request ({worker.label}) died while running "
+        "it, and it was the only request running there: it may be what killed the "
+        "worker, so it was not retried (another worker would die the same way). The "
+        "worker is being restarted."
+    )
 
 
 class SentCalls:

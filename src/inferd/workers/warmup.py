@@ -7,8 +7,10 @@ before the pool reports it loaded and the registry marks it READY.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,7 +20,7 @@ from inferd.model import overrides
 from inferd.settings.warmup import WarmupInputSettings, WarmupSettings
 from inferd.tensors.datatypes import numpy_dtype
 from inferd.tensors.encoding import array_from_json
-from inferd.types import InferenceRequest, Tensor
+from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
     from inferd.workers.loaded_model import LoadedModel
@@ -45,22 +47,27 @@ async def warm_up(loaded: LoadedModel) -> None:
 
 async def _run(loaded: LoadedModel, request: InferenceRequest) -> None:
     """One call, as a request would make it: predict, or a whole stream for a model
-    that only streams."""
+    that only streams. Plain code runs in a thread: a model loaded while the process
+    serves (the repository API, in process) must not hold its event loop."""
     if overrides(loaded.model, "predict"):
         if loaded.is_async:
             await loaded.call_async(request)
         else:
-            loaded.call_sync(request)
+            await asyncio.to_thread(loaded.call_sync, request)
         return
     responses = loaded.open_stream(request)
-    try:
-        while True:
-            if isinstance(responses, AsyncIterator):
+    if isinstance(responses, AsyncIterator):
+        with contextlib.suppress(StopAsyncIteration):
+            while True:
                 await loaded.next_async(responses)
-            else:
-                loaded.next_sync(responses)
-    except (StopIteration, StopAsyncIteration):
-        return
+    else:
+        await asyncio.to_thread(_exhaust, loaded, responses)
+
+
+def _exhaust(loaded: LoadedModel, responses: Iterator[InferenceResponse]) -> None:
+    with contextlib.suppress(StopIteration):
+        while True:
+            loaded.next_sync(responses)
 
 
 def warmup_request(warmup: WarmupSettings, batches: bool) -> InferenceRequest:

@@ -45,6 +45,16 @@ class SlowEcho(Model):
         return InferenceResponse(outputs=outputs)
 
 
+class ExitsOnNegative(SlowEcho):
+    """SlowEcho, except that an input holding a negative number kills its process
+    (``os._exit``), as a request that segfaults its worker would."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if any((t.data < 0).any() for t in request.inputs):
+            os._exit(3)
+        return super().predict(request)
+
+
 class AsyncDouble(Model):
     """An async predict: doubles a numeric input ``x``; reports its version and pid."""
 
