@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-import socket
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,14 @@ from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.host_edge import close_host, serve_host
+from inferd.server.http_servers import (
+    Listening,
+    Running,
+    run_servers,
+    stop_servers,
+    uvicorn_config,
+    wait_started,
+)
 from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
 from inferd.server.rest.api import build_rest_app
@@ -38,11 +43,6 @@ from inferd.types import ModelState
 from inferd.workers.build import build_pool
 
 logger = logging.getLogger(__name__)
-
-# One HTTP server to run: what it is, the server, its bound socket.
-_Listening = tuple[str, uvicorn.Server, socket.socket]
-# One HTTP server running: what it is, the server, its task.
-_Running = tuple[str, uvicorn.Server, asyncio.Task[None]]
 
 
 class InferenceServer:
@@ -120,12 +120,12 @@ class InferenceServer:
     async def _serve(self, shutdown: Shutdown) -> None:
         listening = self._listen()  # first: a port in use is a clear error, nothing started
         await self.pool.start()
-        servers = self._run_servers(listening)
+        servers = run_servers(listening)
         grpc_server = self.grpc_server()
         try:
             await grpc_server.start()
             for what, server, task in servers:
-                await self._wait_started(what, server, task)
+                await wait_started(what, server, task, self.settings.host)
             await self.load_startup_models()
             await self._wait_for_stop(*(task for _, _, task in servers))
         finally:
@@ -136,13 +136,13 @@ class InferenceServer:
         """A protocol process (or the model host: no public port): private sockets, models,
         ``before_public``; the public ports before the models at the start (live while they
         load), after them in a restart joining processes that serve (protocol_role.py)."""
-        private = self._run_servers(self._private_servers(role))
-        public: list[_Running] = []
+        private = run_servers(self._private_servers(role))
+        public: list[Running] = []
         grpc_server, host = None, None
         try:
             await self.pool.start()
             for what, server, task in private:
-                await self._wait_started(what, server, task)
+                await wait_started(what, server, task, self.settings.host)
             if role.open_ports_first:
                 public, grpc_server, host = await self._open_ports(role)
             await self.load_models()
@@ -161,7 +161,7 @@ class InferenceServer:
 
     async def _open_ports(
         self, role: ProtocolProcess
-    ) -> tuple[list[_Running], GrpcServer | None, asyncio.Server | None]:
+    ) -> tuple[list[Running], GrpcServer | None, asyncio.Server | None]:
         """The public ports; the model host's socket instead in the host (at a restart
         after its models, as ports: a protocol process reconnecting then finds a host
         that answers, or none, never one whose load would hold its requests)."""
@@ -170,16 +170,16 @@ class InferenceServer:
         public, grpc_server = await self._open_public()
         return public, grpc_server, None
 
-    async def _open_public(self) -> tuple[list[_Running], GrpcServer]:
+    async def _open_public(self) -> tuple[list[Running], GrpcServer]:
         """The public REST and gRPC ports, shared with the other protocol processes."""
-        public = self._run_servers(self._listen(shared=True))
+        public = run_servers(self._listen(shared=True))
         grpc_server = GrpcServer(self.grpc_edge(), self.settings, reuse_port=True)
         await grpc_server.start()
         for what, server, task in public:
-            await self._wait_started(what, server, task)
+            await wait_started(what, server, task, self.settings.host)
         return public, grpc_server
 
-    def _private_servers(self, role: ProtocolProcess) -> list[_Listening]:
+    def _private_servers(self, role: ProtocolProcess) -> list[Listening]:
         """The whole REST app without access rules (nor HTTP statistics: these are the
         coordinator's requests, not clients'), and the metrics exposition, each on its
         own unix socket."""
@@ -190,17 +190,12 @@ class InferenceServer:
         return [
             (
                 what,
-                SignalFreeServer(self._uvicorn_config(app, 0, uds=str(path), server_header=False)),
+                SignalFreeServer(
+                    uvicorn_config(self.settings, app, 0, uds=str(path), server_header=False)
+                ),
                 bind_unix(path),
             )
             for what, app, path in apps
-        ]
-
-    @staticmethod
-    def _run_servers(listening: list[_Listening]) -> list[_Running]:
-        return [
-            (what, server, asyncio.create_task(server.serve([sock]), name=what))
-            for what, server, sock in listening
         ]
 
     def rest_app(self) -> RestApp:
@@ -286,13 +281,13 @@ class InferenceServer:
     def stop(self) -> None:
         self._stop.set()
 
-    def _listen(self, shared: bool = False) -> list[_Listening]:
+    def _listen(self, shared: bool = False) -> list[Listening]:
         """The HTTP servers to run (REST, and metrics if on), each with its bound socket.
         ``shared``: a protocol process's REST port alone, bound with SO_REUSEPORT."""
         settings = self.settings
         fix = "set http_port to a free port"
         rest = listen_tcp(settings.host, settings.http_port, "the REST server", fix, shared)
-        servers: list[_Listening] = [("REST server", SignalFreeServer(self._rest_config()), rest)]
+        servers: list[Listening] = [("REST server", SignalFreeServer(self._rest_config()), rest)]
         if settings.metrics_enabled and not shared:
             fix = 'set metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
             metrics = listen_tcp(settings.host, settings.metrics_port, "metrics", fix)
@@ -301,7 +296,8 @@ class InferenceServer:
 
     def _rest_config(self) -> uvicorn.Config:
         settings = self.settings
-        return self._uvicorn_config(
+        return uvicorn_config(
+            self.settings,
             self.served_rest_app(),
             settings.http_port,
             root_path=settings.root_path,
@@ -313,8 +309,8 @@ class InferenceServer:
     def _metrics_config(self) -> uvicorn.Config:
         """The Prometheus endpoint: its own small server, on this event loop."""
         settings = self.settings
-        return self._uvicorn_config(
-            self._metrics_app(), settings.metrics_port, **metrics_options(settings)
+        return uvicorn_config(
+            self.settings, self._metrics_app(), settings.metrics_port, **metrics_options(settings)
         )
 
     def _metrics_app(self) -> Any:
@@ -331,33 +327,6 @@ class InferenceServer:
             registry.register(OnDemandCollector(self.dataplane.on_demand))
         return metrics_app(registry, settings.metrics_endpoint or "/metrics")
 
-    def _uvicorn_config(self, app: Any, port: int, **options: Any) -> uvicorn.Config:
-        """One of this process's HTTP servers, on this event loop, logging through ours.
-
-        ``access_log`` is the same for both: uvicorn's switch is one logger for all its
-        servers (metrics scrapes are kept out of it by a filter, see observability/logs.py)."""
-        return uvicorn.Config(
-            app,
-            host=self.settings.host,
-            port=port,
-            lifespan="off",
-            access_log=self.settings.access_log_enabled,
-            log_config=None,
-            **({"http": "httptools"} | options),
-        )
-
-    async def _wait_started(
-        self, what: str, server: uvicorn.Server, task: asyncio.Task[None]
-    ) -> None:
-        config = server.config
-        where = config.uds or f"{self.settings.host}:{config.port}"
-        while not server.started:
-            if task.done():
-                await task  # re-raises why it stopped
-                raise RuntimeError(f"The {what} on {where} stopped")
-            await asyncio.sleep(0.01)
-        logger.info("%s listening on %s", what, where)
-
     async def _wait_for_stop(self, *tasks: asyncio.Task[None]) -> None:
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -370,8 +339,8 @@ class InferenceServer:
     async def _shutdown(
         self,
         shutdown: Shutdown,
-        public: list[_Running],
-        others: list[_Running],
+        public: list[Running],
+        others: list[Running],
         grpc_server: GrpcServer | None,
     ) -> None:
         """Drain the public REST and gRPC servers, then unload the models and stop the
@@ -381,10 +350,10 @@ class InferenceServer:
             await self.poller.stop()
         if grpc_server is not None:
             grpc_stopped = grpc_server.stop(shutdown.seconds_until_servers_stop())
-            await asyncio.gather(_stop_servers(public), grpc_stopped)
+            await asyncio.gather(stop_servers(public), grpc_stopped)
         else:
-            await _stop_servers(public)
-        closing = asyncio.gather(self.close(), _stop_servers(others))
+            await stop_servers(public)
+        closing = asyncio.gather(self.close(), stop_servers(others))
         try:
             await asyncio.wait_for(closing, shutdown.seconds_until_close_ends())
         except TimeoutError:
@@ -394,10 +363,3 @@ class InferenceServer:
             )
         if self.tracing is not None:  # the last spans, within what is left of the grace
             self.tracing.shutdown(max(shutdown.seconds_until_close_ends(), 0.5))
-
-
-async def _stop_servers(servers: Sequence[_Running]) -> None:
-    for _, server, task in servers:
-        server.should_exit = True
-        with contextlib.suppress(Exception, SystemExit):
-            await task
