@@ -151,7 +151,17 @@ class Shutdown:
         return max(0.0, self._begun + after - time.monotonic())
 
     def finished(self) -> None:
-        """The orderly shutdown is done: nothing is left to force."""
+        """The orderly shutdown is done: nothing is left to force, unless model code
+        still runs in a thread of its model (a plain predict or generator run off the
+        event loop): the interpreter would wait for it at exit, past the deadline, so
+        the exit deadline stays armed and exits the process (status 1) at its time."""
+        running = model_threads_running()
+        if running:
+            logger.warning(
+                "Model code is still running (%s): the process exits at its shutdown deadline",
+                ", ".join(running),
+            )
+            return
         self._exit.cancel()
         if self._cut_timer is not None:
             self._cut_timer.cancel()
@@ -196,6 +206,26 @@ class Shutdown:
 
     def _in_flight(self) -> str:
         return f"{self._drain.calls} request(s) and {self._drain.streams} stream(s) in flight"
+
+
+# A model's threads (workers/loaded_model.py) are named after it with this prefix.
+MODEL_THREAD_PREFIX = "inferd-"
+# How long idle model threads get to end once their pools were shut.
+THREADS_ENDING_SECONDS = 0.2
+
+
+def model_threads_running() -> list[str]:
+    """The names of a model's threads still alive after a short wait: non-daemon, so
+    the interpreter would wait for them at its exit."""
+    until = time.monotonic() + THREADS_ENDING_SECONDS
+    running = []
+    for thread in threading.enumerate():
+        if thread.daemon or not thread.name.startswith(MODEL_THREAD_PREFIX):
+            continue
+        thread.join(max(0.0, until - time.monotonic()))
+        if thread.is_alive():
+            running.append(thread.name)
+    return running
 
 
 class ExitDeadline:
