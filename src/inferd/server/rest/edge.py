@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.context import RequestContext
 from inferd.server.access import ApiGuard
+from inferd.server.output_form import OutputForm
 from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import HEADER_LENGTH, decode_infer_request
 from inferd.server.rest.fastpath import (
@@ -103,8 +104,9 @@ class RestEdge:
         """The whole body, within max_request_size (gzip read too)."""
         return await self.body_reader.read(receive_chunks(receive), body_headers(headers))
 
-    def decode_v2(self, body: bytes, headers: AsgiHeaders) -> InferenceRequest:
-        """A V2 request (JSON, or JSON and binary tensors), shared-memory inputs read."""
+    def decode_v2(self, body: bytes, headers: AsgiHeaders) -> tuple[InferenceRequest, OutputForm]:
+        """A V2 request (JSON, or JSON and binary tensors), shared-memory inputs read,
+        and the form its outputs are asked in (server/output_form.py)."""
         header_length = headers.get(_HEADER_LENGTH)
         return decode_infer_request(
             body,

@@ -87,11 +87,11 @@ class InferEndpoint:
             if body is None:
                 edge.admit(headers)
                 body = await edge.read_body(headers, receive)
-            request = edge.decode_v2(body, headers)
+            request, form = edge.decode_v2(body, headers)
             context = edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
             shared = edge.answered(context, request, response)
-            content, json_length = encode_infer_response(response, request, shared)
+            content, json_length = encode_infer_response(response, form, shared)
         except Exception as error:
             status, content, answer_headers = http_error(error, f"inference on model {name!r}")
         else:

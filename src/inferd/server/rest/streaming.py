@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from inferd.server.output_form import PLAIN
 from inferd.server.rest.codec import (
     HEADER_LENGTH,
     JSON_CONTENT_TYPE,
@@ -57,13 +58,14 @@ class StreamedV2Bodies:
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
     ) -> tuple[InferenceRequest, Encoder]:
-        request = self.edge.decode_v2(body, headers)
-        _answer_in_json(request)
+        # Events are text: every output is answered in JSON, whatever binary_data asks
+        # (tritonclient sets binary_data_output unless told not to).
+        request, _ = self.edge.decode_v2(body, headers)
         return request, self.encode
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
         shared = self.edge.shared_outputs(request, response)
-        content, _ = encode_infer_response(response, request, shared)  # JSON: _answer_in_json
+        content, _ = encode_infer_response(response, PLAIN, shared)
         return content
 
 
@@ -143,11 +145,3 @@ def stream_endpoints(edge: RestEdge, infer: InferEndpoint) -> dict[str, ASGIApp]
         "generate": GenerateEndpoint(edge, infer),
         "generate_stream": EventStreamEndpoint(edge, either),
     }
-
-
-def _answer_in_json(request: InferenceRequest) -> None:
-    """Events are text: drop the binary tensor extension's output flags (tritonclient
-    sets binary_data_output unless asked not to), so every output comes back as JSON."""
-    request.parameters.pop("binary_data_output", None)
-    for output in request.outputs:
-        output.parameters.pop("binary_data", None)
