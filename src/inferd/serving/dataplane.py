@@ -174,6 +174,8 @@ class DataPlane:
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
+        if found.declared is not None:
+            found.declared.check(request)
         started = time.perf_counter_ns()
         cache, cache_key = found.cache, None
         if cache is not None:  # before the headers join the parameters: not in the key
@@ -219,6 +221,8 @@ class DataPlane:
         if not instance.streams:
             yield [await self.infer(name, version, request, context)]
             return
+        if found.declared is not None:
+            found.declared.check(request)
         if instance.wants_headers:
             pass_headers(request, context)
         stream = self.drain.open_stream()

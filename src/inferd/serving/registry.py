@@ -24,6 +24,7 @@ from inferd.errors import (
     ModelNotReady,
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.declared_inputs import DeclaredInputs, declared_inputs
 from inferd.serving.placement import Placement, passed_through
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
@@ -52,6 +53,8 @@ class ModelVersion(NamedBySettings):
     stats: ModelStats | None = None
     # Its entries in the response cache, when the server and the model turn it on.
     cache: VersionCache | None = None
+    # The inputs its settings declare, checked on each request (None: none declared).
+    declared: DeclaredInputs | None = None
 
 
 @dataclass(slots=True)
@@ -216,6 +219,7 @@ class Registry:
             hosted=hosted,
         )
         new.cache = None if hosted else self._bind_cache(settings, new.stats)
+        new.declared = declared_inputs(settings.name, settings.inputs)
         new.state = ModelState.READY
         new.load_seconds = time.perf_counter() - started
         model.versions[settings.version] = new
