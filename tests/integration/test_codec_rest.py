@@ -166,7 +166,10 @@ def test_binary_answers_per_output_and_by_default() -> None:
     [
         ({"parameters": {"binary_data_output": "yes"}}, "'binary_data_output' must be true"),
         ({"outputs": [{"name": "o", "parameters": {"binary_data": 1}}]}, "'binary_data'"),
-        ({"outputs": [{"name": "o", "parameters": {"classification": 1}}]}, "classification"),
+        (
+            {"outputs": [{"name": "o", "parameters": {"classification": True}}]},
+            "'classification' must be an integer >= 1",
+        ),
         ({"outputs": [{"name": "o"}, {"name": "p"}, {"name": "o"}]}, "'o' appears more than once"),
         ({"outputs": [{"name": "o"}, {"name": "o", "parameters": {}}]}, "'o' appears more than"),
     ],

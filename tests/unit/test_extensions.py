@@ -6,6 +6,7 @@ from inferd.serving.extensions import served_extensions
 from inferd.settings import ServerSettings
 
 ALWAYS = [
+    "classification",
     "sequence",
     "schedule_policy",
     "model_configuration",

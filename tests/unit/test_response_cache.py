@@ -52,7 +52,7 @@ def grpc_request() -> InferenceRequest:
         message.inputs.add(name=name, datatype=datatype, shape=shape)
     message.raw_input_contents.append(np.asarray(FEATURES, dtype="<f4").tobytes())
     message.raw_input_contents.append(b"".join(len(w).to_bytes(4, "little") + w for w in WORDS))
-    return decode_grpc(message)
+    return decode_grpc(message)[0]
 
 
 def base() -> InferenceRequest:

@@ -231,7 +231,7 @@ def test_grpc_inputs_in_shared_memory_take_no_raw_contents(make_object: Maker) -
     shared.parameters[shm.BYTE_SIZE].int64_param = 16
     message.inputs.add(name="b", datatype="INT32", shape=[2])
     message.raw_input_contents.append(np.array([7, 8], dtype=np.int32).tobytes())
-    request = decode_infer_request(message, regions)
+    request, _ = decode_infer_request(message, regions)
     assert [t.data.tolist() for t in request.inputs] == [[0, 1, 2, 3], [7, 8]]
     assert request.inputs[0].parameters == {}
     message.raw_input_contents.append(b"\0" * 8)  # one too many: "a" has none

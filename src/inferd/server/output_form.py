@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.errors import InvalidRequest
+from inferd.types import RequestedOutput
 
 BINARY_OUTPUT = "binary_data_output"  # request: every output as raw bytes (REST)
 BINARY_DATA = "binary_data"  # output: this one as raw bytes, or not (REST)
@@ -57,3 +58,21 @@ def class_count(parameters: dict[str, Any], output: str) -> int | None:
             f"Output {output!r}: parameter 'classification' must be an integer >= 1, got {value!r}"
         )
     return value
+
+
+def taken_from_outputs(outputs: list[RequestedOutput], form: OutputForm) -> OutputForm:
+    """``form`` with what the requested outputs ask of their own form (``binary_data``,
+    ``classification``), taken out of their parameters; a new one if it changes PLAIN."""
+    for output in outputs:
+        parameters = output.parameters
+        if BINARY_DATA not in parameters and CLASSIFICATION not in parameters:
+            continue
+        binary = flag(parameters, BINARY_DATA, f"Output {output.name!r}: ")
+        classes = class_count(parameters, output.name)
+        if form is PLAIN:
+            form = OutputForm()
+        if binary is not None:
+            form.binary[output.name] = binary
+        if classes is not None:
+            form.classes[output.name] = classes
+    return form

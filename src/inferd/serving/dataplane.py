@@ -130,6 +130,13 @@ class DataPlane:
         instances = self.registry.instances(found)
         return model_config(found.settings, instances, self.settings.max_queue_size)
 
+    def classified(self, response: InferenceResponse, counts: dict[str, int]) -> InferenceResponse:
+        """``response`` with the outputs in ``counts`` answered as their top classes
+        (Triton's classification extension, inferd.triton.classification)."""
+        found = self.registry.find(response.model_name, response.model_version)
+        assert found.classifier is not None  # set as the version loads
+        return found.classifier.classified(response, counts)
+
     # Logging (Triton's logging extension)
 
     def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from inferd.server.output_form import (
     BINARY_SIZE,
     PLAIN,
     OutputForm,
-    class_count,
     flag,
+    taken_from_outputs,
 )
 from inferd.tensors.encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 from inferd.triton.shm import (
@@ -128,25 +128,10 @@ def _requested_outputs(
     refuse_repeated_outputs([output.name for output in outputs])
     requested = []
     for output in outputs:
-        parameters = output.parameters or {}
-        if parameters:
-            check_parameters(parameters, f"Output {output.name!r}: parameters")
-            binary = flag(parameters, BINARY_DATA, f"Output {output.name!r}: ")
-            classes = class_count(parameters, output.name)
-            if binary is not None or classes is not None:
-                if form is PLAIN:
-                    form = OutputForm()
-                if binary is not None:
-                    form.binary[output.name] = binary
-                if classes is not None:
-                    form.classes[output.name] = classes
-        requested.append(RequestedOutput(output.name, parameters))
-    if form.classes:
-        raise InvalidRequest(
-            f"Output {next(iter(form.classes))!r} asks for the classification extension, "
-            "which this server does not implement"
-        )
-    return requested, form
+        if output.parameters:
+            check_parameters(output.parameters, f"Output {output.name!r}: parameters")
+        requested.append(RequestedOutput(output.name, output.parameters or {}))
+    return requested, taken_from_outputs(requested, form)
 
 
 MAX_PARAMETER_DEPTH = 32

@@ -90,6 +90,8 @@ class InferEndpoint:
             request, form = edge.decode_v2(body, headers)
             context = edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
+            if form.classes:
+                response = self.dataplane.classified(response, form.classes)
             shared = edge.answered(context, request, response)
             content, json_length = encode_infer_response(response, form, shared)
         except Exception as error:

@@ -15,6 +15,7 @@ through the REST edge (server/rest/edge.py), as /infer does.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from inferd.server.output_form import PLAIN
@@ -60,8 +61,15 @@ class StreamedV2Bodies:
     ) -> tuple[InferenceRequest, Encoder]:
         # Events are text: every output is answered in JSON, whatever binary_data asks
         # (tritonclient sets binary_data_output unless told not to).
-        request, _ = self.edge.decode_v2(body, headers)
+        request, form = self.edge.decode_v2(body, headers)
+        if form.classes:
+            return request, functools.partial(self.encode_classes, form.classes)
         return request, self.encode
+
+    def encode_classes(
+        self, classes: dict[str, int], response: InferenceResponse, request: InferenceRequest
+    ) -> bytes:
+        return self.encode(self.edge.dataplane.classified(response, classes), request)
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
         shared = self.edge.shared_outputs(request, response)
