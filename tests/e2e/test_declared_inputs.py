@@ -175,7 +175,12 @@ def test_batch_dimension_is_any_size_but_the_rest_is_declared(declaring: ServerP
 
 @pytest.mark.parametrize(
     ("model", "route"),
-    [("llm", "generate_stream"), ("free_llm", "generate"), ("free_llm", "generate_stream")],
+    [
+        ("llm", "generate"),
+        ("llm", "generate_stream"),
+        ("free_llm", "generate"),
+        ("free_llm", "generate_stream"),
+    ],
 )
 def test_an_empty_generate_body_is_400(declaring: ServerProcess, model: str, route: str) -> None:
     with httpx.Client(base_url=declaring.url, timeout=30) as rest:

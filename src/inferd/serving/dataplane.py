@@ -81,6 +81,12 @@ class DataPlane:
         instance = self.registry.get_ready(name, version).instance
         return instance is not None and instance.streams
 
+    def model_predicts(self, name: str, version: str | None = None) -> bool:
+        """Whether the ready version answers ``infer`` (one that only streams does not);
+        raises if not ready."""
+        instance = self.registry.get_ready(name, version).instance
+        return instance is not None and instance.predicts
+
     def custom_route(self, method: str, path: str) -> tuple[str, str | None, str] | None:
         """The ready model version serving the runtime's own route ``method path``
         (MLServer's custom handlers): its name, version and handler; None if none does."""

@@ -33,7 +33,9 @@ _GENERATE_DESCRIPTION = (
     "key as an input typed from its JSON value. The answer is flat too: model_name, "
     "model_version, id, and one key per output (one element as a value, more as a list). "
     "A V2 inference request (its `inputs` a list of objects; MLServer's clients send "
-    "these) is answered as {route} answers it."
+    "these) is answered as {route} answers it. /generate answers a model that only "
+    "streams when it sends exactly one response (400 otherwise); on /generate_stream "
+    "the model's failure before its first response is an error event."
 )
 _GENERATE_EXAMPLE = {"text_input": "Hello", "parameters": {"max_tokens": 16}}
 EVENT_STREAM_MEDIA_TYPE = "text/event-stream"
