@@ -87,7 +87,7 @@ class InferEndpoint:
             if body is None:
                 edge.admit(headers)
                 body = await edge.read_body(headers, receive)
-            request, form = edge.decode_v2(body, headers)
+            request, form = edge.decode_v2(body, headers, name, version)
             context = edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
             if form.classes:

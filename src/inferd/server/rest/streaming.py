@@ -66,7 +66,7 @@ class StreamedV2Bodies:
     ) -> tuple[InferenceRequest, Encoder]:
         # Events are text: every output is answered in JSON, whatever binary_data asks
         # (tritonclient sets binary_data_output unless told not to).
-        request, form = self.edge.decode_v2(body, headers)
+        request, form = self.edge.decode_v2(body, headers, name, version)
         if form.classes:
             return request, functools.partial(self.encode_classes, form.classes)
         return request, self.encode
