@@ -118,6 +118,15 @@ def test_what_a_raw_body_cannot_be_is_a_clear_400(
     assert fragment in response.json()["error"]
 
 
+def test_a_body_labelled_json_is_refused(rest: httpx.Client) -> None:
+    """A JSON request whose header length was mistaken for 0, not tensor bytes."""
+    body = json.dumps({"inputs": []}).encode()
+    headers = RAW | {"Content-Type": "application/json"}
+    response = rest.post("/v2/models/fixed/infer", content=body, headers=headers)
+    assert response.status_code == 400
+    assert "its Content-Type is application/json" in response.json()["error"]
+
+
 def test_an_unknown_model_is_404(rest: httpx.Client) -> None:
     response = rest.post("/v2/models/nope/infer", content=VALUES.tobytes(), headers=RAW)
     assert response.status_code == 404

@@ -62,7 +62,7 @@ def _model_infer(operation_id: str, example: Schema) -> Schema:
     ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
     length = "With binary outputs: the length of the JSON header"
     ok["headers"] = {_HEADER_LENGTH: {"description": length, "schema": LENGTH}}
-    header = {"name": _HEADER_LENGTH, "in": "header", "description": length, "schema": LENGTH}
+    header = _binary_inputs_header()
     return _inference(
         operation_id, "Inference", ok, _INFER_DESCRIPTION, _v2_request(example), header
     )
@@ -118,7 +118,8 @@ def _binary_inputs_header() -> Schema:
     return {
         "name": _HEADER_LENGTH,
         "in": "header",
-        "description": "With binary inputs: the length of the JSON header",
+        "description": "With binary inputs: the length of the JSON header; 0: the body "
+        "is the raw bytes of the model's one input (not application/json)",
         "schema": LENGTH,
     }
 

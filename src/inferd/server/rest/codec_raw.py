@@ -8,8 +8,10 @@ flat generate value's are (the last ``-1`` takes what is left, others are 1); a
 body that does not make a whole number of elements, or too many or too few for the
 declared shape, is refused. BYTES inputs (whose elements carry their own lengths)
 and models with several inputs, or none declared, need a JSON header and are
-refused with a 400 that says so. As in Triton, every output of such a request is
-answered as raw bytes after a JSON header (``binary_data_output``).
+refused with a 400 that says so, as is a body labelled ``application/json`` (a
+JSON request whose header length was mistaken; Triton reads it as raw bytes).
+As in Triton, every output of such a request is answered as raw bytes after a
+JSON header (``binary_data_output``).
 """
 
 from __future__ import annotations
@@ -27,9 +29,16 @@ NEEDS_HEADER = "send a JSON header (Inference-Header-Content-Length > 0) that na
 
 
 def decode_raw_request(
-    body: bytes, model: str, declared: Sequence[MetadataTensor]
+    body: bytes, model: str, declared: Sequence[MetadataTensor], content_type: bytes | None
 ) -> tuple[InferenceRequest, OutputForm]:
-    """The request a raw body stands for, given the model's declared inputs."""
+    """The request a raw body stands for, given the model's declared inputs; a body
+    labelled JSON is refused (its header's length was surely meant, not 0)."""
+    if content_type is not None and content_type.lower().startswith(b"application/json"):
+        raise InvalidRequest(
+            "Inference-Header-Content-Length: 0 makes the body the raw bytes of the "
+            "model's one input, but its Content-Type is application/json: give the JSON "
+            "header's length, or send the raw bytes as application/octet-stream"
+        )
     if len(declared) != 1:
         names = ", ".join(repr(tensor.name) for tensor in declared) or "none"
         raise InvalidRequest(

@@ -114,7 +114,7 @@ class RestEdge:
         header_length = headers.get(_HEADER_LENGTH)
         if header_length is not None and header_length.strip() == b"0":
             declared = self.dataplane.model_metadata(name, version).inputs  # 404/503 first
-            return decode_raw_request(body, name, declared)
+            return decode_raw_request(body, name, declared, headers.get(b"content-type"))
         return decode_infer_request(
             body,
             header_length.decode("latin-1") if header_length is not None else None,
