@@ -140,9 +140,9 @@ async def _through_worker(
 ) -> tuple[float, float]:
     started, worker_started = time.process_time(), cpu_seconds(worker)
     for _ in range(calls):
-        request = decode_infer_request(body, None)
+        request, form = decode_infer_request(body, None)
         response = await dataplane.infer(name, None, request, RequestContext(headers=HEADERS))
-        encode_infer_response(response, request)
+        encode_infer_response(response, form)
     main = time.process_time() - started
     in_worker = cpu_seconds(worker) - worker_started
     return main / calls * 1e6, in_worker / calls * 1e6
@@ -206,7 +206,7 @@ def _served(
 
     def run() -> bytes:
         context = RequestContext(headers=HEADERS)
-        request = decode_infer_request(body, None)
+        request, form = decode_infer_request(body, None)
         if wants_headers:
             pass_headers(request, context)
         crossed = ipc.unpack_request(_pickled(ipc.pack_request(request)))
@@ -217,7 +217,7 @@ def _served(
         answer: InferenceResponse = ipc.unpack_response(_pickled(ipc.pack_response(response)))
         if wants_headers:
             take_response_headers(answer, context)
-        encoded, _ = encode_infer_response(answer, request)
+        encoded, _ = encode_infer_response(answer, form)
         return encoded
 
     return run

@@ -316,12 +316,17 @@ def test_integers_beyond_64_bits_in_parameters_are_400(
 ) -> None:
     """They used to reach the model and fail with a 500 when echoed back (orjson)."""
     features = {"name": "features", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}
-    body = json.dumps({"inputs": [features], **where})
+    declared = [  # echo declares its inputs: a request carries them all
+        {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]},
+        {"name": "mask", "shape": [2], "datatype": "BOOL", "data": [True, False]},
+    ]
+    body = json.dumps({"inputs": [features, *declared], **where})
     response = client.post("/v2/models/echo/infer", content=body)
     assert response.status_code == 400, response.text
     assert "integer beyond 64 bits" in response.json()["error"]
     features["parameters"] = {"big": 2**64 - 1}  # the largest a UINT64 holds is fine
-    assert client.post("/v2/models/echo/infer", json={"inputs": [features]}).status_code == 200
+    fitting = {"inputs": [features, *declared]}
+    assert client.post("/v2/models/echo/infer", json=fitting).status_code == 200
 
 
 def test_a_wrong_method_is_405_naming_the_allowed_ones(client: httpx.Client) -> None:

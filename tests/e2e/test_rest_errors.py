@@ -82,12 +82,13 @@ BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
         {},
         "'binary_data' must be true or false",
     ),
-    "classification": (
+    "classification of BYTES": (
         body(
-            tensor("FP32", [1], [1]), outputs=[{"name": "t", "parameters": {"classification": 2}}]
+            tensor("BYTES", [1], ["a"]),
+            outputs=[{"name": "t", "parameters": {"classification": 2}}],
         ),
         {},
-        "classification extension",
+        "unsupported type 'BYTES'",
     ),
     "header length not a number": (body(), {"Inference-Header-Content-Length": "x"}, "integer"),
     "header length past the body": (

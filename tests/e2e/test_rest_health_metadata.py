@@ -76,6 +76,7 @@ def test_server_metadata_lists_the_implemented_extensions(rest: httpx.Client) ->
         "name": "inferd",
         "version": __version__,
         "extensions": [
+            "classification",
             "sequence",
             "model_repository",
             "schedule_policy",

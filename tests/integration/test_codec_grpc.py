@@ -36,13 +36,15 @@ def typed(datatype: str, shape: list[int], field: str, values: list[Any]) -> pb.
 def test_typed_contents_become_arrays_of_the_datatype(
     datatype: str, field: str, values: list[Any], dtype: type
 ) -> None:
-    (tensor,) = decode_infer_request(typed(datatype, [len(values)], field, values)).inputs
+    (tensor,) = decode_infer_request(typed(datatype, [len(values)], field, values))[0].inputs
     assert tensor.data.dtype == dtype
     assert tensor.data.tolist() == values
 
 
 def test_bytes_contents_keep_their_shape() -> None:
-    (tensor,) = decode_infer_request(typed("BYTES", [2, 1], "bytes_contents", [b"a", b""])).inputs
+    (tensor,) = decode_infer_request(typed("BYTES", [2, 1], "bytes_contents", [b"a", b""]))[
+        0
+    ].inputs
     assert tensor.data.shape == (2, 1) and tensor.data.ravel().tolist() == [b"a", b""]
 
 
@@ -50,7 +52,7 @@ def test_raw_contents_are_read_without_a_copy_per_element() -> None:
     values = np.arange(6, dtype=np.float32).reshape(2, 3)
     message = pb.ModelInferRequest(model_name="m", raw_input_contents=[values.tobytes()])
     message.inputs.add(name="t", datatype="FP32", shape=[2, 3])
-    (tensor,) = decode_infer_request(message).inputs
+    (tensor,) = decode_infer_request(message)[0].inputs
     np.testing.assert_array_equal(tensor.data, values)
 
 
@@ -88,7 +90,7 @@ def test_request_fields_and_parameters() -> None:
     message.parameters["unset"].CopyFrom(pb.InferParameter())
     output = message.outputs.add(name="o")
     output.parameters["k"].int64_param = 3
-    request = decode_infer_request(message)
+    request, _ = decode_infer_request(message)
     assert (request.id, request.parameters) == ("r", {"raw_output": False})
     assert [(o.name, o.parameters) for o in request.outputs] == [("o", {"k": 3})]
     assert wants_raw_output(request) is False

@@ -17,7 +17,7 @@ from inferd.server.rest.codec import (
     decode_infer_request,
     encode_infer_response,
 )
-from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferd.types import InferenceResponse, RequestedOutput, Tensor
 
 
 def binary_request(header: dict[str, Any], payload: bytes) -> tuple[bytes, str]:
@@ -45,7 +45,7 @@ def test_json_and_binary_inputs_mix_in_one_request() -> None:
         ],
     }
     body, length = binary_request(header, np.array([0.5, 1.5]).tobytes() + words)
-    request = decode_infer_request(body, length)
+    request, _ = decode_infer_request(body, length)
     assert request.id == "7"
     j, b, w = request.inputs
     assert (j.data.dtype, j.data.tolist()) == (np.int16, [[1], [2]])
@@ -63,7 +63,7 @@ def test_a_zero_length_header_leaves_the_whole_body_binary() -> None:
 
 def test_an_empty_tensor_in_binary() -> None:
     body, length = binary_request({"inputs": [sized("e", "FP32", [0, 3], 0)]}, b"")
-    assert decode_infer_request(body, length).inputs[0].data.shape == (0, 3)
+    assert decode_infer_request(body, length)[0].inputs[0].data.shape == (0, 3)
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_json_answers_carry_what_the_model_said() -> None:
         id="r",
         parameters={"took": 1},
     )
-    body, length = encode_infer_response(answer, InferenceRequest(inputs=[]))
+    body, length = encode_infer_response(answer)
     assert length is None
     assert orjson.loads(body) == {
         "model_name": "m",
@@ -142,12 +142,17 @@ def test_json_answers_carry_what_the_model_said() -> None:
 
 def test_binary_answers_per_output_and_by_default() -> None:
     answer = response(Tensor("a", np.arange(3, dtype=np.int32)), Tensor("b", np.ones(2)))
-    request = InferenceRequest(
-        inputs=[],
-        parameters={"binary_data_output": True},
-        outputs=[RequestedOutput("b", {"binary_data": False})],
-    )
-    body, length = encode_infer_response(answer, request)
+    tensor = {"name": "t", "datatype": "FP32", "shape": [1], "data": [1]}
+    asked = {
+        "inputs": [tensor],
+        "parameters": {"binary_data_output": True, "key1": "v"},
+        "outputs": [{"name": "b", "parameters": {"binary_data": False, "top": 2}}],
+    }
+    request, form = decode_infer_request(orjson.dumps(asked), None)
+    # The model sees only the user's parameters; the edge keeps the form.
+    assert request.parameters == {"key1": "v"}
+    assert request.outputs == [RequestedOutput("b", {"top": 2})]
+    body, length = encode_infer_response(answer, form)
     assert length is not None
     head = orjson.loads(body[:length])
     assert head["outputs"][0]["parameters"] == {"binary_data_size": 12}
@@ -161,7 +166,10 @@ def test_binary_answers_per_output_and_by_default() -> None:
     [
         ({"parameters": {"binary_data_output": "yes"}}, "'binary_data_output' must be true"),
         ({"outputs": [{"name": "o", "parameters": {"binary_data": 1}}]}, "'binary_data'"),
-        ({"outputs": [{"name": "o", "parameters": {"classification": 1}}]}, "classification"),
+        (
+            {"outputs": [{"name": "o", "parameters": {"classification": True}}]},
+            "'classification' must be an integer >= 1",
+        ),
         ({"outputs": [{"name": "o"}, {"name": "p"}, {"name": "o"}]}, "'o' appears more than once"),
         ({"outputs": [{"name": "o"}, {"name": "o", "parameters": {}}]}, "'o' appears more than"),
     ],

@@ -300,7 +300,7 @@ async def test_a_partial_failure_answers_the_refusal_and_says_which_process(
         regions_of(second).register("r", region["key"], 0, 16)
         answer = await first.public.post("/v2/systemsharedmemory/region/r/register", json=region)
         assert answer.status_code == 400
-        assert "registered already" in answer.json()["error"]
+        assert "already in manager" in answer.json()["error"]
         assert "Protocol process 1 refused POST /v2/systemsharedmemory/region/r/register" in (
             caplog.text
         )

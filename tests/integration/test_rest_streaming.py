@@ -217,10 +217,13 @@ async def test_binary_tensor_data_is_accepted_and_answered_as_json(
 
 
 async def test_a_streaming_only_model_refuses_unary_calls(rest: httpx.AsyncClient) -> None:
-    for path, body in (("infer", stream_body()), ("generate", {"text_input": "a"})):
-        response = await rest.post(f"/v2/models/tokens/{path}", json=body)
-        assert response.status_code == 400
-        assert "/infer_stream" in response.json()["error"]
+    response = await rest.post("/v2/models/tokens/infer", json=stream_body())
+    assert response.status_code == 400
+    assert "/infer_stream" in response.json()["error"]
+    # /generate takes it when it sends exactly one response (Triton's decoupled models).
+    response = await rest.post("/v2/models/tokens/generate", json={"text_input": "a"})
+    assert response.status_code == 400
+    assert "more than one response" in response.json()["error"]
 
 
 @pytest.mark.parametrize("model", ["tokens", "thread-tokens"])

@@ -6,6 +6,7 @@ from inferd.serving.extensions import served_extensions
 from inferd.settings import ServerSettings
 
 ALWAYS = [
+    "classification",
     "sequence",
     "schedule_policy",
     "model_configuration",
@@ -29,22 +30,22 @@ class Regions:
 
 def test_the_defaults_list_the_repository_but_no_shared_memory() -> None:
     served = served_extensions(ServerSettings(), None)
-    assert served == ["sequence", "model_repository", *ALWAYS[1:]]
-    assert "cuda_shared_memory" not in served and "classification" not in served
+    assert served == ["classification", "sequence", "model_repository", *ALWAYS[2:]]
+    assert "cuda_shared_memory" not in served
 
 
 def test_shared_memory_on_and_the_repository_api_off() -> None:
     settings = ServerSettings(shared_memory_enabled=True, model_repository_api=False)
     served = served_extensions(settings, Regions(gpu=False))
     assert "model_repository" not in served
-    assert served == [*ALWAYS[:3], "system_shared_memory", *ALWAYS[3:]]
+    assert served == [*ALWAYS[:4], "system_shared_memory", *ALWAYS[4:]]
 
 
 def test_cuda_shared_memory_only_where_a_gpu_can_be_used() -> None:
     on = ServerSettings(shared_memory_enabled=True)
     with_gpu = served_extensions(on, Regions(gpu=True))
     shared = ["system_shared_memory", "cuda_shared_memory"]
-    assert with_gpu == [ALWAYS[0], "model_repository", *ALWAYS[1:3], *shared, *ALWAYS[3:]]
+    assert with_gpu == [*ALWAYS[:2], "model_repository", *ALWAYS[2:4], *shared, *ALWAYS[4:]]
     assert "cuda_shared_memory" not in served_extensions(on, Regions(gpu=False))
 
 

@@ -11,7 +11,7 @@ from inferd.custom_calls import HandlerCall, handler_request
 from inferd.observability.stats import ModelStats
 from inferd.protocol import pb
 from inferd.server.grpc.codec import decode_infer_request as decode_grpc
-from inferd.server.rest.codec import decode_infer_request as decode_rest
+from inferd.server.rest.codec import decode_infer_request
 from inferd.serving.response_cache import ResponseCache, request_digest
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -52,7 +52,7 @@ def grpc_request() -> InferenceRequest:
         message.inputs.add(name=name, datatype=datatype, shape=shape)
     message.raw_input_contents.append(np.asarray(FEATURES, dtype="<f4").tobytes())
     message.raw_input_contents.append(b"".join(len(w).to_bytes(4, "little") + w for w in WORDS))
-    return decode_grpc(message)
+    return decode_grpc(message)[0]
 
 
 def base() -> InferenceRequest:
@@ -65,6 +65,10 @@ def base() -> InferenceRequest:
         parameters={"content_type": "np"},
         outputs=[RequestedOutput("y", {"top": 1})],
     )
+
+
+def decode_rest(body: bytes, header_length: str | None) -> InferenceRequest:
+    return decode_infer_request(body, header_length)[0]
 
 
 def test_json_binary_and_grpc_encodings_of_the_same_tensors_share_a_key() -> None:

@@ -59,13 +59,13 @@ def test_register_checks_the_object_and_the_prefix(make_object: Maker) -> None:
     with pytest.raises(InvalidRequest, match="shared_memory_key_prefix"):
         shm.SharedMemoryRegistry(key_prefix="/other-").register("r", key, 0, 8)
     regions.register("r", key, 0, 64)
-    with pytest.raises(InvalidRequest, match="registered already"):
+    with pytest.raises(InvalidRequest, match="already in manager"):
         regions.register("r", key, 0, 8)
     assert regions.status() == [{"name": "r", "key": key, "offset": 0, "byte_size": 64}]
     regions.unregister("r")
     regions.unregister("r")  # again: nothing to do, as in Triton
     assert regions.status() == []
-    with pytest.raises(shm.RegionNotFound, match="no system shared memory region 'r'"):
+    with pytest.raises(shm.RegionNotFound, match="Unable to find system shared memory region: 'r'"):
         regions.status("r")
 
 
@@ -83,7 +83,10 @@ def test_inputs_are_read_only_views_of_the_clients_memory(make_object: Maker) ->
 
 @pytest.mark.parametrize(
     ("offset", "size", "message"),
-    [(250, 16, "do not fit in shared memory region 'r'"), (0, 12, "needs 16 bytes")],
+    [
+        (250, 16, "Invalid offset \\+ byte size for shared memory region: 'r'"),
+        (0, 12, "needs 16 bytes"),
+    ],
 )
 def test_inputs_outside_their_region_are_refused(
     make_object: Maker, offset: int, size: int, message: str
@@ -113,7 +116,7 @@ def test_unregistering_a_region_in_use_keeps_its_views_valid(make_object: Maker)
     array = shm.read_input(regions, "x", "UINT8", [8], {shm.REGION: "r", shm.BYTE_SIZE: 8})
     regions.unregister()  # every region, while the request still holds its view
     assert array.sum() == 40
-    with pytest.raises(InvalidRequest, match="no shared memory region 'r'"):
+    with pytest.raises(InvalidRequest, match="Unable to find shared memory region: 'r'"):
         shm.read_input(regions, "x", "UINT8", [8], {shm.REGION: "r", shm.BYTE_SIZE: 8})
 
 
@@ -147,7 +150,7 @@ def test_an_output_larger_than_its_region_is_refused(make_object: Maker) -> None
     outputs = [RequestedOutput("y", {shm.REGION: "small", shm.BYTE_SIZE: 8})]
     with pytest.raises(InvalidRequest, match="more than the 8 bytes given in shared memory"):
         shm.write_outputs(regions, outputs, [Tensor("y", np.zeros(4, np.int32))])
-    with pytest.raises(InvalidRequest, match="do not fit in shared memory region 'small'"):
+    with pytest.raises(InvalidRequest, match="for shared memory region: 'small'"):
         shm.check_outputs(regions, [RequestedOutput("y", {shm.REGION: "small", shm.OFFSET: 60,
                                                           shm.BYTE_SIZE: 8})])  # fmt: skip
 
@@ -231,7 +234,7 @@ def test_grpc_inputs_in_shared_memory_take_no_raw_contents(make_object: Maker) -
     shared.parameters[shm.BYTE_SIZE].int64_param = 16
     message.inputs.add(name="b", datatype="INT32", shape=[2])
     message.raw_input_contents.append(np.array([7, 8], dtype=np.int32).tobytes())
-    request = decode_infer_request(message, regions)
+    request, _ = decode_infer_request(message, regions)
     assert [t.data.tolist() for t in request.inputs] == [[0, 1, 2, 3], [7, 8]]
     assert request.inputs[0].parameters == {}
     message.raw_input_contents.append(b"\0" * 8)  # one too many: "a" has none

@@ -93,10 +93,14 @@ def test_register_status_and_unregister_by_kind(
     assert regions.status(kind=shm.SYSTEM) == []
     with pytest.raises(shm.RegionNotFound, match="registered as CUDA shared memory, not system"):
         regions.status("gpu", shm.SYSTEM)
-    with pytest.raises(shm.RegionNotFound, match="no CUDA shared memory region 'other'"):
+    with pytest.raises(
+        shm.RegionNotFound, match="Unable to find cuda shared memory region: 'other'"
+    ):
         regions.status("other", shm.CUDA)
     # One namespace for both kinds: a name is taken whatever its kind.
-    with pytest.raises(InvalidRequest, match="registered already \\(as CUDA shared memory\\)"):
+    with pytest.raises(
+        InvalidRequest, match="already in manager \\(registered as CUDA shared memory\\)"
+    ):
         regions.register("gpu", "/whatever", 0, 8)
     regions.unregister(None, shm.SYSTEM)  # the system kind only: the CUDA region stays
     regions.unregister("gpu", shm.SYSTEM)
@@ -159,7 +163,7 @@ def test_inputs_are_host_copies_read_at_their_offset(
 
 @pytest.mark.parametrize(
     ("offset", "size", "message"),
-    [(250, 16, "do not fit in shared memory region 'r' of 256 bytes"), (0, 12, "needs 16 bytes")],
+    [(250, 16, "16 bytes at offset 250 do not fit in its 256 bytes"), (0, 12, "needs 16 bytes")],
 )
 def test_inputs_outside_their_region_are_refused(
     cuda: FakeCuda, regions: shm.SharedMemoryRegistry, offset: int, size: int, message: str
@@ -190,7 +194,7 @@ def test_outputs_are_written_into_the_device_memory(
     too_big = [RequestedOutput("n", parameters("out", 8))]
     with pytest.raises(InvalidRequest, match="more than the 8 bytes given in shared memory"):
         shm.write_outputs(regions, too_big, tensors)
-    with pytest.raises(InvalidRequest, match="do not fit in shared memory region 'out'"):
+    with pytest.raises(InvalidRequest, match="for shared memory region: 'out'"):
         shm.check_outputs(regions, [RequestedOutput("n", parameters("out", 16, 56))])
 
 
@@ -200,7 +204,7 @@ def test_an_unregistered_region_is_neither_read_nor_written(
     regions.register_cuda("r", cuda.allocate(16)[0], 0, 16)
     region = regions.region("r", "Output 'y'")
     regions.unregister("r", shm.CUDA)
-    with pytest.raises(InvalidRequest, match="no shared memory region 'r'"):
+    with pytest.raises(InvalidRequest, match="Unable to find shared memory region: 'r'"):
         shm.read_input(regions, "x", "UINT8", [16], parameters("r", 16))
     with pytest.raises(InvalidRequest, match="was unregistered"):
         region.span(0, 16, "Output 'y'")  # a request that looked it up before

@@ -93,6 +93,12 @@ class DataPlane:
         instance = self.registry.get_ready(name, version).instance
         return instance is not None and instance.streams
 
+    def model_predicts(self, name: str, version: str | None = None) -> bool:
+        """Whether the ready version answers ``infer`` (one that only streams does not);
+        raises if not ready."""
+        instance = self.registry.get_ready(name, version).instance
+        return instance is not None and instance.predicts
+
     def custom_route(self, method: str, path: str) -> tuple[str, str | None, str] | None:
         """The ready model version serving the runtime's own route ``method path``
         (MLServer's custom handlers): its name, version and handler; None if none does."""
@@ -142,6 +148,13 @@ class DataPlane:
         instances = self.registry.instances(found)
         return model_config(found.settings, instances, self.settings.max_queue_size)
 
+    def classified(self, response: InferenceResponse, counts: dict[str, int]) -> InferenceResponse:
+        """``response`` with the outputs in ``counts`` answered as their top classes
+        (Triton's classification extension, inferd.triton.classification)."""
+        found = self.registry.find(response.model_name, response.model_version)
+        assert found.classifier is not None  # set as the version loads
+        return found.classifier.classified(response, counts)
+
     # Logging (Triton's logging extension)
 
     def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -190,6 +203,8 @@ class DataPlane:
         assert scheduler is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
+        if found.declared is not None:
+            found.declared.check(request)
         started = time.perf_counter_ns()
         cache, cache_key = found.cache, None
         if cache is not None:  # before the headers join the parameters: not in the key
@@ -248,6 +263,8 @@ class DataPlane:
         if not instance.streams:
             yield [await self.infer(name, version, request, context)]
             return
+        if found.declared is not None:
+            found.declared.check(request)
         if instance.wants_headers:
             pass_headers(request, context)
         stream = self.drain.open_stream()

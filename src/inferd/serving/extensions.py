@@ -4,9 +4,9 @@
 Clients read the list to decide what to call (tritonclient's examples, perf
 tools, proxies); listing an extension the server refuses sends them into errors.
 Triton's own list is the reference for the names and their order. Left out
-because inferd does not implement them: ``classification`` (refused with a 400),
-``model_repository(unload_dependents)`` (no ensembles) and ``trace`` (no trace
-settings API: tracing is OpenTelemetry's, configured at start).
+because inferd does not implement them: ``model_repository(unload_dependents)``
+(no ensembles) and ``trace`` (no trace settings API: tracing is OpenTelemetry's,
+configured at start).
 ``cuda_shared_memory`` is listed only where CUDA regions can be registered: shared
 memory on, and a CUDA runtime that sees a GPU (elsewhere registering is refused).
 """
@@ -17,6 +17,7 @@ from typing import Protocol
 
 from inferd.settings import ServerSettings
 
+CLASSIFICATION = "classification"  # an output's top classes (inferd.triton.classification)
 SEQUENCE = "sequence"
 MODEL_REPOSITORY = "model_repository"
 SCHEDULE_POLICY = "schedule_policy"  # the priority and timeout request parameters
@@ -46,6 +47,7 @@ def served_extensions(settings: ServerSettings, shared: SharedRegions | None) ->
         CUDA_SHARED_MEMORY: shared is not None and shared.serves_cuda(),
     }
     order = (
+        CLASSIFICATION,
         SEQUENCE,
         MODEL_REPOSITORY,
         SCHEDULE_POLICY,

@@ -28,10 +28,12 @@ from inferd.errors import (
     ModelNotReady,
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.declared_inputs import DeclaredInputs, declared_inputs
 from inferd.serving.placement import Placement, passed_through
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
+from inferd.triton.classification import Classifier
 from inferd.types import ModelState, RepositoryEntry
 from inferd.workers.base import Control, LoadedInstance, Pool
 
@@ -59,6 +61,10 @@ class ModelVersion(NamedBySettings):
     stats: ModelStats | None = None
     # Its entries in the response cache, when the server and the model turn it on.
     cache: VersionCache | None = None
+    # The inputs its settings declare, checked on each request (None: none declared).
+    declared: DeclaredInputs | None = None
+    # Triton's classification of its outputs: whether it batches, its label files.
+    classifier: Classifier | None = None
 
 
 @dataclass(slots=True)
@@ -236,6 +242,11 @@ class Registry:
         new = ModelVersion(settings)
         if old is None or old.state is not ModelState.READY:
             model.versions[settings.version] = new
+        try:  # its label files are read now: a load fails without them, as in Triton
+            new.classifier = Classifier(settings)
+        except ConfigurationError as error:
+            self._mark_failed(model, new, old, error)
+            raise _as_inferd_error(error) from error
         instance_id = next(self._instance_ids)
         hosted = self._placement is not None and not self._placement.here(settings)
         pool = self._placement.elsewhere if hosted and self._placement else self._pool
@@ -262,6 +273,7 @@ class Registry:
             hosted=hosted,
         )
         new.cache = None if hosted else self._bind_cache(settings, new.stats)
+        new.declared = declared_inputs(settings.name, settings.inputs)
         new.load_seconds = time.perf_counter() - started
         return new, old
 

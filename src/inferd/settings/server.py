@@ -147,7 +147,8 @@ class ServerSettings(EnvFirstSettings):
     """A ``logging.config`` dict, or the path of a JSON/YAML file holding one."""
 
     gzip_enabled: bool = True
-    """Compress large REST responses for clients that accept gzip."""
+    """Compress REST inference answers of 1 KiB or more as the request's Accept-Encoding
+    asks (gzip or deflate), as Triton does; other answers are never compressed."""
 
     max_request_size: int = Field(default=128 * 1024 * 1024, gt=0)
     """Largest request body accepted, in bytes (after gzip decompression); larger gets 413."""

@@ -78,9 +78,11 @@ class Region:
         """Where ``size`` bytes at ``offset`` of the region start in its memory;
         InvalidRequest naming the region if they do not lie inside it."""
         if offset < 0 or size < 0 or offset + size > self.byte_size:
+            # Triton's words first (scripts match on them), then which bytes did not fit.
+            problem = "offset" if not 0 <= offset < self.byte_size else "offset + byte size"
             raise InvalidRequest(
-                f"{what}: {size} bytes at offset {offset} do not fit in shared memory region "
-                f"{self.name!r} of {self.byte_size} bytes"
+                f"Invalid {problem} for shared memory region: '{self.name}' ({what}: "
+                f"{size} bytes at offset {offset} do not fit in its {self.byte_size} bytes)"
             )
         self.memory.check(what)
         return self.offset + offset
@@ -143,7 +145,7 @@ class SharedMemoryRegistry:
         if name in self._regions:
             kind = _KIND_NAMES[self._regions[name].kind]
             raise InvalidRequest(
-                f"Shared memory region {name!r} is registered already (as {kind}); "
+                f"shared memory region '{name}' already in manager (registered as {kind}); "
                 "unregister it first"
             )
 
@@ -168,17 +170,18 @@ class SharedMemoryRegistry:
             return [region.status() for region in self._regions.values() if region.kind == kind]
         region = self._regions.get(name)
         if region is None:
-            raise RegionNotFound(f"Status: no {_KIND_NAMES[kind]} region {name!r} is registered")
+            kind_name = "cuda" if kind == CUDA else "system"  # Triton's words
+            raise RegionNotFound(f"Unable to find {kind_name} shared memory region: '{name}'")
         if region.kind != kind:
             raise RegionNotFound(
-                f"Status: region {name!r} is registered as {_KIND_NAMES[region.kind]}, "
+                f"The region named '{name}' is registered as {_KIND_NAMES[region.kind]}, "
                 f"not {_KIND_NAMES[kind]}"
             )
         return [region.status()]
 
     def region(self, name: Any, what: str) -> Region:
         if not isinstance(name, str) or name not in self._regions:
-            raise InvalidRequest(f"{what}: no shared memory region {name!r} is registered")
+            raise InvalidRequest(f"Unable to find shared memory region: '{name}' ({what})")
         return self._regions[name]
 
 

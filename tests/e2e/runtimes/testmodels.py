@@ -489,3 +489,20 @@ class ConnectsOnLoad(Echo):
         port = int(self.settings.parameters.extra["port"])
         self.connection = socket.create_connection(("127.0.0.1", port), timeout=10)
         return True
+
+
+class Reflect(Model):
+    """Answers what it was given besides the data (tests/e2e/test_triton_parameters.py):
+    ``seen``, one BYTES element of JSON with the request's parameters and each input's
+    and requested output's parameters, and ``x`` (its input ``x``, unchanged)."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        import json
+
+        seen = {
+            "request": request.parameters,
+            "inputs": {t.name: t.parameters for t in request.inputs},
+            "outputs": {o.name: o.parameters for o in request.outputs},
+        }
+        text = np.array([json.dumps(seen, sort_keys=True).encode()], dtype=object)
+        return InferenceResponse(outputs=[Tensor("seen", text), request.input("x")])

@@ -33,7 +33,9 @@ _GENERATE_DESCRIPTION = (
     "key as an input typed from its JSON value. The answer is flat too: model_name, "
     "model_version, id, and one key per output (one element as a value, more as a list). "
     "A V2 inference request (its `inputs` a list of objects; MLServer's clients send "
-    "these) is answered as {route} answers it."
+    "these) is answered as {route} answers it. /generate answers a model that only "
+    "streams when it sends exactly one response (400 otherwise); on /generate_stream "
+    "the model's failure before its first response is an error event."
 )
 _GENERATE_EXAMPLE = {"text_input": "Hello", "parameters": {"max_tokens": 16}}
 EVENT_STREAM_MEDIA_TYPE = "text/event-stream"
@@ -60,7 +62,7 @@ def _model_infer(operation_id: str, example: Schema) -> Schema:
     ok["content"][BINARY_CONTENT_TYPE] = {"schema": _BINARY}
     length = "With binary outputs: the length of the JSON header"
     ok["headers"] = {_HEADER_LENGTH: {"description": length, "schema": LENGTH}}
-    header = {"name": _HEADER_LENGTH, "in": "header", "description": length, "schema": LENGTH}
+    header = _binary_inputs_header()
     return _inference(
         operation_id, "Inference", ok, _INFER_DESCRIPTION, _v2_request(example), header
     )
@@ -116,7 +118,8 @@ def _binary_inputs_header() -> Schema:
     return {
         "name": _HEADER_LENGTH,
         "in": "header",
-        "description": "With binary inputs: the length of the JSON header",
+        "description": "With binary inputs: the length of the JSON header; 0: the body "
+        "is the raw bytes of the model's one input (not application/json)",
         "schema": LENGTH,
     }
 

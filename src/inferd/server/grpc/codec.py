@@ -21,6 +21,7 @@ import numpy as np
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb
 from inferd.protocol.parameters import decode_parameters, encode_parameters
+from inferd.server.output_form import PLAIN, OutputForm, taken_from_outputs
 from inferd.tensors.datatypes import element_count, numpy_dtype
 from inferd.tensors.encoding import array_from_bytes, array_to_bytes, bytes_items, check_shape
 from inferd.triton.shm import (
@@ -79,8 +80,10 @@ _SMALL_CONTENTS = 32
 
 def decode_infer_request(
     message: pb.ModelInferRequest, regions: SharedMemoryRegistry | None = None
-) -> InferenceRequest:
-    """The request; inputs in shared memory are read from ``regions`` (None: off)."""
+) -> tuple[InferenceRequest, OutputForm]:
+    """The request, and the form its outputs are asked in (server/output_form.py: taken
+    out of their parameters); inputs in shared memory are read from ``regions``
+    (None: off)."""
     raw_contents = message.raw_input_contents
     if raw_contents and len(raw_contents) != len(message.inputs):
         _check_raw_count(message)  # unless inputs in shared memory make up the difference
@@ -106,15 +109,18 @@ def decode_infer_request(
         inputs.append(Tensor(name, data, parameters))
     if raw_index != len(raw_contents):
         _check_raw_count(message)
+    form = PLAIN
     outputs = _requested_outputs(message.outputs) if message.outputs else []
     if outputs:
+        form = taken_from_outputs(outputs, form)
         check_outputs(regions, outputs)
-    return InferenceRequest(
+    request = InferenceRequest(
         inputs=inputs,
         id=message.id or None,
         parameters=decode_parameters(message.parameters) if message.parameters else {},
         outputs=outputs,
     )
+    return request, form
 
 
 def _check_raw_count(message: pb.ModelInferRequest) -> None:

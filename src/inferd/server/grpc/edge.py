@@ -37,6 +37,7 @@ from inferd.server.grpc.codec import decode_infer_request, encode_infer_response
 from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.registration import SERVICE, MalformedMessage
 from inferd.server.grpc.stream import StreamRequest, answer_stream
+from inferd.server.output_form import OutputForm
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.triton.shm import write_requested_outputs
@@ -214,21 +215,21 @@ class GrpcEdge:
 
     async def infer(self, message: pb.ModelInferRequest, call: Any) -> pb.ModelInferResponse:
         """One ``ModelInfer`` (its access checked by :meth:`unary` already)."""
-        request = self._decoded(message)
+        request, form = self._decoded(message)
         name, version = message.model_name, message.model_version or None
         context = self._context(name, version, call)
         response = await self.dataplane.infer(name, version, request, context)
         self._traced(context, response)
         if context.response_headers:  # a runtime set some: MLServer trails them
             call.set_trailing_metadata(_trailing(context.response_headers))
-        return self._encoded(message, request, response)
+        return self._encoded(message, request, form, response)
 
     async def infer_in_stream(
         self, message: pb.ModelInferRequest, call: Any, span: ServerSpan | None
     ) -> AsyncGenerator[tuple[list[pb.ModelStreamInferResponse], RequestContext], None]:
         """One request of a stream: its answers as soon as the model yields them, in
         lists of those ready together, each with the request's context."""
-        request = self._decoded(message)
+        request, form = self._decoded(message)
         name, version = message.model_name, message.model_version or None
         context = self._context(name, version, call, span)
         responses = self.dataplane.infer_stream(name, version, request, context)
@@ -238,7 +239,7 @@ class GrpcEdge:
                 answers = []
                 for response in ready:
                     answer = pb.ModelStreamInferResponse()
-                    self._encoded(message, request, response, answer.infer_response)
+                    self._encoded(message, request, form, response, answer.infer_response)
                     answers.append(answer)
                     last = response
                 yield answers, context
@@ -267,7 +268,7 @@ class GrpcEdge:
         except InferdError:
             return False  # its error is answered in order
 
-    def _decoded(self, message: pb.ModelInferRequest) -> InferenceRequest:
+    def _decoded(self, message: pb.ModelInferRequest) -> tuple[InferenceRequest, OutputForm]:
         if not message.model_name:
             raise InvalidRequest("model_name is required")
         return decode_infer_request(message, self.dataplane.shared_memory)
@@ -276,11 +277,15 @@ class GrpcEdge:
         self,
         message: pb.ModelInferRequest,
         request: InferenceRequest,
+        form: OutputForm,
         response: InferenceResponse,
         into: pb.ModelInferResponse | None = None,
     ) -> pb.ModelInferResponse:
-        """The answer: outputs the client asked for in its shared memory written there
-        (the only place gRPC writes them), the rest encoded, the size checked."""
+        """The answer: outputs asked for as classes classified, those the client asked
+        for in its shared memory written there (the only place gRPC writes them), the
+        rest encoded, the size checked."""
+        if form.classes:
+            response = self.dataplane.classified(response, form.classes)
         shared = write_requested_outputs(self.dataplane.shared_memory, request, response)
         raw = wants_raw_output(request)
         answer = encode_infer_response(response, raw, into, shared)

@@ -246,7 +246,7 @@ def build_rest_app(
         server_wide = LocalServerWide(dataplane)
     endpoints = RestEndpoints(dataplane, server_wide, settings)
     edge = RestEdge(dataplane, endpoints.body_reader, guards, tracing)
-    infer = InferEndpoint(edge)
+    infer = InferEndpoint(edge, compress=settings.gzip_enabled)
     app = Starlette(
         routes=_routes(endpoints, DocsEndpoints(dataplane), infer, edge),
         middleware=_cors(settings),
@@ -257,7 +257,6 @@ def build_rest_app(
     return RestApp(
         app,
         infer,
-        gzip_enabled=settings.gzip_enabled,
         cors_enabled=settings.cors_settings is not None,
         http_stats=http_stats,
     )

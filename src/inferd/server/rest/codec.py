@@ -14,6 +14,15 @@ import numpy as np
 import orjson
 
 from inferd.errors import InvalidRequest
+from inferd.server.output_form import (
+    BINARY_DATA,
+    BINARY_OUTPUT,
+    BINARY_SIZE,
+    PLAIN,
+    OutputForm,
+    flag,
+    taken_from_outputs,
+)
 from inferd.tensors.encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 from inferd.triton.shm import (
     REGION,
@@ -81,9 +90,10 @@ def _decode(decoder: msgspec.json.Decoder[Body], body: bytes, what: str, hint: s
 
 def decode_infer_request(
     body: bytes, header_length: str | None, regions: SharedMemoryRegistry | None = None
-) -> InferenceRequest:
+) -> tuple[InferenceRequest, OutputForm]:
     """Decode a JSON (or JSON + binary) inference request body; inputs in shared memory
-    are read from ``regions`` (None: the extension is off)."""
+    are read from ``regions`` (None: the extension is off). The form its outputs are
+    asked in is taken out of its parameters (server/output_form.py)."""
     json_part, binary_part = _split_body(body, header_length)
     if not json_part.strip():
         raise InvalidRequest(
@@ -96,27 +106,32 @@ def decode_infer_request(
             "as Inference-Header-Content-Length says)"
         )
     parsed = _decode(_request_decoder, json_part, "inference request", hint)
-    if parsed.parameters:
-        check_parameters(parsed.parameters, "The request's parameters")
-    outputs = _requested_outputs(parsed.outputs) if parsed.outputs else []
+    parameters = parsed.parameters or {}
+    form = PLAIN
+    if parameters:
+        check_parameters(parameters, "The request's parameters")
+        if BINARY_OUTPUT in parameters:
+            form = OutputForm(binary_default=flag(parameters, BINARY_OUTPUT, "") is True)
+    outputs: list[RequestedOutput] = []
+    if parsed.outputs:
+        outputs, form = _requested_outputs(parsed.outputs, form)
     inputs = _decode_inputs(parsed.inputs, binary_part, regions)
-    request = InferenceRequest(
-        inputs=inputs, id=parsed.id, parameters=parsed.parameters or {}, outputs=outputs
-    )
-    _binary_choice(request)  # refuse bad output parameters before the model runs
+    request = InferenceRequest(inputs=inputs, id=parsed.id, parameters=parameters, outputs=outputs)
     if outputs:
         check_outputs(regions, outputs)
-    return request
+    return request, form
 
 
-def _requested_outputs(outputs: list[_OutputBody]) -> list[RequestedOutput]:
+def _requested_outputs(
+    outputs: list[_OutputBody], form: OutputForm
+) -> tuple[list[RequestedOutput], OutputForm]:
     refuse_repeated_outputs([output.name for output in outputs])
     requested = []
     for output in outputs:
         if output.parameters:
             check_parameters(output.parameters, f"Output {output.name!r}: parameters")
         requested.append(RequestedOutput(output.name, output.parameters or {}))
-    return requested
+    return requested, taken_from_outputs(requested, form)
 
 
 MAX_PARAMETER_DEPTH = 32
@@ -172,7 +187,7 @@ def _decode_inputs(
         parameters = item.parameters or {}
         if parameters:
             check_parameters(parameters, f"Input {item.name!r}: parameters")
-        size = parameters.get("binary_data_size")
+        size = parameters.get(BINARY_SIZE)
         if REGION in parameters:
             if item.data is not None or size is not None:
                 raise InvalidRequest(
@@ -186,7 +201,10 @@ def _decode_inputs(
             data = array_from_json(item.name, item.datatype, item.shape, item.data)
         else:
             data, offset = _binary_input(item, size, binary, offset)
-            parameters = {k: v for k, v in parameters.items() if k != "binary_data_size"}
+        if BINARY_SIZE in parameters or BINARY_DATA in parameters:  # the wire's, not the model's
+            parameters = {
+                k: v for k, v in parameters.items() if k not in (BINARY_SIZE, BINARY_DATA)
+            }
         tensors.append(Tensor(item.name, data, parameters))
     if binary is not None and offset != len(binary):
         raise InvalidRequest(
@@ -223,14 +241,13 @@ def decode_index_request(body: bytes) -> bool | None:
 
 def encode_infer_response(
     response: InferenceResponse,
-    request: InferenceRequest,
+    form: OutputForm = PLAIN,
     shared: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[bytes, int | None]:
     """The response body, and the JSON header's length when binary outputs follow.
 
-    ``shared``: the outputs written to shared memory, each with the parameters it
-    answers with instead of its data."""
-    binary_default, binary_by_name = _binary_choice(request)
+    ``form``: which outputs go as raw bytes. ``shared``: the outputs written to shared
+    memory, each with the parameters it answers with instead of its data."""
     outputs = []
     chunks: list[bytes] = []
     for tensor in response.outputs:
@@ -242,9 +259,9 @@ def encode_infer_response(
         parameters = dict(tensor.parameters)
         if shared and tensor.name in shared:
             parameters.update(shared[tensor.name])
-        elif binary_by_name.get(tensor.name, binary_default):
+        elif form.is_binary(tensor.name):
             raw = array_to_bytes(tensor.data)
-            parameters["binary_data_size"] = len(raw)
+            parameters[BINARY_SIZE] = len(raw)
             chunks.append(raw)
         else:
             output["data"] = array_to_json(tensor.data)
@@ -267,28 +284,6 @@ def _response_head(response: InferenceResponse, outputs: list[dict[str, Any]]) -
         head["parameters"] = response.parameters
     head["outputs"] = outputs
     return head
-
-
-def _binary_choice(request: InferenceRequest) -> tuple[bool, dict[str, bool]]:
-    """Whether outputs go binary by default, and each requested output's own choice."""
-    per_output: dict[str, bool] = {}
-    for output in request.outputs:
-        if "classification" in output.parameters:
-            raise InvalidRequest(
-                f"Output {output.name!r} asks for the classification extension, "
-                "which this server does not implement"
-            )
-        flag = _flag(output.parameters, "binary_data", f"Output {output.name!r}: ")
-        if flag is not None:
-            per_output[output.name] = flag
-    return _flag(request.parameters, "binary_data_output", "") is True, per_output
-
-
-def _flag(parameters: dict[str, Any], key: str, where: str) -> bool | None:
-    value = parameters.get(key)
-    if value is None or isinstance(value, bool):
-        return value
-    raise InvalidRequest(f"{where}parameter {key!r} must be true or false, got {value!r}")
 
 
 def error_body(message: str) -> bytes:

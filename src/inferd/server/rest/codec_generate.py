@@ -13,7 +13,9 @@ is the request's id unless an input has that name. A model that declares no inpu
 gets every key as an input, typed from its JSON value: string -> BYTES [1],
 integer -> INT64 [1], float -> FP64 [1], bool -> BOOL [1], a list -> an array of
 its shape (strings BYTES, bools BOOL, integers INT64, any float FP64); a value
-that cannot be a tensor (an object, null) becomes a request parameter.
+that cannot be a tensor (an object, null) becomes a request parameter; a body that
+gives no input at all is refused (400). A model's declared inputs are enforced on
+what the body became, as on every request (serving/declared_inputs.py).
 
 Answers. Each output becomes one key: a one-element BYTES output a string, a
 one-element numeric or BOOL output a number or bool, anything else a list nested
@@ -103,6 +105,11 @@ def decode_generate_request(
             extra[key] = value
         else:
             inputs.append(_inferred_input(key, value))
+    if not inputs and not declared:  # with declared inputs, serving/ names the one missing
+        raise InvalidRequest(
+            "The generate request gives no inputs; send a JSON object whose keys "
+            'are the model\'s input names, such as {"text_input": "..."}'
+        )
     merged = extra | parameters
     if merged:
         check_parameters(merged, "The request's parameters")

@@ -1,112 +1,84 @@
-"""gzip for REST answers: the one place that compresses them.
+"""Compression of REST inference answers: the one place that compresses them.
 
-:class:`GzipSend` wraps a request's ASGI ``send`` in front of everything else
-(server/rest/fastpath.py), so inference answers and Starlette's routes alike go
-through it. It is ours rather than Starlette's GZipMiddleware because that one
-takes ``gzip;q=0`` for a yes (it looks for "gzip" anywhere in Accept-Encoding),
-and because it costs less on the hot path: one small object per request, and
-Accept-Encoding is read only for answers large enough to compress.
+Triton compresses an inference answer, and nothing else, as the request's
+Accept-Encoding asks (gzip or deflate); we do the same. Compressing every answer
+of 1 KiB or more (statistics, metadata, the OpenAPI document) broke
+``tritonclient.http.aio``: it turns aiohttp's automatic decompression off, and
+aiohttp still sends ``Accept-Encoding: gzip, deflate``, so it read gzip bytes as
+JSON. Its inference calls decompress what Content-Encoding says, as Triton's
+clients must.
 
-An answer of at least :data:`GZIP_MINIMUM_SIZE` bytes, sent in one piece, gets
-``Vary: Accept-Encoding`` (it would differ for another client) and is compressed
-for clients whose Accept-Encoding lists gzip with a quality above 0. Answers sent
-in pieces (streams), answers already encoded and media that is compressed already
-(images: the Swagger UI favicon) pass through untouched. Bodies from
-:data:`GZIP_THREAD_MINIMUM_SIZE` up are compressed in a thread (zlib lets go of the
-GIL), so that one large answer does not hold up every other request on the loop.
+:func:`compress_answer` is called by the inference endpoint
+(server/rest/fastpath.py) on a successful answer's bytes. An answer of at least
+:data:`MINIMUM_SIZE` bytes gets ``Vary: Accept-Encoding`` (it would differ for
+another client) and is compressed with the coding the client prefers among gzip
+and deflate (a quality of 0 refuses one; ``deflate`` is zlib's format, as HTTP
+and tritonclient mean it). Smaller answers are sent as they are: compressing them
+costs more than it saves. Bodies from :data:`THREAD_MINIMUM_SIZE` up are
+compressed in a thread (zlib lets go of the GIL), so that one large answer does
+not hold up every other request on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+import zlib
 
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
-
-GZIP_MINIMUM_SIZE = 1024
-GZIP_LEVEL = 6
-GZIP_THREAD_MINIMUM_SIZE = 128 * 1024  # as Starlette's GZipMiddleware
-_COMPRESSED_MEDIA = (b"image/", b"audio/", b"video/", b"application/gzip", b"application/zip")
+MINIMUM_SIZE = 1024
+LEVEL = 6
+THREAD_MINIMUM_SIZE = 128 * 1024  # as Starlette's GZipMiddleware
+_VARY = (b"vary", b"Accept-Encoding")
 
 
-class GzipSend:
-    """One request's ``send``, compressing its answer when the client accepts gzip."""
-
-    __slots__ = ("_request_headers", "_send", "_start")
-
-    def __init__(self, send: Send, request_headers: Headers) -> None:
-        self._send = send
-        self._request_headers = request_headers
-        self._start: Message | None = None
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self._start = message  # held until the body shows whether to compress
-            return
-        start, self._start = self._start, None
-        if start is not None:  # the first message after it
-            body = message.get("body", b"") if message["type"] == "http.response.body" else b""
-            if len(body) >= GZIP_MINIMUM_SIZE and not message.get("more_body", False):
-                message = await self._compressed(start, message, body)
-            await self._send(start)
-        await self._send(message)
-
-    async def _compressed(self, start: Message, message: Message, body: bytes) -> Message:
-        """The body message to send, with ``start``'s headers changed to match."""
-        headers: Headers = list(start.get("headers", ()))
-        for name, value in headers:
-            key = name.lower()
-            if key == b"content-encoding" or (
-                key == b"content-type" and value.lower().startswith(_COMPRESSED_MEDIA)
-            ):
-                return message
-        _add_vary(headers)
-        if accepts_gzip(self._request_headers):
-            if len(body) < GZIP_THREAD_MINIMUM_SIZE:
-                body = gzip.compress(body, GZIP_LEVEL)
-            else:
-                body = await asyncio.to_thread(gzip.compress, body, GZIP_LEVEL)
-            headers = [
-                (name, value) for name, value in headers if name.lower() != b"content-length"
-            ]
-            headers += [
-                (b"content-encoding", b"gzip"),
-                (b"content-length", str(len(body)).encode()),
-            ]
-            message = {"type": "http.response.body", "body": body}
-        start["headers"] = headers
-        return message
+async def compress_answer(
+    body: bytes, accept_encoding: bytes | None, headers: list[tuple[bytes, bytes]]
+) -> bytes:
+    """``body`` as it goes out: compressed when it is large enough and the client
+    accepts gzip or deflate; ``headers`` get Vary and Content-Encoding to match."""
+    if len(body) < MINIMUM_SIZE:
+        return body
+    headers.append(_VARY)
+    coding = chosen_coding(accept_encoding) if accept_encoding else None
+    if coding is None:
+        return body
+    compress = _gzip if coding == b"gzip" else _deflate
+    if len(body) < THREAD_MINIMUM_SIZE:
+        body = compress(body)
+    else:
+        body = await asyncio.to_thread(compress, body)
+    headers.append((b"content-encoding", coding))
+    return body
 
 
-def _add_vary(headers: Headers) -> None:
-    for index, (name, value) in enumerate(headers):
-        if name.lower() == b"vary":
-            headers[index] = (name, value + b", Accept-Encoding")
-            return
-    headers.append((b"vary", b"Accept-Encoding"))
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, LEVEL)
 
 
-def accepts_gzip(request_headers: Headers) -> bool:
-    """Whether Accept-Encoding lists gzip with a quality above 0 (``gzip;q=0`` refuses it)."""
-    for name, value in request_headers:
-        if name == b"accept-encoding":  # ASGI header names are lowercase
-            return _lists_gzip(value)
-    return False
+def _deflate(body: bytes) -> bytes:
+    return zlib.compress(body, LEVEL)
 
 
-def _lists_gzip(accept_encoding: bytes) -> bool:
+def chosen_coding(accept_encoding: bytes) -> bytes | None:
+    """gzip or deflate, whichever Accept-Encoding prefers (the first listed at the
+    same quality); None when it lists neither with a quality above 0."""
+    best: bytes | None = None
+    best_quality = 0.0
     for coding in accept_encoding.split(b","):
         name, _, parameters = coding.partition(b";")
-        if name.strip().lower() == b"gzip":
-            parameters = parameters.strip().lower()
-            if not parameters:
-                return True
-            try:
-                return float(parameters.removeprefix(b"q=")) > 0
-            except ValueError:
-                return False  # a malformed quality: do not guess
-    return False
+        name = name.strip().lower()
+        if name not in (b"gzip", b"deflate"):
+            continue
+        quality = _quality(parameters.strip().lower())
+        if quality > best_quality:
+            best, best_quality = name, quality
+    return best
+
+
+def _quality(parameters: bytes) -> float:
+    if not parameters:
+        return 1.0
+    try:
+        return float(parameters.removeprefix(b"q="))
+    except ValueError:
+        return 0.0  # a malformed quality: do not guess

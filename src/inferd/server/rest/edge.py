@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.context import RequestContext
 from inferd.server.access import ApiGuard
+from inferd.server.output_form import OutputForm
 from inferd.server.rest.bodies import BodyReader
 from inferd.server.rest.codec import HEADER_LENGTH, decode_infer_request
+from inferd.server.rest.codec_raw import decode_raw_request
 from inferd.server.rest.fastpath import (
     Receive,
     body_headers,
@@ -103,9 +105,16 @@ class RestEdge:
         """The whole body, within max_request_size (gzip read too)."""
         return await self.body_reader.read(receive_chunks(receive), body_headers(headers))
 
-    def decode_v2(self, body: bytes, headers: AsgiHeaders) -> InferenceRequest:
-        """A V2 request (JSON, or JSON and binary tensors), shared-memory inputs read."""
+    def decode_v2(
+        self, body: bytes, headers: AsgiHeaders, name: str, version: str | None
+    ) -> tuple[InferenceRequest, OutputForm]:
+        """A V2 request (JSON, or JSON and binary tensors), shared-memory inputs read,
+        and the form its outputs are asked in (server/output_form.py); a raw binary
+        request (its JSON header 0 bytes) as model ``name``'s one declared input."""
         header_length = headers.get(_HEADER_LENGTH)
+        if header_length is not None and header_length.strip() == b"0":
+            declared = self.dataplane.model_metadata(name, version).inputs  # 404/503 first
+            return decode_raw_request(body, name, declared, headers.get(b"content-type"))
         return decode_infer_request(
             body,
             header_length.decode("latin-1") if header_length is not None else None,

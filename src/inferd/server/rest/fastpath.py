@@ -6,7 +6,8 @@ matters: every layer of middleware and routing is paid on each request.
 measured ~24% more requests/s (see benchmarks/). Requests that need Starlette's
 middleware (CORS: they carry an ``Origin`` header) reach the same endpoint through
 Starlette, where it is the inference routes' endpoint, so both answer alike.
-RestApp also records every request's metrics and compresses answers (server/rest/compression.py).
+RestApp also records every request's metrics; the endpoint compresses its answers as the
+client asks (server/rest/compression.py), as Triton does: only inference answers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from inferd.server.rest.codec import (
     JSON_CONTENT_TYPE,
     encode_infer_response,
 )
-from inferd.server.rest.compression import GzipSend
+from inferd.server.rest.compression import compress_answer
 from inferd.server.routes import INFER_ROUTES, INFERENCE
 
 if TYPE_CHECKING:
@@ -49,9 +50,10 @@ class InferEndpoint:
     through the REST edge (server/rest/edge.py): access, context, shared memory and
     response headers are the edge's. Both the fast path and Starlette call ``answer``."""
 
-    def __init__(self, edge: RestEdge) -> None:
+    def __init__(self, edge: RestEdge, *, compress: bool = True) -> None:
         self.edge = edge
         self.dataplane = edge.dataplane
+        self.compress = compress  # gzip_enabled: answers compressed as Accept-Encoding asks
 
     @property
     def guard(self) -> ApiGuard | None:
@@ -85,11 +87,13 @@ class InferEndpoint:
             if body is None:
                 edge.admit(headers)
                 body = await edge.read_body(headers, receive)
-            request = edge.decode_v2(body, headers)
+            request, form = edge.decode_v2(body, headers, name, version)
             context = edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
+            if form.classes:
+                response = self.dataplane.classified(response, form.classes)
             shared = edge.answered(context, request, response)
-            content, json_length = encode_infer_response(response, request, shared)
+            content, json_length = encode_infer_response(response, form, shared)
         except Exception as error:
             status, content, answer_headers = http_error(error, f"inference on model {name!r}")
         else:
@@ -100,6 +104,9 @@ class InferEndpoint:
                 length = (b"inference-header-content-length", str(json_length).encode())
                 answer_headers = [_BINARY_TYPE, length]
             edge.response_headers(context, answer_headers)
+            if self.compress:
+                accept = headers.get(b"accept-encoding")
+                content = await compress_answer(content, accept, answer_headers)
         # As send_whole does, inline: one coroutine less on the hot path.
         answer_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": answer_headers})
@@ -115,13 +122,11 @@ class RestApp:
         app: ASGIApp,
         infer: InferEndpoint,
         *,
-        gzip_enabled: bool,
         cors_enabled: bool,
         http_stats: HttpStats | None = None,
     ) -> None:
         self.app = app  # Starlette, with every route of routes.API_ROUTES
         self.infer = infer
-        self.gzip_enabled = gzip_enabled
         self.cors_enabled = cors_enabled
         self.http_stats = http_stats
         # The inference routes: how to match each, and its metrics (None: metrics off).
@@ -138,8 +143,6 @@ class RestApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.gzip_enabled:
-            send = GzipSend(send, scope["headers"])
         if scope["method"] == "POST":
             path = route_path(scope)
             for pattern, stats in self._infer_routes:

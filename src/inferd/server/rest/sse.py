@@ -5,8 +5,9 @@ framing), sent as soon as it is produced; responses that were ready together
 (a model faster than the connection) go in one body message. Never
 compressed (server/rest/compression.py leaves event streams alone) and marked for proxies not
 to buffer. The status is known only once the first response is: an error before
-it is an ordinary ``{"error": ...}`` answer with its status (400, 404, 503...); an
-error after it is a last event, ``event: error\\ndata: {"error": ...}\\n\\n``, and
+it is an ordinary ``{"error": ...}`` answer with its status (400, 404, 503...),
+except the model's own failure on ``/generate_stream`` (Triton sends it as an
+event); an error after it is a last event, ``event: error\\ndata: {"error": ...}\\n\\n``, and
 the body ends cleanly. A client that disconnects cancels the stream: closing the
 DataPlane's iterator stops the model's generator (its ``finally`` runs).
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.context import RequestContext
+from inferd.errors import ModelError
 from inferd.server.errors import CLIENT_DISCONNECTED, http_error
 from inferd.server.rest.fastpath import (
     Message,
@@ -95,7 +97,15 @@ def model_of(scope: Scope) -> tuple[str, str | None]:
 
 
 class EventStreamEndpoint(BodyEndpoint):
-    """Answers one streaming request (an ASGI endpoint of a Starlette route)."""
+    """Answers one streaming request (an ASGI endpoint of a Starlette route).
+
+    ``model_errors_as_events``: the model's failure (ModelError) before its first
+    response is sent as an error event after a 200, as Triton's generate_stream does;
+    otherwise it is an ordinary error answer, as every error before the first event is."""
+
+    def __init__(self, edge: RestEdge, bodies: Bodies, *, model_errors_as_events: bool = False):
+        super().__init__(edge, bodies)
+        self.model_errors_as_events = model_errors_as_events
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name, version = model_of(scope)
@@ -126,16 +136,22 @@ class EventStreamEndpoint(BodyEndpoint):
         responses = self.dataplane.infer_stream(name, version, request, context)
         last = None
         async with contextlib.aclosing(responses):
+            failed: ModelError | None = None
+            first: list[InferenceResponse] = []
             try:
-                first: list[InferenceResponse] = await anext(responses, [])
+                first = await anext(responses, [])
                 events = _events(first, request, encode)
             except Exception as error:
-                await send_error(send, error, serving)
-                return
+                if not self.model_errors_as_events or not isinstance(error, ModelError):
+                    await send_error(send, error, serving)
+                    return
+                events, failed = b"", error  # sent as the first event, below
             # The headers a runtime set by its first response (events follow at once).
             headers = self.edge.response_headers(context, list(_EVENT_STREAM_HEADERS))
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             try:
+                if failed is not None:
+                    raise failed
                 if events:
                     last = first[-1]
                     await _send_chunk(send, events)

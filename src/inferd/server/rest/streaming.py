@@ -3,10 +3,12 @@
 - ``/infer_stream``: a V2 request (JSON, or JSON + binary tensor data), answered
   with server-sent events of V2 JSON responses (server/rest/sse.py).
 - ``/generate``: Triton's generate extension, a flat JSON request answered with one
-  flat JSON object (server/rest/codec_generate.py); ``/generate_stream``: the same
-  objects as server-sent events. Both also take a V2 request, as MLServer does (its
-  generate routes are aliases of infer and infer_stream), answered as ``/infer`` and
-  ``/infer_stream`` answer it.
+  flat JSON object (server/rest/codec_generate.py); a model that only streams (Triton's
+  decoupled models) must send exactly one response. ``/generate_stream``: the same
+  objects as server-sent events; the model's failure before its first response is an
+  error event too, as in Triton (a request refused before the model runs is not).
+  Both also take a V2 request, as MLServer does (its generate routes are aliases of
+  infer and infer_stream), answered as ``/infer`` and ``/infer_stream`` answer it.
 
 Each is an ASGI endpoint of its Starlette route (server/rest/api.py), so CORS and the
 per-route metrics apply to them as to every other route; each reaches the core
@@ -15,8 +17,13 @@ through the REST edge (server/rest/edge.py), as /infer does.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import TYPE_CHECKING
 
+from inferd.context import RequestContext
+from inferd.errors import InvalidRequest
+from inferd.server.output_form import PLAIN
 from inferd.server.rest.codec import (
     HEADER_LENGTH,
     JSON_CONTENT_TYPE,
@@ -57,13 +64,21 @@ class StreamedV2Bodies:
     def decode(
         self, body: bytes, headers: dict[bytes, bytes], name: str, version: str | None
     ) -> tuple[InferenceRequest, Encoder]:
-        request = self.edge.decode_v2(body, headers)
-        _answer_in_json(request)
+        # Events are text: every output is answered in JSON, whatever binary_data asks
+        # (tritonclient sets binary_data_output unless told not to).
+        request, form = self.edge.decode_v2(body, headers, name, version)
+        if form.classes:
+            return request, functools.partial(self.encode_classes, form.classes)
         return request, self.encode
+
+    def encode_classes(
+        self, classes: dict[str, int], response: InferenceResponse, request: InferenceRequest
+    ) -> bytes:
+        return self.encode(self.edge.dataplane.classified(response, classes), request)
 
     def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
         shared = self.edge.shared_outputs(request, response)
-        content, _ = encode_infer_response(response, request, shared)  # JSON: _answer_in_json
+        content, _ = encode_infer_response(response, PLAIN, shared)
         return content
 
 
@@ -123,7 +138,10 @@ class GenerateEndpoint(BodyEndpoint):
             request, encode = self.bodies.decode(body, headers, name, version)
             # As /infer: a client that leaves while its request is queued takes it out.
             context = self.edge.context(name, version, headers, receive)
-            response = await self.dataplane.infer(name, version, request, context)
+            if self.dataplane.model_predicts(name, version):
+                response = await self.dataplane.infer(name, version, request, context)
+            else:
+                response = await self._only_response(name, version, request, context)
             self.edge.traced(context, response)
             content = encode(response, request)
         except Exception as error:
@@ -131,6 +149,28 @@ class GenerateEndpoint(BodyEndpoint):
             return
         answer = self.edge.response_headers(context, [_JSON_TYPE])
         await send_whole(send, 200, answer, content)
+
+    async def _only_response(
+        self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
+    ) -> InferenceResponse:
+        """The one response of a model that only streams (Triton's decoupled models):
+        /generate answers one, so a second stops the model and is refused, as is none."""
+        answers: list[InferenceResponse] = []
+        responses = self.dataplane.infer_stream(name, version, request, context)
+        async with contextlib.aclosing(responses):
+            async for ready in responses:
+                answers += ready
+                if len(answers) > 1:
+                    raise InvalidRequest(
+                        f"Model {name!r} sent more than one response, and /generate answers "
+                        f"with exactly one: use POST /v2/models/{name}/generate_stream"
+                    )
+        if not answers:
+            raise InvalidRequest(
+                f"Model {name!r} sent no response, and /generate answers with exactly one: "
+                f"use POST /v2/models/{name}/generate_stream to stream what it sends"
+            )
+        return answers[0]
 
 
 def stream_endpoints(edge: RestEdge, infer: InferEndpoint) -> dict[str, ASGIApp]:
@@ -141,13 +181,5 @@ def stream_endpoints(edge: RestEdge, infer: InferEndpoint) -> dict[str, ASGIApp]
     return {
         "infer_stream": EventStreamEndpoint(edge, v2),
         "generate": GenerateEndpoint(edge, infer),
-        "generate_stream": EventStreamEndpoint(edge, either),
+        "generate_stream": EventStreamEndpoint(edge, either, model_errors_as_events=True),
     }
-
-
-def _answer_in_json(request: InferenceRequest) -> None:
-    """Events are text: drop the binary tensor extension's output flags (tritonclient
-    sets binary_data_output unless asked not to), so every output comes back as JSON."""
-    request.parameters.pop("binary_data_output", None)
-    for output in request.outputs:
-        output.parameters.pop("binary_data", None)
