@@ -10,7 +10,7 @@ import pytest
 
 from inferd.errors import InvalidRequest, ModelNotFound
 from inferd.server.app import InferenceServer
-from inferd.serving.dataplane import NOT_LOADED
+from inferd.serving.repository_index import NOT_LOADED
 from inferd.types import InferenceRequest, ModelState, RequestedOutput, Tensor
 from tests.support.models import write_model_folder
 

@@ -25,7 +25,8 @@ from inferd.serving.drain import STOPPED, Drain
 from inferd.serving.extensions import served_extensions
 from inferd.serving.on_demand import OnDemand
 from inferd.serving.registry import Registry
-from inferd.serving.repository import ModelRepository, RepositoryScan
+from inferd.serving.repository import ModelRepository
+from inferd.serving.repository_index import repository_index
 from inferd.serving.runtime_headers import pass_headers, take_response_headers
 from inferd.serving.version_split import VersionSplit
 from inferd.settings import ServerSettings
@@ -43,9 +44,6 @@ from inferd.types import (
 )
 
 logger = logging.getLogger(__name__)
-
-# The index's reason for a model that is on disk but not loaded.
-NOT_LOADED = "Not loaded (found in the model repository)"
 
 
 class DataPlane:
@@ -323,28 +321,7 @@ class DataPlane:
 
     def index(self, ready: bool | None = None) -> list[RepositoryEntry]:
         """Every model in the registry, plus those on disk that are not loaded."""
-        entries = self.registry.index()
-        loaded = {entry.name for entry in entries}
-        try:
-            scan = self.repository.scan()
-        except ConfigurationError as error:
-            logger.warning("Repository index: %s", error)
-            scan = RepositoryScan()
-        for settings in scan.models:
-            if settings.name not in loaded:
-                entries.append(
-                    RepositoryEntry(
-                        settings.name, settings.version, ModelState.UNAVAILABLE, NOT_LOADED
-                    )
-                )
-        for broken in scan.broken:
-            if broken.folder not in loaded:
-                entries.append(
-                    RepositoryEntry(broken.folder, None, ModelState.UNAVAILABLE, broken.error)
-                )
-        if ready is not None:
-            entries = [e for e in entries if (e.state is ModelState.READY) == ready]
-        return sorted(entries, key=lambda e: (e.name, e.version or ""))
+        return repository_index(self.registry, self.repository, ready)
 
     async def load(self, name: str, config: str | None = None) -> None:
         """(Re)load ``name`` from the repository as it is on disk now, with the
