@@ -28,8 +28,8 @@ class CommandServer:
     """Commands in, replies out; subclasses say what each command does and how to send."""
 
     def __init__(self, handlers: dict[type[Command], Handler]) -> None:
-        # By wire kind: one dict lookup per command.
-        self._handlers = {cls.KIND: handler for cls, handler in handlers.items()}
+        # By wire kind, with the class to rebuild: one dict lookup per command.
+        self._handlers = {cls.KIND: (cls, handler) for cls, handler in handlers.items()}
 
     def describe(self) -> str:
         """Who answers, for error messages: "Worker 3", "The model host"."""
@@ -40,21 +40,34 @@ class CommandServer:
 
     def handle(self, wire: messages.WireCommand) -> None:
         """Run one received command (the tuple its frame decoded to)."""
-        call_id = wire[1] if type(wire) is tuple and len(wire) > 1 else -1
+        # The common case inline (a call per command less than messages.decode's),
+        # anything else through decode, which says what is wrong.
+        entry = self._handlers.get(wire[0]) if type(wire) is tuple and len(wire) > 2 else None
+        if entry is None:
+            self._refuse(wire)
+            return
+        cls, handler = entry
         try:
-            call_id, instance_id, command = messages.decode(wire)
+            command = cls(*wire[3:])
+        except TypeError:
+            self._refuse(wire)
+            return
+        try:
+            handler(wire[1], wire[2], command)
+        except Exception as error:  # fields of the wrong type: answer it, read on
+            bad = f"{self.describe()} got a bad {cls.__name__}: {error!r}"
+            self.reply_error(wire[1], ModelError(bad))
+
+    def _refuse(self, wire: Any) -> None:
+        """Answer a command this server cannot run with why."""
+        try:
+            call_id, _, command = messages.decode(wire)
         except ValueError as error:
+            call_id = wire[1] if type(wire) is tuple and len(wire) > 1 else -1
             self.reply_error(call_id, ModelError(f"{self.describe()} got {error}"))
             return
-        handler = self._handlers.get(command.KIND)
         name = type(command).__name__
-        if handler is None:
-            self.reply_error(call_id, ModelError(f"{self.describe()} does not take {name}"))
-            return
-        try:
-            handler(call_id, instance_id, command)
-        except Exception as error:  # fields of the wrong type: answer it, read on
-            self.reply_error(call_id, ModelError(f"{self.describe()} got a bad {name}: {error!r}"))
+        self.reply_error(call_id, ModelError(f"{self.describe()} does not take {name}"))
 
     def reply(self, call_id: int, result: Any) -> None:
         try:

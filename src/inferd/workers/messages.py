@@ -15,6 +15,9 @@ pickles as a class reference, looked up again on decode, plus a Python-level
 constructor call (measured with a one-row FP32 request: encode + decode of a
 command and its reply 2.2x slower, a worker round trip 1.4x slower). The
 receiving command server rebuilds the command from its fields (:func:`decode`).
+The classes are slotted dataclasses, not frozen ones: a frozen one's constructor
+sets each field through ``object.__setattr__`` (measured, building and rebuilding
+a Predict: ~0.4 us slotted, ~0.6 us frozen). Nothing changes a command once built.
 Replies are read straight from their tuple by the channel, whose loop is the hot
 path of every call, so they are kinds rather than classes.
 """
@@ -42,7 +45,7 @@ class Command:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Init(Command):
     """Worker only, first: answered with the worker's pid."""
 
@@ -58,7 +61,7 @@ class Init(Command):
         return self.index, self.sys_path, self.settings, self.kept
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadInWorker(Command):
     """Worker only: load the model as this instance id on ``device``; answered with
     its ``base.LoadedInstance``."""
@@ -71,7 +74,7 @@ class LoadInWorker(Command):
         return self.settings, self.device
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BindHosted(Command):
     """Host only: bind this instance id, on this connection, to the version of a model
     the host serves (ready; ``version`` None: its default); answered with its
@@ -85,7 +88,7 @@ class BindHosted(Command):
         return self.name, self.version
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unload(Command):
     """Release the instance id (a worker unloads the model; the host forgets the
     binding); answered with None."""
@@ -96,7 +99,7 @@ class Unload(Command):
         return ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Predict(Command):
     """Run a request; answered with an ``ipc.PackedResponse``."""
 
@@ -107,7 +110,7 @@ class Predict(Command):
         return (self.request,)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PredictTimed(Command):
     """Worker only, a traced request: answered with a :data:`WorkerTimed`."""
 
@@ -118,7 +121,7 @@ class PredictTimed(Command):
         return (self.request,)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PredictTraced(Command):
     """Host only, a request traced in the protocol process: answered with a
     :data:`HostTimed`, what the host's dataplane recorded of it."""
@@ -130,7 +133,7 @@ class PredictTraced(Command):
         return (self.request,)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stream(Command):
     """Run ``predict_stream``; answered with STREAMED replies, then ENDED (or ERROR).
     ``credit``: how many responses it may send before a :class:`Credit` (see
@@ -144,7 +147,7 @@ class Stream(Command):
         return self.request, self.credit
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Credit(Command):
     """The stream of this call id may send ``amount`` more responses; unanswered."""
 
@@ -155,7 +158,7 @@ class Credit(Command):
         return (self.amount,)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Cancel(Command):
     """The caller of this call id left. A stream stops its generator and answers
     ENDED (unless it ended); the host takes a unary call out of its queue,
@@ -167,7 +170,7 @@ class Cancel(Command):
         return ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ApplyControl(Command):
     """A ``base.Control`` message (a feature's own class): the worker applies it; the
     host answers it and ignores it (server-wide settings reach it from the
@@ -240,12 +243,11 @@ def decode(wire: WireCommand) -> tuple[int, int, Command]:
     an unknown kind or fields that do not fit it (answered to the call id, if any)."""
     if type(wire) is not tuple or len(wire) < 3:
         raise ValueError(f"a message that is not a command: {type(wire).__name__}")
-    kind, call_id, instance_id, *fields = wire
-    cls = COMMANDS.get(kind)
+    cls = COMMANDS.get(wire[0])
     if cls is None:
-        raise ValueError(f"unknown command {kind}")
+        raise ValueError(f"unknown command {wire[0]}")
     try:
-        return call_id, instance_id, cls(*fields)
+        return wire[1], wire[2], cls(*wire[3:])
     except TypeError as error:
         raise ValueError(f"bad command {cls.__name__}: {error}") from error
 
