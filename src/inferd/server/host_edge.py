@@ -53,7 +53,7 @@ from inferd.workers.command_server import CommandServer
 
 logger = logging.getLogger(__name__)
 
-# How often a LOAD that came before the host's start-up models were loaded looks again.
+# How often a BindHosted that came before the host's start-up models were loaded looks again.
 STARTED_POLL_SECONDS = 0.05
 
 
@@ -116,7 +116,7 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._bindings: dict[int, Binding] = {}
         # Each call's task, by call id (held: the loop keeps weak references); a unary
-        # call's CANCEL cancels it.
+        # call's Cancel cancels it.
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._streams: dict[int, HostStream] = {}  # open streams, by call id
         self._unsent: list[ipc.Buffer] = []  # replies of this loop turn (_send)
@@ -206,7 +206,7 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
             return
         instance = found.instance
         assert instance is not None  # set when the version became READY
-        # Bound to the version found: a newer one loaded later is a new LOAD.
+        # Bound to the version found: a newer one loaded later is a new BindHosted.
         self._bindings[instance_id] = Binding(found.name, found.version, instance.wants_headers)
         # With how many workers hold it here (Triton's model configuration says so).
         held = dataplane.registry.instances(found)

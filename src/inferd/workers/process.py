@@ -74,7 +74,7 @@ class WorkerProcess:
         # One load at a time per worker, so peak memory stays one model's worth.
         self._load_lock = asyncio.Lock()
         # The latest control message of each type sent to every process (a log level
-        # set at run time): a (re)started process gets them at INIT.
+        # set at run time): a (re)started process gets them in its Init.
         self._kept: dict[type, Control] = {}
         self.book = SlotBook()
         self.metrics = WorkerMetrics()
@@ -328,11 +328,11 @@ class WorkerProcess:
         that died meanwhile is moot (the holder's state went with it)."""
         if message.destination() is None:
             self._kept[type(message)] = message
-            if self._channel is None:  # not started yet: INIT carries it
+            if self._channel is None:  # not started yet: Init carries it
                 return
         try:
             sent = self._call(messages.ApplyControl(message))
-        except WorkerLost:  # dead: its restart's INIT carries what is kept
+        except WorkerLost:  # dead: its restart's Init carries what is kept
             return
         sent.add_done_callback(functools.partial(_unheard, type(message).__name__))
 
