@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
 from tests.support.procstat import children, cpu_seconds, environment
 from tests.support.serverproc import start_server
@@ -62,14 +62,14 @@ async def _client(path: Path, in_flight: int, start: float, stop: float) -> tupl
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(path))
     channel = await Channel.open(sock, lambda: "the host is gone", lambda: None)
-    await channel.call(ipc.LOAD, INSTANCE, ("mlp", None))
+    await channel.call(messages.BindHosted("mlp", None), INSTANCE)
     counted, wrong = 0, 0
 
     async def calls() -> None:
         nonlocal counted, wrong
         while (now := time.time()) < stop:
             packed = ipc.pack_request(InferenceRequest([Tensor("x", data)]))
-            future = channel.start_call(ipc.PREDICT, INSTANCE, packed, ipc.unpack_response)
+            future = channel.start_call(messages.Predict(packed), INSTANCE, ipc.unpack_response)
             response = await future
             if start <= now and time.time() < stop:
                 counted += 1

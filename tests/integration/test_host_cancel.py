@@ -1,7 +1,7 @@
 """The model host's edge (server/host_edge.py) when a protocol process's client
 leaves: ``Channel.cancel_call`` sends ``CANCEL`` of a forwarded call, which takes it
 out of the host's queue unrun; and what a traced call (``PREDICT_TIMED``) answers
-(workers/hosted.py ``HostRun``), the host's own record of it."""
+(workers/messages.py ``HostRun``), the host's own record of it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from inferd.observability.trace_record import BatchRun
 from inferd.server.app import InferenceServer
 from inferd.server.host_edge import close_host, serve_host
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers import hosted, ipc
+from inferd.workers import hosted, ipc, messages
 from inferd.workers.channel import Channel
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for_async
@@ -55,8 +55,8 @@ async def channel(host: InferenceServer, tmp_path: Path) -> AsyncIterator[Channe
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(tmp_path / "host.sock"))
     channel = await Channel.open(sock, lambda: "the host is gone", lambda: None)
-    await channel.call(ipc.LOAD, ONE, ("one", None))
-    await channel.call(ipc.LOAD, ECHO, ("echo", None))
+    await channel.call(messages.BindHosted("one", None), ONE)
+    await channel.call(messages.BindHosted("echo", None), ECHO)
     yield channel
     channel.close()
     close_host(server)
@@ -77,15 +77,15 @@ def waiting(host: InferenceServer) -> int:
 async def test_a_cancelled_call_leaves_the_hosts_queue_unrun(
     host: InferenceServer, channel: Channel
 ) -> None:
-    first = channel.start_call(ipc.PREDICT, ONE, request("first"), ipc.unpack_response)
+    first = channel.start_call(messages.Predict(request("first")), ONE, ipc.unpack_response)
     await wait_for_async(lambda: Held.running == {"first"}, "the first request to run")
-    queued = channel.start_call(ipc.PREDICT, ONE, request("queued"), ipc.unpack_response)
+    queued = channel.start_call(messages.Predict(request("queued")), ONE, ipc.unpack_response)
     await wait_for_async(lambda: waiting(host) == 1, "the second request to queue")
     channel.cancel_call(queued)
     await wait_for_async(lambda: waiting(host) == 0, "the cancelled request to leave")
     Held.release("first")
     assert (await asyncio.wait_for(first, 5)).id == "first"
-    last = channel.start_call(ipc.PREDICT, ONE, request("last"), ipc.unpack_response)
+    last = channel.start_call(messages.Predict(request("last")), ONE, ipc.unpack_response)
     await wait_for_async(lambda: Held.running == {"last"}, "the next request to run")
     Held.release("last")
     assert (await asyncio.wait_for(last, 5)).id == "last"
@@ -96,11 +96,11 @@ async def test_a_cancelled_call_leaves_the_hosts_queue_unrun(
 async def test_a_cancel_in_the_same_read_as_its_call_is_not_lost(
     host: InferenceServer, channel: Channel
 ) -> None:
-    first = channel.start_call(ipc.PREDICT, ONE, request("first"), ipc.unpack_response)
+    first = channel.start_call(messages.Predict(request("first")), ONE, ipc.unpack_response)
     await wait_for_async(lambda: Held.running == {"first"}, "the first request to run")
-    queued = channel.start_call(ipc.PREDICT, ONE, request("queued"), ipc.unpack_response)
+    queued = channel.start_call(messages.Predict(request("queued")), ONE, ipc.unpack_response)
     channel.cancel_call(queued)  # written right behind it: the host reads both at once
-    last = channel.start_call(ipc.PREDICT, ONE, request("last"), ipc.unpack_response)
+    last = channel.start_call(messages.Predict(request("last")), ONE, ipc.unpack_response)
     await wait_for_async(lambda: waiting(host) == 1, "the last request to queue")
     Held.release("first")
     await asyncio.wait_for(first, 5)
@@ -116,10 +116,10 @@ async def test_a_timed_call_answers_the_hosts_record_and_a_cached_one_none(
     channel: Channel,
 ) -> None:
     ran = BatchRun(rows=3, requests=1)
-    timed = await channel.call(ipc.PREDICT_TIMED, ECHO, request("a"))
+    timed = await channel.call(messages.PredictTraced(request("a")), ECHO)
     hosted._unpack_timed(ran, timed)
     assert (ran.rows, ran.requests, ran.worker, ran.ran) == (3, 1, None, True)
     assert 0 < ran.predict_started_ns <= ran.predict_ended_ns and ran.waited_ns >= 0
     cached = BatchRun(rows=3, requests=1)
-    hosted._unpack_timed(cached, await channel.call(ipc.PREDICT_TIMED, ECHO, request("b")))
+    hosted._unpack_timed(cached, await channel.call(messages.PredictTraced(request("b")), ECHO))
     assert not cached.ran, "answered from the host's cache: no model work to show"

@@ -15,8 +15,9 @@ import pytest
 from inferd.errors import InvalidRequest, ModelNotFound
 from inferd.server.app import InferenceServer
 from inferd.server.host_edge import close_host, serve_host
+from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.base import LoadedInstance
 from inferd.workers.channel import Channel
 from tests.support.models import write_model_folder
@@ -83,7 +84,7 @@ async def channel(connect: Callable[[], Any]) -> Channel:
         (HEADERS, "headers"),
         (TOKENS, "tokens"),
     ]:
-        await channel.call(ipc.LOAD, instance_id, (name, None))
+        await channel.call(messages.BindHosted(name, None), instance_id)
     return channel
 
 
@@ -93,20 +94,20 @@ def request(request_id: str = "q", **parameters: Any) -> ipc.PackedRequest:
 
 
 def predict(channel: Channel, instance_id: int, packed: ipc.PackedRequest) -> Any:
-    return channel.start_call(ipc.PREDICT, instance_id, packed, ipc.unpack_response)
+    return channel.start_call(messages.Predict(packed), instance_id, ipc.unpack_response)
 
 
 async def test_load_answers_the_loaded_instance(connect: Callable[[], Any]) -> None:
     channel: Channel = await connect()
-    loaded = await channel.call(ipc.LOAD, 7, ("tokens", None))
+    loaded = await channel.call(messages.BindHosted("tokens", None), 7)
     assert isinstance(loaded, LoadedInstance)
     assert loaded.metadata.name == "tokens" and loaded.streams
     with pytest.raises(ModelNotFound, match="'nope'"):
-        await channel.call(ipc.LOAD, 8, ("nope", None))
-    with pytest.raises(ModelNotFound, match="no LOAD bound it"):
+        await channel.call(messages.BindHosted("nope", None), 8)
+    with pytest.raises(ModelNotFound, match="no BindHosted bound it"):
         await predict(channel, 8, request())
-    assert await channel.call(ipc.UNLOAD, 7, None) is None
-    with pytest.raises(ModelNotFound, match="no LOAD bound it"):
+    assert await channel.call(messages.Unload(), 7) is None
+    with pytest.raises(ModelNotFound, match="no BindHosted bound it"):
         await predict(channel, 7, request())
 
 
@@ -115,7 +116,7 @@ async def test_load_waits_for_the_start_up_models(
 ) -> None:
     channel: Channel = await connect()
     host.dataplane.started = False
-    loading = channel.start_call(ipc.LOAD, 1, ("echo", None))
+    loading = channel.start_call(messages.BindHosted("echo", None), 1)
     await asyncio.sleep(0.2)  # the host polls every 50 ms: it would have answered
     assert not loading.done()
     host.dataplane.started = True
@@ -131,7 +132,7 @@ async def test_predict_round_trip(channel: Channel) -> None:
 
 
 async def test_predict_timed_answers_what_the_host_recorded(channel: Channel) -> None:
-    packed, record = await channel.call(ipc.PREDICT_TIMED, ECHO, request())
+    packed, record = await channel.call(messages.PredictTraced(request()), ECHO)
     rows, requests, worker, started, ended, waited = record
     # The host's batch (two rows, one request), run in its own process (no worker).
     assert (rows, requests, worker) == (2, 1, None)
@@ -163,14 +164,33 @@ async def test_headers_in_and_response_headers_out(channel: Channel) -> None:
     assert answer.parameters["headers"] == {"x-out": "HELLO"}
 
 
+class Unknown(messages.Command):
+    KIND = 99
+
+    def fields(self) -> tuple[Any, ...]:
+        return ()
+
+
+class HalfBind(messages.Command):
+    """BindHosted's kind with one field only."""
+
+    KIND = messages.BindHosted.KIND
+
+    def fields(self) -> tuple[Any, ...]:
+        return ("not a pair",)
+
+
 async def test_unknown_commands_are_refused_and_the_connection_reads_on(
     channel: Channel,
 ) -> None:
     with pytest.raises(Exception, match="unknown command 99"):
-        await channel.call(99, ECHO, None)
-    with pytest.raises(Exception, match="Bad command"):
-        await channel.call(ipc.LOAD, 9, "not a pair")
-    assert await channel.call(ipc.CONTROL, 0, object()) is None
+        await channel.call(Unknown(), ECHO)
+    with pytest.raises(Exception, match="bad command BindHosted"):
+        await channel.call(HalfBind(), 9)
+    worker_only = messages.LoadInWorker(ModelSettings(name="echo", implementation="x.Y"), None)
+    with pytest.raises(Exception, match="does not take LoadInWorker"):
+        await channel.call(worker_only, 9)
+    assert await channel.call(messages.ApplyControl(object()), 0) is None  # type: ignore[arg-type]
     assert (await predict(channel, ECHO, request("after"))).id == "after"
 
 

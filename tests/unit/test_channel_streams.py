@@ -13,7 +13,7 @@ import pytest
 
 from inferd.errors import InvalidRequest, WorkerLost
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
 
 pytestmark = pytest.mark.anyio
@@ -26,22 +26,22 @@ class ScriptedWorker:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
-        self._received: list[ipc.Command] = []
+        self._decoder: ipc.FrameDecoder[messages.WireCommand] = ipc.FrameDecoder()
+        self._received: list[messages.WireCommand] = []
 
-    def command(self) -> ipc.Command:
+    def command(self) -> messages.WireCommand:
         while not self._received:
-            messages = ipc.receive(self.sock, self._decoder)
-            assert messages is not None, "the channel closed"
-            self._received += messages
+            received = ipc.receive(self.sock, self._decoder)
+            assert received is not None, "the channel closed"
+            self._received += received
         return self._received.pop(0)
 
     def reply(self, kind: int, call_id: int, body: object) -> None:
-        ipc.send(self.sock, ipc.encode_reply(kind, call_id, body))
+        ipc.send(self.sock, messages.encode_reply(kind, call_id, body))
 
     def respond(self, call_id: int, index: int) -> None:
         response = InferenceResponse([Tensor("i", np.array([index]))])
-        self.reply(ipc.STREAMED, call_id, [ipc.pack_response(response)])
+        self.reply(messages.STREAMED, call_id, [ipc.pack_response(response)])
 
 
 @pytest.fixture
@@ -76,23 +76,23 @@ async def test_stream_replies_reach_the_stream_and_its_credit_and_cancel_reach_t
 ) -> None:
     ours, worker = wire
     channel = await Channel.open(ours, lambda: "gone", lambda: None)
-    seen: list[ipc.Command] = []
+    seen: list[messages.WireCommand] = []
 
     def script() -> None:
         stream_command, predict = worker.command(), worker.command()
         seen.extend([stream_command, predict])
         stream_id = stream_command[1]
         worker.respond(stream_id, 0)
-        worker.reply(ipc.RESULT, predict[1], "unary answer")
+        worker.reply(messages.RESULT, predict[1], "unary answer")
         worker.respond(stream_id, 1)
         seen.append(worker.command())  # the credit for the two taken
         worker.respond(stream_id, 2)
         seen.append(worker.command())  # the cancel
-        worker.reply(ipc.ENDED, stream_id, None)
+        worker.reply(messages.ENDED, stream_id, None)
 
     thread = in_thread(script)
     stream = channel.open_stream(4, REQUEST, window=8)  # credit goes back 2 at a time
-    call = channel.start_call(ipc.PREDICT, 9, "unary")
+    call = channel.start_call(messages.Predict("unary"), 9)  # type: ignore[arg-type]
     assert [index_of(await anext(stream)) for _ in range(2)] == [0, 1]
     assert await call == "unary answer"
     assert index_of(await anext(stream)) == 2
@@ -101,14 +101,13 @@ async def test_stream_replies_reach_the_stream_and_its_credit_and_cancel_reach_t
     await asyncio.to_thread(thread.join, 5)
     assert not thread.errors  # type: ignore[attr-defined]
 
-    (kind, stream_id, instance_id, body), predict, credit, cancel = seen
-    assert (kind, instance_id) == (ipc.STREAM, 4)
-    packed_request, window = body
+    (kind, stream_id, instance_id, packed_request, window), predict, credit, cancel = seen
+    assert (kind, instance_id) == (messages.Stream.KIND, 4)
     assert window == 8
     assert ipc.unpack_request(packed_request).parameters == {"n": 3}
-    assert predict[0] == ipc.PREDICT and predict[1] != stream_id
-    assert (credit[0], credit[1], credit[3]) == (ipc.CREDIT, stream_id, 2)
-    assert (cancel[0], cancel[1]) == (ipc.CANCEL, stream_id)
+    assert predict[0] == messages.Predict.KIND and predict[1] != stream_id
+    assert (credit[0], credit[1], credit[3]) == (messages.Credit.KIND, stream_id, 2)
+    assert (cancel[0], cancel[1]) == (messages.Cancel.KIND, stream_id)
     channel.close()
 
 
@@ -122,7 +121,7 @@ async def test_the_workers_error_ends_the_stream_after_its_responses(
         stream_id = worker.command()[1]
         for index in range(3):
             worker.respond(stream_id, index)
-        worker.reply(ipc.ERROR, stream_id, ipc.error_to_wire(InvalidRequest("bad prompt")))
+        worker.reply(messages.ERROR, stream_id, ipc.error_to_wire(InvalidRequest("bad prompt")))
 
     thread = in_thread(script)
     stream = channel.open_stream(1, REQUEST)

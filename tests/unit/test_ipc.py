@@ -22,7 +22,7 @@ from inferd.errors import (
     WorkerLost,
 )
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
 
 
@@ -105,15 +105,18 @@ def test_requests_and_responses_keep_every_field() -> None:
 
 
 def test_a_stream_cut_anywhere_yields_the_same_messages() -> None:
-    messages = [
-        (ipc.PREDICT, i, 7, ipc.pack_tensors([Tensor("t", ARRAYS[name])]))
+    sent = [
+        (messages.Predict.KIND, i, 7, ipc.pack_tensors([Tensor("t", ARRAYS[name])]))
         for i, name in enumerate(ARRAYS)
     ]
-    data = b"".join(b"".join(ipc.encode_command(*message)) for message in messages)
+    data = b"".join(
+        b"".join(messages.encode_command(call_id, 7, messages.Predict(packed)))
+        for _, call_id, _, packed in sent
+    )
     rng = random.Random(1)
     for chunks in ([1] * len(data), [rng.randint(1, 5000) for _ in range(len(data))], [1 << 30]):
         received = feed(ipc.FrameDecoder(scratch_size=8192), data, chunks)
-        assert [m[:3] for m in received] == [m[:3] for m in messages]
+        assert [m[:3] for m in received] == [m[:3] for m in sent]
         for got, name in zip(received, ARRAYS, strict=True):
             (tensor,) = ipc.unpack_tensors(got[3])
             np.testing.assert_array_equal(tensor.data, ARRAYS[name])
@@ -161,7 +164,7 @@ def test_configuration_errors_stay_and_other_errors_become_model_errors() -> Non
 def test_send_and_receive_a_message_larger_than_the_socket_buffer() -> None:
     left, right = socket.socketpair()
     array = np.random.default_rng(0).random((1000, 1000))
-    pieces = ipc.encode_reply(ipc.RESULT, 1, ipc.pack_tensors([Tensor("t", array)]))
+    pieces = messages.encode_reply(messages.RESULT, 1, ipc.pack_tensors([Tensor("t", array)]))
     sender = threading.Thread(target=ipc.send, args=(left, pieces))
     sender.start()
     (message,) = ipc.receive(right, ipc.FrameDecoder()) or []
@@ -174,17 +177,18 @@ def test_send_and_receive_a_message_larger_than_the_socket_buffer() -> None:
 
 def answer_in_reverse(sock: socket.socket, count: int) -> None:
     """A fake worker: reads ``count`` commands, answers them last first, then closes."""
-    decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
-    commands: list[ipc.Command] = []
+    decoder: ipc.FrameDecoder[messages.WireCommand] = ipc.FrameDecoder()
+    commands: list[messages.WireCommand] = []
     while len(commands) < count:
         commands += ipc.receive(sock, decoder) or []
-    for kind, call_id, instance_id, body in reversed(commands):
-        if body == "fail":
-            ipc.send(
-                sock, ipc.encode_reply(ipc.ERROR, call_id, ipc.error_to_wire(InvalidRequest("no")))
-            )
+    for wire in reversed(commands):
+        call_id, instance_id, command = messages.decode(wire)
+        if command.fields() == ("fail", None):
+            error = ipc.error_to_wire(InvalidRequest("no"))
+            ipc.send(sock, messages.encode_reply(messages.ERROR, call_id, error))
         else:
-            ipc.send(sock, ipc.encode_reply(ipc.RESULT, call_id, (kind, instance_id, body)))
+            answer = (type(command).__name__, instance_id, command.fields())
+            ipc.send(sock, messages.encode_reply(messages.RESULT, call_id, answer))
     sock.close()
 
 
@@ -196,24 +200,24 @@ async def test_a_channel_matches_replies_to_calls_and_fails_the_rest_when_closed
     worker = threading.Thread(target=answer_in_reverse, args=(theirs, 3))
     worker.start()
     results = await asyncio.gather(
-        channel.call(ipc.PREDICT, 1, "a"),
-        channel.call(ipc.LOAD, 2, "fail"),
-        channel.call(ipc.UNLOAD, 3, "c"),
+        channel.call(messages.Predict("a"), 1),  # type: ignore[arg-type]
+        channel.call(messages.BindHosted("fail", None), 2),
+        channel.call(messages.Unload(), 3),
         return_exceptions=True,
     )
-    assert results[0] == (ipc.PREDICT, 1, "a") and results[2] == (ipc.UNLOAD, 3, "c")
+    assert results[0] == ("Predict", 1, ("a",)) and results[2] == ("Unload", 3, ())
     assert isinstance(results[1], InvalidRequest) and results[1].message == "no"
     await asyncio.wait_for(closed.wait(), 5)
     worker.join()
     with pytest.raises(WorkerLost, match="worker gone"):
-        await channel.call(ipc.PREDICT, 1, "late")
+        await channel.call(messages.Unload(), 1)
 
 
 @pytest.mark.anyio
 async def test_calls_in_flight_fail_with_worker_lost_when_the_worker_dies() -> None:
     ours, theirs = socket.socketpair()
     channel = await Channel.open(ours, lambda: "worker 0 died", lambda: None)
-    call = asyncio.ensure_future(channel.call(ipc.PREDICT, 1, None))
+    call = asyncio.ensure_future(channel.call(messages.Unload(), 1))
     await asyncio.sleep(0.01)
     theirs.close()
     with pytest.raises(WorkerLost, match="worker 0 died"):

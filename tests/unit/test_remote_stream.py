@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
 
 import numpy as np
 import pytest
 
 from inferd.errors import InvalidRequest, WorkerLost
 from inferd.types import InferenceResponse, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.remote_stream import STREAM_WINDOW, RemoteStream
 
 pytestmark = pytest.mark.anyio
@@ -27,16 +26,16 @@ def index_of(response: InferenceResponse) -> int:
 
 
 class Commands:
-    """What the stream sends its worker: (kind, body) in order."""
+    """What the stream sends its worker, in order."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[int, Any]] = []
+        self.sent: list[messages.Credit | messages.Cancel] = []
 
-    def __call__(self, kind: int, body: Any) -> None:
-        self.sent.append((kind, body))
+    def __call__(self, command: messages.Credit | messages.Cancel) -> None:
+        self.sent.append(command)
 
-    def of(self, kind: int) -> list[Any]:
-        return [body for sent_kind, body in self.sent if sent_kind == kind]
+    def of(self, kind: type[messages.Command]) -> list[messages.Command]:
+        return [command for command in self.sent if type(command) is kind]
 
 
 async def test_responses_come_in_order_and_credit_goes_back_in_batches() -> None:
@@ -47,9 +46,9 @@ async def test_responses_come_in_order_and_credit_goes_back_in_batches() -> None
     assert [index_of(await anext(stream))] == [0]
     assert commands.sent == [], "one response taken: not worth a message yet"
     assert index_of(await anext(stream)) == 1
-    assert commands.sent == [(ipc.CREDIT, 2)]
+    assert commands.sent == [messages.Credit(2)]
     assert [index_of(await anext(stream)) for _ in range(2)] == [2, 3]
-    assert commands.sent == [(ipc.CREDIT, 2), (ipc.CREDIT, 2)]
+    assert commands.sent == [messages.Credit(2), messages.Credit(2)]
 
 
 async def test_a_waiting_reader_wakes_for_each_response_then_ends_with_the_worker() -> None:
@@ -105,7 +104,7 @@ async def test_cancel_asks_the_worker_once_ends_reading_and_finishes_on_its_answ
     stream.cancel()
     stream.cancel()
     waiting.cancel()
-    assert commands.sent == [(ipc.CANCEL, None)]
+    assert commands.sent == [messages.Cancel()]
     with pytest.raises(StopAsyncIteration):
         await anext(stream)  # what was queued is dropped: nobody wants it
     with pytest.raises(StopAsyncIteration):
@@ -124,7 +123,7 @@ async def test_an_unreadable_response_fails_the_read_and_cancels_the_stream() ->
     stream.received([("not", "a", "response")])  # type: ignore[list-item]
     with pytest.raises(Exception, match="cannot be read"):
         await anext(stream)
-    assert commands.of(ipc.CANCEL) == [None]
+    assert commands.of(messages.Cancel) == [messages.Cancel()]
 
 
 class SimulatedWorker:
@@ -139,9 +138,9 @@ class SimulatedWorker:
         self.grants: list[int] = []  # granted, not yet arrived
         self.grant_messages = 0
 
-    def command(self, kind: int, credit: Any) -> None:
-        assert kind == ipc.CREDIT
-        self.grants.append(credit)
+    def command(self, command: messages.Credit | messages.Cancel) -> None:
+        assert type(command) is messages.Credit
+        self.grants.append(command.amount)
         self.grant_messages += 1
 
     def can_step(self) -> bool:

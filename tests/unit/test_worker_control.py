@@ -7,11 +7,10 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.base import OnHolder, WorkerState
 from inferd.workers.worker import Worker
 
@@ -44,9 +43,9 @@ def worker() -> Iterator[socket.socket]:
     assert not serving.is_alive()
 
 
-def call(sock: socket.socket, call_id: int, kind: int, body: Any) -> ipc.Reply:
-    ipc.send(sock, ipc.encode_command(kind, call_id, 0, body))
-    decoder: ipc.FrameDecoder[ipc.Reply] = ipc.FrameDecoder()
+def call(sock: socket.socket, call_id: int, command: messages.Command) -> messages.Reply:
+    ipc.send(sock, messages.encode_command(call_id, 0, command))
+    decoder: ipc.FrameDecoder[messages.Reply] = ipc.FrameDecoder()
     replies = ipc.receive(sock, decoder)
     assert replies is not None, "the worker closed its socket"
     (reply,) = replies
@@ -55,8 +54,8 @@ def call(sock: socket.socket, call_id: int, kind: int, body: Any) -> ipc.Reply:
 
 def test_a_control_message_is_applied_in_order_and_answered(worker: socket.socket) -> None:
     APPLIED.clear()
-    assert call(worker, 1, ipc.CONTROL, Note("first")) == (ipc.RESULT, 1, None)
-    assert call(worker, 2, ipc.CONTROL, Note("second")) == (ipc.RESULT, 2, None)
+    assert call(worker, 1, messages.ApplyControl(Note("first"))) == (messages.RESULT, 1, None)
+    assert call(worker, 2, messages.ApplyControl(Note("second"))) == (messages.RESULT, 2, None)
     assert APPLIED == [("first", False), ("second", False)]
 
 
@@ -64,8 +63,8 @@ def test_a_message_that_fails_is_answered_with_its_error_and_the_worker_goes_on(
     worker: socket.socket,
 ) -> None:
     APPLIED.clear()
-    kind, call_id, error = call(worker, 1, ipc.CONTROL, Note("fail"))
-    assert (kind, call_id) == (ipc.ERROR, 1)
+    kind, call_id, error = call(worker, 1, messages.ApplyControl(Note("fail")))
+    assert (kind, call_id) == (messages.ERROR, 1)
     assert "Note: this message cannot apply" in str(error)
-    assert call(worker, 2, ipc.CONTROL, Note("after")) == (ipc.RESULT, 2, None)
+    assert call(worker, 2, messages.ApplyControl(Note("after"))) == (messages.RESULT, 2, None)
     assert APPLIED == [("after", False)]

@@ -18,7 +18,7 @@ from inferd.errors import ModelError
 from inferd.model import Model
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.worker_streams import WorkerStreams
 from tests.support.polling import wait_for
@@ -86,8 +86,8 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.replies: queue.Queue[ipc.Reply] = queue.Queue()
-        self._decoder: ipc.FrameDecoder[ipc.Reply] = ipc.FrameDecoder()
+        self.replies: queue.Queue[messages.Reply] = queue.Queue()
+        self._decoder: ipc.FrameDecoder[messages.Reply] = ipc.FrameDecoder()
         self._lock = threading.Lock()
         self.streams = WorkerStreams(self.loop, self.send, self.reply_error)
 
@@ -99,9 +99,9 @@ class Harness:
                 self.replies.put(reply)
 
     def reply_error(self, call_id: int, error: BaseException) -> None:
-        self.replies.put((ipc.ERROR, call_id, ipc.error_to_wire(error)))
+        self.replies.put((messages.ERROR, call_id, ipc.error_to_wire(error)))
 
-    def next_reply(self) -> ipc.Reply:
+    def next_reply(self) -> messages.Reply:
         return self.replies.get(timeout=DEADLINE)
 
     def nothing_more(self) -> bool:
@@ -137,7 +137,7 @@ def sent(harness: Harness, count: int) -> list[int]:
     got: list[int] = []
     while len(got) < count:
         kind, _, body = harness.next_reply()
-        assert kind == ipc.STREAMED
+        assert kind == messages.STREAMED
         got += [int(ipc.unpack_response(packed).outputs[0].data[0]) for packed in body]
     return got
 
@@ -155,7 +155,7 @@ def test_it_runs_only_as_far_as_its_credit_and_on_with_each_grant(
     assert recorder.yielded == 5 and harness.nothing_more(), "it waits for credit"
     harness.streams.grant(7, 100)
     assert sent(harness, 5) == [5, 6, 7, 8, 9]
-    assert harness.next_reply() == (ipc.ENDED, 7, None)
+    assert harness.next_reply() == (messages.ENDED, 7, None)
     assert recorder.closed.is_set() and len(harness.streams) == 0
     if runtime is Plain:
         assert recorder.thread.startswith("inferd-Plain-stream"), "a thread of its own"
@@ -170,7 +170,7 @@ def test_a_cancel_while_it_waits_for_credit_stops_the_generator_then_says_ended(
     harness.streams.start(3, model, request(), credit=2)
     assert sent(harness, 2) == [0, 1]
     harness.streams.cancel(3)
-    assert harness.next_reply() == (ipc.ENDED, 3, None)
+    assert harness.next_reply() == (messages.ENDED, 3, None)
     assert recorder.closed.is_set() and recorder.yielded == 2
     harness.streams.cancel(3)  # it ended: nothing happens
     harness.streams.grant(3, 5)
@@ -182,7 +182,7 @@ def test_a_cancel_stops_an_async_generator_where_it_awaits(harness: Harness) -> 
     harness.streams.start(1, model, request(wait_at=1), credit=16)
     assert sent(harness, 1) == [0]
     harness.streams.cancel(1)  # it sleeps for a minute: the sleep is cancelled
-    assert harness.next_reply() == (ipc.ENDED, 1, None)
+    assert harness.next_reply() == (messages.ENDED, 1, None)
     assert Async.recorder.closed.is_set()
 
 
@@ -194,7 +194,7 @@ def test_the_models_error_follows_what_it_yielded_before(
     assert sent(harness, 3) == [0, 1, 2]
     kind, call_id, wire = harness.next_reply()
     error = ipc.error_from_wire(wire)
-    assert (kind, call_id) == (ipc.ERROR, 5)
+    assert (kind, call_id) == (messages.ERROR, 5)
     assert isinstance(error, ModelError) and "boom" in str(error)
     assert len(harness.streams) == 0
 
@@ -202,7 +202,7 @@ def test_the_models_error_follows_what_it_yielded_before(
 def test_a_predict_stream_that_is_not_a_generator_is_an_error(harness: Harness) -> None:
     harness.streams.start(2, loaded(NotAGenerator), request(), credit=16)
     kind, call_id, wire = harness.next_reply()
-    assert (kind, call_id) == (ipc.ERROR, 2)
+    assert (kind, call_id) == (messages.ERROR, 2)
     assert "not a generator" in str(ipc.error_from_wire(wire))
 
 
@@ -214,5 +214,5 @@ def test_streams_run_side_by_side_in_the_models_threads(harness: Harness) -> Non
     assert sorted(call_id for _, call_id, _ in first) == [1, 2], "both run at once"
     harness.streams.cancel_all()
     ends = {harness.next_reply() for _ in range(2)}
-    assert ends == {(ipc.ENDED, 1, None), (ipc.ENDED, 2, None)}
+    assert ends == {(messages.ENDED, 1, None), (messages.ENDED, 2, None)}
     wait_for(lambda: len(harness.streams) == 0, "len(harness.streams) == 0", timeout=DEADLINE)

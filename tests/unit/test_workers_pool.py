@@ -22,7 +22,7 @@ from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.triton.logsettings import SetLogLevel
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
-from inferd.workers import ipc
+from inferd.workers import messages
 from inferd.workers.base import Call, LoadedInstance
 from inferd.workers.pool import ProcessPool, RestartPolicy
 from inferd.workers.process import WorkerProcess
@@ -46,17 +46,17 @@ class FakeChannel:
         self.closed = False
 
     def start_call(
-        self, kind: int, instance_id: int, body: Any, decode: Any = None
+        self, command: messages.Command, instance_id: int = 0, decode: Any = None
     ) -> asyncio.Future[Any]:
         if self.closed:
             raise WorkerLost(self._describe_loss())
         future = asyncio.get_running_loop().create_future()
         self._pending.append(future)
-        self._worker.received(kind, instance_id, body, future)
+        self._worker.received(type(command), instance_id, command, future)
         return future
 
-    async def call(self, kind: int, instance_id: int, body: Any) -> Any:
-        return await self.start_call(kind, instance_id, body)
+    async def call(self, command: messages.Command, instance_id: int = 0) -> Any:
+        return await self.start_call(command, instance_id)
 
     def abort(self) -> None:
         self.close()
@@ -105,25 +105,28 @@ class FakeWorker(WorkerProcess):
     def die(self) -> None:
         self.channel.close()
 
-    def received(self, kind: int, instance_id: int, body: Any, future: asyncio.Future[Any]) -> None:
+    def received(
+        self, kind: type[messages.Command], instance_id: int, body: Any, future: asyncio.Future[Any]
+    ) -> None:
         self.commands.append((kind, instance_id))
-        if kind == ipc.CONTROL:
-            self.controls.append(body)
-            if isinstance(body, SetLogLevel):
-                self.log_levels.append(("set", body.level))
+        if kind is messages.ApplyControl:
+            message = body.message
+            self.controls.append(message)
+            if isinstance(message, SetLogLevel):
+                self.log_levels.append(("set", message.level))
             future.set_result(None)
-        elif kind == ipc.INIT:
-            self.log_levels.append(("init", _kept_level(body[3])))
+        elif kind is messages.Init:
+            self.log_levels.append(("init", _kept_level(body.kept)))
             if self.failed_starts_to_come:
                 self.failed_starts_to_come -= 1
                 asyncio.get_running_loop().call_soon(self.die)
             else:
                 future.set_result(4242)
-        elif kind == ipc.LOAD:
-            self.loading.append(asyncio.ensure_future(self._load(body[0], future)))
-        elif kind == ipc.UNLOAD:
+        elif kind is messages.LoadInWorker:
+            self.loading.append(asyncio.ensure_future(self._load(body.settings, future)))
+        elif kind is messages.Unload:
             future.set_result(None)
-        elif kind == ipc.PREDICT:
+        elif kind is messages.Predict:
             self.requests.append(future)
 
     async def _load(self, settings: ModelSettings, future: asyncio.Future[Any]) -> None:
@@ -144,7 +147,7 @@ class FakeWorker(WorkerProcess):
         future.set_result(InferenceResponse([Tensor("y", np.ones(1))]))
 
     def loads_of(self, instance_id: int) -> int:
-        return self.commands.count((ipc.LOAD, instance_id))
+        return self.commands.count((messages.LoadInWorker, instance_id))
 
 
 class RecordedSleep:
@@ -356,7 +359,7 @@ async def test_a_load_that_crashes_a_worker_fails_with_how_it_ended_and_leaves_n
     message = f"Loading model 'a' failed: worker 1 (pid None) {KILLED} while loading it"
     with pytest.raises(WorkerLost, match=f"^{re.escape(message)}$"):
         await pool.load(1, model("a"))
-    assert (ipc.UNLOAD, 1) in w0.commands, "unloaded from the worker that had loaded it"
+    assert (messages.Unload, 1) in w0.commands, "unloaded from the worker that had loaded it"
     assert pool.capacity(1) == 0
     with pytest.raises(ModelNotReady, match="no longer loaded"):
         pool.predict(Call(1, REQUEST))
@@ -389,10 +392,12 @@ async def test_an_instance_unloaded_while_it_reloads_is_unloaded_from_the_worker
     worker.die()
     await wait_for_async(lambda: worker.loads_of(1) == 2, "worker.loads_of(1) == 2", timeout=5)
     await pool.unload(1)
-    assert (ipc.UNLOAD, 1) not in worker.commands, "nothing loaded yet to unload"
+    assert (messages.Unload, 1) not in worker.commands, "nothing loaded yet to unload"
     worker.load_gate.set()
     await wait_for_async(
-        lambda: (ipc.UNLOAD, 1) in worker.commands, "(ipc.UNLOAD, 1) in worker.commands", timeout=5
+        lambda: (messages.Unload, 1) in worker.commands,
+        "(messages.Unload, 1) in worker.commands",
+        timeout=5,
     )
     assert worker.slots(1) == 0 and worker.next_to_reload() is None
 

@@ -14,7 +14,7 @@ import pytest
 from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import Overloaded
 from inferd.settings import ServerSettings
-from inferd.workers import ipc
+from inferd.workers import messages
 from inferd.workers.base import Call
 from inferd.workers.pool import ProcessPool
 from tests.support.polling import wait_for_async
@@ -33,9 +33,11 @@ class CountingWorker(FakeWorker):
         super().__init__(*args)
         self.most_running = 0
 
-    def received(self, kind: int, instance_id: int, body: Any, future: asyncio.Future[Any]) -> None:
+    def received(
+        self, kind: type[messages.Command], instance_id: int, body: Any, future: asyncio.Future[Any]
+    ) -> None:
         super().received(kind, instance_id, body, future)
-        if kind == ipc.PREDICT:
+        if kind is messages.Predict:
             self.most_running = max(self.most_running, self.running)
 
     @property
@@ -119,7 +121,7 @@ async def test_a_reply_read_as_its_worker_dies_counts_once_and_is_not_retried(
     assert worker.outstanding == 1 and worker.free_slots(1) == 1, "the retry alone"
     worker.answer()
     assert (await lost.result()).outputs[0].name == "y"
-    assert worker.commands.count((ipc.PREDICT, 1)) == 3, "two sent, one of them again"
+    assert worker.commands.count((messages.Predict, 1)) == 3, "two sent, one of them again"
     assert worker.free_slots(1) == 2 and worker.outstanding == 0
 
 

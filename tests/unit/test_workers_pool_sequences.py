@@ -9,7 +9,7 @@ import pytest
 
 from inferd.dispatch.sequences import EndSequence
 from inferd.errors import WorkerLost
-from inferd.workers import ipc
+from inferd.workers import messages
 from inferd.workers.base import Call
 from tests.support.polling import wait_for_async
 
@@ -48,7 +48,7 @@ async def test_sequence_end_reaches_only_the_live_holder(pools: Pools) -> None:
     await pool.load(1, model("acc", sequence_batching={}))
     pool.control(EndSequence(1, (0, 1), "chat-7"))
     pool.control(EndSequence(1, (1, 5), "chat-8"))  # a holder that is not alive: nothing to tell
-    assert w0.commands[-1][0] == ipc.CONTROL
+    assert w0.commands[-1][0] == messages.ApplyControl
     assert w0.controls == [EndSequence(1, (0, 1), "chat-7")]
     assert w1.controls == []
     assert pool.holders(2) == []

@@ -14,7 +14,7 @@ import pytest
 from inferd.errors import ModelNotReady, WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.base import Call, LoadedInstance
 from inferd.workers.pool import ProcessPool
 from inferd.workers.remote_stream import RemoteStream
@@ -32,14 +32,14 @@ class StreamingChannel(FakeChannel):
     def __init__(self, worker: FakeWorker) -> None:
         super().__init__(worker)
         self.streams: list[RemoteStream] = []
-        self.stream_commands: list[tuple[int, Any]] = []
+        self.stream_commands: list[messages.Command] = []
 
     def open_stream(self, instance_id: int, request: InferenceRequest) -> RemoteStream:
         if self.closed:
             raise WorkerLost(self._worker._describe_stream_loss())
-        stream = RemoteStream(lambda kind, body: self.stream_commands.append((kind, body)))
+        stream = RemoteStream(self.stream_commands.append)
         self.streams.append(stream)
-        self._worker.commands.append((ipc.STREAM, instance_id))
+        self._worker.commands.append((messages.Stream, instance_id))
         return stream
 
     def close(self) -> None:
@@ -96,7 +96,7 @@ async def test_interleaved_streams_hold_no_slot_and_go_where_fewest_are_open(
 
     for stream in (first, third):
         stream.cancel()
-    assert w0.channel.stream_commands == [(ipc.CANCEL, None), (ipc.CANCEL, None)]  # type: ignore[attr-defined]
+    assert w0.channel.stream_commands == [messages.Cancel(), messages.Cancel()]  # type: ignore[attr-defined]
     assert w0.open_streams == 2, "open until the worker says the generator stopped"
     for stream in w0.streams():
         stream.ended()

@@ -8,7 +8,7 @@ import pytest
 
 from inferd.errors import ModelError
 from inferd.settings import ServerSettings
-from inferd.workers import ipc
+from inferd.workers import messages
 from inferd.workers.pool import ProcessPool
 from tests.support.polling import wait_for_async
 from tests.unit.test_workers_pool import FakeWorker, fakes, model
@@ -24,7 +24,7 @@ async def _pool(workers: int, *, load_together: bool) -> ProcessPool:
 
 
 def _loads_received(pool: ProcessPool) -> int:
-    return sum(worker.commands.count((ipc.LOAD, 1)) for worker in fakes(pool))
+    return sum(worker.commands.count((messages.LoadInWorker, 1)) for worker in fakes(pool))
 
 
 @pytest.mark.parametrize(("together", "at_once"), [(True, 3), (False, 1)])
@@ -55,7 +55,7 @@ async def test_a_load_failing_in_one_holder_fails_it_everywhere() -> None:
         with pytest.raises(ModelError, match="warm-up failed"):
             await pool.load(1, model("a"))
         assert pool.capacity(1) == 0
-        unloads = [worker.commands.count((ipc.UNLOAD, 1)) for worker in fakes(pool)]
+        unloads = [worker.commands.count((messages.Unload, 1)) for worker in fakes(pool)]
         assert unloads == [1, 0, 1]  # those that had loaded it unload it
     finally:
         await pool.close()

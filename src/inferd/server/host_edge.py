@@ -2,23 +2,26 @@
 
 The model host is a whole server with no public ports that serves the models
 which cannot run in every protocol process. Each protocol process reaches it over
-one unix socket with the worker IPC (``workers/ipc.py``), as it reaches a worker
-process: its ``Channel`` sends commands, already decoded, and this edge turns them
-into calls on the host's :class:`~inferd.serving.dataplane.DataPlane`.
+one unix socket with the worker IPC (``workers/ipc.py``, the commands of
+``workers/messages.py``), as it reaches a worker process: its ``Channel`` sends
+commands, and this edge, a :class:`~inferd.workers.command_server.CommandServer`
+as a worker's loop is, turns them into calls on the host's
+:class:`~inferd.serving.dataplane.DataPlane`.
 
-- ``LOAD`` ``(name, version)`` binds the command's instance id, on that connection,
-  to the model version the registry finds ready (waiting for the host's start-up
-  models first) and answers its ``LoadedInstance`` with how many workers hold it
-  here; ``UNLOAD`` forgets the binding.
-- ``PREDICT`` / ``PREDICT_TIMED`` run ``DataPlane.infer`` (a timed one, traced in
+- ``BindHosted`` binds the command's instance id, on that connection, to the model
+  version the registry finds ready (waiting for the host's start-up models first)
+  and answers its ``LoadedInstance`` with how many workers hold it here;
+  ``Unload`` forgets the binding.
+- ``Predict`` / ``PredictTraced`` run ``DataPlane.infer`` (a traced one, traced in
   the protocol process, is answered with what the host's dataplane recorded of its
-  queue wait, batch and predict, ``hosted.HostRun``); a ``CANCEL`` of one
+  queue wait, batch and predict, ``messages.HostRun``); a ``Cancel`` of one
   (its client left) is its client's disconnect here: it leaves the queue unrun.
-  ``STREAM`` (with ``CREDIT`` and ``CANCEL``) runs ``DataPlane.infer_stream``
+  ``Stream`` (with ``Credit`` and ``Cancel``) runs ``DataPlane.infer_stream``
   (``host_streams.py``).
   Each call is a task of its own, answered when it ends, in whatever order.
-- ``CONTROL`` is answered and ignored: the host gets server-wide settings from the
-  coordinator, as every process does.
+- ``ApplyControl`` is answered and ignored: the host gets server-wide settings from
+  the coordinator, as every process does. A worker's own commands (``Init``,
+  ``LoadInWorker``, ``PredictTimed``) are refused.
 
 Headers: the protocol process put the client's headers in the request's
 ``parameters["headers"]`` (for a runtime that wants them); they become the host's
@@ -39,18 +42,18 @@ from collections.abc import Coroutine
 from typing import Any, NamedTuple, cast
 
 from inferd.context import RequestContext
-from inferd.errors import InferdError, ModelError, ModelNotFound
+from inferd.errors import InferdError, ModelNotFound
 from inferd.observability.trace_record import RequestTrace
 from inferd.server.host_streams import HostStream, Responses, with_headers
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.runtime_headers import HEADERS
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers import ipc
-from inferd.workers.hosted import host_run
+from inferd.workers import ipc, messages
+from inferd.workers.command_server import CommandServer
 
 logger = logging.getLogger(__name__)
 
-# How often a LOAD that came before the host's start-up models were loaded looks again.
+# How often a BindHosted that came before the host's start-up models were loaded looks again.
 STARTED_POLL_SECONDS = 0.05
 
 
@@ -90,17 +93,30 @@ _CONNECTIONS: weakref.WeakKeyDictionary[asyncio.Server, set[HostConnection]] = (
 )
 
 
-class HostConnection(asyncio.BufferedProtocol):
+class HostConnection(CommandServer, asyncio.BufferedProtocol):
     """One protocol process's connection: its bindings and its calls in flight."""
 
     def __init__(self, dataplane: DataPlane, connections: set[HostConnection]) -> None:
+        super().__init__(
+            {
+                messages.Predict: self._predict,
+                messages.PredictTraced: self._predict,
+                messages.Credit: self._credit,
+                messages.Stream: self._stream,
+                messages.Cancel: self._cancel,
+                messages.BindHosted: self._bind,
+                messages.Unload: self._unbind,
+                # Server-wide settings come from the coordinator: answered, ignored.
+                messages.ApplyControl: lambda call_id, _, __: self.reply(call_id, None),
+            }
+        )
         self._dataplane = dataplane
         self._connections = connections
-        self._decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
+        self._decoder: ipc.FrameDecoder[messages.WireCommand] = ipc.FrameDecoder()
         self._transport: asyncio.Transport | None = None
         self._bindings: dict[int, Binding] = {}
         # Each call's task, by call id (held: the loop keeps weak references); a unary
-        # call's CANCEL cancels it.
+        # call's Cancel cancels it.
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._streams: dict[int, HostStream] = {}  # open streams, by call id
         self._unsent: list[ipc.Buffer] = []  # replies of this loop turn (_send)
@@ -129,11 +145,8 @@ class HostConnection(asyncio.BufferedProtocol):
             logger.exception("Closing a protocol process's connection: a message cannot be read")
             self.close()
             return
-        for kind, call_id, instance_id, body in commands:
-            try:
-                self._handle(kind, call_id, instance_id, body)
-            except Exception as error:  # a malformed body: answer it, read on
-                self._reply_error(call_id, ModelError(f"Bad command {kind}: {error!r}"))
+        for wire in commands:
+            self.handle(wire)
 
     def eof_received(self) -> bool:
         return False  # close our end too; connection_lost follows
@@ -150,39 +163,27 @@ class HostConnection(asyncio.BufferedProtocol):
 
     # Commands
 
-    def _handle(self, kind: int, call_id: int, instance_id: int, body: Any) -> None:
-        if kind == ipc.PREDICT or kind == ipc.PREDICT_TIMED:
-            binding = self._bindings.get(instance_id)
-            if binding is None:
-                self._reply_error(call_id, _not_bound(instance_id))
-            else:
-                timed = kind == ipc.PREDICT_TIMED
-                self._start(call_id, self._predict(call_id, binding, body, timed))
-        elif kind == ipc.CREDIT:
-            stream = self._streams.get(call_id)
-            if stream is not None:  # else it ended meanwhile
-                stream.grant(body)
-        elif kind == ipc.STREAM:
-            self._stream(call_id, instance_id, body)
-        elif kind == ipc.CANCEL:
-            self._cancel(call_id)
-        elif kind == ipc.LOAD:
-            name, version = body
-            self._start(call_id, self._load(call_id, instance_id, name, version))
-        elif kind == ipc.UNLOAD:
-            self._bindings.pop(instance_id, None)
-            self._reply(call_id, None)
-        elif kind == ipc.CONTROL:
-            self._reply(call_id, None)  # server-wide settings come from the coordinator
-        else:
-            self._reply_error(call_id, ModelError(f"The model host got unknown command {kind}"))
+    def describe(self) -> str:
+        return "The model host"
+
+    def _bind(self, call_id: int, instance_id: int, command: messages.BindHosted) -> None:
+        self._start(call_id, self._load(call_id, instance_id, command.name, command.version))
+
+    def _unbind(self, call_id: int, instance_id: int, command: messages.Unload) -> None:
+        self._bindings.pop(instance_id, None)
+        self.reply(call_id, None)
+
+    def _credit(self, call_id: int, instance_id: int, command: messages.Credit) -> None:
+        stream = self._streams.get(call_id)
+        if stream is not None:  # else it ended meanwhile
+            stream.grant(command.amount)
 
     def _start(self, call_id: int, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = self._tasks[call_id] = asyncio.get_running_loop().create_task(call)
         task.add_done_callback(lambda _: self._tasks.pop(call_id, None))
         return task
 
-    def _cancel(self, call_id: int) -> None:
+    def _cancel(self, call_id: int, instance_id: int, command: messages.Cancel) -> None:
         """The protocol process's client left: a stream stops; a unary call's task is
         cancelled, as a cancelled gRPC call's is on a lone server (waiting in the queue,
         it leaves it unrun; sent to a worker, it runs there to its end, unanswered)."""
@@ -201,22 +202,31 @@ class HostConnection(asyncio.BufferedProtocol):
         try:
             found = dataplane.registry.get_ready(name, version)
         except InferdError as error:  # ModelNotFound, ModelNotReady: they say why
-            self._reply_error(call_id, error)
+            self.reply_error(call_id, error)
             return
         instance = found.instance
         assert instance is not None  # set when the version became READY
-        # Bound to the version found: a newer one loaded later is a new LOAD.
+        # Bound to the version found: a newer one loaded later is a new BindHosted.
         self._bindings[instance_id] = Binding(found.name, found.version, instance.wants_headers)
         # With how many workers hold it here (Triton's model configuration says so).
         held = dataplane.registry.instances(found)
-        self._reply(call_id, dataclasses.replace(instance, instances=held))
+        self.reply(call_id, dataclasses.replace(instance, instances=held))
 
-    async def _predict(
+    def _predict(
         self,
         call_id: int,
-        binding: Binding,
-        packed: ipc.PackedRequest,
-        timed: bool,
+        instance_id: int,
+        command: messages.Predict | messages.PredictTraced,
+    ) -> None:
+        binding = self._bindings.get(instance_id)
+        if binding is None:
+            self.reply_error(call_id, _not_bound(instance_id))
+            return
+        timed = type(command) is messages.PredictTraced
+        self._start(call_id, self._infer(call_id, binding, command.request, timed))
+
+    async def _infer(
+        self, call_id: int, binding: Binding, packed: ipc.PackedRequest, timed: bool
     ) -> None:
         try:
             request = ipc.unpack_request(packed)
@@ -226,21 +236,22 @@ class HostConnection(asyncio.BufferedProtocol):
             response = await self._dataplane.infer(binding.name, binding.version, request, context)
             answer = _packed(response, context)
         except Exception as error:  # an InferdError, unless something is badly wrong
-            self._reply_error(call_id, error)
+            self.reply_error(call_id, error)
             return
         if context.trace is not None:
-            self._reply(call_id, (answer, host_run(context.trace)))
+            traced: messages.HostTimed = (answer, messages.host_run(context.trace))
+            self.reply(call_id, traced)
         else:
-            self._reply(call_id, answer)
+            self.reply(call_id, answer)
 
-    def _stream(self, call_id: int, instance_id: int, body: ipc.StreamBody) -> None:
-        packed, credit = body
+    def _stream(self, call_id: int, instance_id: int, command: messages.Stream) -> None:
+        packed = command.request
         binding = self._bindings.get(instance_id)
         if binding is None:
-            self._reply_error(call_id, _not_bound(instance_id))
+            self.reply_error(call_id, _not_bound(instance_id))
             return
         context = RequestContext()
-        stream = HostStream(call_id, credit, context, self._send)
+        stream = HostStream(call_id, command.credit, context, self.send, self.reply_error)
         self._streams[call_id] = stream
 
         def open_responses() -> Responses:
@@ -253,21 +264,7 @@ class HostConnection(asyncio.BufferedProtocol):
 
     # Replies
 
-    def _reply(self, call_id: int, result: Any) -> None:
-        try:
-            pieces = ipc.encode_reply(ipc.RESULT, call_id, result)
-        except Exception as error:
-            message = f"The model host cannot send the result back: {error}"
-            self._reply_error(call_id, ModelError(message))
-            return
-        self._send(pieces)
-
-    def _reply_error(self, call_id: int, error: BaseException) -> None:
-        if not isinstance(error, InferdError):
-            logger.error("A hosted call failed: %s", error, exc_info=error)
-        self._send(ipc.encode_reply(ipc.ERROR, call_id, ipc.error_to_wire(error)))
-
-    def _send(self, pieces: list[ipc.Buffer]) -> None:
+    def send(self, pieces: list[ipc.Buffer]) -> None:
         """Send at the end of this turn of the loop, with every other reply ready in it:
         a batch's requests all end in one turn, and one write for them all took 8% off
         the host's CPU per request (the mlp scale model, 6 requests a batch, 3 runs)."""
@@ -301,5 +298,5 @@ def _packed(response: InferenceResponse, context: RequestContext) -> ipc.PackedR
 
 
 def _not_bound(instance_id: int) -> ModelNotFound:
-    hint = ": the protocol process did not load it on the model host (no LOAD bound it)"
+    hint = ": the protocol process did not load it on the model host (no BindHosted bound it)"
     return ModelNotFound(f"instance {instance_id}", hint=hint)

@@ -4,13 +4,13 @@ The host's side of :mod:`inferd.workers.remote_stream`, on the host's event loop
 (the worker's thread-based version is :mod:`inferd.workers.worker_streams`). A
 :class:`HostStream` pulls ``DataPlane.infer_stream`` and sends each list of
 responses it yields as one ``STREAMED`` reply while it holds credit: it starts
-with the window the client gave, each response sent spends one, a ``CREDIT``
+with the window the client gave, each response sent spends one, a ``Credit``
 grant adds some; with none left it waits for a grant before reading on, so a slow
 reader pauses the model's generator here. A list is sent whole, so the credit may
 go below zero by the responses ready together with the last one it covered (the
 dispatch layer's own stream bounds how far the generator runs ahead).
 
-``CANCEL`` stops the generator (its ``finally`` runs) and answers ``ENDED``; the
+``Cancel`` stops the generator (its ``finally`` runs) and answers ``ENDED``; the
 last reply, ``ENDED`` or ``ERROR``, is sent once the generator has stopped. When
 the connection is lost the task is cancelled and sends nothing.
 """
@@ -24,10 +24,10 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from inferd.context import RequestContext
-from inferd.errors import InferdError, ModelError
+from inferd.errors import ModelError
 from inferd.serving.runtime_headers import HEADERS
 from inferd.types import InferenceResponse
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 
 logger = logging.getLogger(__name__)
 
@@ -36,25 +36,42 @@ Send = Callable[[list[ipc.Buffer]], None]
 
 
 class HostStream:
-    """One ``STREAM`` call, by its call id; :meth:`run` is its task."""
+    """One ``Stream`` call, by its call id; :meth:`run` is its task."""
 
-    __slots__ = ("_call_id", "_cancelled", "_context", "_credit", "_more", "_pulling", "_send")
+    __slots__ = (
+        "_call_id",
+        "_cancelled",
+        "_context",
+        "_credit",
+        "_more",
+        "_pulling",
+        "_reply_error",
+        "_send",
+    )
 
-    def __init__(self, call_id: int, credit: int, context: RequestContext, send: Send) -> None:
+    def __init__(
+        self,
+        call_id: int,
+        credit: int,
+        context: RequestContext,
+        send: Send,
+        reply_error: Callable[[int, BaseException], None],
+    ) -> None:
         self._call_id = call_id
+        self._reply_error = reply_error
         self._credit = credit
         self._context = context
         self._send = send
         self._more: asyncio.Future[None] | None = None  # the task waits for credit
         self._pulling: asyncio.Task[Any] | None = None  # set while it awaits the generator
-        self._cancelled = False  # CANCEL came: stop and answer ENDED
+        self._cancelled = False  # Cancel came: stop and answer ENDED
 
     def grant(self, credit: int) -> None:
         self._credit += credit
         self._wake()
 
     def cancel(self) -> None:
-        """CANCEL: stop the generator. Cancelling the task only while it awaits the
+        """Cancel: stop the generator. Cancelling the task only while it awaits the
         generator (so the generator gets CancelledError where it awaits); anywhere
         else, including before the task first ran, the loop sees the flag."""
         if self._cancelled:
@@ -82,9 +99,9 @@ class HostStream:
             if task is not None:
                 task.uncancel()  # the cancel was ours, and is answered below
         except Exception as error:
-            self._send_error(error)
+            self._reply_error(self._call_id, error)
             return
-        self._send(ipc.encode_reply(ipc.ENDED, self._call_id, None))
+        self._send(messages.encode_reply(messages.ENDED, self._call_id, None))
 
     async def _pump(self, responses: Responses) -> None:
         while not self._cancelled:
@@ -112,15 +129,10 @@ class HostStream:
             if headers:  # a predict-only model's answer: the dataplane moved them out
                 self._context.response_headers = None
                 packed[0] = with_headers(packed[0], headers)
-            pieces = ipc.encode_reply(ipc.STREAMED, self._call_id, packed)
+            pieces = messages.encode_reply(messages.STREAMED, self._call_id, packed)
         except Exception as error:
             raise ModelError(f"The model host cannot send the response back: {error}") from error
         self._send(pieces)
-
-    def _send_error(self, error: Exception) -> None:
-        if not isinstance(error, InferdError):
-            logger.error("A hosted stream failed: %s", error, exc_info=error)
-        self._send(ipc.encode_reply(ipc.ERROR, self._call_id, ipc.error_to_wire(error)))
 
 
 def with_headers(packed: ipc.PackedResponse, headers: dict[str, str]) -> ipc.PackedResponse:

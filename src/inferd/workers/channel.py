@@ -1,9 +1,10 @@
 """The main process's end of a worker's socket: calls out, replies back, loss noticed.
 
-See ipc.py for what travels on it; :class:`~inferd.workers.process.WorkerProcess`
-owns one per worker process. Streams travel on it too: each is known by the call
-id of its ``STREAM`` command, and its replies go to its
-:class:`~inferd.workers.remote_stream.RemoteStream`.
+See messages.py for what travels on it (and ipc.py for how);
+:class:`~inferd.workers.process.WorkerProcess` owns one per worker process, a
+protocol process one to the model host (``hosted.py``). Streams travel on it
+too: each is known by the call id of its ``Stream`` command, and its replies go
+to its :class:`~inferd.workers.remote_stream.RemoteStream`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, cast
 from inferd import custom_metrics
 from inferd.errors import ModelError, WorkerLost
 from inferd.types import InferenceRequest
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.remote_stream import STREAM_WINDOW, RemoteStream
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class Channel(asyncio.BufferedProtocol):
         self._describe_loss = describe_loss
         self._describe_stream_loss = describe_stream_loss or describe_loss
         self._on_closed = on_closed
-        self._decoder: ipc.FrameDecoder[ipc.Reply] = ipc.FrameDecoder()
+        self._decoder: ipc.FrameDecoder[messages.Reply] = ipc.FrameDecoder()
         # Each call waiting for its reply: its future and what turns the reply into
         # the result (so a call's result is ready when its awaiter wakes up).
         self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
@@ -68,7 +69,10 @@ class Channel(asyncio.BufferedProtocol):
         return channel
 
     def start_call(
-        self, kind: int, instance_id: int, body: Any, decode: Callable[[Any], Any] | None = None
+        self,
+        command: messages.Command,
+        instance_id: int = 0,
+        decode: Callable[[Any], Any] | None = None,
     ) -> asyncio.Future[Any]:
         """Send one command now; the future gets its result (through ``decode``, if
         given) or the worker's error. Raises WorkerLost if the channel is closed."""
@@ -77,18 +81,18 @@ class Channel(asyncio.BufferedProtocol):
         call_id = next(self._call_ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = (future, decode)
-        self._transport.writelines(ipc.encode_command(kind, call_id, instance_id, body))
+        self._transport.writelines(messages.encode_command(call_id, instance_id, command))
         return future
 
     def cancel_call(self, future: asyncio.Future[Any]) -> None:
         """Give up on a call ``start_call`` sent: its reply, if any, is dropped, and the
-        other end is sent ``CANCEL`` for it (the model host takes a forwarded request
+        other end is sent ``Cancel`` for it (the model host takes a forwarded request
         out of its queue; a worker process never gets this). A scan: calls are given
         up rarely, and a reverse index would cost every call."""
         for call_id, (pending, _) in self._pending.items():
             if pending is future:
                 del self._pending[call_id]
-                self._stream_command(call_id, ipc.CANCEL, None)
+                self._stream_command(call_id, messages.Cancel())
                 return
 
     def open_stream(
@@ -101,19 +105,19 @@ class Channel(asyncio.BufferedProtocol):
         call_id = next(self._call_ids)
         stream = RemoteStream(partial(self._stream_command, call_id), window)
         self._streams[call_id] = stream
-        body: ipc.StreamBody = (ipc.pack_request(request), window)
-        self._transport.writelines(ipc.encode_command(ipc.STREAM, call_id, instance_id, body))
+        command = messages.Stream(ipc.pack_request(request), window)
+        self._transport.writelines(messages.encode_command(call_id, instance_id, command))
         return stream
 
-    def _stream_command(self, call_id: int, kind: int, body: Any) -> None:
+    def _stream_command(self, call_id: int, command: messages.Credit | messages.Cancel) -> None:
         """A stream's credit or cancel; dropped once the channel is closed (the stream
         has failed then)."""
         if not self.closed and self._transport is not None:
-            self._transport.writelines(ipc.encode_command(kind, call_id, 0, body))
+            self._transport.writelines(messages.encode_command(call_id, 0, command))
 
-    async def call(self, kind: int, instance_id: int, body: Any) -> Any:
+    async def call(self, command: messages.Command, instance_id: int = 0) -> Any:
         """Send one command and wait for its reply (a result, or the worker's error)."""
-        return await self.start_call(kind, instance_id, body)
+        return await self.start_call(command, instance_id)
 
     def close(self) -> None:
         """Close the socket; the worker sees end-of-file and exits."""
@@ -137,30 +141,30 @@ class Channel(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
-            messages = self._decoder.buffer_updated(nbytes)
+            replies = self._decoder.buffer_updated(nbytes)
         except ipc.ProtocolError:
             logger.exception("Closing a worker's channel: it sent a message that cannot be read")
             self.close()
             return
         streams = self._streams
-        for kind, call_id, body in messages:
-            if kind == ipc.STREAMED:
+        for kind, call_id, body in replies:
+            if kind == messages.STREAMED:
                 stream = streams.get(call_id)
                 if stream is not None:
                     stream.received(body)
                 continue
-            if kind == ipc.METRICS:
+            if kind == messages.METRICS:
                 custom_metrics.deliver(body)
                 continue
-            if kind == ipc.ENDED or (kind == ipc.ERROR and call_id in streams):
+            if kind == messages.ENDED or (kind == messages.ERROR and call_id in streams):
                 stream = streams.pop(call_id, None)
                 if stream is not None:
-                    stream.ended(None if kind == ipc.ENDED else ipc.error_from_wire(body))
+                    stream.ended(None if kind == messages.ENDED else ipc.error_from_wire(body))
                 continue
             future, decode = self._pending.pop(call_id, (None, None))
             if future is None or future.done():
                 continue  # its caller gave up (cancelled)
-            if kind != ipc.RESULT:
+            if kind != messages.RESULT:
                 future.set_exception(ipc.error_from_wire(body))
             elif decode is None:
                 future.set_result(body)

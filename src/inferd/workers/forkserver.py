@@ -112,7 +112,7 @@ class ForkServer:
                 os.close(fd)
 
     def _load(self, sys_path: list[str], server: ServerSettings, settings: ModelSettings) -> None:
-        if sys_path:  # the main process's, as a worker's INIT gives it
+        if sys_path:  # the main process's, as a worker's Init gives it
             sys.path[:] = sys_path
         configure_logging(server)
         if server.metrics_enabled:
@@ -201,7 +201,7 @@ async def _load_model(settings: ModelSettings) -> Model:
 
 
 class PreloadedWorker(Worker):
-    """A worker forked from a fork parent: its first LOAD adopts the model loaded there
+    """A worker forked from a fork parent: its first LoadInWorker adopts the model loaded there
     (no import, no load: only the warm-up runs here)."""
 
     def __init__(self, sock: socket.socket, model: Model) -> None:

@@ -9,10 +9,10 @@ the host over ``host.sock`` and hands back its answer. The host runs it through
 its own dataplane: one queue and one batcher for every process's requests, one
 holder for a sequence's, whichever process took them.
 
-The socket carries the worker IPC (``ipc.py``, through the same :class:`Channel`
-as a worker's): ``LOAD (name, version)`` binds an instance id of this process to
-the host's version of that name, ``PREDICT`` / ``PREDICT_TIMED`` / ``STREAM``
-run a request there. A protocol process does not queue these requests itself
+The socket carries the worker IPC (``messages.py``, through the same
+:class:`Channel` as a worker's): ``BindHosted`` binds an instance id of this
+process to the host's version of that name, ``Predict`` / ``PredictTraced`` /
+``Stream`` run a request there. A protocol process does not queue these requests itself
 (the registry gives their versions no batching, sequence or cache of their own,
 and this pool lends them :data:`HOSTED_SLOTS` slots): the host's queue, batcher
 and limits are the model's.
@@ -35,10 +35,10 @@ from pathlib import Path
 
 from inferd.context import Disconnected
 from inferd.errors import ModelNotReady, WorkerLost
-from inferd.observability.trace_record import BatchRun, RequestTrace
+from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
 from inferd.types import InferenceResponse
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.base import Call, Control, Execution, Holder, LoadedInstance, ResponseStream
 from inferd.workers.channel import Channel
 
@@ -95,7 +95,8 @@ class HostedPool:
         while True:
             channel = await self._connected(patience=deadline - time.monotonic())
             try:
-                instance: LoadedInstance = await channel.call(ipc.LOAD, instance_id, key)
+                bind = messages.BindHosted(*key)
+                instance: LoadedInstance = await channel.call(bind, instance_id)
             except WorkerLost:
                 if time.monotonic() >= deadline:
                     raise
@@ -109,7 +110,7 @@ class HostedPool:
         channel = self._channel
         if channel is not None and not channel.closed:
             with contextlib.suppress(WorkerLost):
-                await channel.call(ipc.UNLOAD, instance_id, None)
+                await channel.call(messages.Unload(), instance_id)
 
     # Calls
 
@@ -129,10 +130,11 @@ class HostedPool:
     def _send(self, channel: Channel, call: Call) -> asyncio.Future[InferenceResponse]:
         packed = ipc.pack_request(call.request)
         if call.run is None:
-            sent = channel.start_call(ipc.PREDICT, call.instance_id, packed, ipc.unpack_response)
+            predict = messages.Predict(packed)
+            sent = channel.start_call(predict, call.instance_id, ipc.unpack_response)
         else:
             timed = partial(_unpack_timed, call.run)
-            sent = channel.start_call(ipc.PREDICT_TIMED, call.instance_id, packed, timed)
+            sent = channel.start_call(messages.PredictTraced(packed), call.instance_id, timed)
         # Sent before its Execution is awaited: one dropped unawaited (its awaiter gone
         # first) still ends here, and its error is nobody's to log.
         sent.add_done_callback(_retrieved)
@@ -209,7 +211,7 @@ class HostedPool:
         channel = await Channel.open(sock, self._describe_loss, self._lost)
         for instance_id, key in list(self._bound.items()):
             with contextlib.suppress(Exception):  # that version answers its own calls
-                await channel.call(ipc.LOAD, instance_id, key)
+                await channel.call(messages.BindHosted(*key), instance_id)
         self._channel = channel
         return channel
 
@@ -270,25 +272,7 @@ def _retrieved(sent: asyncio.Future[InferenceResponse]) -> None:
         sent.exception()
 
 
-# What the host's dataplane recorded of a traced call (PREDICT_TIMED): its batch's
-# rows and requests, the host's worker that ran it (None: the host's own process),
-# when predict started and ended (epoch ns), and how long it queued there (ns).
-# None: the host answered from its response cache.
-HostRun = tuple[int, int, int | None, int, int, int]
-HostTimedResponse = tuple[ipc.PackedResponse, HostRun | None]
-
-
-def host_run(trace: RequestTrace) -> HostRun | None:
-    """The host's side: what its dataplane recorded in ``trace``, to send back."""
-    batch = trace.batch
-    if not trace.ended_ns or batch is None:
-        return None
-    waited = trace.dispatched_ns - trace.queued_ns
-    started, ended = batch.predict_started_ns, batch.predict_ended_ns
-    return batch.rows, batch.requests, batch.worker, started, ended, waited
-
-
-def _unpack_timed(run: BatchRun, timed: HostTimedResponse) -> InferenceResponse:
+def _unpack_timed(run: BatchRun, timed: messages.HostTimed) -> InferenceResponse:
     """The protocol process's side: the host's batch becomes this request's, so its
     spans show the host's queue wait, batch and worker as a lone server's would."""
     packed, record = timed

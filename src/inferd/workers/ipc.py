@@ -1,7 +1,8 @@
-"""Messages between the main process and its workers: framing and tensor transport.
+"""Messages between a caller and a worker process or the model host: framing and
+tensor transport.
 
-A message is a :data:`Command` (main -> worker) or a :data:`Reply` (worker ->
-main), each a plain tuple. On the wire it is one frame::
+A message (a command or a reply: :mod:`inferd.workers.messages`) is a plain
+tuple. On the wire it is one frame::
 
     u32 header length | u32 buffer count | u64 length of each buffer
     header: the message pickled with protocol 5
@@ -13,9 +14,10 @@ the pickle) and read straight into the bytearray that backs the received array,
 so tensors never become Python lists. Small arrays go in-band: one buffer fewer
 costs less than the copy it saves.
 
-Both ends use :class:`FrameDecoder`: the main process through an asyncio
-buffered protocol (``process.Channel``, many calls multiplexed by call id), a
-worker through blocking ``recv_into`` (:func:`receive`).
+Both ends use :class:`FrameDecoder`: the caller through an asyncio buffered
+protocol (``channel.Channel``, many calls multiplexed by call id), a worker
+through blocking ``recv_into`` (:func:`receive`), the model host through its
+edge's buffered protocol.
 """
 
 from __future__ import annotations
@@ -29,49 +31,10 @@ import numpy as np
 
 from inferd import errors
 from inferd.errors import ConfigurationError, InferdError, ModelError
-from inferd.settings import ModelSettings, ServerSettings
 from inferd.triton import shm_system
 from inferd.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from inferd.workers.base import Control
 
-# Command kinds, and the body each carries.
-INIT = 1  # InitBody; the worker answers with its pid
-LOAD = 2  # LoadBody; answered with the ModelMetadata
-UNLOAD = 3  # None
-PREDICT = 4  # PackedRequest; answered with a PackedResponse
-STREAM = 5  # StreamBody; answered with STREAMED replies, then ENDED (or ERROR)
-CREDIT = 6  # int: the stream (by its call id) may send that many more responses
-CANCEL = 7  # None: stop the stream's generator; answered with ENDED, unless it ended
-# (to the model host, also a PREDICT whose client left: out of its queue, unanswered)
-# As PREDICT, for a traced request: answered with a TimedResponse.
-PREDICT_TIMED = 8
-# A base.Control message (a feature's own class): the worker applies it; answered
-# with None. Features add messages, not command kinds.
-CONTROL = 9
-# Reply kinds.
-RESULT = 10  # what the command returned
-ERROR = 11  # a WireError: what the command raised (for a stream: its end)
-STREAMED = 13  # a list of PackedResponses: the next responses of a stream, in order
-ENDED = 14  # None: the stream's generator has stopped (exhausted, or cancelled)
-# In front of a reply, with call id -1: a custom_metrics.Shipment, the custom
-# metrics a runtime registered and logged since the worker's last reply.
-METRICS = 12
-
-# Messages are plain tuples, named by these aliases, not NamedTuple classes: each
-# class instance pickles as a class reference that is looked up again on decode and
-# a Python-level constructor call. Measured with a one-row FP32 request: encode +
-# decode of a command and its reply 2.2x slower, a worker round trip 1.4x slower.
-Command = tuple[int, int, int, Any]
-"""(kind, call_id, instance_id, body): main -> worker."""
-Reply = tuple[int, int, Any]
-"""(kind, call_id, body): worker -> main."""
-InitBody = tuple[int, list[str], ServerSettings, list[Control]]
-"""(worker index, the main process's sys.path, the server's settings, the control
-messages every process gets, kept since they were sent: applied after the settings,
-they override them, e.g. a log level set at run time)."""
-LoadBody = tuple[ModelSettings, str | None]
-"""(the model's settings, the device it gets)."""
-Message = TypeVar("Message", Command, Reply)
+Message = TypeVar("Message")
 
 PREFIX = struct.Struct("<II")
 LENGTH_SIZE = 8
@@ -83,16 +46,6 @@ SCRATCH_SIZE = 256 * 1024
 MAX_PIECES = 1024
 
 Buffer = bytes | bytearray | memoryview
-
-
-def encode_command(kind: int, call_id: int, instance_id: int, body: Any) -> list[Buffer]:
-    command: Command = (kind, call_id, instance_id, body)
-    return encode(command)
-
-
-def encode_reply(kind: int, call_id: int, body: Any) -> list[Buffer]:
-    reply: Reply = (kind, call_id, body)
-    return encode(reply)
 
 
 def encode(message: Any) -> list[Buffer]:
@@ -126,10 +79,6 @@ PackedRequest = tuple[
 """(inputs, id, parameters, requested outputs as (name, parameters), batch rows)."""
 PackedResponse = tuple[list[PackedTensor], str, str | None, str | None, dict[str, Any]]
 """(outputs, model name, model version, id, parameters)."""
-TimedResponse = tuple[PackedResponse, int, int]
-"""(the response, when predict started and ended: ``time.time_ns()`` in the worker)."""
-StreamBody = tuple[PackedRequest, int]
-"""(the request, the credit its stream starts with: see remote_stream.py)."""
 
 
 def pack_tensors(tensors: list[Tensor]) -> list[PackedTensor]:

@@ -29,7 +29,7 @@ from inferd.errors import WorkerLost
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.types import InferenceResponse
-from inferd.workers import ipc, spawn
+from inferd.workers import ipc, messages, spawn
 from inferd.workers.base import Call, Control, LoadedInstance
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
@@ -74,7 +74,7 @@ class WorkerProcess:
         # One load at a time per worker, so peak memory stays one model's worth.
         self._load_lock = asyncio.Lock()
         # The latest control message of each type sent to every process (a log level
-        # set at run time): a (re)started process gets them at INIT.
+        # set at run time): a (re)started process gets them in its Init.
         self._kept: dict[type, Control] = {}
         self.book = SlotBook()
         self.metrics = WorkerMetrics()
@@ -147,9 +147,9 @@ class WorkerProcess:
         # A worker in a model's environment keeps that environment's import path.
         import_path = list(sys.path) if self.environment is None else []
         kept = list(self._kept.values())
-        init: ipc.InitBody = (self.index, import_path, self._settings, kept)
+        init = messages.Init(self.index, import_path, self._settings, kept)
         try:
-            await asyncio.wait_for(channel.call(ipc.INIT, 0, init), START_TIMEOUT)
+            await asyncio.wait_for(channel.call(init), START_TIMEOUT)
         except (WorkerLost, TimeoutError):
             channel.close()
             status = await self.exit_status()
@@ -240,8 +240,8 @@ class WorkerProcess:
         ended if it died while loading."""
         async with self._load_lock:
             try:
-                body: ipc.LoadBody = (settings, device)
-                loaded: LoadedInstance = await self._call(ipc.LOAD, instance_id, body)
+                load = messages.LoadInWorker(settings, device)
+                loaded: LoadedInstance = await self._call(load, instance_id)
             except WorkerLost:
                 status = await self.exit_status()
                 raise WorkerLost(
@@ -259,7 +259,7 @@ class WorkerProcess:
         if not self.book.forget(instance_id):
             return
         with contextlib.suppress(WorkerLost):  # a dead worker holds nothing
-            await self._call(ipc.UNLOAD, instance_id, None)
+            await self._call(messages.Unload(), instance_id)
 
     def serves(self, instance_id: int) -> bool:
         """Whether requests for the instance may be sent here now."""
@@ -296,11 +296,11 @@ class WorkerProcess:
         run = call.run
         if run is None:
             future: asyncio.Future[InferenceResponse] = self._call(
-                ipc.PREDICT, instance_id, packed, ipc.unpack_response
+                messages.Predict(packed), instance_id, ipc.unpack_response
             )
         else:
             timed = functools.partial(_unpack_timed, run, self.index)
-            future = self._call(ipc.PREDICT_TIMED, instance_id, packed, timed)
+            future = self._call(messages.PredictTimed(packed), instance_id, timed)
         self._started(instance_id)
         if then is None:
             future.add_done_callback(lambda _: self._finished(instance_id))
@@ -334,11 +334,11 @@ class WorkerProcess:
         that died meanwhile is moot (the holder's state went with it)."""
         if message.destination() is None:
             self._kept[type(message)] = message
-            if self._channel is None:  # not started yet: INIT carries it
+            if self._channel is None:  # not started yet: Init carries it
                 return
         try:
-            sent = self._call(ipc.CONTROL, 0, message)
-        except WorkerLost:  # dead: its restart's INIT carries what is kept
+            sent = self._call(messages.ApplyControl(message))
+        except WorkerLost:  # dead: its restart's Init carries what is kept
             return
         sent.add_done_callback(functools.partial(_unheard, type(message).__name__))
 
@@ -351,14 +351,17 @@ class WorkerProcess:
             self.metrics.idle_from_now()
 
     def _call(
-        self, kind: int, instance_id: int, body: Any, decode: Callable[[Any], Any] | None = None
+        self,
+        command: messages.Command,
+        instance_id: int = 0,
+        decode: Callable[[Any], Any] | None = None,
     ) -> asyncio.Future[Any]:
         if self._channel is None:
             raise WorkerLost(self._describe_loss())
-        return self._channel.start_call(kind, instance_id, body, decode)
+        return self._channel.start_call(command, instance_id, decode)
 
 
-def _unpack_timed(run: BatchRun, worker: int, timed: ipc.TimedResponse) -> InferenceResponse:
+def _unpack_timed(run: BatchRun, worker: int, timed: messages.WorkerTimed) -> InferenceResponse:
     packed, started_ns, ended_ns = timed
     run.predicted(worker, started_ns, ended_ns)
     return ipc.unpack_response(packed)

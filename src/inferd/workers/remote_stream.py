@@ -8,7 +8,7 @@ the responses in order.
 Back-pressure is credit-based. The worker steps the generator only while it
 holds credit: a stream starts with ``STREAM_WINDOW`` (64) responses' worth and
 each response sent spends one. The reader gives credit back as it takes
-responses, ``STREAM_WINDOW // 4`` (16) at a time, in one ``CREDIT`` message. So:
+responses, ``STREAM_WINDOW // 4`` (16) at a time, in one ``Credit`` message. So:
 
 - at most ``STREAM_WINDOW`` responses are ever produced and not yet taken by the
   reader (queued here or on the socket): a slow reader pauses the generator in
@@ -19,7 +19,7 @@ responses, ``STREAM_WINDOW // 4`` (16) at a time, in one ``CREDIT`` message. So:
   responses ready together in one message) while the grant travels. With half
   the window it stalled, waiting for each grant, once it sent whole batches.
 
-Cancelling (the client left) sends ``CANCEL``: the worker stops the generator
+Cancelling (the client left) sends ``Cancel``: the worker stops the generator
 (its ``finally`` runs there) and answers ``ENDED``, which resolves
 :attr:`RemoteStream.finished`; an error ends a stream the same way.
 """
@@ -30,19 +30,18 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from inferd.errors import ModelError
 from inferd.types import InferenceResponse
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.base import StreamBase
 
 logger = logging.getLogger(__name__)
 
 STREAM_WINDOW = 64
 
-# Sends a command about this stream to its worker: (kind, body).
-SendCommand = Callable[[int, Any], None]
+# Sends a command about this stream to its worker: its Credit or its Cancel.
+SendCommand = Callable[[messages.Credit | messages.Cancel], None]
 
 
 class RemoteStream(StreamBase):
@@ -92,7 +91,7 @@ class RemoteStream(StreamBase):
         """Give credit back once the reader has taken a batch's worth."""
         self._taken += count
         if self._taken >= self._credit_batch and not self._finished.done():
-            self._send(ipc.CREDIT, self._taken)
+            self._send(messages.Credit(self._taken))
             self._taken = 0
 
     def _unpacked(self, packed: ipc.PackedResponse) -> InferenceResponse:
@@ -114,7 +113,7 @@ class RemoteStream(StreamBase):
             return
         self._cancelled = True
         self._responses.clear()
-        self._send(ipc.CANCEL, None)
+        self._send(messages.Cancel())
         self._wake_reader()
 
     # Fed by the channel

@@ -47,16 +47,17 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine
-from typing import Any, cast
+from typing import Any
 
 from inferd import custom_metrics
-from inferd.errors import ConfigurationError, InferdError, ModelError
+from inferd.errors import InferdError, ModelError
 from inferd.model import WorkerContext
 from inferd.observability.logs import configure_logging
-from inferd.settings import ModelSettings, ServerSettings
+from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest
-from inferd.workers import calls_client, ipc
-from inferd.workers.base import Control, LoadedInstance
+from inferd.workers import calls_client, ipc, messages
+from inferd.workers.base import LoadedInstance
+from inferd.workers.command_server import CommandServer
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.worker_streams import WorkerStreams
 
@@ -65,12 +66,25 @@ logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 
 
-class Worker:
+class Worker(CommandServer):
     """Serves the commands arriving on one socket until it closes."""
 
     def __init__(self, sock: socket.socket) -> None:
+        super().__init__(
+            {
+                messages.Predict: self._predict,
+                messages.PredictTimed: self._predict,
+                messages.Credit: self._credit,
+                messages.Stream: self._stream,
+                messages.Cancel: self._cancel,
+                messages.ApplyControl: self._control,
+                messages.LoadInWorker: self._load_in_worker,
+                messages.Unload: self._unload_command,
+                messages.Init: self._init,
+            }
+        )
         self._sock = sock
-        self._decoder: ipc.FrameDecoder[ipc.Command] = ipc.FrameDecoder()
+        self._decoder: ipc.FrameDecoder[messages.WireCommand] = ipc.FrameDecoder()
         self._send_lock = threading.Lock()
         self._models: dict[int, LoadedModel] = {}
         self._index = -1
@@ -79,77 +93,51 @@ class Worker:
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="inferd-worker-loop", daemon=True
         )
-        self._streams = WorkerStreams(self._loop, self._send, self._reply_error)
+        self._streams = WorkerStreams(self._loop, self.send, self.reply_error)
 
     def serve(self) -> None:
         self._loop_thread.start()
         calls_client.offer_calls(self._loop)  # runtimes may call the server's models
         try:
-            while (messages := ipc.receive(self._sock, self._decoder)) is not None:
-                for kind, call_id, instance_id, body in messages:
-                    self._handle(kind, call_id, instance_id, body)
+            while (received := ipc.receive(self._sock, self._decoder)) is not None:
+                for wire in received:
+                    self.handle(wire)
         finally:
             self._stop()
 
-    def _handle(self, kind: int, call_id: int, instance_id: int, body: Any) -> None:
-        if kind == ipc.PREDICT:
-            self._predict(call_id, instance_id, body)
-        elif kind == ipc.PREDICT_TIMED:
-            self._predict(call_id, instance_id, body, timed=True)
-        elif kind == ipc.CREDIT:
-            self._streams.grant(call_id, body)
-        elif kind == ipc.STREAM:
-            self._stream(call_id, instance_id, body)
-        elif kind == ipc.CANCEL:
-            self._streams.cancel(call_id)
-        elif kind == ipc.CONTROL:
-            self._control(call_id, body)
-        elif kind == ipc.LOAD:
-            settings, device = cast(ipc.LoadBody, body)
-            self._on_loop(call_id, self._load(instance_id, settings, device))
-        elif kind == ipc.UNLOAD:
-            self._on_loop(call_id, self._unload(instance_id))
-        elif kind == ipc.INIT:
-            self._init(call_id, *cast(ipc.InitBody, body))
-        else:
-            self._reply_error(call_id, ModelError(f"Worker received unknown command {kind}"))
+    def describe(self) -> str:
+        return f"Worker {self._index}"
 
-    def _init(
-        self,
-        call_id: int,
-        index: int,
-        sys_path: list[str],
-        settings: ServerSettings,
-        kept: list[Control],
-    ) -> None:
+    def _init(self, call_id: int, instance_id: int, init: messages.Init) -> None:
         # The main process's import path, so runtimes import the same modules there and
         # here; none for a worker in a model's own environment, which keeps its own.
-        if sys_path:
-            sys.path[:] = sys_path
-        self._index = index
-        configure_logging(settings)
-        for message in kept:  # e.g. a log level changed at run time: over the settings
+        if init.sys_path:
+            sys.path[:] = init.sys_path
+        self._index = init.index
+        configure_logging(init.settings)
+        for message in init.kept:  # e.g. a log level changed at run time: over the settings
             message.apply_in_worker(self)
-        if settings.metrics_enabled:
+        if init.settings.metrics_enabled:
             # Custom metrics travel to the main process in front of the next reply.
             custom_metrics.start_buffering()
-        self._reply(call_id, os.getpid())
+        self.reply(call_id, os.getpid())
 
     # Prediction
 
     def _predict(
-        self, call_id: int, instance_id: int, packed: ipc.PackedRequest, timed: bool = False
+        self, call_id: int, instance_id: int, command: messages.Predict | messages.PredictTimed
     ) -> None:
-        """Run a request; ``timed`` (PREDICT_TIMED: it is traced): answer when predict
-        started and ended too, an ipc.TimedResponse."""
+        """Run a request; a PredictTimed (it is traced) is answered with when predict
+        started and ended too, a messages.WorkerTimed."""
+        timed = type(command) is messages.PredictTimed
         try:
-            request = ipc.unpack_request(packed)
+            request = ipc.unpack_request(command.request)
         except InferdError as error:  # a client's shared memory it could not read
-            self._reply_error(call_id, error)
+            self.reply_error(call_id, error)
             return
         loaded = self._models.get(instance_id)
         if loaded is None:
-            self._reply_error(call_id, self._not_held(instance_id))
+            self.reply_error(call_id, self._not_held(instance_id))
         elif loaded.is_async and not loaded.runs_inline(request):
             self._on_loop(call_id, self._predict_async(loaded, request, timed))
         elif loaded.threads is not None:
@@ -164,9 +152,9 @@ class Worker:
         try:
             packed = ipc.pack_response(loaded.call_sync(request))
         except Exception as error:  # an InferdError, unless something is badly wrong
-            self._reply_error(call_id, error)
+            self.reply_error(call_id, error)
         else:
-            self._reply(call_id, (packed, started, time.time_ns()) if timed else packed)
+            self.reply(call_id, (packed, started, time.time_ns()) if timed else packed)
 
     async def _predict_async(
         self, loaded: LoadedModel, request: InferenceRequest, timed: bool = False
@@ -175,28 +163,34 @@ class Worker:
         packed = ipc.pack_response(await loaded.call_async(request))
         return (packed, started, time.time_ns()) if timed else packed
 
-    def _stream(self, call_id: int, instance_id: int, body: ipc.StreamBody) -> None:
-        packed, credit = body
+    def _stream(self, call_id: int, instance_id: int, command: messages.Stream) -> None:
         loaded = self._models.get(instance_id)
         if loaded is None:
-            self._reply_error(call_id, self._not_held(instance_id))
+            self.reply_error(call_id, self._not_held(instance_id))
             return
         try:
-            request = ipc.unpack_request(packed)
+            request = ipc.unpack_request(command.request)
         except InferdError as error:  # a client's shared memory it could not read
-            self._reply_error(call_id, error)
+            self.reply_error(call_id, error)
             return
-        self._streams.start(call_id, loaded, request, credit)
+        self._streams.start(call_id, loaded, request, command.credit)
 
-    def _control(self, call_id: int, message: Control) -> None:
+    def _credit(self, call_id: int, instance_id: int, command: messages.Credit) -> None:
+        self._streams.grant(call_id, command.amount)
+
+    def _cancel(self, call_id: int, instance_id: int, command: messages.Cancel) -> None:
+        self._streams.cancel(call_id)
+
+    def _control(self, call_id: int, instance_id: int, command: messages.ApplyControl) -> None:
         """On this thread, so that it takes effect after the requests read before it and
         before those read after it (a sequence's end: no request of it runs meanwhile)."""
+        message = command.message
         try:
             message.apply_in_worker(self)
         except Exception as error:
-            self._reply_error(call_id, ModelError(f"{type(message).__name__}: {error}"))
+            self.reply_error(call_id, ModelError(f"{type(message).__name__}: {error}"))
             return
-        self._reply(call_id, None)
+        self.reply(call_id, None)
 
     def loaded(self, instance_id: int) -> LoadedModel | None:
         """What a control message reaches (base.WorkerState)."""
@@ -206,6 +200,11 @@ class Worker:
         return ModelError(f"Worker {self._index} does not hold model instance {instance_id}")
 
     # Loading
+
+    def _load_in_worker(
+        self, call_id: int, instance_id: int, command: messages.LoadInWorker
+    ) -> None:
+        self._on_loop(call_id, self._load(instance_id, command.settings, command.device))
 
     async def _load(
         self, instance_id: int, settings: ModelSettings, device: str | None
@@ -232,6 +231,9 @@ class Worker:
         self._cuda_devices = visible
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
 
+    def _unload_command(self, call_id: int, instance_id: int, command: messages.Unload) -> None:
+        self._on_loop(call_id, self._unload(instance_id))
+
     async def _unload(self, instance_id: int) -> None:
         loaded = self._models.pop(instance_id, None)
         if loaded is not None:
@@ -247,29 +249,16 @@ class Worker:
     def _reply_with(self, call_id: int, done: concurrent.futures.Future[Any]) -> None:
         error = done.exception()
         if error is None:
-            self._reply(call_id, done.result())
+            self.reply(call_id, done.result())
         else:
-            self._reply_error(call_id, error)
+            self.reply_error(call_id, error)
 
-    def _reply(self, call_id: int, result: Any) -> None:
-        try:
-            pieces = ipc.encode_reply(ipc.RESULT, call_id, result)
-        except Exception as error:
-            message = f"Worker {self._index} cannot send the result back: {error}"
-            self._reply_error(call_id, ModelError(message))
-            return
-        self._send(pieces)
-
-    def _reply_error(self, call_id: int, error: BaseException) -> None:
-        if not isinstance(error, InferdError | ConfigurationError):
-            logger.error("Worker %d: %s", self._index, error, exc_info=error)
-        self._send(ipc.encode_reply(ipc.ERROR, call_id, ipc.error_to_wire(error)))
-
-    def _send(self, pieces: list[ipc.Buffer]) -> None:
+    def send(self, pieces: list[ipc.Buffer]) -> None:
+        """Under a lock, whichever thread finishes; custom metrics go in front."""
         with self._send_lock:
             metrics = custom_metrics.take()
             if metrics is not None:
-                pieces = ipc.encode_reply(ipc.METRICS, -1, metrics) + pieces
+                pieces = messages.encode_reply(messages.METRICS, -1, metrics) + pieces
             try:
                 ipc.send(self._sock, pieces)
             except OSError:

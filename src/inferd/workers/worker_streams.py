@@ -1,6 +1,6 @@
 """The streams a worker process runs, each sending its responses as they are yielded.
 
-The worker's command thread starts them (``STREAM``) and passes on each credit
+The worker's command thread starts them (``Stream``) and passes on each credit
 grant and cancel, then reads on; a stream never runs on it. Two kinds:
 
 - An async generator runs as a :class:`LocalStream` pulled by a task on the
@@ -33,7 +33,7 @@ from typing import Protocol
 
 from inferd.errors import ModelError
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers import ipc
+from inferd.workers import ipc, messages
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.local_stream import LocalStream
 
@@ -103,7 +103,7 @@ class WorkerStreams:
         """Send responses of a stream, in order, in one message."""
         try:
             packed = [ipc.pack_response(response) for response in responses]
-            pieces = ipc.encode_reply(ipc.STREAMED, call_id, packed)
+            pieces = messages.encode_reply(messages.STREAMED, call_id, packed)
         except Exception as error:
             raise ModelError(f"The worker cannot send the response back: {error}") from error
         self._send(pieces)
@@ -111,7 +111,7 @@ class WorkerStreams:
     def _end(self, call_id: int, error: Exception | None) -> None:
         self._running.pop(call_id, None)
         if error is None:
-            self._send(ipc.encode_reply(ipc.ENDED, call_id, None))
+            self._send(messages.encode_reply(messages.ENDED, call_id, None))
         else:
             self._reply_error(call_id, error)
 
