@@ -44,6 +44,7 @@ from inferd.supervisor.paths import (
     MODEL_HOST_ENV,
     PrivatePaths,
 )
+from inferd.supervisor.protocol_forks import ProtocolForks
 
 logger = logging.getLogger(__name__)
 
@@ -161,8 +162,15 @@ class Supervisor:
         environment = environment_of_children(paths)
         if self.host:  # their start-up load binds to it: they wait for its socket
             environment[MODEL_HOST_ENV] = HOST_PEER
+        # The copied models load once, in the fork parent, and the processes share them.
+        forks = (
+            ProtocolForks(str(self.repository), environment)
+            if self.settings.fork_protocol_processes
+            else None
+        )
+        fork = forks.fork if forks is not None else None
         protocol = self._protocol = [
-            Child(i, command, environment, paths) for i in range(self.count)
+            Child(i, command, environment, paths, fork=fork) for i in range(self.count)
         ]
         kept = [asyncio.create_task(child.keep_running()) for child in protocol]
         if self.host:  # watched as a protocol process is: it cannot start, the server stops
@@ -189,6 +197,8 @@ class Supervisor:
                 await task  # re-raises why it stopped watching its process
             return [*protocol, *([host] if host is not None else [])]
         finally:
+            if forks is not None:  # after its children: they die with it
+                await forks.close()
             stopping.cancel()
             announced.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,143 @@
+"""Protocol processes forked from a parent that loaded the copied models once
+(``fork_protocol_processes``, on by default).
+
+A server with default settings (``parallel_workers`` left out, so the model is
+copied into every protocol process) serves one custom model holding 128 MiB of
+numpy weights, at 1 protocol process (a lone server) and at 4. The costs compared
+are the proportional set size (PSS) of the server's whole process tree and the time
+from ``inferd start`` to ready. The machine may have 2 cores shared with other
+work: the start-time bound has ``START_SLACK`` seconds on top of the issue's 1.5x.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
+from tests.support.procstat import children, protocol_parent, served_by, tree_pss_mib
+from tests.support.serverproc import LEFT_OUT, ServerProcess, start_server
+
+# What one more protocol process may add to the process tree's PSS (MiB).
+PSS_PER_PROCESS_LIMIT = 40.0
+HEAVY_MIB = 128
+# The heavy model's load takes this much longer: 4 processes that each loaded it one
+# after another would be ready 3 x LOAD_SECONDS later.
+LOAD_SECONDS = 1.0
+START_SLACK = 1.0
+HEAVY_WIDTH = 4096  # HeavyWeights' input width (tests/e2e/runtimes/testmodels.py)
+DEFAULTS = {"parallel_workers": LEFT_OUT, "shutdown_grace_seconds": 5}
+
+
+def _heavy_repository(root: Path) -> Path:
+    inputs = {"x": {"data_type": "TYPE_FP64", "dims": [1, HEAVY_WIDTH], "zero_data": True}}
+    add_custom_model(
+        root,
+        "heavy",
+        "HeavyWeights",
+        model_warmup=[{"name": "zeros", "count": 1, "inputs": inputs}],
+        parameters={"extra": {"load_seconds": LOAD_SECONDS, "megabytes": HEAVY_MIB}},
+    )
+    return root
+
+
+Measured = dict[int, tuple[ServerProcess, float, float]]  # processes -> server, ready s, MiB
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Measured]:
+    """1 then 4 protocol processes, one server at a time: ready time, tree PSS after a
+    request was answered."""
+    repository = _heavy_repository(tmp_path_factory.mktemp("heavy"))
+    measured: Measured = {}
+    try:
+        for count in (1, 4):
+            begun = time.monotonic()
+            server = start_server(repository, {**DEFAULTS, "protocol_processes": count})
+            ready = time.monotonic() - begun
+            assert _infer_pid(server) is not None, server.log()
+            measured[count] = (server, ready, tree_pss_mib(server.process.pid))
+        yield measured
+    finally:
+        for server, _, _ in measured.values():
+            server.stop()
+
+
+def _infer_pid(server: ServerProcess) -> int | None:
+    """The pid of the protocol process that answered a heavy request; None if none did."""
+    body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, HEAVY_WIDTH],
+                        "data": [0.5] * HEAVY_WIDTH}]}  # fmt: skip
+    try:
+        response = httpx.post(f"{server.url}/v2/models/heavy/infer", json=body, timeout=5)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    outputs = {output["name"]: output["data"] for output in response.json()["outputs"]}
+    return int(outputs["pid"][0])
+
+
+def test_the_protocol_processes_are_forked_from_one_parent_holding_the_model(
+    heavy: Measured,
+) -> None:
+    server = heavy[4][0]
+    parent = protocol_parent(server.process.pid)
+    assert parent is not None, server.log()
+    assert len(children(parent)) == 4
+    assert re.search(r"Protocol fork parent \(pid \d+\) loaded model 'heavy'", server.log())
+    assert _infer_pid(server) in children(parent)
+
+
+def test_added_protocol_processes_share_a_heavy_custom_model(heavy: Measured) -> None:
+    per_added = (heavy[4][2] - heavy[1][2]) / 3
+    assert per_added <= PSS_PER_PROCESS_LIMIT, {k: v[1:] for k, v in heavy.items()}
+    # The weights are in the tree once: one more copy alone would add HEAVY_MIB.
+    assert heavy[4][2] < heavy[1][2] + HEAVY_MIB, heavy
+    print({count: (round(ready, 2), round(pss)) for count, (_, ready, pss) in heavy.items()})
+
+
+def test_four_protocol_processes_are_ready_about_as_soon_as_one(heavy: Measured) -> None:
+    one, four = heavy[1][1], heavy[4][1]
+    assert one > LOAD_SECONDS, one
+    assert four <= 1.5 * one + START_SLACK, (one, four)
+
+
+def test_a_killed_protocol_process_is_forked_again_within_a_second(heavy: Measured) -> None:
+    server = heavy[4][0]
+    parent = protocol_parent(server.process.pid)
+    assert parent is not None
+    before = children(parent)
+    killed = min(before)
+    begun = time.monotonic()
+    os.kill(killed, signal.SIGKILL)
+    new = wait_for(lambda: (children(parent) - before) or None, server.log, 10, 0.005)
+    (pid,) = new
+    wait_for(lambda: f"(pid {pid}) is serving" in server.log(), server.log, 10, 0.01)
+    took = time.monotonic() - begun
+    assert took < 1.5, took
+    assert "The model 'heavy'" not in server.log()  # adopted: not loaded again
+    assert served_by(server.process.pid) == children(parent)
+
+
+def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_process(tmp_path: Path) -> None:
+    add_custom_model(tmp_path, "threads", "ThreadOnLoad")
+    with start_server(tmp_path, {**DEFAULTS, "protocol_processes": 2}) as server:
+        log = server.log()
+        assert "The model 'threads' is loaded in each of the 2 protocol processes" in log
+        assert "threads are running (left-by-load)" in log
+        body: dict[str, Any] = {
+            "inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]
+        }
+        response = httpx.post(f"{server.url}/v2/models/threads/infer", json=body, timeout=10)
+        assert response.status_code == 200, response.text
+        parent = protocol_parent(server.process.pid)
+        assert parent is not None and len(children(parent)) == 2  # still forked
