@@ -161,6 +161,19 @@ def test_four_protocol_processes_are_ready_about_as_soon_as_one(heavy: Measured)
     assert four <= 1.5 * one + START_SLACK, (one, four)
 
 
+def test_the_metrics_say_what_each_process_costs(heavy: Measured) -> None:
+    server = heavy[4][0]
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    roles = re.findall(r'^server_process_pss_bytes\{role="(\w+)",pid="\d+"\} (\S+)$', text, re.M)
+    assert sorted(role for role, _ in roles) == [
+        *["protocol_fork_parent"],
+        *["protocol_process"] * 4,
+        "supervisor",
+    ], text
+    assert all(float(value) > 0 for _, value in roles)
+    assert len(re.findall(r"^server_process_uss_bytes\{", text, re.M)) == 6
+
+
 def test_a_killed_protocol_process_is_forked_again_within_a_second(heavy: Measured) -> None:
     server = heavy[4][0]
     parent = protocol_parent(server.process.pid)

@@ -94,6 +94,8 @@ class Supervised:
     host_runs: Callable[[], bool] = _protocol_processes_only
     # Set once the supervisor stops: a service's background work ends then.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # The server's processes now, (role, pid): what the memory gauges report.
+    pids: Callable[[], list[tuple[str, int]]] = list
 
     def processes(self) -> int:
         """How many processes serve a private REST app now: the protocol processes and
@@ -131,6 +133,7 @@ class Supervisor:
         self._host: Child | None = None
         self._host_kept: asyncio.Task[None] | None = None
         self._paths: PrivatePaths | None = None
+        self._forks: ProtocolForks | None = None
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
@@ -148,6 +151,7 @@ class Supervisor:
                 start_host=self.start_host,
                 host_runs=lambda: self._host is not None,
                 stopping=self._stopping,
+                pids=self.pids,
             )
             services = [s for factory in self._service_factories for s in factory(supervised)]
             running = [serve_service(service) for service in services]
@@ -163,7 +167,7 @@ class Supervisor:
         if self.host:  # their start-up load binds to it: they wait for its socket
             environment[MODEL_HOST_ENV] = HOST_PEER
         # The copied models load once, in the fork parent, and the processes share them.
-        forks = (
+        forks = self._forks = (
             ProtocolForks(str(self.repository), environment)
             if self.settings.fork_protocol_processes
             else None
@@ -203,6 +207,16 @@ class Supervisor:
             announced.cancel()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+
+    def pids(self) -> list[tuple[str, int]]:
+        """The server's processes now, by role (the model host's workers are its own)."""
+        found = [("supervisor", os.getpid())]
+        if self._forks is not None and self._forks.pid is not None:
+            found.append(("protocol_fork_parent", self._forks.pid))
+        found += [("protocol_process", c.process.pid) for c in self._protocol if c.process]
+        if self._host is not None and self._host.process is not None:
+            found.append(("model_host", self._host.process.pid))
+        return found
 
     def _start_host_child(self, when: str) -> asyncio.Task[None]:
         """Start the model host (process ``count``) and keep it running; its watch."""

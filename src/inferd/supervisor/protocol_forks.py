@@ -78,6 +78,11 @@ class ProtocolForks:
         self._broken = False
         self._reaping: set[asyncio.Task[int]] = set()
 
+    @property
+    def pid(self) -> int | None:
+        """The parent's pid while it runs."""
+        return self._process.pid if self._process is not None else None
+
     async def fork(self, environment: Mapping[str, str]) -> ForkedProcess | None:
         """A protocol process forked with ``environment``; None when it cannot be
         (the caller spawns one instead: the reason is logged)."""

@@ -36,7 +36,7 @@ def summed_metrics(supervised: Supervised) -> Sequence[Service]:
     if not settings.metrics_enabled:
         return []
     endpoint = settings.metrics_endpoint or "/metrics"
-    app = build_metrics_app(supervised.paths, supervised.processes, endpoint)
+    app = build_metrics_app(supervised.paths, supervised.processes, endpoint, supervised.pids)
     sock = listen_tcp(settings.host, settings.metrics_port, "metrics", METRICS_PORT_FIX)
     return [Service("Metrics server", app, sock, metrics_options(settings))]
 
