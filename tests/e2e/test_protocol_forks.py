@@ -2,11 +2,13 @@
 (``fork_protocol_processes``, on by default).
 
 A server with default settings (``parallel_workers`` left out, so the model is
-copied into every protocol process) serves one custom model holding 128 MiB of
-numpy weights, at 1 protocol process (a lone server) and at 4. The costs compared
-are the proportional set size (PSS) of the server's whole process tree and the time
-from ``inferd start`` to ready. The machine may have 2 cores shared with other
-work: the start-time bound has ``START_SLACK`` seconds on top of the issue's 1.5x.
+copied into every protocol process) serves a custom model holding 128 MiB of numpy
+weights, or a scikit-learn forest, at 1 protocol process (a lone server, its model
+in its one default worker), 2 and 4. The costs compared are the proportional set
+size (PSS) of the server's whole process tree after a request was answered, and
+the time from ``inferd start`` to ready. The machine may have 2 cores shared with
+other work: the start-time bound has ``START_SLACK`` seconds on top of the issue's
+1.5x.
 """
 
 from __future__ import annotations
