@@ -206,3 +206,31 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_process(tmp_path: 
         assert response.status_code == 200, response.text
         parent = protocol_parent(server.process.pid)
         assert parent is not None and len(children(parent)) == 2  # still forked
+
+
+def test_the_server_is_live_while_the_parent_loads(tmp_path: Path) -> None:
+    inputs = {"x": {"data_type": "TYPE_FP64", "dims": [1, HEAVY_WIDTH], "zero_data": True}}
+    add_custom_model(
+        tmp_path,
+        "heavy",
+        "HeavyWeights",
+        model_warmup=[{"name": "zeros", "count": 1, "inputs": inputs}],
+        parameters={"extra": {"load_seconds": 4, "megabytes": 8}},
+    )
+    settings = {**DEFAULTS, "protocol_processes": 2}
+    with start_server(tmp_path, settings, wait=None) as server:
+
+        def live() -> bool:
+            try:
+                return httpx.get(f"{server.url}/v2/health/live", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(live, server.log, 30, 0.05)
+        # Live while loading: the parent is still in the model's 4 s load.
+        assert "Protocol fork parent (pid" not in server.log()
+        ready = httpx.get(f"{server.url}/v2/health/ready", timeout=2)
+        assert ready.status_code == 503, ready.text
+        server.wait_until("/v2/health/ready")
+        # Ready: the supervisor stopped answering, every connection reaches a process.
+        assert all(_infer_pid(server) is not None for _ in range(8))

@@ -37,6 +37,7 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
+from inferd.supervisor.loading import loading_service_parts
 from inferd.supervisor.paths import (
     HOST_AT_START,
     HOST_LATER,
@@ -182,7 +183,12 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
-        announced = asyncio.create_task(self._announce(protocol))
+        # Forked processes open the ports after the parent's load: until all are ready
+        # the supervisor answers liveness on the REST port (loading.py).
+        loading = None
+        if forks is not None:
+            loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
+        announced = asyncio.create_task(self._announce(protocol, loading))
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
@@ -205,6 +211,8 @@ class Supervisor:
                 await forks.close()
             stopping.cancel()
             announced.cancel()
+            if loading is not None:
+                await stop_services([loading])
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 
@@ -271,9 +279,13 @@ class Supervisor:
         for child in children:
             child.stop()
 
-    async def _announce(self, protocol: Sequence[Child]) -> None:
+    async def _announce(
+        self, protocol: Sequence[Child], loading: RunningService | None = None
+    ) -> None:
         waited = [*protocol, *([self._host] if self.host and self._host else [])]
         await asyncio.gather(*(child.ready.wait() for child in waited))
+        if loading is not None:
+            await stop_services([loading])
         host = " and the model host" if self.host else ""
         logger.info("inferd is serving with %d protocol processes%s", self.count, host)
 
