@@ -27,6 +27,7 @@ import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
-from inferd.supervisor.loading import loading_service_parts
+from inferd.supervisor.loading import loading_service_parts, stop_once_served
 from inferd.supervisor.paths import (
     HOST_AT_START,
     HOST_LATER,
@@ -167,13 +168,17 @@ class Supervisor:
         environment = environment_of_children(paths)
         if self.host:  # their start-up load binds to it: they wait for its socket
             environment[MODEL_HOST_ENV] = HOST_PEER
-        # The copied models load once, in the fork parent, and the processes share them.
         forks = self._forks = (
             ProtocolForks(str(self.repository), environment)
             if self.settings.fork_protocol_processes
             else None
         )
         fork = forks.fork if forks is not None else None
+        # Forked processes open the ports after the parent's load: meanwhile the
+        # supervisor answers liveness on the REST port (loading.py).
+        loading = None
+        if forks is not None:
+            loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
         protocol = self._protocol = [
             Child(i, command, environment, paths, fork=fork) for i in range(self.count)
         ]
@@ -183,12 +188,10 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
-        # Forked processes open the ports after the parent's load: until all are ready
-        # the supervisor answers liveness on the REST port (loading.py).
-        loading = None
-        if forks is not None:
-            loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
-        announced = asyncio.create_task(self._announce(protocol, loading))
+        announced = asyncio.create_task(self._announce(protocol))
+        if loading is not None:
+            stop_loading = partial(stop_services, [loading])
+            loaded = asyncio.create_task(stop_once_served(protocol, stop_loading))
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
@@ -212,6 +215,7 @@ class Supervisor:
             stopping.cancel()
             announced.cancel()
             if loading is not None:
+                loaded.cancel()
                 await stop_services([loading])
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
@@ -279,13 +283,9 @@ class Supervisor:
         for child in children:
             child.stop()
 
-    async def _announce(
-        self, protocol: Sequence[Child], loading: RunningService | None = None
-    ) -> None:
+    async def _announce(self, protocol: Sequence[Child]) -> None:
         waited = [*protocol, *([self._host] if self.host and self._host else [])]
         await asyncio.gather(*(child.ready.wait() for child in waited))
-        if loading is not None:
-            await stop_services([loading])
         host = " and the model host" if self.host else ""
         logger.info("inferd is serving with %d protocol processes%s", self.count, host)
 
