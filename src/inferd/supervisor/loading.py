@@ -7,29 +7,23 @@ every protocol process is ready the supervisor therefore listens on the REST por
 itself (``SO_REUSEPORT``, beside the processes as they open it) with this app:
 ``/v2/health/live`` answers 200, anything else 503 saying the server is loading,
 as a lone server's ``/v2/health/ready`` does meanwhile. gRPC is not answered then.
-It stops once every protocol process is ready, or ``SERVED_GRACE_SECONDS`` after
-each was forked (a process opens the ports before it loads its own models, and one
-whose model failed to load serves without ever being ready).
+It stops when every protocol process has loaded its start-up models (the
+coordinator's barrier, before any says ready; each opened the ports before it
+loaded, and one whose model failed reaches the barrier too).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from inferd.observability.metrics import Receive, Scope, Send
 from inferd.server.listener import listen_tcp
 from inferd.server.transport import rest_options
 from inferd.settings import ServerSettings
-from inferd.supervisor.children import Child
 
 LIVE_PATH = "/v2/health/live"
-# After every process was forked, how long they may take to open the public ports.
-SERVED_GRACE_SECONDS = 5.0
-STARTED_POLL_SECONDS = 0.05
+
 LOADING = {"error": "inferd is loading its models and is not ready yet; retry shortly"}
 
 
@@ -49,13 +43,3 @@ def loading_service_parts(settings: ServerSettings) -> tuple[Any, Any, dict[str,
     fix = "set http_port (or host) to a free port"
     sock = listen_tcp(settings.host, settings.http_port, "the REST server", fix, shared=True)
     return loading_app, sock, rest_options(settings)
-
-
-async def stop_once_served(children: Sequence[Child], stop: Callable[[], Awaitable[None]]) -> None:
-    """``stop()`` once every child is ready, or SERVED_GRACE_SECONDS after each started."""
-    while any(child.process is None for child in children):
-        await asyncio.sleep(STARTED_POLL_SECONDS)
-    ready = asyncio.gather(*(child.ready.wait() for child in children))
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(ready, SERVED_GRACE_SECONDS)
-    await stop()

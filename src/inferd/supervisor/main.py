@@ -27,7 +27,6 @@ import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
-from inferd.supervisor.loading import loading_service_parts, stop_once_served
+from inferd.supervisor.loading import loading_service_parts
 from inferd.supervisor.paths import (
     HOST_AT_START,
     HOST_LATER,
@@ -98,6 +97,8 @@ class Supervised:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # The server's processes now, (role, pid): what the memory gauges report.
     pids: Callable[[], list[tuple[str, int]]] = list
+    # Awaited once every protocol process has loaded at the start, before any is ready.
+    before_ready: Callable[[], Awaitable[None]] | None = None
 
     def processes(self) -> int:
         """How many processes serve a private REST app now: the protocol processes and
@@ -136,6 +137,7 @@ class Supervisor:
         self._host_kept: asyncio.Task[None] | None = None
         self._paths: PrivatePaths | None = None
         self._forks: ProtocolForks | None = None
+        self._loading: RunningService | None = None  # the REST port while loading
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
@@ -154,6 +156,7 @@ class Supervisor:
                 host_runs=lambda: self._host is not None,
                 stopping=self._stopping,
                 pids=self.pids,
+                before_ready=self._stop_loading,
             )
             services = [s for factory in self._service_factories for s in factory(supervised)]
             running = [serve_service(service) for service in services]
@@ -174,11 +177,8 @@ class Supervisor:
             else None
         )
         fork = forks.fork if forks is not None else None
-        # Forked processes open the ports after the parent's load: meanwhile the
-        # supervisor answers liveness on the REST port (loading.py).
-        loading = None
-        if forks is not None:
-            loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
+        if forks is not None:  # no process has the ports while the parent loads: loading.py
+            self._loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
         protocol = self._protocol = [
             Child(i, command, environment, paths, fork=fork) for i in range(self.count)
         ]
@@ -189,9 +189,6 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
         announced = asyncio.create_task(self._announce(protocol))
-        if loading is not None:
-            stop_loading = partial(stop_services, [loading])
-            loaded = asyncio.create_task(stop_once_served(protocol, stop_loading))
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
@@ -214,21 +211,23 @@ class Supervisor:
                 await forks.close()
             stopping.cancel()
             announced.cancel()
-            if loading is not None:
-                loaded.cancel()
-                await stop_services([loading])
+            await self._stop_loading()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
 
+    async def _stop_loading(self) -> None:
+        loading, self._loading = self._loading, None
+        if loading is not None:
+            await stop_services([loading])
+
     def pids(self) -> list[tuple[str, int]]:
         """The server's processes now, by role (the model host's workers are its own)."""
-        found = [("supervisor", os.getpid())]
-        if self._forks is not None and self._forks.pid is not None:
-            found.append(("protocol_fork_parent", self._forks.pid))
+        forks, host = self._forks, self._host
+        found: list[tuple[str, int | None]] = [("supervisor", os.getpid())]
+        found.append(("protocol_fork_parent", forks.pid if forks else None))
         found += [("protocol_process", c.process.pid) for c in self._protocol if c.process]
-        if self._host is not None and self._host.process is not None:
-            found.append(("model_host", self._host.process.pid))
-        return found
+        found.append(("model_host", host.process.pid if host and host.process else None))
+        return [(role, pid) for role, pid in found if pid is not None]
 
     def _start_host_child(self, when: str) -> asyncio.Task[None]:
         """Start the model host (process ``count``) and keep it running; its watch."""

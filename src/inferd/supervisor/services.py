@@ -25,6 +25,7 @@ def coordinator(supervised: Supervised) -> Sequence[Service]:
     settings = supervised.settings
     on_demand = HostOnDemand(settings, supervised.start_host)
     found = Coordinator(supervised.paths, supervised.count, supervised.host, on_demand)
+    found.before_ready = supervised.before_ready
     poll = repository_poll(settings, found, supervised.stopping)
     sock = bind_unix(supervised.paths.coordinator)
     return [Service("Coordinator", coordinator_app(found), sock, background=poll)]
