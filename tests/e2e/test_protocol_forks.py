@@ -267,3 +267,19 @@ def test_an_xgboost_model_serves_under_the_default_layout_and_its_cost_is_said(
             assert response.status_code == 200, response.text
         parent = protocol_parent(server.process.pid)
         assert parent is not None and len(children(parent)) == 2  # still forked
+
+
+def test_a_dead_fork_parent_is_replaced_and_the_processes_forked_again(tmp_path: Path) -> None:
+    add_custom_model(tmp_path, "heavy", "HeavyWeights", parameters={"extra": {"megabytes": 8}})
+    with start_server(tmp_path, {**DEFAULTS, "protocol_processes": 2}) as server:
+        parent = protocol_parent(server.process.pid)
+        assert parent is not None
+        os.kill(parent, signal.SIGKILL)  # its protocol processes die with it
+
+        def forked_by_a_new_parent() -> bool:
+            now = protocol_parent(server.process.pid)
+            return now not in (None, parent) and len(children(now)) == 2  # type: ignore[arg-type]
+
+        wait_for(forked_by_a_new_parent, server.log, 30)
+        assert "The protocol fork parent exited" in server.log()
+        wait_for(lambda: _infer_pid(server) is not None, server.log, 30)
