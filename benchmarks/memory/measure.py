@@ -61,14 +61,19 @@ def run_one(
 ) -> RunRecord:
     ports = free_ports(3)
     settings: dict[str, Any] = {"parallel_workers": workers}
+    processes = 1
     if server.kind == INFERD:  # named both ways: the comparison must not follow the default
         settings["fork_workers"] = server.fork_workers
+        if options.protocol_axis:  # inferd's defaults: the model copied into each process
+            settings, processes = {"fork_workers": server.fork_workers}, workers
+            settings["fork_protocol_processes"] = server.fork_protocol_processes
     write_json(repo / "settings.json", settings_json(ports, settings))
     model.write(repo, server.implementation)
     programs = Programs(options.inferd_python, options.inferd_src, options.mlserver_python)
-    # One protocol process: what each worker costs is the question (with several, each
-    # would hold the model in-process and parallel_workers would not apply).
-    process = start(server.contender, programs, repo, ports, protocol_processes=1)
+    # One protocol process unless that is the axis: what each worker costs is the
+    # question (with several, each would hold the model in-process and
+    # parallel_workers would not apply).
+    process = start(server.contender, programs, repo, ports, protocol_processes=processes)
     try:
         ready_s = process.wait_until(READY_PATH, timeout=options.ready_timeout)
         at_ready = tree_memory(process.process.pid)

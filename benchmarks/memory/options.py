@@ -25,6 +25,8 @@ DEFAULT_JSON_OUT = Path("bench-results") / "memory.json"  # /bench-results/ is g
 INFERD_SKLEARN = "inferd.runtimes.sklearn.SKLearnModel"
 INFERD_RUNTIME_LABEL = "inferd-runtime"  # inferd serving its own runtime's name
 INFERD_FORK_LABEL = "inferd-fork"  # inferd with fork_workers on
+# inferd with fork_protocol_processes off: each protocol process loads the model
+INFERD_SPAWN_LABEL = "inferd-spawn"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class MemoryServer:
     kind: str  # INFERD or MLSERVER
     implementation: str
     fork_workers: bool = False  # inferd's fork_workers setting on
+    fork_protocol_processes: bool = True  # inferd's setting of that name
 
     @property
     def contender(self) -> Contender:
@@ -55,6 +58,14 @@ class MemoryOptions:
     mlserver_python: str | None
     work_dir: Path | None
     json_out: Path
+    # The axis is inferd's protocol_processes (parallel_workers left to its default,
+    # so the model is copied into each process) rather than parallel_workers;
+    # MLServer's counterpart stays parallel_workers.
+    protocol_axis: bool = False
+
+    @property
+    def axis(self) -> str:
+        return "protocol_processes" if self.protocol_axis else "parallel_workers"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"also inferd with the model under {INFERD_SKLEARN}")  # fmt: skip
     add("--fork-workers", action="store_true",
         help="also inferd with fork_workers on (workers forked from one loaded model)")  # fmt: skip
+    add("--protocol-processes", action="store_true",
+        help="vary inferd's protocol_processes instead (parallel_workers left to its "
+        "default; MLServer still varies parallel_workers)")  # fmt: skip
     add("--only", choices=sorted(ONLY_CHOICES),
         help="servers to run (default: both when MLServer's Python is known)")  # fmt: skip
     add("--mlserver-python", default=os.environ.get(MLSERVER_PYTHON_ENV),
@@ -94,6 +108,8 @@ def parse(argv: Sequence[str]) -> MemoryOptions:
 
 
 def _options(args: argparse.Namespace) -> MemoryOptions:
+    if args.protocol_processes and min(args.workers) < 1:
+        raise ValueError("--workers are protocol_processes with --protocol-processes: >= 1")
     if min(args.workers) < 0 or args.rounds < 1 or args.requests < 1:
         raise ValueError("--workers must be >= 0, --rounds and --requests >= 1")
     if args.trees < 1 or args.rows < 10:
@@ -105,7 +121,7 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
     if mlserver_python is not None:
         check_mlserver_sklearn(mlserver_python)
     return MemoryOptions(
-        servers=servers_of(kinds, args.inferd_runtime, args.fork_workers),
+        servers=servers_of(kinds, args.inferd_runtime, args.fork_workers, args.protocol_processes),
         workers=tuple(dict.fromkeys(args.workers)),
         rounds=args.rounds,
         requests_per_worker=args.requests,
@@ -117,15 +133,25 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
         mlserver_python=mlserver_python,
         work_dir=args.work_dir,
         json_out=args.json_out,
+        protocol_axis=args.protocol_processes,
     )
 
 
 def servers_of(
-    kinds: Sequence[str], inferd_runtime: bool, fork_workers: bool = False
+    kinds: Sequence[str],
+    inferd_runtime: bool,
+    fork_workers: bool = False,
+    protocol_axis: bool = False,
 ) -> tuple[MemoryServer, ...]:
     """Each server kind under MLServer's runtime name (the same folder for both), and
-    inferd under its own runtime's name, and with fork_workers on, too when asked."""
+    inferd under its own runtime's name, and with fork_workers on, too when asked; on
+    the protocol_processes axis, inferd with fork_protocol_processes off too."""
     servers = [MemoryServer(kind, kind, SKLEARN_IMPLEMENTATION) for kind in kinds]
+    if protocol_axis and INFERD in kinds:
+        spawned = MemoryServer(
+            INFERD_SPAWN_LABEL, INFERD, SKLEARN_IMPLEMENTATION, fork_protocol_processes=False
+        )
+        servers.insert(kinds.index(INFERD) + 1, spawned)
     if fork_workers and INFERD in kinds:
         forked = MemoryServer(INFERD_FORK_LABEL, INFERD, SKLEARN_IMPLEMENTATION, True)
         servers.insert(kinds.index(INFERD) + 1, forked)

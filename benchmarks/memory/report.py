@@ -79,12 +79,12 @@ def with_growth(rows: Sequence[Row]) -> list[Row]:
     return grown
 
 
-def markdown_table(summary: dict[str, list[Row]]) -> list[str]:
+def markdown_table(summary: dict[str, list[Row]], axis: str = "parallel_workers") -> list[str]:
     """One row per ``parallel_workers`` value, each server's three columns side by side."""
     servers = list(summary)
     if not servers:
         return ["No run was measured."]
-    header = ["parallel_workers"]
+    header = [axis]
     for server in servers:
         header += [f"{server} PSS MiB (procs)", f"{server} +MiB/worker", f"{server} ready s"]
     lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
@@ -114,17 +114,19 @@ LEGEND = (
 )
 
 
-def uss_line(summary: dict[str, list[Row]]) -> str:
+def uss_line(summary: dict[str, list[Row]], axis: str = "parallel_workers") -> str:
     """The private memory (USS) of each server's tree, by worker count: steady where the
     PSS of shared library pages moves with what else runs on the machine."""
     parts = [
         f"{server} " + " / ".join(f"{row.uss_mib:.0f}" for row in rows)
         for server, rows in summary.items()
     ]
-    return "USS (private pages only) by parallel_workers, MiB: " + "; ".join(parts) + "."
+    return f"USS (private pages only) by {axis}, MiB: " + "; ".join(parts) + "."
 
 
-def markdown(summary: dict[str, list[Row]], title: str, rounds: int) -> list[str]:
+def markdown(
+    summary: dict[str, list[Row]], title: str, rounds: int, axis: str = "parallel_workers"
+) -> list[str]:
     medians = f" Medians over {rounds} rounds." if rounds > 1 else ""
-    lines = ["", f"{title}:", "", *markdown_table(summary), "", LEGEND + medians]
-    return [*lines, "", uss_line(summary)] if summary else lines
+    lines = ["", f"{title}:", "", *markdown_table(summary, axis), "", LEGEND + medians]
+    return [*lines, "", uss_line(summary, axis)] if summary else lines

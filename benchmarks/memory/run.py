@@ -35,7 +35,7 @@ def run(options: MemoryOptions) -> int:
         model = train_forest(options.trees, options.rows, work / "model")
         print(f"  {model.describe()}", flush=True)
         records, failures = run_rounds(options, model, work)
-    lines = markdown(summarize(records), model.describe(), options.rounds)
+    lines = markdown(summarize(records), model.describe(), options.rounds, options.axis)
     lines += ["", machine_line(started)]
     print("\n".join(lines))
     started["elapsed_s"] = round(time.monotonic() - started.pop("monotonic"), 1)
@@ -48,7 +48,7 @@ def run(options: MemoryOptions) -> int:
 def describe(options: MemoryOptions) -> str:
     servers = ", ".join(f"{s.label} ({s.implementation})" for s in options.servers)
     return (
-        f"memory: {options.rounds} round(s); parallel_workers {list(options.workers)}; "
+        f"memory: {options.rounds} round(s); {options.axis} {list(options.workers)}; "
         f"servers {servers}; {options.requests_per_worker} checked answers per worker "
         f"before the PSS is read; one server at a time on {cpus()} CPUs"
     )
@@ -63,7 +63,7 @@ def run_rounds(
     for round_index in range(options.rounds):
         for workers in options.workers:
             for server in alternate(options.servers, turn):
-                what = f"{server.label} parallel_workers={workers} round {round_index}"
+                what = f"{server.label} {options.axis}={workers} round {round_index}"
                 repo = work / f"round-{round_index}" / f"{server.label}-p{workers}"
                 try:
                     record = run_one(options, server, workers, model, round_index, repo)
@@ -73,14 +73,14 @@ def run_rounds(
                     failures.append(message)
                     continue
                 records.append(record)
-                print(run_line(record), flush=True)
+                print(run_line(record, options.axis), flush=True)
             turn += 1  # the servers' order alternates from one run to the next
     return records, failures
 
 
-def run_line(record: RunRecord) -> str:
+def run_line(record: RunRecord, axis: str = "parallel_workers") -> str:
     return (
-        f"  {record.server:<15} parallel_workers={record.workers:<3} round {record.round}: "
+        f"  {record.server:<15} {axis}={record.workers:<3} round {record.round}: "
         f"ready in {record.ready_s:5.1f} s, PSS {record.at_ready.pss_mib:6.0f} MiB at READY, "
         f"{record.served.pss_mib:6.0f} MiB after {record.answers} answers "
         f"({len(record.served.processes)} processes, p50 {record.answer_p50_ms:.1f} ms)"

@@ -14,21 +14,28 @@ from typing import Any
 
 import httpx
 
-from tests.support.procstat import children, environment
+from tests.support.procstat import environment, served_by
 from tests.support.serverproc import ServerProcess
 
 
 def protocol_sockets(server: ServerProcess) -> list[Path]:
     """The private REST socket of each protocol process (not the model host's), in
-    index order; empty for a lone server."""
-    found: dict[int, Path] = {}
-    for pid in children(server.process.pid):
+    index order; empty for a lone server. A forked protocol process's environment
+    as /proc shows it is its fork parent's (set before the fork): the folder is read
+    from any process's, the indices are those of the processes not the host."""
+    folders: set[str] = set()
+    hosts = 0
+    pids = served_by(server.process.pid)
+    for pid in pids:
         started_with = environment(pid)
-        if "INFERD_PRIVATE_DIR" not in started_with or "INFERD_MODEL_HOST" in started_with:
-            continue
-        index = int(started_with["INFERD_PROTOCOL_INDEX"])
-        found[index] = Path(started_with["INFERD_PRIVATE_DIR"]) / f"rest-{index}.sock"
-    return [found[index] for index in sorted(found)]
+        if "INFERD_PRIVATE_DIR" in started_with:
+            folders.add(started_with["INFERD_PRIVATE_DIR"])
+        if started_with.get("INFERD_MODEL_HOST") in ("start", "later"):
+            hosts += 1
+    if not folders:
+        return []
+    (folder,) = folders
+    return [Path(folder) / f"rest-{index}.sock" for index in range(len(pids) - hosts)]
 
 
 def ask_each(server: ServerProcess, method: str, path: str, **kwargs: Any) -> list[httpx.Response]:

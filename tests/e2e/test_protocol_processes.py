@@ -28,7 +28,7 @@ import pytest
 from inferd.protocol import pb, pb_grpc
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import children, is_running
+from tests.support.procstat import children, is_running, served_by
 from tests.support.serverproc import LEFT_OUT, ServerProcess
 
 TWO = {"protocol_processes": 2, "shutdown_grace_seconds": 6}
@@ -93,7 +93,7 @@ def two(start: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
 
 
 def test_both_processes_take_connections_over_rest_and_grpc(two: ServerProcess) -> None:
-    processes = children(two.process.pid)
+    processes = served_by(two.process.pid)
     assert len(processes) == 2
     assert pids_seen(lambda: rest_pid(two), 2) == processes
     assert pids_seen(lambda: grpc_pid(two), 2) == processes
@@ -131,7 +131,7 @@ def test_a_model_that_cannot_be_copied_runs_once_in_the_model_host(
     assert pids_seen(lambda: grpc_pid(hosting), 2) == protocol
     pinned = {rest_pid_of(hosting, "pinned") for _ in range(12)}
     assert len(pinned) == 1 and not pinned & protocol
-    assert len(children(hosting.process.pid)) == 3  # two protocol processes, the host
+    assert len(served_by(hosting.process.pid)) == 3  # two protocol processes, the host
 
 
 def test_a_model_that_cannot_be_copied_loads_later_when_the_host_runs(
@@ -156,7 +156,7 @@ def test_a_killed_model_host_is_restarted_and_its_models_serve_again(
 ) -> None:
     before = rest_pid_of(hosting, "pinned")
     # The host: the supervisor's child whose worker process answered.
-    host = next(pid for pid in children(hosting.process.pid) if before in children(pid))
+    host = next(pid for pid in served_by(hosting.process.pid) if before in children(pid))
     os.kill(host, signal.SIGKILL)
 
     def serves_again() -> bool:
@@ -176,7 +176,7 @@ def test_a_later_load_of_a_model_that_cannot_be_copied_starts_the_model_host(
 ) -> None:
     """No model loaded at start needed the host: the first load that needs it starts
     it (REST), and a later one (gRPC) finds it running."""
-    assert len(children(two.process.pid)) == 2
+    assert len(served_by(two.process.pid)) == 2
     add_custom_model(repository, "sequences", "SlowEcho", sequence_batching={})
     response = httpx.post(f"{two.url}/v2/repository/models/sequences/load", timeout=60)
     assert response.status_code == 200, response.text
@@ -191,7 +191,7 @@ def test_a_later_load_of_a_model_that_cannot_be_copied_starts_the_model_host(
         )
     assert {rest_pid_of(two, "batched") for _ in range(4)} == answered
     assert two.log().count("Starting the model host:") == 1
-    assert len(children(two.process.pid)) == 3
+    assert len(served_by(two.process.pid)) == 3
 
 
 class Load:
@@ -263,7 +263,7 @@ def test_sigterm_under_load_loses_nothing(
 ) -> None:
     """SIGTERM to the supervisor (Kubernetes signals PID 1), or to every process of the
     group (systemd's default): either way each process drains once, nothing is cut."""
-    processes = children(two.process.pid)
+    processes = served_by(two.process.pid)
     load = load_on(two, 0.02)
     wait_for(lambda: load.answered(20), "the load to be answered", 30)
     # Requests running when the signal comes, on both processes, are answered.
@@ -347,17 +347,17 @@ def test_a_process_cut_at_its_deadline_makes_the_server_exit_1(
 def test_a_killed_process_is_restarted_and_serves_again(
     two: ServerProcess, load_on: Callable[[ServerProcess, float], Load]
 ) -> None:
-    first = children(two.process.pid)
+    first = served_by(two.process.pid)
     load = load_on(two, 0.01)
     wait_for(lambda: load.pids == first, "both processes to answer the load", 30)
     killed = min(first)
     os.kill(killed, signal.SIGKILL)
     wait_for(lambda: f"(pid {killed}) exited with signal SIGKILL" in two.log(), two.log, 30)
     restarted = wait_for(
-        lambda: (children(two.process.pid) - first) or None, "a new protocol process", 30
+        lambda: (served_by(two.process.pid) - first) or None, "a new protocol process", 30
     )
     wait_for(lambda: restarted <= load.pids, lambda: f"{restarted} to answer ({load.pids})", 30)
-    assert len(children(two.process.pid)) == 2
+    assert len(served_by(two.process.pid)) == 2
     outcomes = load.stop()
     assert set(outcomes) <= {"200", "connection error"}, outcomes
 
@@ -389,7 +389,7 @@ def test_settings_a_protocol_process_cannot_start_with_stop_the_server(
 
 
 def test_the_processes_die_with_the_supervisor(two: ServerProcess) -> None:
-    processes = children(two.process.pid)
+    processes = served_by(two.process.pid)
     two.process.kill()
     two.process.wait(timeout=10)
     wait_for(lambda: not any(is_running(pid) for pid in processes), "the children to exit", 10)
@@ -418,5 +418,5 @@ def test_the_private_sockets_skip_the_access_rules_the_public_ports_keep(
     transport = httpx.HTTPTransport(uds=private_socket)
     with httpx.Client(transport=transport, base_url="http://inferd.internal") as private:
         assert answered_by(private.post("/v2/models/slow/infer", json=slow_body())) in (
-            children(server.process.pid)
+            served_by(server.process.pid)
         )

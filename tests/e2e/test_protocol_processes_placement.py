@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.models import add_custom_model, write_model_folder
 from tests.support.polling import wait_for
-from tests.support.procstat import children, descendants
+from tests.support.procstat import descendants, served_by
 from tests.support.serverproc import ServerProcess, start_server
 
 from .metrics_helpers import model, scrape, value
@@ -191,7 +191,7 @@ def test_parallel_workers_set_runs_models_in_workers_whose_crash_loses_no_connec
         # lone server; the supervisor's children: protocol processes and the host).
         holders = {server.process.pid}
         if processes > 1:
-            holders |= children(server.process.pid)
+            holders |= served_by(server.process.pid)
         pids = {pid_of_slow(server) for _ in range(6)}
         assert not pids & holders and pids <= descendants(server.process.pid)
         with Clients(server) as clients:

@@ -30,7 +30,7 @@ from inferd.settings.cpu_quota import available_cpus
 from inferd.supervisor.placement import SMALLEST_HOSTING
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import children, descendants
+from tests.support.procstat import descendants, served_by
 from tests.support.serverproc import (
     READY_PATH,
     ServerProcess,
@@ -202,7 +202,7 @@ def test_a_batched_models_requests_meet_in_the_model_hosts_one_batcher(tmp_path:
     settings = {"protocol_processes": PROCESSES}
     with start_server(tmp_path, settings) as server:
         assert "runs in the model host" in server.log() and "max_batch_size: 16" in server.log()
-        assert len(children(server.process.pid)) == PROCESSES + 1
+        assert len(served_by(server.process.pid)) == PROCESSES + 1
 
         def one_request(number: int) -> int:
             x = {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [[number, 0.0]]}
@@ -291,7 +291,7 @@ def test_an_mlserver_settings_file_keeps_its_worker_processes(tmp_path: Path) ->
         assert pid in descendants(server.process.pid)
         assert pid != server.process.pid
         if cpus >= SMALLEST_HOSTING:
-            assert pid not in children(server.process.pid)
+            assert pid not in served_by(server.process.pid)
 
 
 def test_no_process_says_ready_before_every_process_has_loaded(tmp_path: Path) -> None:

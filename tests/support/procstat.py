@@ -118,3 +118,28 @@ def workers(server_pid: int) -> set[int]:
     for child in children(server_pid):
         found |= children(child) if is_fork_parent(child) else {child}
     return found
+
+
+PROTOCOL_PARENT_MODULE = b"inferd.supervisor.protocol_parent"  # the protocol fork parent
+
+
+def is_protocol_parent(pid: int) -> bool:
+    """Whether ``pid`` is a supervisor's protocol fork parent (``fork_protocol_processes``)."""
+    try:
+        return PROTOCOL_PARENT_MODULE in (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def protocol_parent(supervisor_pid: int) -> int | None:
+    """The supervisor's protocol fork parent, if one runs."""
+    return next((pid for pid in children(supervisor_pid) if is_protocol_parent(pid)), None)
+
+
+def served_by(supervisor_pid: int) -> set[int]:
+    """A supervisor's protocol processes and its model host, spawned or forked: its
+    children that are not the protocol fork parent, and that parent's children."""
+    found = set()
+    for child in children(supervisor_pid):
+        found |= children(child) if is_protocol_parent(child) else {child}
+    return found

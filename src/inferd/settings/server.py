@@ -71,6 +71,15 @@ class ServerSettings(EnvFirstSettings):
     where it would run ``parallel_workers``. See the README's "Workers that share
     one copy of a model"."""
 
+    fork_protocol_processes: bool = True
+    """With several protocol processes, load the models each of them copies once, in a
+    parent that forks the protocol processes (copy-on-write): each added process then
+    costs its own pages, not another copy of every model, and one that dies is forked
+    again without loading anything. A model whose load is not fork-safe (threads,
+    sockets, GNU OpenMP) loads in each process instead, with a warning. False starts
+    each protocol process as a fresh interpreter that loads every copied model. See
+    docs/design.md "Protocol processes forked from loaded models"."""
+
     shutdown_grace_seconds: float = Field(default=25.0, gt=0)
     """Seconds from SIGTERM to exit: requests in flight may finish within it, those
     still running near its end are stopped with an error, then the process exits.

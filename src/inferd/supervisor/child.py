@@ -1,14 +1,16 @@
 """A protocol process, or the model host: ``python -m inferd.supervisor.child
 SUPERVISOR_PID MODEL_REPOSITORY``.
 
-Started by the supervisor (``main.py``), with ``INFERD_PRIVATE_DIR``,
+Started by the supervisor (``main.py``), or forked from the protocol fork parent
+(``protocol_parent.py``, which then calls :func:`serve_role`), with ``INFERD_PRIVATE_DIR``,
 ``INFERD_PROTOCOL_INDEX`` and, in the model host, ``INFERD_MODEL_HOST`` set.
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole InferenceServer in its role
 (server/protocol_role.py). A protocol process's own models run in it
-(``parallel_workers: 0``), each loaded once per protocol process: the models
-placement.py copies, decided from the server's settings as configured, with the
-process's share of the server's ``max_queue_size``; the others it reaches in the
+(``parallel_workers: 0``): the models placement.py copies, decided from the
+server's settings as configured, with the process's share of the server's
+``max_queue_size`` (those the fork parent loaded before forking this process are
+adopted, workers/preloaded.py; the others load here); the others it reaches in the
 model host (workers/hosted.py), which the coordinator starts before such a load
 when none runs yet. The model host runs exactly those others, with the server's
 worker settings, and opens no public port.
@@ -125,13 +127,19 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
 def main(argv: list[str] | None = None) -> None:
     supervisor_pid, repository = (argv or sys.argv[1:])[:2]
     die_with_parent(int(supervisor_pid))
+    serve_role(Path(repository))
+
+
+def serve_role(repository: Path) -> None:
+    """Serve in the role the environment gives (a process spawned by the supervisor,
+    or forked by the protocol fork parent); exits when the server stops."""
     # A Ctrl-C reaches the whole process group: the supervisor forwards it as SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     role = protocol_role()
     if role is None:
         sys.exit("inferd.supervisor.child is started by `inferd start`, which sets its role")
     try:
-        settings = load_server_settings(Path(repository))
+        settings = load_server_settings(repository)
         configure_logging(settings)
         if role.is_host:
             tag_process("model host", role.index)

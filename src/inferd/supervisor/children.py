@@ -2,8 +2,9 @@
 
 A protocol process that exits while the supervisor is not stopping is started
 again with the same index (so the same private sockets), after a pause that
-doubles from 0.5 s up to 10 s while it keeps dying soon after its start, and is
-back to 0.5 s once a process ran a minute: a process that fails at start (a port
+doubles from 0.5 s (0.1 s for a forked one: nothing to import or load) up to 10 s
+while it keeps dying soon after its start, and is back to the first once a process
+ran a minute: a process that fails at start (a port
 taken, a broken repository) does not spin the CPU, and one that dies once in a
 while comes back at once.
 
@@ -22,8 +23,9 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from inferd.errors import ConfigurationError
 from inferd.supervisor import fanout
@@ -37,6 +39,7 @@ from inferd.supervisor.paths import (
 logger = logging.getLogger(__name__)
 
 FIRST_PAUSE_SECONDS = 0.5
+FORKED_FIRST_PAUSE_SECONDS = 0.1
 LONGEST_PAUSE_SECONDS = 10.0
 # Up this long, a process that dies is restarted after the first pause again.
 STEADY_SECONDS = 60.0
@@ -46,6 +49,25 @@ READY_REQUEST_TIMEOUT = 2.0
 # How a protocol process says it cannot start with these settings (it printed why).
 # Not 1: Python exits 1 on any uncaught exception, a crash worth a restart. sysexits' EX_CONFIG.
 CONFIGURATION_EXIT_STATUS = 78
+
+
+class ChildProcess(Protocol):
+    """What is watched of a protocol process: a spawned one (asyncio's Process) or
+    one forked by the protocol fork parent (protocol_forks.ForkedProcess)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal(self, signum: int) -> None: ...
+
+
+# Forks a protocol process with this environment; None when it cannot (then spawned).
+Fork = Callable[[Mapping[str, str]], Awaitable[ChildProcess | None]]
 
 
 @dataclass
@@ -85,15 +107,21 @@ class Child:
         environment: Mapping[str, str],
         paths: PrivatePaths,
         label: str = "",
+        fork: Fork | None = None,
     ) -> None:
+        """``fork``: how to fork it from the protocol fork parent, rather than start a
+        fresh interpreter (``fork_protocol_processes``)."""
         self.index = index
+        self._fork = fork
         self.label = label or f"Protocol process {index}"
         self._command = list(command)
         self._environment = {**environment, PROTOCOL_INDEX_ENV: str(index)}
         self._paths = paths
-        self._backoff = Backoff()
+        # A fork is cheap (nothing to import or load): a forked process that died is back
+        # sooner; the pause still doubles while it keeps dying.
+        self._backoff = Backoff(first=FORKED_FIRST_PAUSE_SECONDS if fork else FIRST_PAUSE_SECONDS)
         self._stopping = asyncio.Event()
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: ChildProcess | None = None
         self.ready = asyncio.Event()  # set each time a start answers ready
         self._has_served = False  # whether any start of it answered ready
         # How its last process ended once stopped (None: none was running).
@@ -144,18 +172,24 @@ class Child:
         self._stopping.set()
         self.signal(signal.SIGTERM)
 
-    async def _start(self, restarted: bool) -> asyncio.subprocess.Process:
+    async def _start(self, restarted: bool) -> ChildProcess:
         # In the supervisor's process group, so whoever stops or measures the group
         # (a Ctrl-C, a process manager, a benchmark) reaches it too; it ignores SIGINT
-        # and drains on the SIGTERM the supervisor forwards (child.py).
+        # and drains on the SIGTERM the supervisor forwards (child.py). A forked one
+        # is in it too: the fork parent is.
         environment = {**self._environment, RESTARTED_ENV: "1" if restarted else "0"}
+        if self._fork is not None:
+            forked = await self._fork(environment)
+            if forked is not None:
+                logger.debug("Forked %s (pid %d)", self.label.lower(), forked.pid)
+                return forked
         process = await asyncio.create_subprocess_exec(
             *self._command, env=environment, stdin=asyncio.subprocess.DEVNULL
         )
         logger.debug("Started %s (pid %d)", self.label.lower(), process.pid)
         return process
 
-    async def _announce_ready(self, process: asyncio.subprocess.Process) -> None:
+    async def _announce_ready(self, process: ChildProcess) -> None:
         """Poll the process's private socket until it answers ready; then say so. The
         polls slow down to one a second: a model that failed to load keeps a process
         serving but not ready, maybe for good."""

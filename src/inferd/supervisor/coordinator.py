@@ -45,7 +45,7 @@ import dataclasses
 import itertools
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,9 @@ class Coordinator:
         self._lock = asyncio.Lock()
         self._loaded: set[int] = set()
         self._all_loaded = asyncio.Event()
+        # Awaited once every process has loaded, before any is let through to ready
+        # (the supervisor gives up the REST port it answered meanwhile: loading.py).
+        self.before_ready: Callable[[], Awaitable[None]] | None = None
         self._switches: dict[int, _Barrier] = {}
         self._switch_ids = itertools.count(1)
 
@@ -124,7 +127,10 @@ class Coordinator:
         ready: one process ready while another still loads would have a client
         whose probe it answered sent to the other, and refused."""
         self._loaded.add(index)
-        if len(self._loaded) == len(self.sockets):
+        if len(self._loaded) == len(self.sockets) and not self._all_loaded.is_set():
+            if self.before_ready is not None:
+                before, self.before_ready = self.before_ready, None
+                await before()
             self._all_loaded.set()
         await self._all_loaded.wait()
 

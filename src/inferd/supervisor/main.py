@@ -37,6 +37,7 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.shutdown import FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
+from inferd.supervisor.loading import loading_service_parts
 from inferd.supervisor.paths import (
     HOST_AT_START,
     HOST_LATER,
@@ -44,6 +45,7 @@ from inferd.supervisor.paths import (
     MODEL_HOST_ENV,
     PrivatePaths,
 )
+from inferd.supervisor.protocol_forks import ProtocolForks
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,10 @@ class Supervised:
     host_runs: Callable[[], bool] = _protocol_processes_only
     # Set once the supervisor stops: a service's background work ends then.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # The server's processes now, (role, pid): what the memory gauges report.
+    pids: Callable[[], list[tuple[str, int]]] = list
+    # Awaited once every protocol process has loaded at the start, before any is ready.
+    before_ready: Callable[[], Awaitable[None]] | None = None
 
     def processes(self) -> int:
         """How many processes serve a private REST app now: the protocol processes and
@@ -130,6 +136,8 @@ class Supervisor:
         self._host: Child | None = None
         self._host_kept: asyncio.Task[None] | None = None
         self._paths: PrivatePaths | None = None
+        self._forks: ProtocolForks | None = None
+        self._loading: RunningService | None = None  # the REST port while loading
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
@@ -147,6 +155,8 @@ class Supervisor:
                 start_host=self.start_host,
                 host_runs=lambda: self._host is not None,
                 stopping=self._stopping,
+                pids=self.pids,
+                before_ready=self._stop_loading,
             )
             services = [s for factory in self._service_factories for s in factory(supervised)]
             running = [serve_service(service) for service in services]
@@ -161,8 +171,16 @@ class Supervisor:
         environment = environment_of_children(paths)
         if self.host:  # their start-up load binds to it: they wait for its socket
             environment[MODEL_HOST_ENV] = HOST_PEER
+        forks = self._forks = (
+            ProtocolForks(str(self.repository), environment)
+            if self.settings.fork_protocol_processes
+            else None
+        )
+        fork = forks.fork if forks is not None else None
+        if forks is not None:  # no process has the ports while the parent loads: loading.py
+            self._loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
         protocol = self._protocol = [
-            Child(i, command, environment, paths) for i in range(self.count)
+            Child(i, command, environment, paths, fork=fork) for i in range(self.count)
         ]
         kept = [asyncio.create_task(child.keep_running()) for child in protocol]
         if self.host:  # watched as a protocol process is: it cannot start, the server stops
@@ -189,10 +207,27 @@ class Supervisor:
                 await task  # re-raises why it stopped watching its process
             return [*protocol, *([host] if host is not None else [])]
         finally:
+            if forks is not None:  # after its children: they die with it
+                await forks.close()
             stopping.cancel()
             announced.cancel()
+            await self._stop_loading()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+
+    async def _stop_loading(self) -> None:
+        loading, self._loading = self._loading, None
+        if loading is not None:
+            await stop_services([loading])
+
+    def pids(self) -> list[tuple[str, int]]:
+        """The server's processes now, by role (the model host's workers are its own)."""
+        forks, host = self._forks, self._host
+        found: list[tuple[str, int | None]] = [("supervisor", os.getpid())]
+        found.append(("protocol_fork_parent", forks.pid if forks else None))
+        found += [("protocol_process", c.process.pid) for c in self._protocol if c.process]
+        found.append(("model_host", host.process.pid if host and host.process else None))
+        return [(role, pid) for role, pid in found if pid is not None]
 
     def _start_host_child(self, when: str) -> asyncio.Task[None]:
         """Start the model host (process ``count``) and keep it running; its watch."""

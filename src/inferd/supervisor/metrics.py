@@ -30,7 +30,7 @@ from prometheus_client.exposition import gzip_accepted
 from starlette.datastructures import Headers
 
 from inferd.observability.metrics import ASGIApp, Receive, Scope, Send, endpoint_app
-from inferd.supervisor import exposition
+from inferd.supervisor import exposition, process_memory
 from inferd.supervisor.exposition import Exposition
 from inferd.supervisor.fanout import Answer, fan_out
 from inferd.supervisor.paths import PrivatePaths
@@ -144,12 +144,14 @@ def build_metrics_app(
     paths: PrivatePaths,
     count: int | Callable[[], int],
     endpoint: str,
+    pids: Callable[[], list[tuple[str, int]]] | None = None,
     timeout_s: float = SCRAPE_TIMEOUT_S,
 ) -> ASGIApp:
     """The app the supervisor serves on ``metrics_port``: ``endpoint`` answers the sum of
     processes 0 to ``count``-1 (a callable: how many now; the model host, process N,
     counts once it runs), each asked at the same ``endpoint`` on its
-    ``metrics-<i>.sock``; any other path is a 404 that says where."""
+    ``metrics-<i>.sock``; any other path is a 404 that says where. ``pids``: the
+    server's processes by role, whose memory each answer reports (process_memory.py)."""
     processes = count if callable(count) else lambda: count
     path = "/" + endpoint.strip("/")
     totals: dict[str, Totals] = {}  # by format: a counter's family is named per format
@@ -166,6 +168,9 @@ def build_metrics_app(
         # A filtered scrape holds some counts only: it neither updates nor uses the totals.
         keep = None if names else totals.setdefault(kind.partition(";")[0], Totals())
         merged = server_metrics(answers, keep, frozenset(names) if names else None)
+        for family in process_memory.memory_families(pids()) if pids is not None else []:
+            if not names or family.name in names:
+                merged[family.name] = family
         body = exposition.write(merged.values(), kind.startswith(OPENMETRICS)).encode()
         await _answer(send, body, kind, gzip_accepted(headers.get("accept-encoding", "")))
 

@@ -25,6 +25,7 @@ def coordinator(supervised: Supervised) -> Sequence[Service]:
     settings = supervised.settings
     on_demand = HostOnDemand(settings, supervised.start_host)
     found = Coordinator(supervised.paths, supervised.count, supervised.host, on_demand)
+    found.before_ready = supervised.before_ready
     poll = repository_poll(settings, found, supervised.stopping)
     sock = bind_unix(supervised.paths.coordinator)
     return [Service("Coordinator", coordinator_app(found), sock, background=poll)]
@@ -36,7 +37,7 @@ def summed_metrics(supervised: Supervised) -> Sequence[Service]:
     if not settings.metrics_enabled:
         return []
     endpoint = settings.metrics_endpoint or "/metrics"
-    app = build_metrics_app(supervised.paths, supervised.processes, endpoint)
+    app = build_metrics_app(supervised.paths, supervised.processes, endpoint, supervised.pids)
     sock = listen_tcp(settings.host, settings.metrics_port, "metrics", METRICS_PORT_FIX)
     return [Service("Metrics server", app, sock, metrics_options(settings))]
 

@@ -120,7 +120,7 @@ class ForkServer:
             custom_metrics.start_buffering()
         sockets_before = open_sockets()  # this process's own: its control socket
         try:
-            self._model = asyncio.run(_load_model(settings))
+            self._model = asyncio.run(load_model(settings))
         except Exception as error:
             self._send((FAILED, ipc.error_to_wire(error)))
             return
@@ -162,7 +162,7 @@ class ForkServer:
             os.close(self._wake_write)
             self._control.close()  # the main process must see EOF when the parent dies
             die_with_parent(os.getppid())
-            _reseed_numpy()
+            reseed_numpy()
             sock = socket.socket(fileno=fd)
             os.set_inheritable(fd, False)  # processes a runtime starts must not hold it open
             assert self._model is not None
@@ -190,7 +190,7 @@ class ForkServer:
             self._control.send(pickle.dumps(message))
 
 
-async def _load_model(settings: ModelSettings) -> Model:
+async def load_model(settings: ModelSettings) -> Model:
     """Load the runtime as a worker would (its metrics labelled with its model)."""
     token = custom_metrics.set_model(custom_metrics.model_labels(settings.name, settings.version))
     try:
@@ -224,7 +224,7 @@ def _note_signal(signum: int, frame: object) -> None:
     """SIGCHLD's handler: the wake-up fd carries the news to select()."""
 
 
-def _reseed_numpy() -> None:
+def reseed_numpy() -> None:
     """Give each worker its own numpy global random state (a fork copies the parent's)."""
     numpy = sys.modules.get("numpy")
     if numpy is not None:

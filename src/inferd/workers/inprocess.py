@@ -36,6 +36,7 @@ from inferd.model import WorkerContext
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers import preloaded
 from inferd.workers.base import (
     Answer,
     Call,
@@ -79,7 +80,12 @@ class InProcessPool:
         refuse_unstoppable(settings)
         refuse_in_process_environment(settings)
         device = settings.devices[0] if settings.devices else None
-        loaded = await LoadedModel.load(settings, WorkerContext(device=device))
+        model = preloaded.take(settings)  # loaded before this process was forked
+        if model is not None:
+            model.context = WorkerContext(device=device)
+            loaded = await LoadedModel.adopt(model)
+        else:
+            loaded = await LoadedModel.load(settings, WorkerContext(device=device))
         self._models[instance_id] = loaded
         return loaded.instance()
 

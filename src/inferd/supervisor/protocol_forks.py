@@ -1,0 +1,224 @@
+"""The supervisor's side of the protocol fork parent (``fork_protocol_processes``).
+
+:class:`ProtocolForks` starts the parent (supervisor/protocol_parent.py), waits
+until it has loaded the copied models, and asks it for protocol processes;
+:class:`ForkedProcess` is a forked one's handle, which children.py's ``Child``
+watches as it watches a spawned process. The parent is started again (and loads
+the models again) when a fork is asked after it died; its children die with it
+(``PR_SET_PDEATHSIG``). When the parent cannot start or cannot fork, :meth:`fork`
+returns None and the process is spawned as a fresh interpreter instead: a start
+never fails for want of the parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from inferd.supervisor import protocol_parent
+
+logger = logging.getLogger(__name__)
+
+# The largest message (a packet): an environment, a few KiB.
+MAX_MESSAGE = 1 << 20
+# How long the parent may take to exit once its socket closed.
+EXIT_GRACE = 5.0
+# How an exit reads when the parent died and took its children (PR_SET_PDEATHSIG).
+KILLED_WITH_PARENT = -signal.SIGKILL
+
+
+class ForkedProcess:
+    """A protocol process forked by the parent: what ``Child`` uses of a process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._exited = asyncio.Event()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:  # reaped: its pid may be someone else's by now
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def exited(self, returncode: int) -> None:
+        if self.returncode is None:
+            self.returncode = returncode
+            self._exited.set()
+
+
+class ProtocolForks:
+    """The protocol fork parent of a supervisor serving ``repository``."""
+
+    def __init__(self, repository: str, environment: Mapping[str, str]) -> None:
+        self._repository = repository
+        self._environment = dict(environment)
+        self._process: asyncio.subprocess.Process | None = None
+        self._sock: socket.socket | None = None
+        self._ready: asyncio.Future[list[str]] | None = None
+        self._forks: dict[int, asyncio.Future[ForkedProcess | None]] = {}
+        self._children: dict[int, ForkedProcess] = {}
+        self._tokens = itertools.count()
+        self._starting = asyncio.Lock()
+        self._closed = False
+        # It exited before it ever answered READY: every start would (the log says why).
+        self._broken = False
+        self._reaping: set[asyncio.Task[int]] = set()
+
+    @property
+    def pid(self) -> int | None:
+        """The parent's pid while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    async def fork(self, environment: Mapping[str, str]) -> ForkedProcess | None:
+        """A protocol process forked with ``environment``; None when it cannot be
+        (the caller spawns one instead: the reason is logged)."""
+        if self._closed or not await self._running():
+            return None
+        assert self._sock is not None
+        token = next(self._tokens)
+        self._forks[token] = forked = asyncio.get_running_loop().create_future()
+        self._send((protocol_parent.FORK, token, dict(environment)))
+        return await forked
+
+    async def close(self) -> None:
+        """No more forks; the parent exits (call once its children have exited)."""
+        self._closed = True
+        self._drop_socket()
+        process = self._process
+        if process is not None:
+            try:
+                await asyncio.wait_for(process.wait(), EXIT_GRACE)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+    async def _running(self) -> bool:
+        """Start the parent unless it runs; whether it runs and has loaded."""
+        async with self._starting:
+            if self._sock is None and not self._broken:
+                await self._start()
+            if self._ready is None:
+                return False
+            try:
+                await self._ready
+            except ConnectionError:
+                return False
+            return self._sock is not None
+
+    async def _start(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            try:
+                self._process = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "inferd.supervisor.protocol_parent",
+                    str(os.getpid()),
+                    self._repository,
+                    str(theirs.fileno()),
+                    pass_fds=(theirs.fileno(),),
+                    env=self._environment,
+                    stdin=asyncio.subprocess.DEVNULL,
+                )
+            except OSError as error:
+                logger.error("Could not start the protocol fork parent: %s", error)
+                mine.close()
+                self._ready = None
+                return
+        mine.setblocking(False)
+        self._sock = mine
+        self._ready = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().add_reader(mine.fileno(), self._on_readable)
+
+    def _on_readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            data = sock.recv(MAX_MESSAGE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._on_parent_gone()
+            return
+        self._handle(pickle.loads(data))
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == protocol_parent.READY and self._ready and not self._ready.done():
+            _, pid, labels = message
+            logger.info(
+                "Protocol fork parent (pid %d) loaded %s: protocol processes share them",
+                pid,
+                ", ".join(labels) or "no model",
+            )
+            self._ready.set_result(labels)
+        elif kind == protocol_parent.FORKED:
+            _, token, pid = message
+            self._children[pid] = child = ForkedProcess(pid)
+            self._resolve(token, child)
+        elif kind == protocol_parent.FORK_FAILED:
+            _, token, why = message
+            logger.warning("Could not fork a protocol process (%s): starting one afresh", why)
+            self._resolve(token, None)
+        elif kind == protocol_parent.EXITED:
+            _, pid, returncode = message
+            exited = self._children.pop(pid, None)
+            if exited is not None:
+                exited.exited(returncode)
+
+    def _resolve(self, token: int, child: ForkedProcess | None) -> None:
+        forked = self._forks.pop(token, None)
+        if forked is not None and not forked.done():
+            forked.set_result(child)
+
+    def _on_parent_gone(self) -> None:
+        """The parent exited: its children die with it; the next fork starts a new one."""
+        if not self._closed:
+            logger.error("The protocol fork parent exited; its protocol processes die with it")
+        self._drop_socket()
+        if self._ready is not None and not self._ready.done():
+            self._broken = True
+            logger.error("Protocol processes are started afresh instead (each loads its models)")
+            self._ready.set_exception(ConnectionError("the protocol fork parent exited"))
+            self._ready.exception()  # retrieved: no "never retrieved" warning
+        self._ready = None
+        for token in list(self._forks):
+            self._resolve(token, None)
+        for child in list(self._children.values()):
+            child.send_signal(signal.SIGKILL)  # dying already; sure now
+            child.exited(KILLED_WITH_PARENT)
+        self._children.clear()
+        if not self._closed:
+            process, self._process = self._process, None
+            if process is not None:  # reaped
+                reaping = asyncio.get_running_loop().create_task(process.wait())
+                self._reaping.add(reaping)
+                reaping.add_done_callback(self._reaping.discard)
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):  # gone: its EOF tells us
+                self._sock.send(pickle.dumps(message))
+
+    def _drop_socket(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()

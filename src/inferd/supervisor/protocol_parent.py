@@ -1,0 +1,220 @@
+"""The protocol fork parent: load the copied models once, fork the protocol processes.
+
+Started by the supervisor (supervisor/protocol_forks.py) as ``python -m
+inferd.supervisor.protocol_parent SUPERVISOR_PID REPOSITORY FD`` when
+``fork_protocol_processes`` is on (the default) and several protocol processes
+serve. FD is its end of a ``SOCK_SEQPACKET`` pair, one pickled message a packet.
+
+What runs here before the first fork, and nothing else (docs/design.md "Protocol
+processes forked from loaded models"): the imports of a protocol process's stack;
+each model that every protocol process copies (supervisor/placement.py) and that
+loads at start, its ``load()`` run to its end on an event loop closed afterwards;
+``gc.collect()`` and ``gc.freeze()``. No thread, no event loop, no grpc channel or
+server, no CUDA, no request, no warm-up. After each model's load it checks what
+workers/fork_safety.py checks for ``fork_workers``; a model whose load broke a rule
+is logged (its name and what it costs) and the parent starts over without it
+(``exec`` of itself, the model left out): that model then loads in each protocol
+process. A model whose load failed is left out too: each process loads it and
+reports the failure as without this parent.
+
+Then it answers ``READY`` and serves ``FORK`` (the child's whole environment: its
+index, restart flag, the supervisor's private folder), each child becoming a
+protocol process that adopts the preloaded models (workers/preloaded.py), and
+reports each child's exit (``EXITED``) as :mod:`inferd.workers.forkserver` does:
+the supervisor cannot wait for its grandchildren. It ignores SIGTERM and SIGINT
+(its children drain on the supervisor's word) and exits when its socket closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from inferd.errors import ConfigurationError
+from inferd.model import Model
+from inferd.observability.logs import configure_logging, tag_process
+from inferd.serving.repository import ModelRepository
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.settings.loader import load_server_settings
+from inferd.supervisor import child
+from inferd.supervisor.placement import copied
+from inferd.workers import preloaded
+from inferd.workers.fork_safety import fork_hazards, open_sockets, openmp_hazard, sockets_left_open
+from inferd.workers.forkserver import ForkServer, load_model, reseed_numpy
+from inferd.workers.worker import die_with_parent
+
+logger = logging.getLogger(__name__)
+
+# Supervisor -> parent.
+FORK = "fork"  # (FORK, token, environment)
+# Parent -> supervisor.
+READY = "ready"  # (READY, pid, labels of the models loaded here)
+FORKED = "forked"  # (FORKED, token, pid)
+FORK_FAILED = "fork-failed"  # (FORK_FAILED, token, why)
+EXITED = "exited"  # (EXITED, pid, exit code), as forkserver.EXITED
+# What a protocol process imports only once it serves (a lazy import of uvicorn's,
+# httpx's, asyncio's): imported here, their pages are shared instead of each process's.
+SERVING_MODULES = (
+    "uvloop",
+    "anyio",
+    "certifi",
+    "h11",
+    "httpcore",
+    "concurrent.futures.thread",
+    "uvicorn.lifespan.off",
+    "uvicorn.protocols.websockets.auto",
+)
+# The models a start of this parent left out (their load was not fork-safe): JSON list
+# of labels, set by the parent itself before it starts over.
+LEFT_OUT_ENV = "INFERD_FORK_LEFT_OUT"
+
+
+class ProtocolForkServer(ForkServer):
+    """Forks protocol processes that adopt ``models``."""
+
+    def __init__(self, control: socket.socket, repository: Path, models: list[Model]) -> None:
+        super().__init__(control)
+        self._repository = repository
+        self._preloaded = models
+
+    def announce_ready(self) -> None:
+        """Tell the supervisor that protocol processes can be forked now."""
+        self._send((READY, os.getpid(), [model.settings.label for model in self._preloaded]))
+
+    def _handle(self, message: tuple[Any, ...], fds: list[int]) -> None:
+        if message[0] == FORK:
+            _, token, environment = message
+            self._fork_protocol(token, environment)
+        for fd in fds:
+            os.close(fd)
+
+    def _fork_protocol(self, token: int, environment: dict[str, str]) -> None:
+        hazards = fork_hazards()
+        if hazards:  # nothing here should start one after READY; said, never forked blind
+            self._send((FORK_FAILED, token, "; ".join(hazards)))
+            return
+        try:
+            pid = os.fork()
+        except OSError as error:
+            self._send((FORK_FAILED, token, f"fork failed: {error}"))
+            return
+        if pid == 0:
+            self._become_protocol_process(environment)
+        self._children.add(pid)
+        self._send((FORKED, token, pid))
+
+    def _become_protocol_process(self, environment: dict[str, str]) -> None:
+        """In the child: drop what is the parent's, serve as a protocol process, exit."""
+        code = 0
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGCHLD, signal.SIGTERM):  # as a fresh interpreter has them
+                signal.signal(signum, signal.SIG_DFL)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+            self._control.close()  # the supervisor sees EOF when the parent dies
+            die_with_parent(os.getppid())
+            reseed_numpy()
+            os.environ.clear()
+            os.environ.update(environment)
+            preloaded.offer(self._preloaded)
+            child.serve_role(self._repository)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+            if isinstance(exit_.code, str):
+                print(exit_.code, file=sys.stderr)
+        except BaseException:
+            logger.exception("A forked protocol process failed")
+            code = 1
+        finally:
+            logging.shutdown()
+            os._exit(code)  # never back into the parent's loop, nor its atexit
+
+
+def preload(settings: ServerSettings, left_out: list[str]) -> tuple[list[Model], str]:
+    """Load each copied start-up model not ``left_out``; the models, and the label of
+    one whose load broke a fork rule ("" when none did: then every model is here)."""
+    if not settings.load_models_at_startup:
+        return [], ""
+    try:
+        found = ModelRepository(Path(settings.model_repository_root)).find_all()
+    except ConfigurationError:
+        return [], ""  # each protocol process says what is wrong with the repository
+    models: list[Model] = []
+    for model_settings in found:
+        if not copied(model_settings, settings) or model_settings.label in left_out:
+            continue
+        model, hazard = _load_one(model_settings)
+        if hazard:
+            logger.warning(
+                "The %s is loaded in each of the %d protocol processes instead of once, "
+                "before they are forked (%s): it costs its memory and load time once per "
+                "process",
+                model_settings.label,
+                settings.protocol_processes,
+                hazard,
+            )
+            return models, model_settings.label
+        if model is not None:
+            models.append(model)
+    return models, ""
+
+
+def _load_one(settings: ModelSettings) -> tuple[Model | None, str]:
+    """The loaded model (None if its load failed), and what makes forking unsafe now."""
+    sockets_before = open_sockets()
+    try:
+        model = asyncio.run(load_model(settings))
+    except Exception as error:
+        logger.debug("%s did not load before the fork: %s", settings.label, error)
+        return None, ""
+    hazards = fork_hazards()
+    if sockets := sockets_left_open(sockets_before):
+        hazards.append(sockets)
+    if not hazards and (openmp := openmp_hazard()):
+        hazards.append(openmp)
+    return model, "; ".join(hazards)
+
+
+def main(argv: list[str] | None = None) -> None:
+    supervisor_pid, repository, fd = (argv or sys.argv[1:])[:3]
+    die_with_parent(int(supervisor_pid))
+    # The supervisor decides when it stops (by closing its socket), after its children.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    control = socket.socket(fileno=int(fd))
+    os.set_inheritable(control.fileno(), False)
+    settings = load_server_settings(Path(repository))
+    configure_logging(settings)
+    tag_process("protocol fork parent", 0)
+    left_out = json.loads(os.environ.get(LEFT_OUT_ENV, "[]"))
+    models, unsafe = preload(settings, left_out)
+    if unsafe:  # start over without it: its threads or sockets must not reach a fork
+        os.environ[LEFT_OUT_ENV] = json.dumps([*left_out, unsafe])
+        os.set_inheritable(control.fileno(), True)
+        arguments = [supervisor_pid, repository, fd]
+        os.execv(
+            sys.executable, [sys.executable, "-m", "inferd.supervisor.protocol_parent", *arguments]
+        )
+    for name in SERVING_MODULES:
+        with contextlib.suppress(ImportError):  # optional ones (uvloop): absent is fine
+            importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the collector never writes to the models' objects: their pages stay shared
+    server = ProtocolForkServer(control, Path(repository), models)
+    server.announce_ready()
+    server.serve()
+
+
+if __name__ == "__main__":
+    main()
