@@ -5,8 +5,10 @@ server-sent events with httpx: the time of each chunk that carries text is
 taken as it arrives, and a stream counts only when it is right (HTTP 200, every
 event a JSON chunk or the final ``data: [DONE]``, at least one token, a
 ``finish_reason``). Figures: time to first token (request sent to first text
-chunk), tokens/s over the whole run (text chunks: one per token when the server
-flushes each token as it is made), and per-stream inter-token latency.
+chunk), tokens/s over the whole run (the usage chunk's ``completion_tokens``
+asked for with ``stream_options.include_usage``; a server that reports none, or
+0, is counted by its text chunks, one per token when it flushes each token as it
+is made), and per-stream inter-token latency (between text chunks).
 Parsing and statistics are apart from the network so they are tested alone.
 """
 
@@ -40,6 +42,12 @@ class StreamRecord:
     token_times: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     done: bool = False
+    completion_tokens: int = 0  # the usage chunk's; 0: none reported
+
+    @property
+    def tokens(self) -> int:
+        """Tokens generated: the server's count, else the text chunks."""
+        return self.completion_tokens or len(self.token_times)
 
     def add_event(self, data: str, now: float) -> None:
         """One ``data:`` payload; ChatStreamError when it is not a chunk or [DONE]."""
@@ -55,6 +63,8 @@ class StreamRecord:
             raise ChatStreamError(f"not a chat.completion.chunk: {data[:200]!r}") from None
         if chunk.get("object") != "chat.completion.chunk":
             raise ChatStreamError(f"object is {chunk.get('object')!r}: {data[:200]!r}")
+        usage = chunk.get("usage") or {}
+        self.completion_tokens = int(usage.get("completion_tokens") or self.completion_tokens)
         for choice in choices:  # the usage chunk has none
             delta = choice.get("delta") or {}
             if delta.get("content"):
@@ -112,7 +122,7 @@ def chat_result(records: list[StreamRecord], bad: int, duration_s: float) -> Cha
     """The run's figures from its right streams."""
     ttft = [r.token_times[0] - r.sent_at for r in records]
     gaps = [float(g) for r in records for g in np.diff(r.token_times)]
-    tokens = sum(len(r.token_times) for r in records)
+    tokens = sum(r.tokens for r in records)
     return ChatResult(
         requests=tokens,
         duration_s=duration_s,
@@ -177,6 +187,7 @@ def chat_body(model: str, max_tokens: int, prompt: str) -> bytes:
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     return json.dumps(request).encode()
 

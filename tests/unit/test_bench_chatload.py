@@ -81,6 +81,18 @@ def test_figures_are_ttft_percentiles_tokens_per_second_and_inter_token_gaps() -
     assert result.unit == "tok"
 
 
+def test_the_usage_chunk_s_completion_tokens_count_over_text_chunks() -> None:
+    record = StreamRecord(sent_at=0.0)
+    record.add_event(chunk("a"), 0.1)  # one text chunk for three tokens (two made no text)
+    usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    record.add_event(json.dumps({"object": "chat.completion.chunk", "choices": [],
+                                 "usage": usage}), 0.2)  # fmt: skip
+    assert (record.tokens, len(record.token_times)) == (3, 1)
+    assert chat_result([record], bad=0, duration_s=1.0).requests == 3
+    no_usage = StreamRecord(sent_at=0.0, token_times=[0.1, 0.2])
+    assert no_usage.tokens == 2
+
+
 def test_a_run_without_a_right_stream_has_zero_figures() -> None:
     result = chat_result([], bad=3, duration_s=1.0)
     assert (result.requests_per_s, result.p50_ms, result.itl_p99_ms, result.errors) == (0, 0, 0, 3)
