@@ -15,7 +15,14 @@ from .loadgen import LoadResult
 from .repository import settings_json, write_json
 from .results import RunRecord, alternate, format_run
 from .scenarios.base import Case, Scenario
-from .servers import Contender, group_cpu_seconds, main_thread_cpu_seconds, ready_port, start
+from .servers import (
+    Contender,
+    group_cpu_seconds,
+    main_thread_cpu_seconds,
+    ready_path,
+    ready_port,
+    start,
+)
 
 # What a failed run may raise: the server (RuntimeError, TimeoutError), a load generator
 # (RuntimeError), a check (VerificationError), a missing program (OSError, ValueError).
@@ -62,7 +69,7 @@ def run_one(
     server = start(contender, options.programs, repo, ports, options.protocol_processes)
     try:
         startup = server.wait_until(
-            timeout=options.ready_timeout, port=ready_port(contender, ports)
+            ready_path(contender), timeout=options.ready_timeout, port=ready_port(contender, ports)
         )
         target = scenario.verify(server, contender, case)
         warm = case.load.run(target, options.warmup, None) if options.warmup > 0 else None

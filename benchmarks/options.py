@@ -197,6 +197,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         servers = choose_servers(getattr(args, "only", None), mlserver_python)
         check_executable("--mlserver-python", mlserver_python if MLSERVER in servers else None)
         check_executable("--inferd-python", args.inferd_python)
+        check_executable("--litserve-python", getattr(args, "litserve_python", None))
         inferd_src = resolve_source(args.inferd_src)
         baseline = resolve_source(args.baseline_src) if args.baseline_src else None
         check_counts(args, spec_of(specs, args.scenario).load_tool)
@@ -207,6 +208,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         inferd_src=inferd_src,
         mlserver_python=mlserver_python,
         pyvoy=getattr(args, "envoy_floor", None),
+        litserve_python=getattr(args, "litserve_python", None),
     )
     return Options(
         scenario=args.scenario,

@@ -8,18 +8,20 @@ environment variables), never from this file.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.support.serverproc import ServerProcess, server_environment, spawn
+from tests.support.serverproc import READY_PATH, ServerProcess, server_environment, spawn
 
 INFERD = "inferd"
 MLSERVER = "mlserver"
 FLOOR = "floor"
 ENVOY_FLOOR = "envoy-floor"
+LITSERVE = "litserve"
 BASELINE_SUFFIX = "@baseline"
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 CHECKOUT_SRC = BENCHMARKS_DIR.parent / "src"
@@ -27,6 +29,8 @@ CHECKOUT_SRC = BENCHMARKS_DIR.parent / "src"
 # the setting ignores the variable and starts (its settings.json would refuse the key).
 PROTOCOL_PROCESSES_ENV = "INFERD_PROTOCOL_PROCESSES"
 # MLServer 1.7.1 has no ``python -m mlserver``; this is its console script's body.
+# The folder, in a LitServe contender's repository, of the model it serves.
+LITSERVE_MODEL = "litserve-model"
 MLSERVER_MAIN = "import sys; from mlserver.cli import main; sys.exit(main())"
 
 
@@ -35,7 +39,7 @@ class Contender:
     """One server in a comparison."""
 
     label: str  # its name in tables and ratios
-    kind: str  # INFERD, MLSERVER, FLOOR or ENVOY_FLOOR
+    kind: str  # INFERD, MLSERVER, FLOOR, ENVOY_FLOOR or LITSERVE
     settings: Mapping[str, Any] = field(default_factory=dict)  # added to settings.json
     model: str | None = None  # the model its load targets; None: the scenario's
     source: Path | None = None  # inferd's source tree; None: Programs.inferd_src
@@ -55,6 +59,7 @@ class Programs:
     inferd_src: Path = CHECKOUT_SRC
     mlserver_python: str | None = None
     pyvoy: str | None = None
+    litserve_python: str | None = None
 
 
 def resolve_source(path: Path) -> Path:
@@ -120,7 +125,24 @@ def command_and_env(
                    "grpc_floor_asgi:app"]  # fmt: skip
         path = os.pathsep.join([str(BENCHMARKS_DIR), source])
         return command, env | {"PYTHONPATH": path, "INFERD_FLOOR_REPO": str(repo)}
+    if contender.kind == LITSERVE:
+        if programs.litserve_python is None:
+            raise ValueError("LitServe's Python is not known: pass --litserve-python")
+        script = BENCHMARKS_DIR / "litserve_chat.py"
+        return [programs.litserve_python, str(script), str(repo / LITSERVE_MODEL),
+                str(repo_http_port(repo))], env  # fmt: skip
     raise ValueError(f"unknown server kind {contender.kind!r}")
+
+
+def repo_http_port(repo: Path) -> int:
+    """The HTTP port settings.json gives: a server without settings.json listens there."""
+    port: int = json.loads((repo / "settings.json").read_text())["http_port"]
+    return port
+
+
+def ready_path(contender: Contender) -> str:
+    """The readiness poll's path: LitServe answers /health, the others V2's ready."""
+    return "/health" if contender.kind == LITSERVE else READY_PATH
 
 
 def ready_port(contender: Contender, ports: Sequence[int]) -> int:

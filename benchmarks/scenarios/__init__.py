@@ -8,6 +8,7 @@ from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
 from .mlmodel import MLModelIris
+from .openai import OpenAIChat
 from .overload import Overload
 from .rest import Batching, Rest
 from .shared_memory import SharedMemory
@@ -34,6 +35,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         SharedMemory,
         Tracing,
         MLModelIris,
+        OpenAIChat,
     )
 }
 

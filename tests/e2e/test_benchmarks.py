@@ -181,3 +181,24 @@ def test_process_cpu_says_what_each_process_spent_per_request() -> None:
     assert "round 1, this tree: " in out and " req/s, mean batch " in out, out
     for process in ("protocol process 0", "protocol process 1", "model host", "worker "):
         assert f"us/req  {process}" in out, out
+
+
+def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path) -> None:
+    """2 concurrent chat streams from the tiny LM for a second, every stream checked
+    (one case: one server start; LitServe left out: CI has no LitServe venv)."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "openai.json"
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "2"]
+    command = [sys.executable, "-m", "benchmarks", "openai", *brief, "--json-out", str(out)]
+    env = server_environment()
+    env.pop("INFERD_BENCH_LITSERVE_PYTHON", None)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    runs = {run["case"]: run for run in figures["runs"]}
+    assert set(runs) == {"c2"} and figures["failures"] == []
+    run = runs["c2"]
+    assert (run["label"], run["unit"], run["errors"]) == ("inferd", "tok", 0)
+    assert run["streams"] > 0 and run["requests"] >= run["streams"]
+    assert 0 < run["p50_ms"] <= run["max_ms"]  # time to first token
+    assert "c2 (medians over rounds):" in done.stdout

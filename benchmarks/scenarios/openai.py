@@ -1,0 +1,118 @@
+"""OpenAI chat streaming: time to first token and tokens/s of a tiny causal LM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from tests.support.models import write_model_folder
+from tests.support.serverproc import ServerProcess
+from tests.support.tiny_llm import save_tiny_chat_lm
+
+from ..chatload import ChatLoad, ChatStreamError, chat_body, one_stream
+from ..loadgen import Load, Target
+from ..options import Options
+from ..servers import INFERD, LITSERVE, LITSERVE_MODEL, Contender, baseline_pairs
+from .base import Case, Scenario, VerificationError
+
+MODEL = "chat-lm"
+LITSERVE_PYTHON_ENV = "INFERD_BENCH_LITSERVE_PYTHON"
+HF = "inferd.runtimes.huggingface.HuggingFaceModel"
+PROMPT = "tell me a story"
+CHAT_PATH = "/v1/chat/completions"
+
+
+class OpenAIChat(Scenario):
+    name = "openai"
+    description = """OpenAI chat streaming: TTFT, tokens/s and inter-token latency.
+
+The tiny chat LM of tests/support/tiny_llm.py (a 2-layer GPT-2, random seeded
+weights, word-level tokenizer, built once into a temp folder) served by inferd's
+Hugging Face runtime, and, side by side in alternating rounds, by LitServe's
+OpenAISpec running the same weights through transformers (greedy, KV cache, one
+worker) when --litserve-python (or $INFERD_BENCH_LITSERVE_PYTHON) names a Python
+with litserve, torch and transformers. The load is --connections concurrent
+streams of POST /v1/chat/completions (stream, temperature 0, --max-tokens), each
+asking again when its stream ends; every stream is checked (200, chunks,
+finish_reason, data: [DONE]). tok/s counts text chunks; the p50/p99 columns are
+time to first token; each run's line adds per-stream inter-token latency."""
+    defaults = {"duration": 10.0, "warmup": 2.0, "rounds": 2, "connections": [1, 16]}
+    compares_mlserver = False
+    load_tool = "chat streams"
+    model = MODEL
+    settings = {"debug": False}
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self._weights: Path | None = None
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--litserve-python",
+            default=os.environ.get(LITSERVE_PYTHON_ENV),
+            help=f"a Python with litserve, torch and transformers (or ${LITSERVE_PYTHON_ENV})",
+        )
+        parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens per stream")
+
+    def contenders(self) -> list[Contender]:
+        contenders = [Contender(INFERD, INFERD)]
+        if self.options.args.litserve_python:
+            contenders.append(Contender(LITSERVE, LITSERVE))
+        return contenders
+
+    def load(self, connections: int) -> Load:
+        return ChatLoad(connections)
+
+    def describe(self) -> str:
+        args = self.options.args
+        litserve = "" if args.litserve_python else "; LitServe left out (no --litserve-python)"
+        return f"{super().describe()}, max_tokens {args.max_tokens}{litserve}"
+
+    def weights(self) -> Path:
+        """The tiny LM's folder, built on first use and removed at exit."""
+        if self._weights is None:
+            folder = Path(tempfile.mkdtemp(prefix="inferd-bench-tiny-lm-"))
+            atexit.register(shutil.rmtree, folder, True)
+            save_tiny_chat_lm(folder / "weights")
+            self._weights = folder / "weights"
+        return self._weights
+
+    def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
+        if contender.kind == LITSERVE:
+            (repo / LITSERVE_MODEL).symlink_to(self.weights(), target_is_directory=True)
+            return
+        folder = write_model_folder(
+            repo, MODEL, HF, parameters={"uri": "./weights", "extra": {"task": "text-generation"}}
+        )
+        (folder / "weights").symlink_to(self.weights(), target_is_directory=True)
+
+    def verify(self, server: ServerProcess, contender: Contender, case: Case) -> Target:
+        url = f"{server.url}{CHAT_PATH}"
+        body = chat_body(MODEL, self.options.args.max_tokens, PROMPT)
+        try:
+            record = asyncio.run(check_stream(url, body))
+        except (ChatStreamError, httpx.HTTPError) as error:
+            raise VerificationError(f"POST {url}: {error}") from None
+        if len(record) > self.options.args.max_tokens:
+            raise VerificationError(f"POST {url}: {len(record)} tokens past max_tokens")
+        return Target(url, body)
+
+    def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
+        pairs = [(INFERD, LITSERVE)] if {INFERD, LITSERVE} <= set(labels) else []
+        return pairs + baseline_pairs(labels)
+
+
+async def check_stream(url: str, body: bytes) -> list[float]:
+    """One stream, checked; its token arrival times."""
+    async with httpx.AsyncClient(timeout=60.0) as client:
+        record = await one_stream(client, url, body)
+    return record.token_times
