@@ -34,7 +34,7 @@ import uvicorn
 
 from inferd.errors import ConfigurationError
 from inferd.server.listener import SignalFreeServer, listen_tcp
-from inferd.server.shutdown import FORCED_EXIT_STATUS
+from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
 from inferd.supervisor.paths import (
@@ -233,8 +233,10 @@ class Supervisor:
             self._stop(self._protocol, f"Received {name}")
         else:
             logger.info("Received %s again: protocol processes stop what still runs", name)
+            # CUT_SIGNAL, not SIGTERM: a SIGTERM within SAME_STOP_SECONDS of the first
+            # is taken for the same stop (sent by a service manager too).
             for child in [*self._protocol, *([self._host] if self._host else [])]:
-                child.signal(signal.SIGTERM)
+                child.signal(CUT_SIGNAL)
 
     def _stop(self, children: Sequence[Child], why: str) -> None:
         logger.info(
