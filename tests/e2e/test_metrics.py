@@ -157,8 +157,10 @@ def test_loaded_models_and_their_load_time(served: ServerProcess) -> None:
 
 
 # One process only: its gauge `last_rows` says the last request's rows, which two
-# protocol processes' summed exposition cannot (each reports its own last request).
-@pytest.mark.parametrize("served", [{}], ids=["default"], indirect=True)
+# protocol processes' summed exposition cannot (each reports its own last request;
+# docs/design.md "What is per process"). Pinned, so INFERD_TEST_PROTOCOL_PROCESSES
+# does not turn the default server into several processes.
+@pytest.mark.parametrize("served", [{"protocol_processes": 1}], ids=["one"], indirect=True)
 def test_custom_metrics_logged_in_the_main_process(served: ServerProcess) -> None:
     before = scrape(served.metrics_port)
     for rows in ([1.0, 2.0], [3.0, 4.0, 5.0]):
