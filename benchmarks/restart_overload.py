@@ -35,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.models import add_sklearn_model, write_model_folder
 from tests.support.polling import wait_for
+from tests.support.procstat import workers as workers_of
 from tests.support.serverproc import ServerProcess, start_server
 
 from .openload import Drive, run_drive
@@ -76,18 +77,9 @@ def poll(condition: Callable[[], T], what: str, timeout: float = 60.0) -> T:
 
 
 def worker_pids(server: ServerProcess) -> set[int]:
-    """The server's live child processes (its workers), from /proc (Linux)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:
-            continue
-        if int(parent) == server.process.pid and state != "Z":
-            found.add(int(entry.name))
-    return found
+    """The server's live worker processes, from /proc (Linux): its children, or with
+    protocol processes the model host's."""
+    return workers_of(server.process.pid)
 
 
 def slow_body(index: int) -> bytes:

@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.models import add_custom_model, write_model_folder
 from tests.support.polling import wait_for
+from tests.support.procstat import serving_processes
 from tests.support.serverproc import ServerProcess, start_server
 
 INPUTS = [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
@@ -359,8 +360,11 @@ def test_warmup_runs_in_every_worker_before_the_model_is_ready(
     server = start(repository, settings={"parallel_workers": workers})  # waits for ready
     lines = [line.split() for line in record.read_text().splitlines()]
     holders = max(workers, 1)
-    assert len(lines) == 2 * holders and {request for _, request in lines} == {"warmup-zeros"}
-    assert len({pid for pid, _ in lines}) == holders
+    # Without workers the model is copied into each protocol process: each copy warms up.
+    copies = len(serving_processes(server.process.pid)) if workers == 0 else 1
+    assert len(lines) == 2 * holders * copies
+    assert {request for _, request in lines} == {"warmup-zeros"}
+    assert len({pid for pid, _ in lines}) == holders * copies
     with triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}") as client:
         config = client.get_model_config("warm")
         assert config["model_warmup"][0]["count"] == 2

@@ -14,35 +14,11 @@ import pytest
 
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import workers
+from tests.support.procstat import is_running, workers
 from tests.support.serverproc import ServerProcess
 
 REQUEST_DEADLINE = 15.0
 X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [0]}]}
-
-
-def children(pid: int) -> set[int]:
-    """Live (not zombie) processes whose parent is ``pid``."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, parent = stat.rsplit(")", 1)[1].split()[:2]
-        if int(parent) == pid and state != "Z":
-            found.add(int(entry.name))
-    return found
-
-
-def is_running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def infer(server: ServerProcess, model: str, **parameters: Any) -> httpx.Response:
@@ -69,7 +45,8 @@ def two_workers(tmp_path: Path, start: Callable[..., ServerProcess]) -> ServerPr
     add_custom_model(tmp_path, "where", "WhereAmI", retry_on_worker_failure=False)
     add_custom_model(tmp_path, "alone", "WhereAmI", workers=1)
     server = start(tmp_path, settings={"parallel_workers": 2})
-    wait_for(lambda: len(children(server.process.pid)) == 2, "two worker processes")
+    # workers() finds them under the server or, with protocol processes, under the model host.
+    wait_for(lambda: len(workers(server.process.pid)) == 2, "two worker processes")
     return server
 
 
@@ -150,7 +127,7 @@ def test_a_load_that_crashes_its_worker_fails_with_why(
     entry = index_entry(server, "crasher")
     assert entry["state"] == "UNAVAILABLE" and "exited with code 3" in entry["reason"]
     wait_for(lambda: infer(server, "alone").status_code == 200, "the worker restarted")
-    assert wait_for(lambda: len(children(server.process.pid)) == 2, "two workers again")
+    assert wait_for(lambda: len(workers(server.process.pid)) == 2, "two workers again")
 
 
 def test_a_model_whose_reload_keeps_crashing_ends_unavailable(
@@ -177,8 +154,8 @@ def test_a_model_whose_reload_keeps_crashing_ends_unavailable(
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_no_worker_outlives_the_server(two_workers: ServerProcess, sig: signal.Signals) -> None:
     server = two_workers
-    workers = children(server.process.pid)
-    assert len(workers) == 2
+    found = workers(server.process.pid)
+    assert len(found) == 2
     server.process.send_signal(sig)
     server.process.wait(30)
-    wait_for(lambda: not any(is_running(pid) for pid in workers), "the workers to exit", 10)
+    wait_for(lambda: not any(is_running(pid) for pid in found), "the workers to exit", 10)

@@ -101,22 +101,38 @@ def tree_pss_mib(pid: int) -> float:
 
 
 FORK_PARENT_MODULE = b"inferd.workers.forkserver"  # how a fork parent is started
+SUPERVISED_MODULE = b"inferd.supervisor.child"  # a protocol process or the model host
 
 
-def is_fork_parent(pid: int) -> bool:
-    """Whether ``pid`` is a model's fork parent (``fork_workers``), not a worker."""
+def _started_as(pid: int, module: bytes) -> bool:
     try:
-        return FORK_PARENT_MODULE in (PROC / str(pid) / "cmdline").read_bytes()
+        return module in (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return False
 
 
+def is_fork_parent(pid: int) -> bool:
+    """Whether ``pid`` is a model's fork parent (``fork_workers``), not a worker."""
+    return _started_as(pid, FORK_PARENT_MODULE)
+
+
+def is_supervised(pid: int) -> bool:
+    """Whether ``pid`` is a protocol process or the model host a supervisor started."""
+    return _started_as(pid, SUPERVISED_MODULE)
+
+
 def workers(server_pid: int) -> set[int]:
-    """The server's live worker processes, spawned or forked: its children that are not
-    fork parents, and the children of its fork parents (``fork_workers``)."""
+    """The server's live worker processes, spawned or forked, in either layout: the
+    children of the server (or, under a supervisor, of its processes: the model host's)
+    that are not fork parents, and the children of its fork parents (``fork_workers``)."""
     found = set()
     for child in children(server_pid):
-        found |= children(child) if is_fork_parent(child) else {child}
+        if is_protocol_parent(child):
+            continue  # its children are protocol processes, which run no workers
+        if is_supervised(child):
+            found |= workers(child)
+        else:
+            found |= children(child) if is_fork_parent(child) else {child}
     return found
 
 
@@ -138,8 +154,21 @@ def protocol_parent(supervisor_pid: int) -> int | None:
 
 def served_by(supervisor_pid: int) -> set[int]:
     """A supervisor's protocol processes and its model host, spawned or forked: its
-    children that are not the protocol fork parent, and that parent's children."""
+    children it started as such, and the protocol fork parent's children (none for a
+    lone server, whose children are workers)."""
     found = set()
     for child in children(supervisor_pid):
-        found |= children(child) if is_protocol_parent(child) else {child}
+        if is_protocol_parent(child):
+            found |= children(child)
+        elif is_supervised(child):
+            found.add(child)
     return found
+
+
+def serving_processes(server_pid: int) -> set[int]:
+    """The processes that run a server's in-process models: the server itself when it
+    is a lone server, else its protocol processes (not the model host, whose
+    environment names it)."""
+    served = served_by(server_pid)
+    protocol = {pid for pid in served if "INFERD_MODEL_HOST" not in environment(pid)}
+    return protocol or {server_pid}

@@ -28,7 +28,13 @@ from inferd.server.listener import SignalFreeServer, listen_tcp
 from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
-from inferd.server.shutdown import SAME_STOP_SECONDS, SIGNALS, Shutdown, servers_stop_after
+from inferd.server.shutdown import (
+    CUT_SIGNAL,
+    SAME_STOP_SECONDS,
+    SIGNALS,
+    Shutdown,
+    servers_stop_after,
+)
 from inferd.server.traced import start_tracing
 from inferd.server.transport import metrics_options, rest_options
 from inferd.server.worker_calls import model_calls_served
@@ -106,7 +112,10 @@ class InferenceServer:
         )
         # A protocol process drains on SIGTERM alone: a Ctrl-C reaches its whole
         # process group, and the supervisor forwards it as SIGTERM (two would cut).
-        shutdown.install_signal_handlers(SIGNALS if self.role is None else (signal.SIGTERM,))
+        # The supervisor's cut of a second signal comes as CUT_SIGNAL, never taken
+        # for the same stop.
+        protocol_signals = (signal.SIGTERM, CUT_SIGNAL)
+        shutdown.install_signal_handlers(SIGNALS if self.role is None else protocol_signals)
         try:
             # Runtimes (here and in worker processes) call models through this dataplane.
             async with model_calls_served(self.dataplane, self.settings):

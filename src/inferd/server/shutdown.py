@@ -49,6 +49,10 @@ CUT_RESERVE = 2.0
 # In a protocol process: a SIGTERM this soon after the first is the same stop,
 # delivered both by a service manager and by the supervisor that forwards it.
 SAME_STOP_SECONDS = 1.0
+# What the supervisor sends a protocol process for a second SIGTERM/SIGINT it got:
+# the cut, however soon after the first (a repeated SIGTERM within SAME_STOP_SECONDS
+# would be taken for the same stop). Logged as the SIGTERM it stands for.
+CUT_SIGNAL = signal.SIGUSR2
 
 # After a second signal: how long the answers of the cut get before the exit.
 HURRY_SECONDS = 0.5
@@ -104,7 +108,8 @@ class Shutdown:
         self._exit = ExitDeadline(self._in_flight)
 
     def install_signal_handlers(self, signals: tuple[signal.Signals, ...] = SIGNALS) -> None:
-        """Handle ``signals`` (SIGTERM and SIGINT) from now on (call it on the event loop)."""
+        """Handle ``signals`` (SIGTERM and SIGINT; in a protocol process SIGTERM and
+        :data:`CUT_SIGNAL`) from now on (call it on the event loop)."""
         self._loop = asyncio.get_running_loop()
         for sig in signals:
             self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
@@ -177,7 +182,8 @@ class Shutdown:
         assert self._loop is not None
         now = time.monotonic()
         if (
-            self._first_signal_at is not None
+            signum != CUT_SIGNAL
+            and self._first_signal_at is not None
             and now - self._first_signal_at < self._same_stop_seconds
         ):
             return
@@ -185,7 +191,7 @@ class Shutdown:
         self._signals += 1
         first = self._signals == 1
         self._exit.arm(now + (self._grace if first else HURRY_SECONDS))
-        name = signal.Signals(signum).name
+        name = "SIGTERM" if signum == CUT_SIGNAL else signal.Signals(signum).name
         if first:
             self._loop.call_soon_threadsafe(self.begin, f"Received {name}", now)
         else:

@@ -167,6 +167,11 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         """No more restarts; the process is asked to drain (SIGTERM)."""
         self._stopping.set()

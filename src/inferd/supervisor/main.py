@@ -34,7 +34,7 @@ import uvicorn
 
 from inferd.errors import ConfigurationError
 from inferd.server.listener import SignalFreeServer, listen_tcp
-from inferd.server.shutdown import FORCED_EXIT_STATUS
+from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
 from inferd.supervisor.loading import loading_service_parts
@@ -197,11 +197,14 @@ class Supervisor:
             if failed:
                 self._stop(protocol, why_stopped(failed[0]))
             await self._wait_for_exits(protocol, kept[: self.count])
-            # The host last: until the protocol processes have drained, it answers
-            # what they forwarded to it.
+            # The host was signalled with them (one deadline for the server: signalled
+            # after they exit it got a grace period of its own, and a model still busy
+            # at their deadline held the exit to twice shutdown_grace_seconds); its
+            # drain answers what they forwarded before, so it is waited for last.
             host, host_kept = self._host, self._host_kept
             if host is not None and host_kept is not None:
-                host.stop()
+                if not host.stopping:  # started while they were stopping
+                    host.stop()
                 await self._wait_for_exits([host], [host_kept])
             for task in failed:
                 await task  # re-raises why it stopped watching its process
@@ -265,21 +268,24 @@ class Supervisor:
         second cuts what still runs (as for a lone server)."""
         name = signal.Signals(signum).name
         if not self._stopping.is_set():
-            self._stop(self._protocol, f"Received {name}")
+            self._stop(self._protocol, f"Received {name}", self._host)
         else:
             logger.info("Received %s again: protocol processes stop what still runs", name)
+            # CUT_SIGNAL, not SIGTERM: a SIGTERM within SAME_STOP_SECONDS of the first
+            # is taken for the same stop (sent by a service manager too).
             for child in [*self._protocol, *([self._host] if self._host else [])]:
-                child.signal(signal.SIGTERM)
+                child.signal(CUT_SIGNAL)
 
-    def _stop(self, children: Sequence[Child], why: str) -> None:
+    def _stop(self, children: Sequence[Child], why: str, host: Child | None = None) -> None:
         logger.info(
-            "%s: stopping %d protocol processes (each drains within %gs)",
+            "%s: stopping %d protocol processes%s (each drains within %gs)",
             why,
             len(children),
+            " and the model host" if host is not None else "",
             self.settings.shutdown_grace_seconds,
         )
         self._stopping.set()
-        for child in children:
+        for child in [*children, *([host] if host is not None else [])]:
             child.stop()
 
     async def _announce(self, protocol: Sequence[Child]) -> None:
@@ -379,10 +385,13 @@ def serve_service(service: Service) -> RunningService:
 
 
 async def stop_services(running: Sequence[RunningService]) -> None:
-    for server, task, beside in running:
+    """Every service told to stop first, then each awaited: one by one, each uvicorn
+    server's shutdown ticks (0.1 s each) added up past shutdown_grace_seconds."""
+    for server, _, beside in running:
         server.should_exit = True
         if beside is not None:
             beside.cancel()
+    for _, task, beside in running:
         for each in (task, beside):
             if each is not None:
                 with contextlib.suppress(Exception, SystemExit, asyncio.CancelledError):
