@@ -72,7 +72,10 @@ def test_a_restarted_worker_keeps_the_queue_bound_and_the_admitted_p99(
     fresh = checked_overload(server)
 
     workers, iris_statuses = kill_a_worker_under_load(server, CLIENTS)
-    assert iris_statuses == {200}, f"an iris request was lost with its worker: {iris_statuses}"
+    # The request running alone on the killed worker is its death's suspect (it may be
+    # what killed it): answered 503, not retried; no other iris request is lost.
+    assert set(iris_statuses) <= {200, 503}, f"an iris request was lost: {iris_statuses}"
+    assert iris_statuses[503] <= 1, f"more than the suspect answered 503: {iris_statuses}"
     wait_for_the_restart(server, workers, RESTART_TIMEOUT)
     wait_for(lambda: restarts(server) == 1, "the restart counted")
     restarted = checked_overload(server)
