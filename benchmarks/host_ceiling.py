@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.supervisor.paths import protocol_role
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
@@ -38,24 +39,26 @@ from tests.support.serverproc import start_server
 from .scale.mlp import mlp_answer, mlp_row, write_mlp_model
 
 INSTANCE = 1  # the instance id this client binds the model to on its connection
+BOUND = "bound"  # what a client says once its connection is bound to the model
 
 
 def host_of(supervisor: int) -> tuple[int, Path]:
     """The model host's pid and its socket, read from its environment."""
     for pid in children(supervisor):
-        environ = environment(pid)
-        if environ.get("INFERD_MODEL_HOST") == "self":
-            return pid, Path(environ["INFERD_PRIVATE_DIR"]) / "host.sock"
+        role = protocol_role(environment(pid))
+        if role is not None and role.is_host:
+            return pid, role.paths.host
     raise RuntimeError("no model host runs (its model should have needed one)")
 
 
-def client(path: str, in_flight: int, start: float, stop: float, out: Any) -> None:
+def client(path: str, in_flight: int, times: Any, out: Any) -> None:
     """One protocol process's stand-in: ``in_flight`` calls at a time to the host,
-    counting the answers that come back right between ``start`` and ``stop``."""
-    out.put(asyncio.run(_client(Path(path), in_flight, start, stop)))
+    counting the answers that come back right between the start and stop it is sent
+    once every client is bound (a spawned client's start-up is slow on a loaded box)."""
+    out.put(asyncio.run(_client(Path(path), in_flight, times, out)))
 
 
-async def _client(path: Path, in_flight: int, start: float, stop: float) -> tuple[int, int]:
+async def _client(path: Path, in_flight: int, times: Any, out: Any) -> tuple[int, int]:
     row = mlp_row()
     expected = np.asarray(mlp_answer(row), dtype=np.float32)
     data = np.asarray([row], dtype=np.float32)
@@ -63,6 +66,8 @@ async def _client(path: Path, in_flight: int, start: float, stop: float) -> tupl
     sock.connect(str(path))
     channel = await Channel.open(sock, lambda: "the host is gone", lambda: None)
     await channel.call(messages.BindHosted("mlp", None), INSTANCE)
+    out.put(BOUND)
+    start, stop = times.get(timeout=120)
     counted, wrong = 0, 0
 
     async def calls() -> None:
@@ -85,17 +90,21 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     settings = {"protocol_processes": 2, "parallel_workers": args.workers}
     with start_server(folder, settings) as server:
         host, path = host_of(server.process.pid)
-        begin = time.time() + args.warmup + 1.0  # the clients' start-up before it
-        end = begin + args.duration
-        results: Any = multiprocessing.get_context("spawn").Queue()
+        spawn = multiprocessing.get_context("spawn")
+        results: Any = spawn.Queue()
+        times: Any = spawn.Queue()
         clients = [
-            multiprocessing.get_context("spawn").Process(
-                target=client, args=(str(path), args.in_flight, begin, end, results)
-            )
+            spawn.Process(target=client, args=(str(path), args.in_flight, times, results))
             for _ in range(args.clients)
         ]
         for process in clients:
             process.start()
+        for _ in clients:
+            assert results.get(timeout=120) == BOUND
+        begin = time.time() + args.warmup
+        end = begin + args.duration
+        for _ in clients:
+            times.put((begin, end))
         time.sleep(max(begin - time.time(), 0))
         used = cpu_seconds(host)
         time.sleep(max(end - time.time(), 0))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from inferd.supervisor.paths import protocol_role
 from tests.support.procstat import cpu_seconds, descendants, environment
 from tests.support.serverproc import free_ports, server_environment, spawn
 
@@ -38,13 +39,22 @@ def process_tree(pid: int) -> list[tuple[int, str]]:
     return [(child, what_process(child)) for child in sorted(descendants(pid))]
 
 
+FORKED_PROTOCOL = "inferd-proto-"  # a forked protocol process's name (protocol_parent.py)
+
+
 def what_process(pid: int) -> str:
     """ "model host", "protocol process 1", "worker 18 of 4055" (its parent)."""
     args = [arg.decode() for arg in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
     if "inferd.workers.worker" in args:
         return f"worker {' '.join(args[args.index('inferd.workers.worker') + 1 :]).strip()}"
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    if comm.startswith(FORKED_PROTOCOL):  # forked: its command line is its parent's
+        return f"protocol process {comm.removeprefix(FORKED_PROTOCOL)}"
+    if "inferd.supervisor.protocol_parent" in args:
+        return "protocol fork parent"
     environ = environment(pid)
-    if environ.get("INFERD_MODEL_HOST") == "self":
+    role = protocol_role(environ)
+    if role is not None and role.is_host:
         return "model host"
     index = environ.get("INFERD_PROTOCOL_INDEX")
     return f"protocol process {index}" if index is not None else " ".join(args)[-60:]

@@ -47,6 +47,7 @@ from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
+from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
 from inferd.supervisor.placement import copied
 from inferd.workers import preloaded
 from inferd.workers.fork_safety import fork_hazards, open_sockets, openmp_hazard, sockets_left_open
@@ -127,6 +128,8 @@ class ProtocolForkServer(ForkServer):
             reseed_numpy()
             os.environ.clear()
             os.environ.update(environment)
+            # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says which.
+            name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
             preloaded.offer(self._preloaded)
             child.serve_role(self._repository)
         except SystemExit as exit_:
@@ -184,6 +187,18 @@ def _load_one(settings: ModelSettings) -> tuple[Model | None, str]:
     if not hazards and (openmp := openmp_hazard()):
         hazards.append(openmp)
     return model, "; ".join(hazards)
+
+
+PR_SET_NAME = 15  # prctl's option naming the calling thread (the process's comm)
+
+
+def name_process(name: str) -> None:
+    """Name this process (its main thread) as ps and /proc/PID/comm show it (Linux; at
+    most 15 bytes are kept)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15])
 
 
 def main(argv: list[str] | None = None) -> None:
