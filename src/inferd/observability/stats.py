@@ -29,11 +29,8 @@ DURATION_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 # Responses one stream sent.
 STREAM_RESPONSE_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
-# Seconds one load of a model version took: a few ms (a small sklearn model) to
-# minutes (a large model read from a slow disk).
-LOAD_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-)  # fmt: skip
+# Seconds one load took: ms (a small sklearn model) to minutes (a big model, a slow disk).
+LOAD_BUCKETS: tuple[float, ...] = (*DURATION_BUCKETS[3:], 60.0, 120.0, 300.0, 600.0)
 # Rows in one execution of a model.
 BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -139,8 +136,7 @@ class ModelStats:
         self.streams_open = 0
         self.first_response = Histogram(DURATION_BUCKETS)
         self.stream_responses = Histogram(STREAM_RESPONSE_BUCKETS)
-        # Its loads (at the start, through the repository API, on request, by the poller).
-        self.load = Histogram(LOAD_BUCKETS)
+        self.load = Histogram(LOAD_BUCKETS)  # every load's seconds, however it was asked
         # Tokens of the OpenAI-compatible endpoints' completions (server/openai/).
         self.prompt_tokens = 0
         self.generated_tokens = 0
@@ -152,8 +148,7 @@ class ModelStats:
         self.cache_miss_count = 0
         self.cache_miss_ns = 0
 
-    def loaded(self, seconds: float) -> None:
-        """A load of this version succeeded after ``seconds``."""
+    def loaded(self, seconds: float) -> None:  # a load of this version took ``seconds``
         if self.observe:
             self.load.observe(seconds)
 
