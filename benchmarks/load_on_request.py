@@ -1,18 +1,21 @@
 """What ``load_on_request`` costs: a cold request, and random access under a budget.
 
 ``cold`` (the default): starts a server (``load_on_request: true``) on a repository
-holding the iris model, then ``--rounds`` times unloads it through the repository
+holding one model, then ``--rounds`` times unloads it through the repository
 API, times the next request (cold: the load, then the answer), then ``--warm``
 requests more (warm). Prints p50 and p99 of each in milliseconds, client-side
-over REST.
+over REST. The model (``--model``): ``iris`` (scikit-learn, a 2 KB joblib file), or
+``big``: benchmarks/runtimes/bigmodel.py, whose load reads ``--megabytes`` (100)
+of float32 weights from a .npy file the benchmark writes (read from the page
+cache after the first load: what is measured is the server's load, not the disk).
 
 ``--random N``: N copies of the iris model, ``--clients`` clients each asking a
 model drawn at random for ``--seconds``, once per ``--budgets`` value of
 ``max_loaded_models`` (a server each): requests per second, p50 / p99, and the
 share of requests that loaded their model (``model_loads_total``).
 
-    python -m benchmarks.load_on_request [--rounds 30] [--warm 20]
-        [--protocol-processes 1] [--parallel-workers 0]
+    python -m benchmarks.load_on_request [--model iris|big] [--megabytes 100]
+        [--rounds 30] [--warm 20] [--protocol-processes 1] [--parallel-workers 0]
     python -m benchmarks.load_on_request --random 50 --budgets 5 25 50 [--seconds 10]
         [--clients 4]
 """
@@ -30,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
-from tests.support.models import add_sklearn_model
+from tests.support.models import add_sklearn_model, write_model_folder
 from tests.support.serverproc import start_server
 
+BIG_RUNTIME = Path(__file__).resolve().parent / "runtimes" / "bigmodel.py"
 BODY = {
     "inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]
 }
@@ -65,19 +70,38 @@ def settings_of(options: argparse.Namespace, **more: Any) -> dict[str, Any]:
     }
 
 
+def add_big_model(repository: Path, megabytes: int) -> str:
+    """The ``big`` model: float32 weights of ``megabytes`` MiB (rows of 4, as the
+    iris input) in weights.npy, served by benchmarks/runtimes/bigmodel.py."""
+    weights = np.random.default_rng(0).random((megabytes * (1 << 20) // 16, 4), np.float32)
+    folder = write_model_folder(
+        repository,
+        "big",
+        "bigmodel.BigModel",
+        files={BIG_RUNTIME.name: BIG_RUNTIME},
+        parameters={"uri": "./weights.npy"},
+    )
+    np.save(folder / "weights.npy", weights)
+    return "big"
+
+
 def cold(options: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder)
-        add_sklearn_model(repository)
+        if options.model == "big":
+            name = add_big_model(repository, options.megabytes)
+        else:
+            name = add_sklearn_model(repository).name
         cold: list[float] = []
         warm: list[float] = []
         server = start_server(repository, settings_of(options, metrics_endpoint=None))
         with server, httpx.Client(base_url=server.url, timeout=120) as client:
-            timed(client)  # the first load of all imports the runtime's modules
+            timed(client, name)  # the first load of all imports the runtime's modules
             for _ in range(options.rounds):
-                client.post("/v2/repository/models/iris/unload").raise_for_status()
-                cold.append(timed(client))
-                warm.extend(timed(client) for _ in range(options.warm))
+                client.post(f"/v2/repository/models/{name}/unload").raise_for_status()
+                cold.append(timed(client, name))
+                warm.extend(timed(client, name) for _ in range(options.warm))
+    print(f"model {options.model}")
     print(f"cold: {summary(cold)} ({len(cold)} requests)")
     print(f"warm: {summary(warm)} ({len(warm)} requests)")
 
@@ -106,7 +130,7 @@ def random_access(options: argparse.Namespace) -> None:
             )
 
 
-def run_clients(url: str, names: list[str], options: argparse.Namespace) -> tuple[list[float], int]:
+def run_clients(url: str, names: list[str], options: argparse.Namespace) -> list[float]:
     times: list[float] = []
     stop = time.monotonic() + options.seconds
 
@@ -126,6 +150,8 @@ def run_clients(url: str, names: list[str], options: argparse.Namespace) -> tupl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["iris", "big"], default="iris")
+    parser.add_argument("--megabytes", type=int, default=100, help="the big model's weights")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--warm", type=int, default=20)
     parser.add_argument("--protocol-processes", type=int, default=1)

@@ -227,6 +227,21 @@ def test_loads_and_evictions_are_counted(server: ServerProcess) -> None:
     metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).text
     assert 'model_loads_total{model_name="slow"}' in metrics
     assert "model_evictions_total" in metrics
+    # Each load of "slow" (each process loads its copy) is in the load histogram.
+    slow = 'model_name="slow",model_version=""'
+    loads = sample(metrics, 'model_loads_total{model_name="slow"}')
+    assert sample(metrics, f"model_load_seconds_count{{{slow}}}") == loads >= 1
+    if processes(server) == 1:  # its runtime's load takes 1.5 s (protocol processes
+        # take the copy their fork parent loaded: in no time)
+        assert sample(metrics, f'model_load_seconds_bucket{{le="1.0",{slow}}}') == 0
+        assert sample(metrics, f"model_load_seconds_sum{{{slow}}}") >= 1.5 * loads
+
+
+def sample(metrics: str, series: str) -> float:
+    """The value of ``series`` (its exact text) in a Prometheus exposition."""
+    values = [line.split()[-1] for line in metrics.splitlines() if line.startswith(series + " ")]
+    assert len(values) == 1, (series, metrics[:2000])
+    return float(values[0])
 
 
 def processes(server: ServerProcess) -> int:

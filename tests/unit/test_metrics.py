@@ -236,6 +236,29 @@ def test_streams_are_exported_open_first_response_and_length() -> None:
     assert found[("model_stream_responses_sum", m)] == 43
 
 
+def test_load_seconds_are_a_histogram_per_model_version() -> None:
+    models = ModelStatsTable()
+    stats = models.of("m", "2")
+    for seconds in (0.004, 0.3, 90.0):  # ms to minutes fall in distinct buckets
+        stats.loaded(seconds)
+    models.of("n", None)  # known, never loaded: zeros
+    found = samples(build_registry(Sources(models), "api"))
+    m = (("model_name", "m"), ("model_version", "2"))
+    assert found[("model_load_seconds_bucket", (("le", "0.005"), *m))] == 1
+    assert found[("model_load_seconds_bucket", (("le", "0.5"), *m))] == 2
+    assert found[("model_load_seconds_bucket", (("le", "60.0"), *m))] == 2
+    assert found[("model_load_seconds_bucket", (("le", "120.0"), *m))] == 3
+    assert found[("model_load_seconds_count", m)] == 3
+    assert found[("model_load_seconds_sum", m)] == pytest.approx(90.304)
+    assert found[("model_load_seconds_count", (("model_name", "n"), ("model_version", "")))] == 0
+
+
+def test_load_seconds_are_not_kept_with_metrics_off() -> None:
+    stats = ModelStats("m", None, observe=False)
+    stats.loaded(1.0)
+    assert stats.load.count == 0
+
+
 def test_custom_metrics_are_exported_and_clashes_are_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -162,6 +162,12 @@ def _model_families(models: ModelStatsTable) -> Iterator[Metric]:
             "Responses each stream sent before it ended",
             labels=MODEL_LABELS,
         ),
+        "load": HistogramMetricFamily(
+            "model_load_seconds",
+            "Seconds each load of the model version took (at the start, through the "
+            "repository API, on request, by the repository poller)",
+            labels=MODEL_LABELS,
+        ),
     }
     streams = GaugeMetricFamily(
         "model_streams_in_flight", "Streams of the model open now", labels=MODEL_LABELS

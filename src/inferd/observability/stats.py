@@ -29,6 +29,8 @@ DURATION_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 # Responses one stream sent.
 STREAM_RESPONSE_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+# Seconds one load took: ms (a small sklearn model) to minutes (a big model, a slow disk).
+LOAD_BUCKETS: tuple[float, ...] = (*DURATION_BUCKETS[3:], 60.0, 120.0, 300.0, 600.0)
 # Rows in one execution of a model.
 BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -94,6 +96,7 @@ class ModelStats:
         "generated_tokens",
         "inference_count",
         "last_inference_ns",
+        "load",
         "name",
         "observe",
         "prompt_tokens",
@@ -133,6 +136,7 @@ class ModelStats:
         self.streams_open = 0
         self.first_response = Histogram(DURATION_BUCKETS)
         self.stream_responses = Histogram(STREAM_RESPONSE_BUCKETS)
+        self.load = Histogram(LOAD_BUCKETS)  # every load's seconds, however it was asked
         # Tokens of the OpenAI-compatible endpoints' completions (server/openai/).
         self.prompt_tokens = 0
         self.generated_tokens = 0
@@ -143,6 +147,10 @@ class ModelStats:
         self.cache_hit_ns = 0
         self.cache_miss_count = 0
         self.cache_miss_ns = 0
+
+    def loaded(self, seconds: float) -> None:  # a load of this version took ``seconds``
+        if self.observe:
+            self.load.observe(seconds)
 
     def stream_opened(self) -> None:
         self.streams_open += 1

@@ -275,6 +275,8 @@ class Registry:
         new.cache = None if hosted else self._bind_cache(settings, new.stats)
         new.declared = declared_inputs(settings.name, settings.inputs)
         new.load_seconds = time.perf_counter() - started
+        # model_load_seconds; a hosted version's stats count nothing: the host's load does.
+        new.stats.loaded(new.load_seconds)
         return new, old
 
     def _bind_cache(self, settings: ModelSettings, stats: ModelStats) -> VersionCache | None:
