@@ -15,15 +15,9 @@ from inferd.server.protocol_role import bind_unix
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, environment_of_children
 from inferd.supervisor.fanout import Answer, send
-from inferd.supervisor.main import (
-    Service,
-    check_public_ports,
-    exit_status,
-    private_folder,
-    serve_service,
-    stop_services,
-)
+from inferd.supervisor.main import check_public_ports, exit_status, private_folder
 from inferd.supervisor.paths import PrivatePaths
+from inferd.supervisor.served import Service, serve_service, stop_services
 from tests.support.polling import wait_for_async
 from tests.support.serverproc import free_ports
 

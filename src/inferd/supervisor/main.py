@@ -22,18 +22,14 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import uvicorn
 
 from inferd.errors import ConfigurationError
-from inferd.server.listener import SignalFreeServer, listen_tcp
+from inferd.server.listener import listen_tcp
 from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
@@ -46,6 +42,7 @@ from inferd.supervisor.paths import (
     PrivatePaths,
 )
 from inferd.supervisor.protocol_forks import ProtocolForks
+from inferd.supervisor.served import RunningService, Service, serve_service, stop_services
 
 logger = logging.getLogger(__name__)
 
@@ -57,20 +54,6 @@ UNDRAINED_EXIT_STATUS = FORCED_EXIT_STATUS
 # How long a load that starts the model host waits for it to answer ready (it loads
 # no model of its own then: an import and the journal's replay).
 HOST_START_SECONDS = 120.0
-
-
-@dataclass(frozen=True)
-class Service:
-    """An ASGI app the supervisor serves, on a socket bound for it; ``options``:
-    uvicorn's for it (TLS: ``transport.metrics_options`` for ``metrics_ssl``);
-    ``background``: work it does beside, run as a task while it is served (the
-    repository poll), which returns once the supervisor stops."""
-
-    what: str
-    app: Any
-    sock: socket.socket
-    options: Mapping[str, Any] = field(default_factory=dict)
-    background: Callable[[], Coroutine[Any, Any, None]] | None = None
 
 
 async def _no_host() -> None:
@@ -362,40 +345,6 @@ def private_folder() -> Generator[PrivatePaths, None, None]:
         yield PrivatePaths(folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-# A service being served: its server, the task serving it, and its background's.
-RunningService = tuple[uvicorn.Server, asyncio.Task[None], asyncio.Task[None] | None]
-
-
-def serve_service(service: Service) -> RunningService:
-    config = uvicorn.Config(
-        service.app,
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        **({"server_header": False} | dict(service.options)),
-    )
-    server = SignalFreeServer(config)
-    serving = asyncio.create_task(server.serve([service.sock]), name=service.what)
-    beside: asyncio.Task[None] | None = None
-    if service.background is not None:
-        beside = asyncio.create_task(service.background(), name=f"{service.what}: beside")
-    return server, serving, beside
-
-
-async def stop_services(running: Sequence[RunningService]) -> None:
-    """Every service told to stop first, then each awaited: one by one, each uvicorn
-    server's shutdown ticks (0.1 s each) added up past shutdown_grace_seconds."""
-    for server, _, beside in running:
-        server.should_exit = True
-        if beside is not None:
-            beside.cancel()
-    for _, task, beside in running:
-        for each in (task, beside):
-            if each is not None:
-                with contextlib.suppress(Exception, SystemExit, asyncio.CancelledError):
-                    await each
 
 
 def run_supervisor(supervisor: Supervisor) -> int:

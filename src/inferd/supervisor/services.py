@@ -12,9 +12,10 @@ from inferd.server.protocol_role import bind_unix
 from inferd.server.transport import metrics_options
 from inferd.supervisor.coordinator import Coordinator, coordinator_app
 from inferd.supervisor.host_on_demand import HostOnDemand
-from inferd.supervisor.main import Service, ServiceFactory, Supervised
+from inferd.supervisor.main import ServiceFactory, Supervised
 from inferd.supervisor.metrics import build_metrics_app
 from inferd.supervisor.repository_changes import repository_poll
+from inferd.supervisor.served import Service
 
 METRICS_PORT_FIX = 'set metrics_port to a free port, or metrics_endpoint to "" to turn metrics off'
 

@@ -1,0 +1,64 @@
+"""A service the supervisor serves beside its processes (the coordinator, the summed
+metrics, the repository poll, the port answered while the protocol parent loads):
+what it is, how it is served on the socket bound for it, and how it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from inferd.server.listener import SignalFreeServer
+
+
+@dataclass(frozen=True)
+class Service:
+    """An ASGI app the supervisor serves, on a socket bound for it; ``options``:
+    uvicorn's for it (TLS: ``transport.metrics_options`` for ``metrics_ssl``);
+    ``background``: work it does beside, run as a task while it is served (the
+    repository poll), which returns once the supervisor stops."""
+
+    what: str
+    app: Any
+    sock: socket.socket
+    options: Mapping[str, Any] = field(default_factory=dict)
+    background: Callable[[], Coroutine[Any, Any, None]] | None = None
+
+
+# A service being served: its server, the task serving it, and its background's.
+RunningService = tuple[uvicorn.Server, asyncio.Task[None], asyncio.Task[None] | None]
+
+
+def serve_service(service: Service) -> RunningService:
+    config = uvicorn.Config(
+        service.app,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        **({"server_header": False} | dict(service.options)),
+    )
+    server = SignalFreeServer(config)
+    serving = asyncio.create_task(server.serve([service.sock]), name=service.what)
+    beside: asyncio.Task[None] | None = None
+    if service.background is not None:
+        beside = asyncio.create_task(service.background(), name=f"{service.what}: beside")
+    return server, serving, beside
+
+
+async def stop_services(running: Sequence[RunningService]) -> None:
+    """Every service told to stop first, then each awaited: one by one, each uvicorn
+    server's shutdown ticks (0.1 s each) added up past shutdown_grace_seconds."""
+    for server, _, beside in running:
+        server.should_exit = True
+        if beside is not None:
+            beside.cancel()
+    for _, task, beside in running:
+        for each in (task, beside):
+            if each is not None:
+                with contextlib.suppress(Exception, SystemExit, asyncio.CancelledError):
+                    await each
