@@ -235,9 +235,7 @@ def test_async_client_and_stream(server: ServerProcess, reference: Reference) ->
     assert whole == streamed == reference.greedy(PROMPT, 6)
 
 
-def test_metrics_count_tokens_and_time_to_first_token(
-    client: openai.OpenAI, server: ServerProcess
-) -> None:
+def test_metrics_count_tokens_and_time_tokens(client: openai.OpenAI, server: ServerProcess) -> None:
     def scrape() -> dict[str, float]:
         text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
         found = {}
@@ -255,3 +253,8 @@ def test_metrics_count_tokens_and_time_to_first_token(
     assert after["model_prompt_tokens_total"] - before.get("model_prompt_tokens_total", 0) == 4
     first_token = "model_stream_first_response_seconds_count"
     assert after[first_token] - before.get(first_token, 0) == 1
+    # 3 tokens: 2 gaps between consecutive ones, and one completion's rate.
+    gaps = "model_inter_token_seconds_count"
+    assert after[gaps] - before.get(gaps, 0) == 2
+    rates = "model_completion_tokens_per_second_count"
+    assert after[rates] - before.get(rates, 0) == 1
