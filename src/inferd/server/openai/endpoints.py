@@ -46,6 +46,7 @@ from inferd.server.openai.answers import (
     model_entry,
     models_answer,
     openai_error,
+    shortened,
 )
 from inferd.server.rest.codec import JSON_CONTENT_TYPE
 from inferd.server.rest.edge import RestEdge
@@ -278,9 +279,8 @@ class OpenAIEndpoints:
                 f"Model {name!r} answered {len(embeddings.vectors)} vectors for "
                 f"{len(request.texts)} texts"
             )
-        content = embeddings_answer(
-            name, embeddings.vectors, embeddings.prompt_tokens, body.encoding_format
-        )
+        vectors = shortened(name, embeddings.vectors, request.dimensions)
+        content = embeddings_answer(name, vectors, embeddings.prompt_tokens, body.encoding_format)
         await send_whole(call.send, 200, self.edge.response_headers(context, [_JSON_TYPE]), content)
 
     async def _body(self, call: _Call) -> bytes:
