@@ -90,7 +90,9 @@ class TextPiece(msgspec.Struct):
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
     texts: list[str]
-    dimensions: int | None = None  # None: the model's own
+    # None: the model's own width. A runtime may make vectors this wide itself; the
+    # endpoint cuts wider ones to it and normalizes (server/openai/answers.py).
+    dimensions: int | None = None
     user: str | None = None
 
 

@@ -192,6 +192,22 @@ def test_embeddings_are_mean_pooled(client: openai.OpenAI, reference: Reference)
     assert raw["usage"]["prompt_tokens"] > 0
 
 
+def test_dimensions_shorten_the_embeddings(client: openai.OpenAI, reference: Reference) -> None:
+    texts = ["the movie was good", "awful plot"]
+    full = np.asarray(reference.embeddings(texts))
+    width = full.shape[1]
+    short = client.embeddings.create(model=ENCODER, input=texts, dimensions=4)
+    expected = full[:, :4] / np.linalg.norm(full[:, :4], axis=1, keepdims=True)
+    np.testing.assert_allclose([item.embedding for item in short.data], expected, atol=1e-5)
+    whole = client.embeddings.create(model=ENCODER, input=texts[0], dimensions=width)
+    assert np.linalg.norm(whole.data[0].embedding) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(openai.BadRequestError) as wide:
+        client.embeddings.create(model=ENCODER, input=texts[0], dimensions=width + 1)
+    assert wide.value.param == "dimensions" and f"at most {width}" in wide.value.message
+    custom = client.embeddings.create(model=WORDS, input="a bb", dimensions=1)
+    assert custom.data[0].embedding == [1.0]  # [4, 2] cut to [4] and scaled to unit length
+
+
 def test_custom_runtime_serves_the_same_endpoints(client: openai.OpenAI) -> None:
     answer = client.completions.create(model=WORDS, prompt="one two three", max_tokens=2)
     assert (answer.choices[0].text, answer.choices[0].finish_reason) == ("one two", "length")
@@ -235,9 +251,7 @@ def test_async_client_and_stream(server: ServerProcess, reference: Reference) ->
     assert whole == streamed == reference.greedy(PROMPT, 6)
 
 
-def test_metrics_count_tokens_and_time_to_first_token(
-    client: openai.OpenAI, server: ServerProcess
-) -> None:
+def test_metrics_count_tokens_and_time_tokens(client: openai.OpenAI, server: ServerProcess) -> None:
     def scrape() -> dict[str, float]:
         text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
         found = {}
@@ -255,3 +269,8 @@ def test_metrics_count_tokens_and_time_to_first_token(
     assert after["model_prompt_tokens_total"] - before.get("model_prompt_tokens_total", 0) == 4
     first_token = "model_stream_first_response_seconds_count"
     assert after[first_token] - before.get(first_token, 0) == 1
+    # 3 tokens: 2 gaps between consecutive ones, and one completion's rate.
+    gaps = "model_inter_token_seconds_count"
+    assert after[gaps] - before.get(gaps, 0) == 2
+    rates = "model_completion_tokens_per_second_count"
+    assert after[rates] - before.get(rates, 0) == 1

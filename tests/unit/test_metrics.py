@@ -259,6 +259,31 @@ def test_load_seconds_are_not_kept_with_metrics_off() -> None:
     assert stats.load.count == 0
 
 
+def test_token_timings_are_exported_per_model() -> None:
+    models = ModelStatsTable()
+    stats = models.of("m", None)
+    stats.tokens_came(1, 2_000_000)  # one token 2 ms after the previous one
+    stats.tokens_came(3, 30_000_000)  # three together after 30 ms: 10 ms each
+    stats.completion_ended(8, 400_000_000)  # 8 tokens in 0.4 s: 20 per second
+    found = samples(build_registry(Sources(models), "api"))
+    m = (("model_name", "m"), ("model_version", ""))
+    assert found[("model_inter_token_seconds_count", m)] == 4
+    assert found[("model_inter_token_seconds_bucket", (("le", "0.0025"), *m))] == 1
+    assert found[("model_inter_token_seconds_bucket", (("le", "0.01"), *m))] == 4
+    assert found[("model_inter_token_seconds_sum", m)] == pytest.approx(0.032)
+    assert found[("model_completion_tokens_per_second_bucket", (("le", "10.0"), *m))] == 0
+    assert found[("model_completion_tokens_per_second_bucket", (("le", "20.0"), *m))] == 1
+    assert found[("model_completion_tokens_per_second_sum", m)] == pytest.approx(20.0)
+
+
+def test_token_timings_are_not_kept_with_metrics_off() -> None:
+    stats = ModelStatsTable().of("m", None)
+    stats.observe = False
+    stats.tokens_came(2, 1_000_000)
+    stats.completion_ended(2, 1_000_000)
+    assert (stats.inter_token.count, stats.token_rate.count) == (0, 0)
+
+
 def test_custom_metrics_are_exported_and_clashes_are_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

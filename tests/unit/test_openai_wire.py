@@ -25,7 +25,14 @@ from inferd.generation import (
 from inferd.runtimes.huggingface_generation import StopStrings
 from inferd.server.access import AcceptedKeys, KeyGuard, check_bearer
 from inferd.server.openai import wire
-from inferd.server.openai.answers import Choice, Completion, Usage, embeddings_answer, openai_error
+from inferd.server.openai.answers import (
+    Choice,
+    Completion,
+    Usage,
+    embeddings_answer,
+    openai_error,
+    shortened,
+)
 from inferd.settings import ModelSettings
 from inferd.settings.security import RestrictedApiSettings
 from inferd.types import InferenceRequest
@@ -243,3 +250,13 @@ def test_stop_strings(text: str, sent: int, found: int | None, held: int) -> Non
     assert stops.find(text, sent) == found
     if found is None:
         assert stops.held_back(text) == held
+
+
+def test_dimensions_cut_the_vectors_and_renormalize() -> None:
+    vectors = np.array([[3.0, 4.0, 12.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    assert shortened("m", vectors, None) is vectors
+    np.testing.assert_allclose(shortened("m", vectors, 2), [[0.6, 0.8], [0.0, 0.0]])
+    np.testing.assert_allclose(shortened("m", vectors, 3)[0], np.array([3, 4, 12]) / 13)
+    with pytest.raises(wire.BadParameter) as wide:
+        shortened("m", vectors, 4)
+    assert wide.value.param == "dimensions" and "at most 3" in wide.value.message

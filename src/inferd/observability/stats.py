@@ -18,53 +18,18 @@ histograms.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-# Seconds; finer than Prometheus' defaults below 5 ms, where most requests of a
-# fast model fall.
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-)  # fmt: skip
-# Responses one stream sent.
-STREAM_RESPONSE_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
-# Seconds one load took: ms (a small sklearn model) to minutes (a big model, a slow disk).
-LOAD_BUCKETS: tuple[float, ...] = (*DURATION_BUCKETS[3:], 60.0, 120.0, 300.0, 600.0)
-# Rows in one execution of a model.
-BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-NS_PER_SECOND = 1e9
-
-
-class Histogram:
-    """Counts of observed values per bucket (``counts[i]``: values <= ``bounds[i]``
-    and above the bound before it; the last count is everything above the last
-    bound), and their sum."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def cumulative(self) -> list[tuple[float, int]]:
-        """(upper bound, values <= it) per bucket, ending with (inf, count)."""
-        total = 0
-        out = []
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            total += count
-            out.append((bound, total))
-        return out
+from inferd.observability.histogram import (
+    BATCH_BUCKETS,
+    DURATION_BUCKETS,
+    LOAD_BUCKETS,
+    NS_PER_SECOND,
+    STREAM_RESPONSE_BUCKETS,
+    TOKEN_RATE_BUCKETS,
+    Histogram,
+)
 
 
 class ModelStats:
@@ -95,6 +60,7 @@ class ModelStats:
         "first_response",
         "generated_tokens",
         "inference_count",
+        "inter_token",
         "last_inference_ns",
         "load",
         "name",
@@ -108,6 +74,7 @@ class ModelStats:
         "success_count",
         "success_ns",
         "timeouts",
+        "token_rate",
         "version",
     )
 
@@ -140,6 +107,9 @@ class ModelStats:
         # Tokens of the OpenAI-compatible endpoints' completions (server/openai/).
         self.prompt_tokens = 0
         self.generated_tokens = 0
+        # ... the time between their consecutive tokens, and each completion's tokens per second.
+        self.inter_token = Histogram(DURATION_BUCKETS)
+        self.token_rate = Histogram(TOKEN_RATE_BUCKETS)
         # Calls killed for running past the model's inference_timeout.
         self.timeouts = 0
         # The response cache (serving/response_cache.py): lookups answered from it, and not.
@@ -169,6 +139,17 @@ class ModelStats:
         """A completion read ``prompt`` tokens and generated ``generated``."""
         self.prompt_tokens += prompt
         self.generated_tokens += generated
+
+    def tokens_came(self, tokens: int, gap_ns: int) -> None:
+        """``tokens`` tokens of a completion came together, ``gap_ns`` after its previous
+        ones: each counts as an equal share of the gap (what a reader of the stream saw)."""
+        if self.observe:
+            self.inter_token.observe(gap_ns / tokens / NS_PER_SECOND, tokens)
+
+    def completion_ended(self, tokens: int, elapsed_ns: int) -> None:
+        """A completion generated ``tokens`` in ``elapsed_ns`` from its arrival."""
+        if self.observe and tokens and elapsed_ns > 0:
+            self.token_rate.observe(tokens * NS_PER_SECOND / elapsed_ns)
 
     def succeeded(self, started_ns: int, ended_ns: int) -> None:
         """A request answered; both times from ``time.perf_counter_ns()``."""

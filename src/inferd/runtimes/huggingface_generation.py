@@ -18,7 +18,8 @@ Tokens are counted by the model's tokenizer (usage). One sequence per call: no
 batching across streams (each holds one of the model's slots while it runs).
 
 Embeddings: the mean of the last hidden states over each text's tokens (the
-attention mask), float32; ``dimensions`` must be the model's own width.
+attention mask), float32, the model's full width (the OpenAI endpoint shortens them
+to ``dimensions``: server/openai/answers.py ``shortened``).
 """
 
 from __future__ import annotations
@@ -235,12 +236,6 @@ def mean_pooled(
     if pipeline is None:
         raise ModelNotReady(f"Model {name!r} is not loaded")
     model, tokenizer = pipeline.model, pipeline.tokenizer
-    width = int(model.config.hidden_size)
-    if request.dimensions is not None and request.dimensions != width:
-        raise InvalidRequest(
-            f"Model {name!r} makes {width}-dimensional embeddings; leave out dimensions "
-            f"or set it to {width}",
-        )
     # Without a pad token rows cannot share a batch: one text at a time.
     groups = [request.texts] if tokenizer.pad_token is not None else [[t] for t in request.texts]
     vectors, tokens = [], 0

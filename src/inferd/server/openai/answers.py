@@ -20,6 +20,7 @@ import orjson
 
 from inferd.errors import ErrorCode, InferdError, Overloaded, PermissionDenied
 from inferd.server.errors import CLIENT_DISCONNECTED, INTERNAL_ERROR, http_error
+from inferd.server.openai.wire import BadParameter
 
 DONE = b"data: [DONE]\n\n"
 OWNER = "inferd"
@@ -132,6 +133,24 @@ class Completion:
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def shortened(model: str, vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
+    """The vectors cut to their first ``dimensions`` and scaled back to unit length
+    (OpenAI's ``dimensions``: a shorter embedding of the same text), for any
+    runtime; one that made them ``dimensions`` wide itself is only normalized."""
+    if dimensions is None:
+        return vectors
+    width = vectors.shape[1]
+    if dimensions > width:
+        raise BadParameter(
+            f"dimensions must be at most {width}, the width of model {model!r}'s "
+            f"embeddings, got {dimensions}",
+            "dimensions",
+        )
+    cut = vectors[:, :dimensions].astype(np.float32)
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)
+    return cut / np.maximum(norms, np.finfo(np.float32).tiny)  # a zero vector stays zero
 
 
 def embeddings_answer(model: str, vectors: np.ndarray, prompt_tokens: int, encoding: str) -> bytes:

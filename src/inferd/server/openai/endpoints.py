@@ -46,6 +46,7 @@ from inferd.server.openai.answers import (
     model_entry,
     models_answer,
     openai_error,
+    shortened,
 )
 from inferd.server.rest.codec import JSON_CONTENT_TYPE
 from inferd.server.rest.edge import RestEdge
@@ -56,6 +57,7 @@ from inferd.types import ModelState
 
 if TYPE_CHECKING:
     from inferd.context import RequestContext
+    from inferd.observability.stats import ModelStats
 
 _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
 _EVENT_STREAM_HEADERS = (
@@ -164,32 +166,31 @@ class OpenAIEndpoints:
         n, usage_chunk = wire.choices(body), wire.include_usage(body)
         version = self._check_serves(name, kind)
         runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
+        stats = self.dataplane.model_stats.of(name, version)
         answer = Completion(name, chat=kind == CHAT, n=n)
         # A context (and trace) per choice: each is a request of its own to the core.
         contexts = [self.edge.context(name, None, call.headers, None) for _ in runs]
         if body.stream:
-            work = self._stream(call, answer, runs, contexts, usage_chunk)
+            work = self._stream(call, answer, stats, runs, contexts, usage_chunk)
         else:
-            work = self._whole(call, answer, runs, contexts)
+            work = self._whole(call, answer, stats, runs, contexts)
         try:
             await run_until_disconnect(work, call.receive)
         finally:  # what was generated counts, answered or not
-            usage = answer.usage
-            self.dataplane.model_stats.of(name, version).tokens(
-                usage.prompt_tokens, usage.completion_tokens
-            )
+            stats.tokens(answer.usage.prompt_tokens, answer.usage.completion_tokens)
 
     async def _whole(
         self,
         call: _Call,
         answer: Completion,
+        stats: ModelStats,
         runs: list[GenerationRequest],
         contexts: list[RequestContext],
     ) -> None:
         choices = [answer.choice(index) for index in range(len(runs))]
         # Concurrently: the queue and the model's slots decide how many run at once.
         tasks = [
-            asyncio.ensure_future(self._generate(answer, run, choice, context))
+            asyncio.ensure_future(self._generate(answer, stats, run, choice, context))
             for run, choice, context in zip(runs, choices, contexts, strict=True)
         ]
         try:
@@ -203,16 +204,19 @@ class OpenAIEndpoints:
     async def _generate(
         self,
         answer: Completion,
+        stats: ModelStats,
         run: GenerationRequest,
         choice: Choice,
         context: RequestContext,
         on_text: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
         """Run one choice to its end, noting its text, finish and usage (added to the
-        answer's); ``on_text`` gets the new pieces as soon as they are ready (a stream)."""
+        answer's) and its token timings; ``on_text`` gets the new pieces as soon as
+        they are ready (a stream)."""
         request = generation_request(run)
         responses = self.dataplane.infer_stream(answer.model, None, request, context)
         pieces, counted, last = 0, False, None
+        started = previous = time.perf_counter_ns()
         async with contextlib.aclosing(responses):
             async for ready in responses:
                 texts = []
@@ -220,13 +224,20 @@ class OpenAIEndpoints:
                     piece = read_piece(last)
                     if piece.text:
                         texts.append(piece.text)
-                        pieces += 1
                     counted |= _note_end(choice, piece)
+                if texts:  # a piece of text is a token (the HF runtime's and most runtimes')
+                    now = time.perf_counter_ns()
+                    # The first token's wait is the time to first token, not a gap.
+                    gaps = len(texts) - 1 if pieces == 0 else len(texts)
+                    if gaps:
+                        stats.tokens_came(gaps, now - previous if pieces else 0)
+                    pieces, previous = pieces + len(texts), now
                 choice.text += texts
                 if on_text is not None and texts:
                     await on_text(texts)
         if not counted:  # the runtime did not count: a token per piece of text
             choice.usage.completion_tokens = pieces
+        stats.completion_ended(choice.usage.completion_tokens, previous - started)
         if last is not None:
             self.edge.traced(context, last)
         answer.ended(choice)
@@ -235,6 +246,7 @@ class OpenAIEndpoints:
         self,
         call: _Call,
         answer: Completion,
+        stats: ModelStats,
         runs: list[GenerationRequest],
         contexts: list[RequestContext],
         include_usage: bool,
@@ -244,7 +256,7 @@ class OpenAIEndpoints:
         error before it is an ordinary error answer."""
         for index, (run, context) in enumerate(zip(runs, contexts, strict=True)):
             chunks = _ChoiceChunks(call, answer, answer.choice(index), context, include_usage)
-            await self._generate(answer, run, chunks.choice, context, chunks.send_text)
+            await self._generate(answer, stats, run, chunks.choice, context, chunks.send_text)
             await chunks.end()
         if include_usage:
             await call.chunk(answer.usage_chunk(answer.usage))
@@ -267,9 +279,8 @@ class OpenAIEndpoints:
                 f"Model {name!r} answered {len(embeddings.vectors)} vectors for "
                 f"{len(request.texts)} texts"
             )
-        content = embeddings_answer(
-            name, embeddings.vectors, embeddings.prompt_tokens, body.encoding_format
-        )
+        vectors = shortened(name, embeddings.vectors, request.dimensions)
+        content = embeddings_answer(name, vectors, embeddings.prompt_tokens, body.encoding_format)
         await send_whole(call.send, 200, self.edge.response_headers(context, [_JSON_TYPE]), content)
 
     async def _body(self, call: _Call) -> bytes:
