@@ -23,8 +23,11 @@ def _ask(path: str) -> tuple[int, bytes]:
     return sent[0]["status"], sent[1]["body"]
 
 
-def test_live_is_answered_and_everything_else_says_loading() -> None:
-    assert _ask("/v2/health/live") == (200, b"")
-    status, body = _ask("/v2/health/ready")
+def test_the_probes_are_answered_as_a_loading_lone_server_and_everything_else_says_loading() -> (
+    None
+):
+    assert _ask("/v2/health/live") == (200, b'{"live": true}')
+    assert _ask("/v2/health/ready") == (503, b'{"ready": false}')
+    assert _ask("/v2/models/iris/versions/2/ready") == (503, b'{"name": "iris", "ready": false}')
+    status, body = _ask("/v2/models/iris/infer")
     assert status == 503 and "loading its models" in json.loads(body)["error"]
-    assert _ask("/v2/models/iris/infer")[0] == 503

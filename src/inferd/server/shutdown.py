@@ -158,15 +158,16 @@ class Shutdown:
     def finished(self) -> None:
         """The orderly shutdown is done: nothing is left to force, unless model code
         still runs in a thread of its model (a plain predict or generator run off the
-        event loop): the interpreter would wait for it at exit, past the deadline, so
-        the exit deadline stays armed and exits the process (status 1) at its time."""
+        event loop, its client answered at the cut): the interpreter would wait for it
+        at exit, past the deadline, so the process exits now, status 1 (not drained)."""
         running = model_threads_running()
         if running:
-            logger.warning(
-                "Model code is still running (%s): the process exits at its shutdown deadline",
+            logger.error(
+                "Model code is still running (%s) after the shutdown: exiting now",
                 ", ".join(running),
             )
-            return
+            logging.shutdown()
+            os._exit(FORCED_EXIT_STATUS)
         self._exit.cancel()
         if self._cut_timer is not None:
             self._cut_timer.cancel()
