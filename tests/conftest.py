@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,3 +41,23 @@ def models_writer(module: ModuleType) -> WriteModels | None:
         if write is not None:
             return write
     return None
+
+
+# pytest's exit status, kept for pytest_unconfigure.
+_EXIT_STATUS: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave with pytest's status once everything has reported, without the
+    interpreter's finalization: with torch and the native threads the suite's
+    libraries start, it crashed there once (SIGSEGV after the summary, in CI's run),
+    turning a run's status into 139."""
+    if _EXIT_STATUS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[-1])

@@ -206,7 +206,7 @@ def try_every_operation(page: Page, document: dict[str, Any]) -> dict[str, str]:
         load = [op[0].endswith("-repository_load") for op in operations].index(True)
         operations.insert(load, unload[0])
     statuses = {}
-    for block_id, method, path in operations:
+    for block_id, method, path in tried(operations):
         call = f"tryOperation({json.dumps(block_id)}, {json.dumps(path_values(path))})"
         statuses[f"{method.upper()} {path}"] = page.evaluate(call)
     return statuses
@@ -230,16 +230,29 @@ def test_every_operation_renders_and_runs_from_swagger_ui(
         )
         assert sorted(map(tuple, rendered)) == sorted((id_, path) for id_, _, path in operations)
         statuses = try_every_operation(page, document)
+    generic = page_path == "/v2/docs"
     assert statuses == {
-        f"{method.upper()} {path}": expected_status(path) for _, method, path in operations
+        f"{method.upper()} {path}": expected_status(path, generic)
+        for _, method, path in tried(operations)
     }
 
 
-def expected_status(path: str) -> str:
+def tried(operations: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The operations run from the page: not OpenAI's (/v1), which need a generative model
+    this docs server does not serve (test_docs checks their documented shapes)."""
+    return [operation for operation in operations if not operation[2].startswith("/v1/")]
+
+
+def expected_status(path: str, generic: bool) -> str:
     """200, but for the shared memory extension (system and CUDA): off on this server
-    (403, with how to turn it on)."""
+    (403, with how to turn it on); and, on the server's page (``generic``), for the
+    inference routes: its example body is no model's, and echo's declared inputs are
+    enforced (400 naming the input; each model's own page has a body that fits)."""
     if path.startswith(("/v2/systemsharedmemory", "/v2/cudasharedmemory")):
         return "403"
+    inference = path.endswith(("/infer", "/infer_stream", "/generate", "/generate_stream"))
+    if generic and inference and "{version}" not in path:  # echo (iris declares none)
+        return "400"
     return "200"
 
 
