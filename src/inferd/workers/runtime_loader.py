@@ -6,14 +6,11 @@ Used both in the main process (``parallel_workers: 0``) and in worker processes
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib
 import importlib.util
 import inspect
 import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
@@ -24,6 +21,7 @@ from inferd.errors import ConfigurationError, ModelError
 from inferd.model import Model, WorkerContext
 from inferd.settings import MODEL_SETTINGS_FILE, ModelSettings
 from inferd.settings.runtime_names import MLSERVER_RUNTIMES
+from inferd.user_code import import_file, unique_module_name
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +82,9 @@ def _module_file(folder: Path, module_name: str) -> Path | None:
 
 
 def _exec_module_file(path: Path, module_name: str, folder: Path) -> ModuleType:
-    digest = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:12]
-    unique_name = f"_inferd_model_{digest}_{module_name.replace('.', '_')}"
-    spec = importlib.util.spec_from_file_location(unique_name, path)
-    if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    # Registered so that pickle, dataclasses and typing can find the module.
-    sys.modules[unique_name] = module
+    unique_name = unique_module_name("_inferd_model", folder, "_" + module_name.replace(".", "_"))
     _forget_modules_named_like_files_in(folder)
-    with _on_sys_path(folder):  # the runtime may import modules beside it
-        spec.loader.exec_module(module)
-    return module
+    return import_file(path, unique_name, folder)  # the runtime may import modules beside it
 
 
 def _forget_modules_named_like_files_in(folder: Path) -> None:
@@ -116,17 +105,6 @@ def _forget_modules_named_like_files_in(folder: Path) -> None:
 def _in_a_model_folder(path: Path) -> bool:
     """Whether a module file came from a model folder (never the stdlib or site-packages)."""
     return any((parent / MODEL_SETTINGS_FILE).is_file() for parent in path.parents[:2])
-
-
-@contextlib.contextmanager
-def _on_sys_path(folder: Path) -> Iterator[None]:
-    entry = str(folder)
-    sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(entry)
 
 
 async def load_runtime(settings: ModelSettings, context: WorkerContext) -> Model:

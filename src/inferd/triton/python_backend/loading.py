@@ -8,12 +8,8 @@ may import modules beside it, as in Triton).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.util
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,6 +17,7 @@ from typing import Any
 from inferd.errors import ConfigurationError
 from inferd.settings import ModelSettings
 from inferd.triton.python_backend import pb_utils
+from inferd.user_code import import_file, unique_module_name
 
 PB_UTILS = "triton_python_backend_utils"
 MODEL_FILE = "model.py"
@@ -76,31 +73,12 @@ def _import(path: Path) -> ModuleType:
     if not path.is_file():
         raise ConfigurationError(f"{path}: no such file")
     serve_pb_utils()
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
-    name = f"_inferd_triton_model_{digest}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigurationError(f"{path}: cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # pickle and dataclasses find it by name
-    with _on_sys_path(path.parent):
-        try:
-            spec.loader.exec_module(module)
-        except ConfigurationError:
-            raise
-        except Exception as error:
-            raise ConfigurationError(
-                f"{path}: importing it failed: {type(error).__name__}: {error}"
-            ) from error
-    return module
-
-
-@contextlib.contextmanager
-def _on_sys_path(folder: Path) -> Iterator[None]:
-    entry = str(folder)
-    sys.path.insert(0, entry)
+    name = unique_module_name("_inferd_triton_model", path)
     try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(entry)
+        return import_file(path, name, path.parent)
+    except ConfigurationError:
+        raise
+    except Exception as error:
+        raise ConfigurationError(
+            f"{path}: importing it failed: {type(error).__name__}: {error}"
+        ) from error
