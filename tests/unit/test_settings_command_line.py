@@ -74,6 +74,7 @@ def test_cpu_count_is_accepted_as_a_flag(tmp_path: Path) -> None:
     ("name", "value", "expected"),
     [
         ("http_port", "eighty", "Input should be a valid integer"),
+        ("metrics_port", "70000", "Input should be less than or equal to 65535"),
         ("protocol_processes", "0", "Input should be greater than or equal to 1"),
         ("parallel_workers", "-2", "must be 0"),
         ("log_level", "loud", "Input should be 'debug', 'info', 'warning', 'error' or 'critical'"),

@@ -14,6 +14,7 @@ from inferd.settings.cpu_quota import available_cpus
 from inferd.settings.security import RestrictedApiSettings, check_unique_groups
 from inferd.version import __version__
 
+MAX_PORT = 65535
 # The default bound of every model version's queue: see the README's "Overload".
 DEFAULT_MAX_QUEUE_SIZE = 256
 
@@ -125,13 +126,13 @@ class ServerSettings(EnvFirstSettings):
     host: str = "0.0.0.0"
     """Address the REST, gRPC and metrics servers listen on."""
 
-    http_port: int = 8080
+    http_port: int = Field(default=8080, ge=1, le=MAX_PORT)
     """Port of the REST server."""
 
     root_path: str = ""
     """ASGI root path, for a server mounted below a URL prefix by a proxy."""
 
-    grpc_port: int = 8081
+    grpc_port: int = Field(default=8081, ge=1, le=MAX_PORT)
     """Port of the gRPC server."""
 
     grpc_max_message_length: int | None = None
@@ -144,7 +145,7 @@ class ServerSettings(EnvFirstSettings):
     metrics_endpoint: str | None = "/metrics"
     """Path of the Prometheus endpoint on ``metrics_port``; empty or null turns it off."""
 
-    metrics_port: int = 8082
+    metrics_port: int = Field(default=8082, ge=1, le=MAX_PORT)
     """Port of the Prometheus metrics server."""
 
     metrics_rest_server_prefix: str = "rest_server"
