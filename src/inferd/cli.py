@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -14,7 +16,11 @@ from inferd.observability.logs import configure_logging
 from inferd.server.app import InferenceServer
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.settings.loader import default_models_dir, load_server_settings
+from inferd.settings.command_line import CommandLine, CommandLineError, option_name
+from inferd.settings.loader import load_server_settings
+from inferd.settings.sources import Source, folder_source, setting_sources
+from inferd.settings.sources import as_json as sources_json
+from inferd.settings.sources import as_table as sources_table
 from inferd.supervisor.main import Supervisor, run_supervisor
 from inferd.supervisor.placement import serving_layout
 from inferd.supervisor.services import SUPERVISOR_SERVICES
@@ -32,36 +38,156 @@ def main() -> None:
     """inferd: serve machine-learning models over the Open Inference Protocol."""
 
 
-@main.command()
-@click.argument(
-    "model_repository",
-    required=False,
-    type=click.Path(file_okay=False, path_type=Path),
+PRECEDENCE = (
+    "Each setting is taken from, first found: its flag; the environment "
+    "(INFERD_<NAME>, then MLSERVER_<NAME>); settings.json; the default."
 )
-def start(model_repository: Path | None) -> None:
+
+# The settings people change most, as flags of `start` and `settings`:
+# (setting, metavar, what it is). A flag is named after its setting (option_name).
+FLAGS = (
+    ("http_port", "PORT", "Port of the REST server."),
+    ("grpc_port", "PORT", "Port of the gRPC server."),
+    ("metrics_port", "PORT", "Port of the Prometheus metrics server."),
+    ("host", "ADDRESS", "Address the REST, gRPC and metrics servers listen on."),
+    (
+        "parallel_workers",
+        "N",
+        "Worker processes that run inference; 0 runs it in the serving process; "
+        "cpu_count: the CPUs this process may use.",
+    ),
+    (
+        "protocol_processes",
+        "N",
+        "Processes that take requests on the same ports; cpu_count: the CPUs this process may use.",
+    ),
+    ("log_level", "LEVEL", "debug, info, warning, error or critical, for every process."),
+)
+
+
+def _flag_help(name: str, text: str) -> str:
+    field = ServerSettings.model_fields[name]
+    if field.default_factory is not None:
+        default = "the CPUs this process may use"
+    elif name == "log_level":
+        default = "info, or debug with debug: true"
+    else:
+        default = str(field.default)
+    return f"{text} [setting {name}, INFERD_{name.upper()}; default: {default}]"
+
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def settings_options(command: Command) -> Command:
+    """MODEL_REPOSITORY and the flags that give settings, shared by start and settings."""
+    # click lists options in the reverse order of their application.
+    for name, metavar, text in reversed(FLAGS):
+        flag = click.option(option_name(name), name, metavar=metavar, help=_flag_help(name, text))
+        command = flag(command)
+    command = click.option(
+        "--settings",
+        "settings_file",
+        metavar="FILE",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Read the server settings from FILE instead of MODEL_REPOSITORY/settings.json "
+        "(its relative paths start from its folder).",
+    )(command)
+    command = click.option(
+        "--model-repository",
+        "repository_flag",
+        metavar="FOLDER",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="The folder served: the same as MODEL_REPOSITORY.",
+    )(command)
+    folder = click.argument(
+        "model_repository", required=False, type=click.Path(file_okay=False, path_type=Path)
+    )
+    return folder(command)
+
+
+@main.command(epilog=PRECEDENCE)
+@settings_options
+def start(
+    model_repository: Path | None,
+    repository_flag: Path | None,
+    settings_file: Path | None,
+    **flags: str | None,
+) -> None:
     """Serve every model under MODEL_REPOSITORY (default: $INFERD_MODELS_DIR or
     $MLSERVER_MODELS_DIR when set, as in inferd's image, else the current folder).
 
     Each folder below it holding a model-settings.json is a model; the server
-    settings are read from MODEL_REPOSITORY/settings.json. Every setting can be
-    overridden by an environment variable: INFERD_<NAME> or MLSERVER_<NAME> for
-    server settings, INFERD_MODEL_<NAME> or MLSERVER_MODEL_<NAME> for models.
+    settings are read from MODEL_REPOSITORY/settings.json (or --settings FILE).
+    Every setting can be overridden by an environment variable: INFERD_<NAME> or
+    MLSERVER_<NAME> for server settings, INFERD_MODEL_<NAME> or MLSERVER_MODEL_<NAME>
+    for models; the flags below win over both. See `inferd settings` for the values
+    and where each came from.
     """
-    repository = model_repository or default_models_dir()
+    repository, _, command_line = _given(model_repository, repository_flag, settings_file, flags)
     try:
-        settings = load_server_settings(repository)
+        settings = _load(repository, command_line)
         configure_logging(settings)
         startup_models = _check_repository(settings)
         count, host = serving_layout(settings, startup_models)
         if count == 1:
             _run(InferenceServer(settings))
         else:
+            command_line.export()  # the processes the supervisor starts read it
             supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
             status = run_supervisor(supervisor)
             if status:  # a protocol process did not drain by its deadline
                 sys.exit(status)
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
+
+
+@main.command("settings", epilog=PRECEDENCE)
+@settings_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, for programs.")
+def show_settings(
+    model_repository: Path | None,
+    repository_flag: Path | None,
+    settings_file: Path | None,
+    as_json: bool,
+    **flags: str | None,
+) -> None:
+    """Print the server settings `inferd start` would run with (the same arguments
+    and flags), and where each value came from: a flag, an environment variable, the
+    settings file or the default."""
+    given = _given(model_repository, repository_flag, settings_file, flags)
+    repository, folder_given, command_line = given
+    try:
+        settings = _load(repository, command_line)
+        sources = setting_sources(repository, folder_given, command_line)
+    except ConfigurationError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(sources_json(settings, sources) if as_json else sources_table(settings, sources))
+
+
+def _given(
+    argument: Path | None,
+    flag: Path | None,
+    settings_file: Path | None,
+    flags: dict[str, str | None],
+) -> tuple[Path, Source, CommandLine]:
+    """The folder served, how it was named, and the command line's settings."""
+    if argument is not None and flag is not None and argument.resolve() != flag.resolve():
+        raise click.UsageError(
+            f"MODEL_REPOSITORY ({argument}) and --model-repository ({flag}) name "
+            "different folders: give one of them"
+        )
+    folder, folder_given = folder_source(argument, flag)
+    values = {name: value for name, value in flags.items() if value is not None}
+    return folder, folder_given, CommandLine(settings_file and settings_file.resolve(), values)
+
+
+def _load(repository: Path, command_line: CommandLine) -> ServerSettings:
+    """The settings; a flag's refused value is a usage error (exit status 2)."""
+    try:
+        return load_server_settings(repository, command_line=command_line)
+    except CommandLineError as error:
+        raise click.UsageError(str(error)) from None
 
 
 def _check_repository(settings: ServerSettings) -> list[ModelSettings]:

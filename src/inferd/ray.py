@@ -156,7 +156,9 @@ class InferdReplica:
     async def __init__(  # type: ignore[misc]
         self, model_repository: str, parallel_workers: int | None = None
     ) -> None:
-        overrides = {} if parallel_workers is None else {"parallel_workers": parallel_workers}
+        overrides: dict[str, Any] = {}
+        if parallel_workers is not None:
+            overrides["parallel_workers"] = parallel_workers
         settings = load_server_settings(Path(model_repository), **overrides)
         self.server = InferenceServer(settings)
         await self.server.pool.start()

@@ -229,12 +229,15 @@ def start_server(
     env: Mapping[str, str] | None = None,
     wait: str | None = READY_PATH,
     log_dir: Path | None = None,
+    args: Sequence[str] = (),
 ) -> ServerProcess:
     """Write ``settings.json`` with free ports into ``repository`` and start inferd.
 
     A setting given as :data:`LEFT_OUT` is not written (its default applies: e.g.
     ``parallel_workers``, which the tests otherwise set to 0); None is written as
     null. ``wait`` is the path polled for a 200 before returning (None: don't wait).
+    ``args`` follow ``inferd start REPOSITORY``: flags, which win over the file (a
+    port flag's port is the one polled).
     """
     http_port, grpc_port, metrics_port = free_ports(3)
     ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": metrics_port}
@@ -248,14 +251,13 @@ def start_server(
     full_settings = {key: value for key, value in full_settings.items() if value is not LEFT_OUT}
     write_settings(repository, full_settings)
     server = spawn(
-        [sys.executable, "-m", "inferd", "start", str(repository)],
+        [sys.executable, "-m", "inferd", "start", str(repository), *args],
         repository=repository,
         log_path=(log_dir or repository) / f"inferd-{http_port}.log",
-        ports=(
-            int(full_settings["http_port"]),
-            int(full_settings["grpc_port"]),
-            int(full_settings["metrics_port"]),
-        ),
+        ports=[
+            int(_flag_value(args, name) or full_settings[name])
+            for name in ("http_port", "grpc_port", "metrics_port")
+        ],
         env=server_environment(env),
     )
     if wait:
@@ -265,3 +267,14 @@ def start_server(
             server.stop()
             raise
     return server
+
+
+def _flag_value(args: Sequence[str], setting: str) -> str | None:
+    """The value ``args`` give a setting's flag (``--http-port 80``, ``--http-port=80``)."""
+    flag = "--" + setting.replace("_", "-")
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None

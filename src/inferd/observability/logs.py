@@ -56,12 +56,12 @@ class _SkipScrapes(logging.Filter):
 
 
 def configure_logging(settings: ServerSettings) -> None:
-    """Log to stderr at INFO (DEBUG with ``debug``), then apply ``logging_settings``.
+    """Log to stderr at the settings' level (``log_level``, else DEBUG with ``debug``,
+    else INFO), then apply ``logging_settings``.
 
     Raises ConfigurationError when ``logging_settings`` cannot be used.
     """
-    level = logging.DEBUG if settings.debug else logging.INFO
-    logging.basicConfig(level=level, format=FORMAT, force=True)
+    logging.basicConfig(level=settings.logging_level, format=FORMAT, force=True)
     if settings.use_structured_logging:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JSONFormatter())

@@ -2,7 +2,8 @@
 
 The names and defaults follow MLServer's ``settings.json`` and
 ``model-settings.json`` so an MLServer deployment is served unchanged. Each value
-comes from, in order of precedence: the environment (``INFERD_<NAME>``, then
+comes from, in order of precedence: for server settings, ``inferd start``'s flags
+(:mod:`inferd.settings.command_line`); the environment (``INFERD_<NAME>``, then
 MLServer's ``MLSERVER_<NAME>``; ``INFERD_MODEL_<NAME>`` / ``MLSERVER_MODEL_<NAME>``
 for model settings), then the settings file, then the default. Reading the
 files and turning validation errors into messages is in :mod:`inferd.settings.loader`;

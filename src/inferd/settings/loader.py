@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from inferd.settings import (
     ModelSettings,
     ServerSettings,
 )
+from inferd.settings.base import given_on_the_command_line
+from inferd.settings.command_line import CommandLine, CommandLineError, option_name
 from inferd.settings.runtime_detect import choose_runtime, is_kserve_guess
 from inferd.settings.security import RestrictedApiSettings
 
@@ -57,20 +60,37 @@ def _known_names(*classes: type[BaseModel]) -> dict[str, str]:
     return known
 
 
-def _describe(error: ValidationError, model: bool, loc_prefix: str = "") -> str:
-    """One line per problem: the key, where its value came from, what was expected."""
+def _describe(
+    error: ValidationError,
+    model: bool,
+    loc_prefix: str = "",
+    flags: Mapping[str, str] | None = None,
+) -> str:
+    """One line per problem: the key, where its value came from, what was expected.
+    ``flags``: the settings given on the command line."""
     known = (
         _known_names(ModelSettings, ModelParameters, MetadataTensorSettings)
         if model
         else _known_names(ServerSettings, CORSSettings, RestrictedApiSettings)
     )
-    return "\n".join(_describe_one(item, model, loc_prefix, known) for item in error.errors())
+    return "\n".join(
+        _describe_one(item, model, loc_prefix, known, flags or {}) for item in error.errors()
+    )
 
 
-def _describe_one(item: ErrorDetails, model: bool, loc_prefix: str, known: dict[str, str]) -> str:
+def _describe_one(
+    item: ErrorDetails,
+    model: bool,
+    loc_prefix: str,
+    known: dict[str, str],
+    flags: Mapping[str, str],
+) -> str:
     key = loc_prefix + ".".join(str(part) for part in item["loc"])
-    variable = env_variable(str(item["loc"][0]), model) if item["loc"] else None
+    name = str(item["loc"][0]) if item["loc"] else ""
+    variable = env_variable(name, model) if name else None
     source = f" from environment variable {variable}" if variable else ""
+    if name in flags:
+        source = f" from option {option_name(name)}"
     message = item["msg"].removeprefix("Value error, ")
     if item["type"] == "extra_forbidden":
         close = difflib.get_close_matches(str(item["loc"][-1]), known, n=1, cutoff=0.75)
@@ -114,48 +134,73 @@ def default_models_dir() -> Path:
     return Path(os.environ[variable]) if variable else Path(".")
 
 
-def load_server_settings(folder: Path | None = None, **overrides: Any) -> ServerSettings:
-    """Server settings from ``folder/settings.json`` (if present) and the environment.
-
-    ``overrides`` (e.g. from the command line) win over the file but not the env.
-    ``model_repository_root`` defaults to ``folder``; a relative one is relative to
-    ``folder`` when the file sets it and to the working directory when the
-    environment does.
-    """
+def server_settings_file(folder: Path | None, command_line: CommandLine) -> Path | None:
+    """The settings file read: ``--settings``, else ``folder/settings.json`` if present."""
+    if command_line.settings_file is not None:
+        return command_line.settings_file
     path = folder / SERVER_SETTINGS_FILE if folder else None
-    data = read_json_file(path) if path and path.is_file() else {}
+    return path if path and path.is_file() else None
+
+
+def load_server_settings(
+    folder: Path | None = None, *, command_line: CommandLine | None = None, **overrides: Any
+) -> ServerSettings:
+    """Server settings from the settings file (``folder/settings.json``, if present),
+    the environment and ``command_line``'s flags, which win over the environment.
+
+    ``overrides`` (e.g. from Ray Serve's arguments) win over the file but not the env.
+    ``model_repository_root`` defaults to ``folder``; a relative one is relative to
+    the file's folder when the file sets it and to the working directory when the
+    environment does. Raises CommandLineError when a flag's value is refused.
+    """
+    command_line = command_line or CommandLine()
+    path = server_settings_file(folder, command_line)
+    data = read_json_file(path) if path else {}
     data.update(overrides)
-    where = str(path) if path and path.is_file() else "server settings"
     try:
-        settings = ServerSettings(**data)
+        with given_on_the_command_line(command_line.values):
+            settings = ServerSettings(**data)
     except (ValidationError, SettingsError) as error:
-        problems = (
-            _describe(error, False)
-            if isinstance(error, ValidationError)
-            else _describe_env_json(error, False)
-        )
-        raise ConfigurationError(f"{where}: invalid settings:\n{problems}") from None
-    _resolve_repository_root(settings, folder)
-    _resolve_security_files(settings, folder)
+        raise _refused(error, str(path) if path else "server settings", command_line) from None
+    base = path.parent if path else folder
+    _resolve_repository_root(settings, folder, base)
+    _resolve_security_files(settings, base)
     for name in settings.ignored_settings():
         logger.warning("Setting %r is accepted for MLServer compatibility but has no effect", name)
     return settings
 
 
-def _resolve_repository_root(settings: ServerSettings, folder: Path | None) -> None:
+def _refused(
+    error: ValidationError | SettingsError, where: str, command_line: CommandLine
+) -> ConfigurationError:
+    if isinstance(error, SettingsError):
+        return ConfigurationError(f"{where}: invalid settings:\n{_describe_env_json(error, False)}")
+    problems = _describe(error, False, flags=command_line.values)
+    flagged = {str(item["loc"][0]) for item in error.errors() if item["loc"]}
+    flagged &= set(command_line.values)
+    if not flagged:
+        return ConfigurationError(f"{where}: invalid settings:\n{problems}")
+    if len(flagged) == len(error.errors()):  # the file and the environment are not at fault
+        where = "command line"
+    return CommandLineError(f"{where}: invalid settings:\n{problems}")
+
+
+def _resolve_repository_root(
+    settings: ServerSettings, folder: Path | None, base: Path | None
+) -> None:
+    """``base``: the settings file's folder, which its relative paths start from."""
     if "model_repository_root" not in settings.model_fields_set:
         settings.model_repository_root = str(folder or ".")
         return
-    root = Path(settings.model_repository_root)
-    if not root.is_absolute():
-        from_env = env_variable("model_repository_root") is not None
-        base = Path.cwd() if from_env or folder is None else folder
-        settings.model_repository_root = str(base / root)
+    settings.model_repository_root = _absolute(
+        settings.model_repository_root, "model_repository_root", base
+    )
 
 
 def _resolve_security_files(settings: ServerSettings, folder: Path | None) -> None:
-    """Relative TLS and key files, as ``model_repository_root``: against ``folder`` when
-    the file names them, the working directory when the environment does."""
+    """Relative TLS and key files, as ``model_repository_root``: against the settings
+    file's ``folder`` when the file names them, the working directory when the
+    environment does."""
     for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
         value = getattr(settings, name)
         if value is not None:

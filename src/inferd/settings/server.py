@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -13,6 +14,7 @@ from inferd.settings.cpu_quota import available_cpus
 from inferd.settings.security import RestrictedApiSettings, check_unique_groups
 from inferd.version import __version__
 
+MAX_PORT = 65535
 # The default bound of every model version's queue: see the README's "Overload".
 DEFAULT_MAX_QUEUE_SIZE = 256
 
@@ -42,9 +44,15 @@ class ServerSettings(EnvFirstSettings):
     """Server-wide settings (``settings.json``)."""
 
     model_config = SettingsConfigDict(extra="forbid", validate_default=True)
+    # `inferd start --http-port` and its siblings win over the environment.
+    takes_flags: ClassVar[bool] = True
 
     debug: bool = False
     """Log at debug level (one line per request)."""
+
+    log_level: Literal["debug", "info", "warning", "error", "critical"] | None = None
+    """Level of the logs of every process of the server (its workers' included); unset:
+    ``debug`` when ``debug`` is true, else ``info``. Any case is accepted."""
 
     parallel_workers: int = 1
     """Worker processes that run inference; 0 runs it in the main process.
@@ -118,13 +126,13 @@ class ServerSettings(EnvFirstSettings):
     host: str = "0.0.0.0"
     """Address the REST, gRPC and metrics servers listen on."""
 
-    http_port: int = 8080
+    http_port: int = Field(default=8080, ge=1, le=MAX_PORT)
     """Port of the REST server."""
 
     root_path: str = ""
     """ASGI root path, for a server mounted below a URL prefix by a proxy."""
 
-    grpc_port: int = 8081
+    grpc_port: int = Field(default=8081, ge=1, le=MAX_PORT)
     """Port of the gRPC server."""
 
     grpc_max_message_length: int | None = None
@@ -137,7 +145,7 @@ class ServerSettings(EnvFirstSettings):
     metrics_endpoint: str | None = "/metrics"
     """Path of the Prometheus endpoint on ``metrics_port``; empty or null turns it off."""
 
-    metrics_port: int = 8082
+    metrics_port: int = Field(default=8082, ge=1, le=MAX_PORT)
     """Port of the Prometheus metrics server."""
 
     metrics_rest_server_prefix: str = "rest_server"
@@ -150,7 +158,8 @@ class ServerSettings(EnvFirstSettings):
     """Write logs as JSON lines."""
 
     access_log: bool | None = None
-    """Log one line per HTTP request (uvicorn's access log); unset: on with ``debug``."""
+    """Log one line per HTTP request (uvicorn's access log); unset: on when logging at
+    debug level (``debug`` or ``log_level: "debug"``)."""
 
     logging_settings: str | dict[str, Any] | None = None
     """A ``logging.config`` dict, or the path of a JSON/YAML file holding one."""
@@ -263,6 +272,11 @@ class ServerSettings(EnvFirstSettings):
             return available_cpus()
         return value
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
     @field_validator("parallel_workers")
     @classmethod
     def _non_negative(cls, value: int) -> int:
@@ -330,8 +344,17 @@ class ServerSettings(EnvFirstSettings):
         )
 
     @property
+    def logging_level(self) -> int:
+        """The ``logging`` level of ``log_level``, else of ``debug``."""
+        if self.log_level is None:
+            return logging.DEBUG if self.debug else logging.INFO
+        return int(logging.getLevelNamesMapping()[self.log_level.upper()])
+
+    @property
     def access_log_enabled(self) -> bool:
-        return self.debug if self.access_log is None else self.access_log
+        if self.access_log is None:
+            return self.logging_level <= logging.DEBUG
+        return self.access_log
 
     def ignored_settings(self) -> list[str]:
         """MLServer settings that are set but that inferd does not act on."""

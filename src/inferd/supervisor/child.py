@@ -32,6 +32,7 @@ from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.serving.placement import Placement
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor.children import CONFIGURATION_EXIT_STATUS
 from inferd.supervisor.forwarding import (
@@ -139,7 +140,7 @@ def serve_role(repository: Path) -> None:
     if role is None:
         sys.exit("inferd.supervisor.child is started by `inferd start`, which sets its role")
     try:
-        settings = load_server_settings(repository)
+        settings = load_server_settings(repository, command_line=CommandLine.from_environment())
         configure_logging(settings)
         if role.is_host:
             tag_process("model host", role.index)

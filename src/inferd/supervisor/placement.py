@@ -8,7 +8,7 @@ break what its settings promise. One rule, the first row that matches wins (the
 same table is in docs/design.md "Protocol processes" and the README's "Using every
 core"); setting -> where the model runs: why.
 
-1. ``parallel_workers`` >= 1 set in settings.json or ``INFERD_PARALLEL_WORKERS``
+1. ``parallel_workers`` >= 1 set (settings.json, ``INFERD_PARALLEL_WORKERS``, a flag)
    -> the model host, in its workers: the user asked for worker processes, so a
    crash in predict is a worker's death (retried or 503), not the loss of every
    connection of a protocol process, and model code never holds a protocol

@@ -45,6 +45,7 @@ from inferd.model import Model
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     control = socket.socket(fileno=int(fd))
     os.set_inheritable(control.fileno(), False)
-    settings = load_server_settings(Path(repository))
+    settings = load_server_settings(Path(repository), command_line=CommandLine.from_environment())
     configure_logging(settings)
     tag_process("protocol fork parent", 0)
     left_out = json.loads(os.environ.get(LEFT_OUT_ENV, "[]"))
