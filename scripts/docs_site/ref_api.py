@@ -62,12 +62,16 @@ def _operation(
         lines.append("")
     body = operation.get("requestBody", {}).get("content", {})
     if body:
-        kinds = ", ".join(f"`{kind}` ({_schema_name(v.get('schema', {}))})" for kind, v in body.items())
+        kinds = ", ".join(
+            f"`{kind}` ({_schema_name(v.get('schema', {}))})" for kind, v in body.items()
+        )
         lines += [f"Request body: {kinds}.", ""]
     answers = operation.get("responses", {})
     if answers:
         lines += ["| status | answer |", "|---|---|"]
-        lines += [f"| {status} | {_cell(a.get('description', ''))} |" for status, a in answers.items()]
+        lines += [
+            f"| {status} | {_cell(a.get('description', ''))} |" for status, a in answers.items()
+        ]
         lines.append("")
     return lines
 

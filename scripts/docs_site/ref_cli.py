@@ -48,25 +48,36 @@ def _type(parameter: click.Parameter, context: click.Context) -> str:
     return _cell(parameter.type.get_metavar(parameter, context) or parameter.type.name)
 
 
-def command_section(path: list[str], command: click.Command, parent: click.Context | None) -> list[str]:
+def command_section(
+    path: list[str], command: click.Command, parent: click.Context | None
+) -> list[str]:
     context = click.Context(command, info_name=path[-1], parent=parent)
     lines = [f"## `{' '.join(path)}`", ""]
-    lines += ["```text", " ".join(command.collect_usage_pieces(context)).join(
-        [f"Usage: {' '.join(path)} ", ""]
-    ), "```", ""]
+    lines += [
+        "```text",
+        " ".join(command.collect_usage_pieces(context)).join([f"Usage: {' '.join(path)} ", ""]),
+        "```",
+        "",
+    ]
     if command.help:
         lines += [inspect.cleandoc(command.help).replace("\b\n", ""), ""]
     arguments = [p for p in command.params if isinstance(p, click.Argument)]
     options = [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
     if arguments:
         lines += ["| argument | required |", "|---|---|"]
-        lines += [f"| `{p.human_readable_name}` | {'yes' if p.required else 'no'} |" for p in arguments]
+        lines += [
+            f"| `{p.human_readable_name}` | {'yes' if p.required else 'no'} |" for p in arguments
+        ]
         lines.append("")
     if options:
         lines += ["| option | type | default | what it does |", "|---|---|---|---|"]
         for option in options:
-            cells = (_declarations(option), _type(option, context), _default(option),
-                     _cell(option.help or ""))
+            cells = (
+                _declarations(option),
+                _type(option, context),
+                _default(option),
+                _cell(option.help or ""),
+            )
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if isinstance(command, click.Group):

@@ -61,7 +61,12 @@ class _NoLoads:
 
 def _rows(families: Iterable[Metric]) -> list[Row]:
     return [
-        Row(family.name, family.type, tuple(getattr(family, "_labelnames", ())), family.documentation)
+        Row(
+            family.name,
+            family.type,
+            tuple(getattr(family, "_labelnames", ())),
+            family.documentation,
+        )
         for family in families
     ]
 
@@ -96,7 +101,11 @@ def sections() -> list[tuple[str, str, list[Row]]]:
         ("Models loaded on request", "with `load_on_request`", on_demand),
         ("GPUs", "where NVML can read a GPU (`pip install 'inferd[gpu]'`)", gpu),
         ("The supervisor's", "with more than one protocol process", supervisor),
-        ("The Python process", "always (prometheus_client's collectors)", _rows(standard.collect())),
+        (
+            "The Python process",
+            "always (prometheus_client's collectors)",
+            _rows(standard.collect()),
+        ),
     ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import re
 import textwrap
 from typing import Any
@@ -64,12 +65,12 @@ def attribute_docs(model: type[BaseModel]) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(model)))
     body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}
-    for field, following in zip(body, body[1:], strict=False):
+    for field, following in itertools.pairwise(body):
         if not (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)):
             continue
-        if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
-            if isinstance(following.value.value, str):
-                docs[field.target.id] = inspect.cleandoc(following.value.value)
+        value = following.value if isinstance(following, ast.Expr) else None
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            docs[field.target.id] = inspect.cleandoc(value.value)
     return docs
 
 
