@@ -55,8 +55,7 @@ the default. Server settings read `INFERD_<NAME>`, then MLServer's `MLSERVER_<NA
 model settings `INFERD_MODEL_<NAME>`, then `MLSERVER_MODEL_<NAME>` (they then apply to
 every model). A list or an object is written in its variable as JSON. The names and
 defaults follow MLServer's files, so an MLServer deployment's files are read
-unchanged; the **Triton** column names Triton's spelling where the setting's own
-documentation gives it.
+unchanged. Triton's spelling is given where the setting's own documentation names it.
 """
 
 
@@ -75,23 +74,22 @@ def attribute_docs(model: type[BaseModel]) -> dict[str, str]:
 
 
 def markdown_text(docstring: str) -> str:
-    """A docstring's reStructuredText literals as Markdown, on one line for a table cell."""
-    text = docstring.replace("``", "`").replace("|", "\\|")
-    return " ".join(text.split())
+    """A docstring's reStructuredText literals as Markdown, on one line."""
+    return " ".join(docstring.replace("``", "`").split())
 
 
 def type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation)
     text = re.sub(r"\b(typing|inferd(\.\w+)*)\.", "", text)
-    return text.replace("NoneType", "None").replace("|", "\\|")
+    return text.replace("NoneType", "None")
 
 
 def default_text(field: Any) -> str:
     if field.default_factory is not None:
         factory = field.default_factory
         first = (inspect.getdoc(factory) or "").split(".")[0].strip()
-        return f"computed: {first}" if first else f"computed by `{factory.__name__}()`"
+        return first[:1].lower() + first[1:] if first else f"computed by `{factory.__name__}()`"
     if field.default is PydanticUndefined:
         return "required"
     return f"`{field.default!r}`"
@@ -114,21 +112,17 @@ def section(model: type[BaseModel], where: str) -> list[str]:
     summary = inspect.getdoc(model)
     if summary:
         lines += [markdown_text(summary), ""]
-    lines += [
-        "| setting | type | default | environment | Triton | what it does |",
-        "|---|---|---|---|---|---|",
-    ]
     for name, field in model.model_fields.items():
         text = docs.get(name, "")
-        cells = (
-            f"`{name}`",
-            type_name(field.annotation),
-            default_text(field),
-            environment_names(model, name),
-            triton_name(text),
-            markdown_text(text),
-        )
-        lines.append("| " + " | ".join(cells) + " |")
+        facts = [f"`{type_name(field.annotation)}`", f"default {default_text(field)}"]
+        variables = environment_names(model, name)
+        if variables:
+            facts.append(f"environment {variables}")
+        triton = triton_name(text)
+        if triton:
+            facts.append(f"Triton: {triton}")
+        # Two spaces end the line: the facts, then the text, in one list item.
+        lines += [f"- **`{name}`** · {' · '.join(facts)}  ", f"  {markdown_text(text)}", ""]
     return [*lines, ""]
 
 

@@ -62,7 +62,7 @@ def test_every_settings_model_and_field_is_in_the_settings_reference() -> None:
     page = PAGES["reference/settings.md"]
     for model in documented:
         for name in model.model_fields:
-            assert f"| `{name}` |" in page, f"{model.__name__}.{name}"
+            assert f"- **`{name}`** · " in page, f"{model.__name__}.{name}"
     assert "`INFERD_HTTP_PORT`, `MLSERVER_HTTP_PORT`" in page
     assert "`INFERD_MODEL_MAX_BATCH_SIZE`" in page
     assert "`--repository-poll-secs`" in page  # the Triton spelling, from its docstring
