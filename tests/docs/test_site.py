@@ -63,6 +63,9 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path) -> None:
         text = (ROOT / "mkdocs.yml").read_text()
         text = text.replace("docs_dir: docs", f"docs_dir: {docs}")
         text = text.replace("- scripts/docs_site/hooks.py", f"- {ROOT}/scripts/docs_site/hooks.py")
+        # Paths relative to the checkout, made absolute for a config file elsewhere.
+        for relative in ("src/inferd", "benchmarks/README.md", "scripts/docs_site"):
+            text = text.replace(f"  - {relative}\n", f"  - {ROOT / relative}\n")
         config.write_text(text)
         built = build_site(tmp_path / "site", config)
         assert built.returncode != 0, broken
