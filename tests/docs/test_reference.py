@@ -5,6 +5,7 @@ REST operation. What is generated is read from the hooks the site build runs."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -42,12 +43,20 @@ def _hooks() -> ModuleType:
     return module
 
 
-HOOKS_MODULE = _hooks()
-PAGES = HOOKS_MODULE.generated_pages()
+def reference_module(name: str) -> ModuleType:
+    """One of scripts/docs_site's generators (importable once the hooks module ran)."""
+    generated()
+    return importlib.import_module(name)
+
+
+@functools.cache
+def generated() -> dict[str, str]:
+    """Site path -> text of each page the build generates (read once per session)."""
+    return dict(_hooks().generated_pages())
 
 
 def test_every_settings_model_and_field_is_in_the_settings_reference() -> None:
-    import ref_settings
+    ref_settings = reference_module("ref_settings")
 
     documented = {model for model, _ in ref_settings.SECTIONS}
     package = Path(inferd.settings.__file__).parent
@@ -59,7 +68,7 @@ def test_every_settings_model_and_field_is_in_the_settings_reference() -> None:
             own = cls.__module__ == module.__name__ and issubclass(cls, BaseModel)
             if own and cls is not base.EnvFirstSettings and cls.model_fields:
                 assert cls in documented, f"{cls.__name__} is in no section of ref_settings"
-    page = PAGES["reference/settings.md"]
+    page = generated()["reference/settings.md"]
     for model in documented:
         for name in model.model_fields:
             assert f"- **`{name}`** · " in page, f"{model.__name__}.{name}"
@@ -115,7 +124,7 @@ def metric_names_in_source() -> set[str]:
 
 
 def test_every_metric_named_in_the_source_is_in_the_metrics_reference() -> None:
-    import ref_metrics
+    ref_metrics = reference_module("ref_metrics")
 
     in_source = metric_names_in_source()
     assert {
@@ -126,7 +135,7 @@ def test_every_metric_named_in_the_source_is_in_the_metrics_reference() -> None:
     } <= in_source
     listed = ref_metrics.names()
     assert not in_source - listed, f"not in the metrics reference: {in_source - listed}"
-    page = PAGES["reference/metrics.md"]
+    page = generated()["reference/metrics.md"]
     assert (
         "| `model_infer_request_success` | counter (`_total`) | `model_name`, `model_version` |"
         in page
@@ -146,7 +155,7 @@ def _commands(
 
 
 def test_every_command_and_option_is_in_the_cli_reference() -> None:
-    page = PAGES["reference/cli.md"]
+    page = generated()["reference/cli.md"]
     commands = _commands(main, ("inferd",))
     assert {"start", "infer", "bench", "tune"} <= {path[-1] for path, _ in commands}
     for path, command in commands:
@@ -162,10 +171,10 @@ def test_every_command_and_option_is_in_the_cli_reference() -> None:
 
 
 def test_every_rest_operation_is_in_the_api_reference() -> None:
-    import ref_api
+    ref_api = reference_module("ref_api")
 
     document = ref_api.document()
-    page = PAGES["reference/rest-api.md"]
+    page = generated()["reference/rest-api.md"]
     count = 0
     for path, item in document["paths"].items():
         for method in ref_api.METHODS:
@@ -174,4 +183,4 @@ def test_every_rest_operation_is_in_the_api_reference() -> None:
                 count += 1
     assert count >= 30
     assert "### `POST /v2/models/{name}/infer`" in page
-    assert '"openapi": "3.1.0"' in PAGES["reference/openapi.json"]
+    assert '"openapi": "3.1.0"' in generated()["reference/openapi.json"]
