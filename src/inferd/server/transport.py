@@ -3,7 +3,7 @@
 app.py builds the REST and metrics servers (uvicorn) with :func:`rest_options` and
 :func:`metrics_options`; server/grpc/servicer.py builds the gRPC server with :func:`grpc_options`
 and :func:`grpc_port_credentials`. The defaults of the limits are the settings'
-(settings/server.py); README.md's Security section lists them.
+(settings/server.py); docs/security.md lists them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from inferd.settings.security import RestrictedApiSettings, check_unique_groups
 from inferd.version import __version__
 
 MAX_PORT = 65535
-# The default bound of every model version's queue: see the README's "Overload".
+# The default bound of every model version's queue: see docs/batching.md "Overload".
 DEFAULT_MAX_QUEUE_SIZE = 256
 
 
@@ -63,7 +63,7 @@ class ServerSettings(EnvFirstSettings):
     """Processes that take requests: each accepts REST and gRPC connections on the
     same ports (``SO_REUSEPORT``), decodes, runs the models that can run in it, and
     encodes. Default (and ``"cpu_count"``): the CPUs this process may use, as for
-    ``parallel_workers``. 1 serves everything from one process. See the README's
+    ``parallel_workers``. 1 serves everything from one process. See docs/every-core.md
     "Using every core"."""
 
     parallel_workers_timeout: int = 5
@@ -76,7 +76,7 @@ class ServerSettings(EnvFirstSettings):
     Models with a ``cuda:*`` device still load in each worker. Off by default: each
     forked model gets a parent and ``workers`` processes of its own, so a server of
     many small models runs (and pays an interpreter for) models x workers processes
-    where it would run ``parallel_workers``. See the README's "Workers that share
+    where it would run ``parallel_workers``. See docs/every-core.md "Workers that share
     one copy of a model"."""
 
     fork_protocol_processes: bool = True
@@ -101,7 +101,7 @@ class ServerSettings(EnvFirstSettings):
 
     load_on_request: bool = False
     """Load no model at the start: a request for a model of the repository that is not
-    loaded loads it, and is answered once it is ready (see the README's "Models loaded
+    loaded loads it, and is answered once it is ready (see docs/serving-models.md "Models loaded
     on request"). ``load_models_at_startup`` then has no effect."""
 
     max_loaded_models: int = Field(default=0, ge=0)
@@ -178,7 +178,7 @@ class ServerSettings(EnvFirstSettings):
     workers serve grows neither memory nor the wait of admitted requests without bound."""
 
     # Security: who may use which API, TLS, and the limits on what a client may send.
-    # README.md's "Security" section says what is open by default and how to close it.
+    # docs/security.md says what is open by default and how to close it.
 
     restricted_apis: list[RestrictedApiSettings] = []
     """API groups that answer only requests carrying a header with an accepted value,
@@ -216,7 +216,7 @@ class ServerSettings(EnvFirstSettings):
     """Most calls in flight on one gRPC connection (HTTP/2's max concurrent streams);
     a client's further calls wait for one to end."""
 
-    # System shared memory (Triton's extension): README.md's "System shared memory".
+    # System shared memory (Triton's extension): docs/shared-memory.md.
 
     shared_memory_enabled: bool = False
     """Serve Triton's system shared memory extension: clients on this host register
@@ -254,12 +254,12 @@ class ServerSettings(EnvFirstSettings):
     """An OpenTelemetry collector's OTLP/gRPC endpoint (``host:port``, plain; or
     ``https://host:port``): each REST and gRPC request is traced there. Unset, the
     standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable turns tracing on too. Needs
-    ``pip install 'inferd[tracing]'``; see the README's Tracing section."""
+    ``pip install 'inferd[tracing]'``; see docs/observability.md, "Tracing"."""
 
     cache_enabled: bool = False
     """Turn the response cache on: an identical request to a model whose own
     model-settings.json sets ``cache_enabled`` too is answered from memory, without
-    running the model (see the README's "Response cache")."""
+    running the model (see docs/batching.md "Response cache")."""
 
     cache_size: int = Field(default=100, gt=0)
     """Most responses the cache keeps, for all models together; past it the least

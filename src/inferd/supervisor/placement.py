@@ -5,7 +5,7 @@ Each protocol process is a whole server that runs its own copy of a model in
 process (``parallel_workers: 0``): no hop, so a light model's throughput grows with
 the processes. A model runs once, in the model host, when a copy per process would
 break what its settings promise. One rule, the first row that matches wins (the
-same table is in docs/design.md "Protocol processes" and the README's "Using every
+same table is in docs/design.md "Protocol processes" and docs/every-core.md "Using every
 core"); setting -> where the model runs: why.
 
 1. ``parallel_workers`` >= 1 set (settings.json, ``INFERD_PARALLEL_WORKERS``, a flag)
