@@ -31,7 +31,7 @@ import uvicorn
 from inferd.protocol import pb, pb_grpc
 from inferd.server.protocol_role import ProtocolProcess, private_rest_app
 from inferd.server.role_servers import ProtocolProcessServer
-from inferd.serving.operations import RegisterSystemMemory
+from inferd.serving.operations import Load, RegisterSystemMemory, Unload
 from inferd.serving.placement import Placement
 from inferd.supervisor.coordinator import Coordinator, build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
@@ -279,9 +279,12 @@ async def test_grpc_loads_and_unloads_go_through_the_coordinator_too(
         await stub.RepositoryModelLoad(load)
         for process in (first, second):
             assert process.server.registry.find("late").settings.max_batch_size == 4
+        # It travelled as the load itself, not as a REST call.
+        assert cluster.coordinator.journal.operations() == [Load("late", '{"max_batch_size": 4}')]
         await stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="late"))
         for process in (first, second):
             assert (await infer(process, "late")).status_code == 404
+        assert cluster.coordinator.journal.operations() == [Unload("late")]
 
 
 @pytest.mark.parametrize(
