@@ -135,3 +135,14 @@ async def test_other_operations_reach_every_process_and_the_host(setup: Any) -> 
     coordinator, recorder = setup
     await call_coordinator(coordinator, ChangeLogSettings({"log_info": False}))
     assert sorted(index for index, _ in recorder.reached) == [0, 1, HOST]
+
+
+async def test_a_process_that_does_not_answer_is_left_out_of_a_read_and_an_operation(
+    setup: Any, folder: Path
+) -> None:
+    coordinator, recorder = setup
+    PrivatePaths(folder).rest(0).unlink()  # process 0 is restarting: nothing listens
+    summed = await call_coordinator(coordinator, ReadStatistics("m"))
+    assert summed == [{"name": "m", "version": "1", "inference_count": 2 + 3}]
+    await call_coordinator(coordinator, Load("m"))  # it catches up when it starts
+    assert sorted(index for index, kind in recorder.reached if kind == "Load") == [1, HOST]

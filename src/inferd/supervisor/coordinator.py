@@ -214,11 +214,11 @@ class Coordinator:
         if len(everyone) > len(self.sockets):  # the host holds some models only
             answers[-1] = _held_nothing(answers[-1], encode([]))
         settled = settle(answers)
-        if not settled.ok:
+        if settled.answer is None or not settled.ok:
             self._log_settled(operation, settled, answers)
             return settled.answer
         lists = [decode_value(answer.body) for answer in answers if answer.ok]
-        return dataclasses.replace(answers[0], body=encode(merge_statistics(lists)))
+        return dataclasses.replace(settled.answer, body=encode(merge_statistics(lists)))
 
     async def catch_up(self, index: int) -> dict[str, Any]:
         """Replay the journal to process ``index``: how many operations it applied,
