@@ -9,7 +9,8 @@ it to itself), waits for every answer and answers as they did (merging.py):
 - one at a time: a lock orders the operations, so every process applies them in
   the same order (two loads of one model cannot end differently in two processes);
 - all that answered succeeded: the first one's answer; one refused it: that
-  refusal as its process gave it (status, message), logged with which process;
+  refusal as its process gave it (``Refusal``: the error's class, message and
+  status), logged with which process;
 - a process that does not answer at all (starting, restarting) is left out and
   catches up from the journal (journal.py) before it serves its public ports:
   its ``CatchUp`` (supervisor/messages.py), under the same lock, replays the
@@ -26,10 +27,10 @@ it to itself), waits for every answer and answers as they did (merging.py):
 - the repository's changes, when ``repository_poll_secs`` is set, are found by the
   supervisor's one poller (repository_changes.py) and applied here as loads and
   unloads are: in turn, host first, journaled. A reload's protocol processes each
-  load the new instances, then wait at a switch barrier (``SwitchReached``)
-  that opens once every one has loaded
-  (or its call ended, loaded or not): they all start serving the new version
-  together, within the few milliseconds the barrier's answers take to reach them.
+  load the new instances, then wait at a switch barrier (``SwitchReached``) that
+  opens once every one has loaded (or its call ended, loaded or not): they all
+  start serving the new version together, within the few milliseconds the
+  barrier's answers take to reach them.
 
 What a partial failure leaves: the processes that applied the operation keep it
 (nothing is undone: undoing a load would unload the version that served before),
