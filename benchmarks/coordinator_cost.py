@@ -28,7 +28,10 @@ import httpx
 import uvicorn
 
 from inferd.server.app import InferenceServer
-from inferd.server.protocol_role import private_rest_app
+from inferd.server.parts import ServerParts
+from inferd.server.protocol_role import ProtocolProcess, private_rest_app
+from inferd.server.role_servers import ProtocolProcessServer
+from inferd.serving.placement import Placement
 from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide
@@ -44,11 +47,19 @@ OPERATIONS: dict[str, Operation] = {
 }
 
 
-async def started_server(repository: Path) -> InferenceServer:
+async def started_server(
+    repository: Path, paths: PrivatePaths | None = None, index: int = 0
+) -> ServerParts:
+    """A lone server (``paths`` None), else protocol process ``index`` of ``paths``."""
     settings = ServerSettings(model_repository_root=str(repository), parallel_workers=0)
-    server = InferenceServer(settings)
+    if paths is None:
+        server: ServerParts = InferenceServer(settings)
+    else:
+        role = ProtocolProcess(paths.rest(index), paths.metrics(index), Placement(lambda _: True))
+        server = ProtocolProcessServer(settings, role, ForwardingServerWide(paths.coordinator))
     await server.pool.start()
-    await server.load_startup_models()
+    await server.dataplane.load_all()
+    server.mark_ready()
     return server
 
 
@@ -77,20 +88,21 @@ async def median_ms(client: httpx.AsyncClient, operation: Operation, repeat: int
 
 async def measure(repository: Path, processes: int, repeat: int) -> dict[str, float]:
     """Each operation's median ms through process 0 (``processes`` 0: a lone server)."""
-    servers = [await started_server(repository) for _ in range(max(processes, 1))]
     served = []
     with tempfile.TemporaryDirectory(prefix="inferd-coord-") as folder:
         paths = PrivatePaths(Path(folder))
+        if not processes:
+            servers = [await started_server(repository)]
+        else:
+            servers = [await started_server(repository, paths, i) for i in range(processes)]
         try:
             if processes:
                 served.append(
                     await serve(build_coordinator_app(paths, processes), paths.coordinator)
                 )
                 for index, server in enumerate(servers):
-                    server.server_wide = ForwardingServerWide(paths.coordinator)
-                    served.append(
-                        await serve(private_rest_app(server.dataplane), paths.rest(index))
-                    )
+                    app = private_rest_app(server.dataplane, server.changes)
+                    served.append(await serve(app, paths.rest(index)))
             transport = httpx.ASGITransport(app=servers[0].rest_app())
             async with httpx.AsyncClient(transport=transport, base_url="http://inferd") as client:
                 return {

@@ -98,7 +98,7 @@ def test_both_processes_take_connections_over_rest_and_grpc(two: ServerProcess) 
     assert pids_seen(lambda: rest_pid(two), 2) == processes
     assert pids_seen(lambda: grpc_pid(two), 2) == processes
     for index in (0, 1):  # each one's lines say which it is
-        assert f"[protocol process {index}] [inferd.server.app] inferd is ready" in two.log()
+        assert f"[protocol process {index}] [inferd.server.parts] inferd is ready" in two.log()
 
 
 def rest_pid_of(server: ServerProcess, model: str, **parameters: Any) -> int:
@@ -124,7 +124,7 @@ def test_a_model_that_cannot_be_copied_runs_once_in_the_model_host(
 ) -> None:
     log = hosting.log()
     assert "Model 'pinned' runs in the model host" in log and "it sets workers: 1" in log
-    assert "[model host 2] [inferd.server.app] inferd is ready" in log
+    assert "[model host 2] [inferd.server.parts] inferd is ready" in log
     # The copied model answers from both protocol processes; the pinned one, reached
     # through each of them, from one process only: the host's worker.
     protocol = pids_seen(lambda: rest_pid(hosting), 2)

@@ -127,7 +127,7 @@ def test_start_serves_the_current_folder_by_default_with_structured_logs(
     # use_structured_logging: every line is one JSON object, uvicorn's included.
     entries = [json.loads(line) for line in server.log().splitlines()]
     messages = {(entry["logger"], entry["message"]) for entry in entries}
-    assert ("inferd.server.app", "inferd is ready") in messages
+    assert ("inferd.server.parts", "inferd is ready") in messages
     assert any(logger.startswith("uvicorn") for logger, _ in messages)
 
 

@@ -47,6 +47,18 @@ def write_models(repository: Path) -> Path:
     return repository
 
 
+def settings_for(repository: Path, **settings: Any) -> ServerSettings:
+    """The settings of a test's server: ``settings`` over the tests' defaults."""
+    defaults: dict[str, Any] = {
+        "model_repository_root": str(repository),
+        "parallel_workers": 0,
+        "host": "127.0.0.1",
+        "grpc_port": free_port(),
+        "max_request_size": REQUEST_LIMIT,
+    }
+    return ServerSettings(**(defaults | settings))
+
+
 @pytest.fixture
 async def start_inferd(repository: Path) -> AsyncIterator[StartServer]:
     """Build servers as ``inferd start`` does (models loaded, ready), in this event
@@ -56,14 +68,7 @@ async def start_inferd(repository: Path) -> AsyncIterator[StartServer]:
     started: list[InferenceServer] = []
 
     async def start(**settings: Any) -> InferenceServer:
-        defaults: dict[str, Any] = {
-            "model_repository_root": str(repository),
-            "parallel_workers": 0,
-            "host": "127.0.0.1",
-            "grpc_port": free_port(),
-            "max_request_size": REQUEST_LIMIT,
-        }
-        server = InferenceServer(ServerSettings(**(defaults | settings)))
+        server = InferenceServer(settings_for(repository, **settings))
         started.append(server)
         await server.pool.start()
         await server.load_startup_models()

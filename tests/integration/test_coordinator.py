@@ -1,10 +1,10 @@
 """Server-wide operations across protocol processes, through the coordinator.
 
-Three whole servers stand for protocol processes 0, 1 and 2 (in-process models, in
-this event loop): each serves its private REST app on ``rest-<i>.sock`` under
-uvicorn, beside the coordinator's app on ``coordinator.sock``, and the public apps
-of 0 and 1 send server-wide operations through a ForwardingServerWide, as a
-protocol process's do. Process 2 is down (no socket) until a test starts it and
+Three ProtocolProcessServers stand for protocol processes 0, 1 and 2 (in-process
+models, in this event loop): each serves its private app on ``rest-<i>.sock``
+under uvicorn, beside the coordinator's app on ``coordinator.sock``, and the public
+apps of 0 and 1 send server-wide operations through the ForwardingServerWide each
+was built with, as a protocol process's do. Process 2 is down (no socket) until a test starts it and
 has it catch up from the journal.
 """
 
@@ -29,8 +29,10 @@ import pytest
 import uvicorn
 
 from inferd.protocol import pb, pb_grpc
-from inferd.server.app import InferenceServer
-from inferd.server.protocol_role import private_rest_app
+from inferd.server.protocol_role import ProtocolProcess, private_rest_app
+from inferd.server.role_servers import ProtocolProcessServer
+from inferd.serving.operations import Load, RegisterSystemMemory, Unload
+from inferd.serving.placement import Placement
 from inferd.supervisor.coordinator import Coordinator, build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
@@ -39,7 +41,7 @@ from inferd.triton.shm import SharedMemoryRegistry
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for_async
 
-from .conftest import RUNTIMES, StartServer, rest_client, serving_grpc
+from .conftest import RUNTIMES, StartServer, rest_client, serving_grpc, settings_for
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +62,7 @@ def write_models(repository: Path) -> Path:
 class Process:
     """One protocol process: its server and a client of its public REST app."""
 
-    server: InferenceServer
+    server: ProtocolProcessServer
     public: httpx.AsyncClient
     told: list[Any]  # the control messages its pool was given (the log level)
 
@@ -68,9 +70,10 @@ class Process:
 class Cluster:
     """The coordinator and the sockets served, stopped at the end."""
 
-    def __init__(self, folder: Path, coordinator: Coordinator) -> None:
+    def __init__(self, folder: Path, coordinator: Coordinator, repository: Path) -> None:
         self.paths = PrivatePaths(folder)
         self.coordinator = coordinator
+        self.repository = repository
         self.processes: list[Process] = []
         self._served: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
@@ -84,10 +87,25 @@ class Cluster:
             await task
             raise RuntimeError(f"uvicorn on {socket} stopped")
 
-    async def start_process(
-        self, start_inferd: StartServer, index: int, **settings: Any
-    ) -> Process:
-        server = await start_inferd(shared_memory_enabled=True, **settings)
+    async def start_process(self, index: int, **settings: Any) -> Process:
+        """Protocol process ``index`` as a supervisor's child builds it, its models
+        loaded and ready (not caught up: a test does that)."""
+        switch = partial(switch_together, ProtocolRole(self.paths, index))
+        role = ProtocolProcess(
+            self.paths.rest(index),
+            self.paths.metrics(index),
+            Placement(here=lambda _: True),
+            switch=switch,
+        )
+        server = ProtocolProcessServer(
+            settings_for(self.repository, shared_memory_enabled=True, **settings),
+            role,
+            ForwardingServerWide(self.paths.coordinator),
+        )
+        await server.pool.start()
+        if server.settings.load_models_at_startup:
+            await server.dataplane.load_all()
+        server.mark_ready()
         told: list[Any] = []
         tell = server.pool.control
 
@@ -96,8 +114,6 @@ class Cluster:
             tell(message)
 
         server.pool.control = recording  # type: ignore[method-assign]
-        server.server_wide = ForwardingServerWide(self.paths.coordinator)
-        switch = partial(switch_together, ProtocolRole(self.paths, index))
         app = private_rest_app(server.dataplane, server.changes, switch)
         await self.serve(app, self.paths.rest(index))
         process = Process(server, rest_client(server), told)
@@ -110,6 +126,8 @@ class Cluster:
         for server, _ in self._served:
             server.should_exit = True
         await asyncio.gather(*(task for _, task in self._served))
+        for process in self.processes:
+            await process.server.close()
 
 
 @pytest.fixture
@@ -121,14 +139,16 @@ def private_folder() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def cluster(start_inferd: StartServer, private_folder: Path) -> AsyncIterator[Cluster]:
+async def cluster(
+    start_inferd: StartServer, private_folder: Path, repository: Path
+) -> AsyncIterator[Cluster]:
     """Processes 0 and 1 up, 2 down; the coordinator knows all three."""
     paths = PrivatePaths(private_folder)
     app = build_coordinator_app(paths, 3)
-    cluster = Cluster(private_folder, app.state.coordinator)
+    cluster = Cluster(private_folder, app.state.coordinator, repository)
     await cluster.serve(app, paths.coordinator)
     for index in range(2):
-        await cluster.start_process(start_inferd, index)
+        await cluster.start_process(index)
     yield cluster
     await cluster.stop()
 
@@ -259,9 +279,12 @@ async def test_grpc_loads_and_unloads_go_through_the_coordinator_too(
         await stub.RepositoryModelLoad(load)
         for process in (first, second):
             assert process.server.registry.find("late").settings.max_batch_size == 4
+        # It travelled as the load itself, not as a REST call.
+        assert cluster.coordinator.journal.operations() == [Load("late", '{"max_batch_size": 4}')]
         await stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="late"))
         for process in (first, second):
             assert (await infer(process, "late")).status_code == 404
+        assert cluster.coordinator.journal.operations() == [Unload("late")]
 
 
 @pytest.mark.parametrize(
@@ -301,12 +324,10 @@ async def test_a_partial_failure_answers_the_refusal_and_says_which_process(
         answer = await first.public.post("/v2/systemsharedmemory/region/r/register", json=region)
         assert answer.status_code == 400
         assert "already in manager" in answer.json()["error"]
-        assert "Protocol process 1 refused POST /v2/systemsharedmemory/region/r/register" in (
-            caplog.text
-        )
+        assert "Protocol process 1 refused RegisterSystemMemory(name='r'" in caplog.text
         # Process 0 applied it: the journal keeps it for a process that starts later.
-        assert [str(call) for call in cluster.coordinator.journal.calls()] == [
-            "POST /v2/systemsharedmemory/region/r/register"
+        assert cluster.coordinator.journal.operations() == [
+            RegisterSystemMemory("r", region["key"], 0, 16)
         ]
     finally:
         unregister_every_region(cluster)
@@ -332,7 +353,7 @@ async def test_a_process_that_starts_later_catches_up_from_the_journal(
             answer = await first.public.post(path, json=body)
             assert answer.status_code == 200, f"{path}: {answer.text}"
         # Process 2 starts as its settings make it: echo loaded, late not, no region.
-        third = await cluster.start_process(start_inferd, 2)
+        third = await cluster.start_process(2)
         assert third.server.registry.find("echo") and third.told == []
         outcome = await catch_up(ProtocolRole(cluster.paths, 2))
         assert outcome == {"applied": 4, "failed": []}
@@ -356,5 +377,5 @@ async def test_a_replayed_unload_of_a_model_never_loaded_there_is_no_failure(
 ) -> None:
     unloaded = await cluster.processes[0].public.post("/v2/repository/models/echo/unload")
     assert unloaded.status_code == 200
-    await cluster.start_process(start_inferd, 2, load_models_at_startup=False)
+    await cluster.start_process(2, load_models_at_startup=False)
     assert await catch_up(ProtocolRole(cluster.paths, 2)) == {"applied": 1, "failed": []}

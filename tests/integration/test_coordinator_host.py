@@ -3,7 +3,8 @@ reaches the host first, an unload last, and the host's "no such model" to an unl
 or a statistics read is no refusal.
 
 Three small apps on unix sockets stand for protocol processes 0 and 1 and the host
-(process 2); each records when a call reached it and answers as a test says.
+(process 2); each records when an operation (its class's name) reached it and
+answers as a test says.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import orjson
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -24,7 +23,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from inferd.errors import InferdError, InvalidRequest, ModelNotFound
+from inferd.server.protocol_role import MSGPACK, OPERATION_PATH
+from inferd.serving.operations import (
+    ChangeLogSettings,
+    Load,
+    ReadStatistics,
+    Unload,
+    decode_operation,
+    encode,
+    refusal_of,
+)
 from inferd.supervisor.coordinator import build_coordinator_app
+from inferd.supervisor.forwarding import call_coordinator
 from inferd.supervisor.paths import PrivatePaths
 from tests.support.polling import wait_for_async
 
@@ -38,24 +49,26 @@ class Recorder:
 
     def __init__(self) -> None:
         self.reached: list[tuple[int, str]] = []
-        self.answers: dict[tuple[int, str], tuple[int, dict[str, Any]]] = {}
+        self.refusals: dict[tuple[int, str], InferdError] = {}
 
     def app(self, index: int) -> Starlette:
-        async def any_call(request: Request) -> Response:
-            path = request.url.path
-            self.reached.append((index, path))
-            await asyncio.sleep(0.01)  # calls sent at once would interleave here
-            status, body = self.answers.get((index, path), (200, self.ok_body(path, index)))
-            return Response(orjson.dumps(body), status, media_type="application/json")
+        async def operation(request: Request) -> Response:
+            kind = type(decode_operation(await request.body())).__name__
+            self.reached.append((index, kind))
+            await asyncio.sleep(0.01)  # operations sent at once would interleave here
+            refusal = self.refusals.get((index, kind))
+            if refusal is not None:
+                status = 404 if isinstance(refusal, ModelNotFound) else 400
+                return Response(encode(refusal_of(refusal, status)), status, media_type=MSGPACK)
+            return Response(encode(self.value(kind, index)), 200, media_type=MSGPACK)
 
-        return Starlette(routes=[Route("/{path:path}", any_call, methods=["GET", "POST"])])
+        return Starlette(routes=[Route(OPERATION_PATH, operation, methods=["POST"])])
 
     @staticmethod
-    def ok_body(path: str, index: int) -> dict[str, Any]:
-        if path.endswith("/stats"):
-            stats = {"name": "m", "version": "1", "inference_count": index + 1}
-            return {"model_stats": [stats]}
-        return {}
+    def value(kind: str, index: int) -> Any:
+        if kind == "ReadStatistics":
+            return [{"name": "m", "version": "1", "inference_count": index + 1}]
+        return {} if kind == "ChangeLogSettings" else None
 
 
 @pytest.fixture
@@ -66,7 +79,7 @@ def folder() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def setup(folder: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Recorder]]:
+async def setup(folder: Path) -> AsyncIterator[tuple[Path, Recorder]]:
     paths = PrivatePaths(folder)
     recorder = Recorder()
     apps = [(recorder.app(i), paths.rest(i)) for i in range(3)]
@@ -78,55 +91,58 @@ async def setup(folder: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Recorder
         )
         servers.append((server, asyncio.create_task(server.serve())))
         await wait_for_async(lambda server=server: server.started, f"uvicorn on {socket}")
-    transport = httpx.AsyncHTTPTransport(uds=str(paths.coordinator))
-    async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
-        yield client, recorder
+    yield paths.coordinator, recorder
     for server, _ in servers:
         server.should_exit = True
     await asyncio.gather(*(task for _, task in servers))
 
 
 async def test_a_load_reaches_the_host_before_any_protocol_process(setup: Any) -> None:
-    client, recorder = setup
-    response = await client.post("/v2/repository/models/m/load")
-    assert response.status_code == 200
-    assert recorder.reached[0] == (HOST, "/v2/repository/models/m/load")
+    coordinator, recorder = setup
+    await call_coordinator(coordinator, Load("m"))
+    assert recorder.reached[0] == (HOST, "Load")
     assert sorted(index for index, _ in recorder.reached[1:]) == [0, 1]
 
 
 async def test_an_unload_reaches_the_host_last_and_its_not_found_is_no_refusal(
     setup: Any,
 ) -> None:
-    client, recorder = setup
-    path = "/v2/repository/models/m/unload"
-    recorder.answers[(HOST, path)] = (404, {"error": "Model 'm' not found"})
-    response = await client.post(path)
-    assert response.status_code == 200, response.text
-    assert recorder.reached[-1] == (HOST, path)
+    coordinator, recorder = setup
+    recorder.refusals[(HOST, "Unload")] = ModelNotFound("m")
+    await call_coordinator(coordinator, Unload("m"))
+    assert recorder.reached[-1] == (HOST, "Unload")
     assert sorted(index for index, _ in recorder.reached[:-1]) == [0, 1]
 
 
 async def test_the_hosts_refusal_of_a_load_is_what_the_client_gets(setup: Any) -> None:
-    client, recorder = setup
-    path = "/v2/repository/models/m/load"
-    recorder.answers[(HOST, path)] = (400, {"error": "failed to load 'm': the GPU is gone"})
-    recorder.answers[(0, path)] = (503, {"error": "failed to load 'm': unavailable"})
-    response = await client.post(path)
-    assert response.status_code == 400
-    assert "the GPU is gone" in response.json()["error"]
+    coordinator, recorder = setup
+    recorder.refusals[(HOST, "Load")] = InvalidRequest("failed to load 'm': the GPU is gone")
+    recorder.refusals[(0, "Load")] = InvalidRequest("failed to load 'm': unavailable")
+    with pytest.raises(InvalidRequest, match="the GPU is gone"):
+        await call_coordinator(coordinator, Load("m"))
 
 
 async def test_statistics_sum_the_host_and_skip_its_not_found(setup: Any) -> None:
-    client, recorder = setup
-    summed = (await client.get("/v2/models/m/stats")).json()["model_stats"]
+    coordinator, recorder = setup
+    summed = await call_coordinator(coordinator, ReadStatistics("m"))
     assert summed[0]["inference_count"] == 1 + 2 + 3
-    recorder.answers[(HOST, "/v2/models/m/stats")] = (404, {"error": "Model 'm' not found"})
-    summed = (await client.get("/v2/models/m/stats")).json()["model_stats"]
+    recorder.refusals[(HOST, "ReadStatistics")] = ModelNotFound("m")
+    summed = await call_coordinator(coordinator, ReadStatistics("m"))
     assert summed[0]["inference_count"] == 1 + 2
 
 
 async def test_other_operations_reach_every_process_and_the_host(setup: Any) -> None:
-    client, recorder = setup
-    response = await client.post("/v2/logging", json={"log_info": False})
-    assert response.status_code == 200
+    coordinator, recorder = setup
+    await call_coordinator(coordinator, ChangeLogSettings({"log_info": False}))
     assert sorted(index for index, _ in recorder.reached) == [0, 1, HOST]
+
+
+async def test_a_process_that_does_not_answer_is_left_out_of_a_read_and_an_operation(
+    setup: Any, folder: Path
+) -> None:
+    coordinator, recorder = setup
+    PrivatePaths(folder).rest(0).unlink()  # process 0 is restarting: nothing listens
+    summed = await call_coordinator(coordinator, ReadStatistics("m"))
+    assert summed == [{"name": "m", "version": "1", "inference_count": 2 + 3}]
+    await call_coordinator(coordinator, Load("m"))  # it catches up when it starts
+    assert sorted(index for index, kind in recorder.reached if kind == "Load") == [1, HOST]

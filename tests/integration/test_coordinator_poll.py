@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from inferd.serving.operations import RepositoryReload
 from inferd.settings import ModelSettings
 from inferd.supervisor.coordinator import build_coordinator_app
 from inferd.supervisor.forwarding import catch_up
@@ -33,15 +34,15 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def cluster(start_inferd: StartServer) -> AsyncIterator[Cluster]:
+async def cluster(start_inferd: StartServer, repository: Path) -> AsyncIterator[Cluster]:
     # Under /tmp, short: a unix socket's path has at most 107 bytes.
     private_folder = Path(tempfile.mkdtemp(prefix="inferd-poll-"))
     paths = PrivatePaths(private_folder)
     app = build_coordinator_app(paths, 3)
-    cluster = Cluster(private_folder, app.state.coordinator)
+    cluster = Cluster(private_folder, app.state.coordinator, repository)
     await cluster.serve(app, paths.coordinator)
     for index in range(2):
-        await cluster.start_process(start_inferd, index)
+        await cluster.start_process(index)
     yield cluster
     await cluster.stop()
     shutil.rmtree(private_folder, ignore_errors=True)
@@ -55,10 +56,8 @@ async def test_a_new_folder_is_served_by_every_process_and_a_later_one_catches_u
     await changes.reload("late")
     for process in cluster.processes:
         assert (await infer(process, "late")).status_code == 200
-    assert [str(call) for call in cluster.coordinator.journal.calls()] == [
-        "POST /private/repository/models/late/reload"
-    ]
-    third = await cluster.start_process(start_inferd, 2, load_models_at_startup=False)
+    assert cluster.coordinator.journal.operations() == [RepositoryReload("late")]
+    third = await cluster.start_process(2, load_models_at_startup=False)
     assert await catch_up(ProtocolRole(cluster.paths, 2)) == {"applied": 1, "failed": []}
     assert (await infer(third, "late")).status_code == 200
 

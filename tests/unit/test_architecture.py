@@ -129,3 +129,28 @@ def test_every_module_is_under_400_lines() -> None:
         if (n := len(p.read_text().splitlines())) >= 400
     }
     assert not long, f"modules of 400 lines or more: {long}"
+
+
+# Server-wide operations travel between processes as typed messages
+# (serving/operations.py): REST paths exist at the edges only. The supervisor's
+# edges are the REST port it answers while the fork parent loads (loading.py) and
+# its readiness poll of each process's REST app (children.py). A path in a message
+# to a person ("use POST /v2/models/...") is no route.
+SUPERVISOR_EDGES = {"loading.py", "children.py"}
+BELOW_THE_EDGES = sorted(
+    p
+    for p in MODULES
+    if p.relative_to(PACKAGE).parts[0] in {"serving", "dispatch", "workers"}
+    or (p.parent.name == "supervisor" and p.name not in SUPERVISOR_EDGES)
+)
+
+
+@pytest.mark.parametrize("path", BELOW_THE_EDGES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_below_the_edges_spells_a_route(path: Path) -> None:
+    spelled = [
+        f"line {node.lineno}: {node.value!r}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if re.match(r"(\^|\\?/)?(v2|private)/", node.value)
+    ]
+    assert not spelled, f"{path.relative_to(PACKAGE)} spells a REST route: {spelled}"

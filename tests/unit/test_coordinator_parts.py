@@ -1,5 +1,5 @@
-"""The coordinator's pure parts: the journal, settling answers, summing statistics,
-and a forwarded refusal answered as the local error would be."""
+"""The coordinator's pure parts: the journal of typed operations, settling answers,
+summing statistics, and a forwarded refusal answered as the local error would be."""
 
 from __future__ import annotations
 
@@ -20,6 +20,20 @@ from inferd.errors import (
     StatusError,
 )
 from inferd.server.errors import grpc_error, http_error
+from inferd.serving.operations import (
+    ChangeLogSettings,
+    Load,
+    LoadOnRequest,
+    ReadStatistics,
+    RegisterCudaMemory,
+    RegisterSystemMemory,
+    RepositoryReload,
+    RepositoryRemove,
+    Unload,
+    UnregisterMemory,
+    encode,
+    refusal_of,
+)
 from inferd.supervisor.coordinator import Coordinator
 from inferd.supervisor.fanout import Answer
 from inferd.supervisor.forwarding import (
@@ -28,66 +42,67 @@ from inferd.supervisor.forwarding import (
     answered_error,
     catch_up,
 )
-from inferd.supervisor.journal import Call, Journal, is_server_wide
+from inferd.supervisor.journal import Journal
 from inferd.supervisor.merging import merge_statistics, settle
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 
-LOAD = Call("POST", "/v2/repository/models/iris/load", b'{"parameters":{"config":"{}"}}')
-UNLOAD = Call("POST", "/v2/repository/models/iris/unload")
-REGISTER = Call("POST", "/v2/systemsharedmemory/region/r1/register", b'{"key":"/k"}')
+LOAD = Load("iris", "{}")
+UNLOAD = Unload("iris")
+REGISTER = RegisterSystemMemory("r1", "/k", 0, 16)
 
 
-def journal_of(*calls: Call) -> Journal:
+def journal_of(*operations: Any) -> Journal:
     journal = Journal()
-    for call in calls:
-        journal.applied(call, b"{}")
+    for operation in operations:
+        journal.applied(operation, None)
     return journal
 
 
 def test_a_models_last_load_or_unload_is_kept_and_moves_last() -> None:
-    other = Call("POST", "/v2/repository/models/echo/load")
-    assert journal_of(LOAD, other, UNLOAD).calls() == [other, UNLOAD]
-    assert journal_of(UNLOAD, other, LOAD).calls() == [other, LOAD]
+    other = Load("echo")
+    assert journal_of(LOAD, other, UNLOAD).operations() == [other, UNLOAD]
+    assert journal_of(UNLOAD, other, LOAD).operations() == [other, LOAD]
+
+
+def test_the_repositorys_changes_are_a_models_last_operation_too() -> None:
+    # A reload is kept without its barrier: a process that replays it switches alone.
+    journal = journal_of(LOAD, RepositoryReload("iris", switch=3))
+    assert journal.operations() == [RepositoryReload("iris")]
+    journal.applied(RepositoryRemove("iris"), None)
+    assert journal.operations() == [RepositoryRemove("iris")]
 
 
 def test_the_log_settings_kept_are_those_in_force_after_the_last_change() -> None:
     journal = Journal()
-    journal.applied(Call("POST", "/v2/logging", b'{"log_info":false}'), b'{"log_info":true}')
-    journal.applied(Call("POST", "/v2/logging", b'{"log_verbose_level":1}'), b'{"all":1}')
-    assert journal.calls() == [Call("POST", "/v2/logging", b'{"all":1}')]
+    journal.applied(ChangeLogSettings({"log_info": False}), {"log_info": True})
+    journal.applied(ChangeLogSettings({"log_verbose_level": 1}), {"all": 1})
+    assert journal.operations() == [ChangeLogSettings({"all": 1})]
 
 
 def test_regions_are_kept_until_unregistered_one_by_one_or_by_kind() -> None:
-    cuda = Call("POST", "/v2/cudasharedmemory/region/c1/register", b"{}")
-    second = Call("POST", "/v2/systemsharedmemory/region/r2/register", b"{}")
+    cuda = RegisterCudaMemory("c1", b"handle", 0, 16)
+    second = RegisterSystemMemory("r2", "/k2", 0, 16)
     journal = journal_of(REGISTER, cuda, second, LOAD)
-    journal.applied(Call("POST", "/v2/systemsharedmemory/region/r2/unregister"), b"{}")
-    assert journal.calls() == [REGISTER, cuda, LOAD]
+    journal.applied(UnregisterMemory("system", "r2"), None)
+    assert journal.operations() == [REGISTER, cuda, LOAD]
     # A name of the other kind is not that region.
-    journal.applied(Call("POST", "/v2/cudasharedmemory/region/r1/unregister"), b"{}")
-    assert journal.calls() == [REGISTER, cuda, LOAD]
-    journal.applied(Call("POST", "/v2/systemsharedmemory/unregister"), b"{}")
-    assert journal.calls() == [cuda, LOAD]
+    journal.applied(UnregisterMemory("cuda", "r1"), None)
+    assert journal.operations() == [REGISTER, cuda, LOAD]
+    journal.applied(UnregisterMemory("system"), None)
+    assert journal.operations() == [cuda, LOAD]
 
 
-@pytest.mark.parametrize(
-    ("path", "server_wide"),
-    [
-        ("/v2/repository/models/iris/load", True),
-        ("/v2/repository/models/a%20b/unload", True),
-        ("/v2/logging", True),
-        ("/v2/cudasharedmemory/region/x/register", True),
-        ("/v2/systemsharedmemory/unregister", True),
-        ("/v2/repository/index", False),
-        ("/v2/models/iris/infer", False),
-        ("/v2/repository/models/a/b/load", False),
-    ],
-)
-def test_which_calls_are_server_wide(path: str, server_wide: bool) -> None:
-    assert is_server_wide(path) is server_wide
-    if not server_wide:
-        with pytest.raises(ValueError, match="not a server-wide operation"):
-            Journal().applied(Call("POST", path), b"{}")
+def test_a_load_on_request_is_not_replayed_to_a_process_that_starts() -> None:
+    journal = journal_of(LoadOnRequest("m", evict="x"))
+    assert journal.operations() == []
+    journal.applied(Load("m"), None)
+    journal.applied(LoadOnRequest("m"), None)  # a no-op where it is pinned
+    assert journal.operations() == [Load("m")]
+
+
+def test_a_read_is_not_journaled() -> None:
+    with pytest.raises(ValueError, match="not a server-wide operation to replay"):
+        Journal().applied(ReadStatistics("iris"), [])
 
 
 def answer(status: int, body: Any = None, error: str = "", **headers: str) -> Answer:
@@ -159,18 +174,20 @@ def test_statistics_are_summed_per_version_and_batch_size() -> None:
 )
 def test_a_refusal_forwarded_answers_as_the_local_error(local: InferdError) -> None:
     status, body, headers = http_error(local, "test")
-    forwarded = answered_error("POST /x", answer_of(status, body, headers))
+    refused = Answer(Path("coordinator.sock"), status, {}, encode(refusal_of(local, status)))
+    forwarded = answered_error(UNLOAD, refused)
+    assert type(forwarded) is type(local)
     assert http_error(forwarded, "test") == (status, body, headers)
     assert grpc_error(forwarded, "test") == grpc_error(local, "test")
 
 
-def answer_of(status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> Answer:
-    decoded = httpx.Headers([(name.decode(), value.decode()) for name, value in headers])
-    return Answer(Path("coordinator.sock"), status, decoded, body)
+def test_an_answer_that_is_no_refusal_keeps_its_status() -> None:
+    error = answered_error(UNLOAD, answer(502, "Bad Gateway"))
+    assert http_error(error, "test")[0] == 502 and "Bad Gateway" in error.message
 
 
 def test_a_coordinator_that_does_not_answer_is_unavailable() -> None:
-    error = answered_error("POST /v2/logging", answer(0, error="ConnectError: refused"))
+    error = answered_error(UNLOAD, answer(0, error="ConnectError: refused"))
     assert isinstance(error, CoordinatorUnreachable)
     assert http_error(error, "test")[0] == 503
     assert "could not reach the coordinator" in error.message and "refused" in error.message
@@ -181,9 +198,9 @@ async def test_without_a_coordinator_operations_and_catching_up_are_unavailable(
     tmp_path: Path,
 ) -> None:
     paths = PrivatePaths(tmp_path)  # nothing serves its coordinator.sock
-    with pytest.raises(CoordinatorUnreachable, match="POST /v2/repository/models/m/unload"):
+    with pytest.raises(CoordinatorUnreachable, match=r"Unload\(name='m'\)"):
         await ForwardingServerWide(paths.coordinator).unload("m")
-    with pytest.raises(CoordinatorUnreachable, match="/coordinator/catch-up/1"):
+    with pytest.raises(CoordinatorUnreachable, match=r"CatchUp\(index=1\)"):
         await catch_up(ProtocolRole(paths, 1))
 
 

@@ -1,17 +1,24 @@
 """Which loads start the model host (supervisor/host_on_demand.py), and the journal's
-reading of a load (supervisor/journal.py ``loaded_model``)."""
+reading of which model an operation loads (supervisor/coordinator.py ``loaded_model``)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-import orjson
 import pytest
 
+from inferd.serving.operations import (
+    ChangeLogSettings,
+    Load,
+    LoadOnRequest,
+    RepositoryReload,
+    RepositoryRemove,
+    Unload,
+)
 from inferd.settings import ServerSettings
+from inferd.supervisor.coordinator import loaded_model
 from inferd.supervisor.host_on_demand import HostOnDemand, HostUnavailable
-from inferd.supervisor.journal import Call, loaded_model, loads_a_model, unloads_a_model
 from tests.support.models import add_custom_model
 
 
@@ -65,13 +72,13 @@ async def test_loads_at_once_start_the_host_once_and_a_failed_start_is_tried_aga
     assert len(starts) == 2
 
 
-def test_the_journal_reads_which_model_a_call_loads_and_its_override() -> None:
-    body = orjson.dumps({"parameters": {"config": '{"max_batch_size":"16"}'}})
-    load = Call("POST", "/v2/repository/models/a%2Fb/load", body)
-    assert loaded_model(load) == ("a/b", '{"max_batch_size":"16"}')
-    assert loaded_model(Call("POST", "/v2/repository/models/m/load")) == ("m", None)
-    reload = Call("POST", "/private/repository/models/m/reload")
-    assert loaded_model(reload) == ("m", None) and loads_a_model(reload.path)
-    assert loaded_model(Call("POST", "/v2/repository/models/m/unload")) is None
-    assert unloads_a_model("/private/repository/models/m/remove")
-    assert not loads_a_model("/v2/repository/models/m/reload")  # no such API route
+def test_the_coordinator_reads_which_model_an_operation_loads_and_its_override() -> None:
+    assert loaded_model(Load("a/b", '{"max_batch_size":"16"}')) == (
+        "a/b",
+        '{"max_batch_size":"16"}',
+    )
+    assert loaded_model(Load("m")) == ("m", None)
+    assert loaded_model(LoadOnRequest("m", evict="n")) == ("m", None)
+    assert loaded_model(RepositoryReload("m", switch=2)) == ("m", None)
+    for other in (Unload("m"), RepositoryRemove("m"), ChangeLogSettings({})):
+        assert loaded_model(other) is None

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
+from inferd.server.app import InferenceServer
+from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer
+from inferd.serving.server_wide import LocalServerWide
 from inferd.settings import ServerSettings
-from inferd.supervisor.child import protocol_server, protocol_settings
+from inferd.supervisor.child import host_server, protocol_server, protocol_settings
 from inferd.supervisor.children import (
     CONFIGURATION_EXIT_STATUS,
     Backoff,
@@ -19,6 +22,7 @@ from inferd.supervisor.children import (
     describe_exit,
     environment_of_children,
 )
+from inferd.supervisor.forwarding import ForwardingServerWide
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole, protocol_role
 from tests.support.polling import wait_for_async
 
@@ -59,6 +63,29 @@ def test_a_protocol_process_runs_its_models_in_process(tmp_path: Path) -> None:
     assert server.role is not None
     assert server.role.rest_socket == tmp_path / "rest-1.sock"
     assert server.role.metrics_socket == tmp_path / "metrics-1.sock"
+
+
+def test_each_kind_of_server_is_built_knowing_where_its_operations_go(tmp_path: Path) -> None:
+    """Three compositions of the same parts, nothing replaced after construction: a
+    lone server applies server-wide operations itself; a protocol process sends them
+    to the coordinator (a request's load on request too); the host takes them from it."""
+    settings = ServerSettings(model_repository_root=str(tmp_path), load_on_request=True)
+    paths = PrivatePaths(tmp_path)
+    lone = InferenceServer(settings)
+    assert isinstance(lone.server_wide, LocalServerWide)
+    process = protocol_server(settings, ProtocolRole(paths, 0))
+    assert isinstance(process, ProtocolProcessServer)
+    assert isinstance(process.server_wide, ForwardingServerWide)
+    assert process.server_wide.coordinator == paths.coordinator
+    assert process.dataplane.on_demand is not None
+    assert process.dataplane.on_demand.forward == process.server_wide.load_on_request
+    host = host_server(settings, ProtocolRole(paths, 2, is_host=True))
+    assert isinstance(host, ModelHostServer) and isinstance(host.server_wide, LocalServerWide)
+    assert host.host_socket == paths.host
+    assert host.dataplane.on_demand is not None and host.dataplane.on_demand.max_loaded == 0
+    for server in (process, host):
+        assert server.dataplane.models_ready_once_started
+    assert not lone.dataplane.models_ready_once_started
 
 
 def exiting_child(tmp_path: Path, status: int) -> Child:

@@ -1,14 +1,17 @@
 """What changes when a server is one of several protocol processes (``protocol_processes`` > 1).
 
-The supervisor (``inferd/supervisor/``) starts each protocol process as a whole
-:class:`~inferd.server.app.InferenceServer` given a :class:`ProtocolProcess`. Then the
-server:
+The supervisor (``inferd/supervisor/``) starts each protocol process as a
+``ProtocolProcessServer``, and the model host as the ``ModelHostServer``
+(``role_servers.py``: the lone server's parts), given a :class:`ProtocolProcess`.
+Then the process:
 
-- serves its whole REST app, without access rules, on a private unix socket
-  (``rest_socket``) as well: the supervisor's coordinator applies server-wide
-  operations in every process through it, and only these processes can open the
-  folder it is in; and its metrics exposition on another (``metrics_socket``), which
-  the supervisor sums on ``metrics_port`` (it opens no TCP metrics port itself);
+- serves on a private unix socket (``rest_socket``), in a folder only these
+  processes can open, the server-wide operations the supervisor's coordinator sends
+  as typed messages (``OPERATION_PATH``: serving/operations.py, applied here alone by
+  :class:`OperationsHere`), and its whole REST app without access rules (the
+  supervisor's readiness poll, tests asking each process); its metrics exposition
+  on another (``metrics_socket``), which the supervisor sums on ``metrics_port``
+  (it opens no TCP metrics port itself);
 - opens the public REST and gRPC ports with ``SO_REUSEPORT`` (every protocol
   process binds them and the kernel spreads connections). At the server's start
   (``open_ports_first``) it opens them before loading its models, as a lone server
@@ -20,42 +23,52 @@ server:
   (``placement``, serving/placement.py): the others run in the model host;
 - does not poll the repository (``repository_poll_secs``): the supervisor polls it
   once for every process and sends each change to each on the private socket
-  (``REPOSITORY_CHANGE``), where the process applies it as a lone server's poller
-  would (serving/repository_poll.py ``LocalChanges``).
+  (``RepositoryReload``, ``RepositoryRemove``), where the process applies it as a
+  lone server's poller would (serving/repository_poll.py ``LocalChanges``).
 
-The model host is one more process of the same kind (``host_socket`` set): a whole
-server that runs those other models, with the server's own worker settings, and
-serves them to the protocol processes on ``host_socket`` (server/host_edge.py). It
-opens no public port.
+The model host is one more process of the same kind (``host_socket`` set): it runs
+those other models, with the server's own worker settings, and serves them to the
+protocol processes on ``host_socket`` (server/host_edge.py). It opens no public port.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, unquote
+from typing import Any
 
+import msgspec
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from inferd.errors import InvalidRequest
+from inferd.server.errors import http_error
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.serving.dataplane import DataPlane
+from inferd.serving.operations import (
+    Operation,
+    RepositoryReload,
+    RepositoryRemove,
+    decode_operation,
+    encode,
+    refusal_of,
+)
 from inferd.serving.placement import Placement
 from inferd.serving.repository_poll import ModelChanges
 from inferd.serving.server_wide import LocalServerWide
 
-# Where a private socket takes a change of the repository the supervisor's poller
-# found: POST {REPOSITORY_CHANGE}/{name}/reload (serve what its folders hold now) or
-# /remove (no folder holds it any more). Answered once applied here. A reload's
-# ?switch=<id> has its new instances serve only once ProtocolProcess.switch(id)
-# returns: the coordinator's barrier, passed when every process has loaded them.
-REPOSITORY_CHANGE = "/private/repository/models"
-_CHANGE = re.compile(re.escape(REPOSITORY_CHANGE) + r"/(?P<name>[^/]+)/(?P<action>reload|remove)")
+# Where a private socket takes a server-wide operation (serving/operations.py), as a
+# msgpack message in a POST body, answered with its value (200) or its Refusal (the
+# status the REST edge would have answered): the coordinator's one path into a process.
+OPERATION_PATH = "/private/operation"
+MSGPACK = "application/msgpack"
+# Awaits the coordinator's switch barrier of that number (a repository reload's).
+SwitchBarrier = Callable[[int], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -78,71 +91,88 @@ class ProtocolProcess:
     # Whether it loads the repository's models at its start (load_models_at_startup
     # permitting): not a model host started later, for a load (it catches up instead).
     models_at_start: bool = True
-    # Awaits the coordinator's switch barrier of that id (a repository reload's); None:
-    # a reload serves its new instances as soon as they are loaded.
-    switch: Callable[[str], Awaitable[None]] | None = None
+    # A repository reload's barrier; None: a reload serves its new instances as soon
+    # as they are loaded.
+    switch: SwitchBarrier | None = None
+
+
+class OperationsHere:
+    """Server-wide operations applied to this process alone: the edges' through
+    ``LocalServerWide``, the repository's changes the supervisor's poller found
+    through ``changes`` (as a lone server's poller applies them), a reload's new
+    instances serving once ``switch`` (the coordinator's barrier) returns."""
+
+    def __init__(
+        self, dataplane: DataPlane, changes: ModelChanges, switch: SwitchBarrier | None = None
+    ) -> None:
+        self.local = LocalServerWide(dataplane)
+        self.changes = changes
+        self.switch = switch
+
+    async def apply(self, operation: Operation) -> Any:
+        match operation:
+            case RepositoryReload(name, number):
+                await self.changes.reload(name, self._barrier(number))
+            case RepositoryRemove(name):
+                await self.changes.remove(name)
+            case _:
+                return await self.local.apply(operation)
+        return None
+
+    async def answer(self, body: bytes) -> tuple[int, bytes]:
+        """The status and msgpack body that answer an encoded operation."""
+        try:
+            operation = _decoded(body)
+            return 200, encode(await self.apply(operation))
+        except Exception as error:
+            status, _, _ = http_error(error, "a server-wide operation")
+            return status, encode(refusal_of(error, status))
+
+    def _barrier(self, number: int | None) -> Callable[[], Awaitable[None]] | None:
+        if number is None or self.switch is None:
+            return None
+        await_barrier = self.switch
+        return lambda: await_barrier(number)
+
+
+def _decoded(body: bytes) -> Operation:
+    try:
+        return decode_operation(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise InvalidRequest(f"Not a server-wide operation: {error}") from None
 
 
 def private_rest_app(
     dataplane: DataPlane,
     changes: ModelChanges,
-    switch: Callable[[str], Awaitable[None]] | None = None,
+    switch: SwitchBarrier | None = None,
 ) -> PrivateRestApp:
-    """The REST app of a protocol process's ``rest-<i>.sock``: every API group open
-    (the public edge that took a call decided access), operations applied to this
-    process alone, not counted in the public metrics (the coordinator's calls are
-    not clients'); and the repository's changes, applied to ``changes`` (a reload's
-    switch awaited with ``switch``)."""
+    """The app of a protocol process's ``rest-<i>.sock``: the REST app with every API
+    group open (the public edge that took a call decided access), not counted in the
+    public metrics (its callers are the supervisor and tests, not clients); and the
+    coordinator's operations (OPERATION_PATH), applied here alone."""
     rest = build_rest_app(
         dataplane, dataplane.settings, guards={}, server_wide=LocalServerWide(dataplane)
     )
-    return PrivateRestApp(rest, changes, switch)
+    return PrivateRestApp(rest, OperationsHere(dataplane, changes, switch))
 
 
 class PrivateRestApp:
-    """The REST API, and the repository changes the supervisor's poller sends."""
+    """The REST API, and the server-wide operations the coordinator sends."""
 
-    def __init__(
-        self,
-        rest: RestApp,
-        changes: ModelChanges,
-        switch: Callable[[str], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, rest: RestApp, operations: OperationsHere) -> None:
         self.rest = rest
-        self.changes = changes
-        self.switch = switch
+        self.operations = operations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = _repository_change(scope)
-        if found is None:
+        if scope["type"] != "http" or scope["path"] != OPERATION_PATH:
             await self.rest(scope, receive, send)
             return
-        name, action = found
-        if action == "reload":
-            await self.changes.reload(name, self._switch_of(scope))
-        else:
-            await self.changes.remove(name)
-        await Response(b"{}", 200, media_type="application/json")(scope, receive, send)
-
-    def _switch_of(self, scope: Scope) -> Callable[[], Awaitable[None]] | None:
-        """The reload's switch: the barrier its ``?switch=<id>`` names, when this
-        process has a way to await one."""
-        barrier = parse_qs(scope.get("query_string", b"").decode()).get("switch")
-        if not barrier or self.switch is None:
-            return None
-        await_barrier, barrier_id = self.switch, barrier[0]
-        return lambda: await_barrier(barrier_id)
-
-
-def _repository_change(scope: Scope) -> tuple[str, str] | None:
-    """The model and the action (reload, remove) of a repository change; None for any
-    other request. The name is read from the raw path, where it is percent-encoded
-    (it may hold a slash)."""
-    if scope["type"] != "http" or scope["method"] != "POST":
-        return None
-    raw = scope.get("raw_path")
-    found = _CHANGE.fullmatch(raw.decode("ascii") if raw else scope["path"])
-    return None if found is None else (unquote(found["name"]), found["action"])
+        if scope["method"] != "POST":
+            await Response(status_code=405, headers={"allow": "POST"})(scope, receive, send)
+            return
+        status, body = await self.operations.answer(await Request(scope, receive).body())
+        await Response(body, status, media_type=MSGPACK)(scope, receive, send)
 
 
 def bind_unix(path: Path) -> socket.socket:

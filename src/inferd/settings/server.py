@@ -126,13 +126,13 @@ class ServerSettings(EnvFirstSettings):
     host: str = "0.0.0.0"
     """Address the REST, gRPC and metrics servers listen on."""
 
-    http_port: int = Field(default=8080, ge=1, le=MAX_PORT)
-    """Port of the REST server."""
+    http_port: int = Field(default=8080, ge=0, le=MAX_PORT)
+    """Port of the REST server; 0: any free port (one protocol process only)."""
 
     root_path: str = ""
     """ASGI root path, for a server mounted below a URL prefix by a proxy."""
 
-    grpc_port: int = Field(default=8081, ge=1, le=MAX_PORT)
+    grpc_port: int = Field(default=8081, ge=0, le=MAX_PORT)
     """Port of the gRPC server."""
 
     grpc_max_message_length: int | None = None
@@ -145,7 +145,7 @@ class ServerSettings(EnvFirstSettings):
     metrics_endpoint: str | None = "/metrics"
     """Path of the Prometheus endpoint on ``metrics_port``; empty or null turns it off."""
 
-    metrics_port: int = Field(default=8082, ge=1, le=MAX_PORT)
+    metrics_port: int = Field(default=8082, ge=0, le=MAX_PORT)
     """Port of the Prometheus metrics server."""
 
     metrics_rest_server_prefix: str = "rest_server"

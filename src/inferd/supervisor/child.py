@@ -5,9 +5,9 @@ Started by the supervisor (``main.py``), or forked from the protocol fork parent
 (``protocol_parent.py``, which then calls :func:`serve_role`), with ``INFERD_PRIVATE_DIR``,
 ``INFERD_PROTOCOL_INDEX`` and, in the model host, ``INFERD_MODEL_HOST`` set.
 It reads the server settings the way ``inferd start`` did (the same files, the
-same environment) and runs a whole InferenceServer in its role
-(server/protocol_role.py). A protocol process's own models run in it
-(``parallel_workers: 0``): the models placement.py copies, decided from the
+same environment) and runs a whole server in its role (server/role_servers.py:
+a ``ProtocolProcessServer``, or the ``ModelHostServer``). A protocol process's
+own models run in it (``parallel_workers: 0``): the models placement.py copies, decided from the
 server's settings as configured, with the process's share of the server's
 ``max_queue_size`` (those the fork parent loaded before forking this process are
 adopted, workers/preloaded.py; the others load here); the others it reaches in the
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging, tag_process
-from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
+from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer, RoleServer
 from inferd.serving.placement import Placement
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
@@ -54,8 +54,8 @@ def protocol_settings(settings: ServerSettings) -> ServerSettings:
     return settings.model_copy(update={"parallel_workers": 0})
 
 
-def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
-    """The InferenceServer of protocol process ``role.index``: what is server-wide it
+def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolProcessServer:
+    """The server of protocol process ``role.index``: what is server-wide it
     sends to the coordinator, and once its models loaded, before it is ready, it
     catches up on what the others were told (a process restarted after a death, or
     one slower to start than a client's load) and waits until every process has
@@ -79,9 +79,8 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
         open_ports_first=not role.restarted,
         switch=partial(switch_together, role),
     )
-    server = InferenceServer(protocol_settings(settings), process)
-    server.server_wide = ForwardingServerWide(role.paths.coordinator)
-    return server
+    forwarding = ForwardingServerWide(role.paths.coordinator)
+    return ProtocolProcessServer(protocol_settings(settings), process, forwarding)
 
 
 def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placement:
@@ -96,10 +95,10 @@ def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placemen
     return Placement(here=here, elsewhere=HostedPool(role.paths.host, role.host_at_start))
 
 
-def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer:
-    """The model host's InferenceServer: the models no protocol process copies, run
-    as a lone server runs them (its worker settings), served on ``host.sock``; what
-    is server-wide reaches it from the coordinator, and it catches up on it as a
+def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
+    """The model host's server: the models no protocol process copies, run as a lone
+    server runs them (its worker settings), served on ``host.sock``; what is
+    server-wide reaches it from the coordinator, and it catches up on it as a
     protocol process does (it waits for no one: it is not public)."""
 
     async def catch_up_with_the_others() -> None:
@@ -120,9 +119,7 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
         # applied (its journal, then that load), none of its own from the repository.
         models_at_start=not role.host_started_later,
     )
-    server = InferenceServer(settings, process)
-    server.server_wide = ForwardingServerWide(role.paths.coordinator)
-    return server
+    return ModelHostServer(settings, process)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,8 +145,10 @@ def serve_role(repository: Path) -> None:
             tag_process("protocol process", role.index)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        serve = host_server if role.is_host else protocol_server
-        _run(serve(settings, role).run())
+        server: RoleServer = (
+            host_server(settings, role) if role.is_host else protocol_server(settings, role)
+        )
+        _run(server.run())
     except ConfigurationError as error:
         print(f"Error: {error}", file=sys.stderr)
         sys.exit(CONFIGURATION_EXIT_STATUS)

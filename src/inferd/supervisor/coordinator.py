@@ -2,17 +2,18 @@
 
 The supervisor serves this app on its private ``coordinator.sock``. A protocol
 process that takes a server-wide operation (supervisor/forwarding.py) sends it
-here as the REST call the public API has for it; the coordinator sends the same
-call to every protocol process's private ``rest-<i>.sock`` (where each applies it
-to itself), waits for every answer and answers as they did (merging.py):
+here as its typed message (serving/operations.py); the coordinator sends the same
+message to every protocol process's private ``rest-<i>.sock`` (where each applies
+it to itself), waits for every answer and answers as they did (merging.py):
 
 - one at a time: a lock orders the operations, so every process applies them in
   the same order (two loads of one model cannot end differently in two processes);
 - all that answered succeeded: the first one's answer; one refused it: that
-  refusal as its process gave it (status, message), logged with which process;
+  refusal as its process gave it (``Refusal``: the error's class, message and
+  status), logged with which process;
 - a process that does not answer at all (starting, restarting) is left out and
   catches up from the journal (journal.py) before it serves its public ports:
-  ``POST /coordinator/catch-up/{index}``, under the same lock, replays the
+  its ``CatchUp`` (supervisor/messages.py), under the same lock, replays the
   journal to it, so no operation can slip between its replay and the next one;
 - statistics are read from every process and summed;
 - the model host (when one runs: process N, after the N protocol processes) takes
@@ -26,10 +27,10 @@ to itself), waits for every answer and answers as they did (merging.py):
 - the repository's changes, when ``repository_poll_secs`` is set, are found by the
   supervisor's one poller (repository_changes.py) and applied here as loads and
   unloads are: in turn, host first, journaled. A reload's protocol processes each
-  load the new instances, then wait at a switch barrier
-  (``POST /coordinator/switch/{id}/{index}``) that opens once every one has loaded
-  (or its call ended, loaded or not): they all start serving the new version
-  together, within the few milliseconds the barrier's answers take to reach them.
+  load the new instances, then wait at a switch barrier (``SwitchReached``) that
+  opens once every one has loaded (or its call ended, loaded or not): they all
+  start serving the new version together, within the few milliseconds the
+  barrier's answers take to reach them.
 
 What a partial failure leaves: the processes that applied the operation keep it
 (nothing is undone: undoing a load would unload the version that served before),
@@ -44,43 +45,46 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferd.errors import InferdError
-from inferd.supervisor.fanout import Answer, fan_out, send
-from inferd.supervisor.host_on_demand import HostOnDemand
-from inferd.supervisor.journal import (
-    Call,
-    Journal,
-    is_server_wide,
-    loaded_model,
-    loads_a_model,
-    reloads_from_the_repository,
-    unloads_a_model,
+from inferd.errors import InferdError, InvalidRequest, StatusError
+from inferd.server.protocol_role import MSGPACK
+from inferd.serving.operations import (
+    LOADS,
+    UNLOADS,
+    Load,
+    Operation,
+    ReadStatistics,
+    RepositoryReload,
+    decode_value,
+    encode,
+    error_of,
+    refusal_of,
 )
+from inferd.supervisor.fanout import Answer, deliver, deliver_to_each
+from inferd.supervisor.host_on_demand import HostOnDemand
+from inferd.supervisor.journal import Journal
 from inferd.supervisor.merging import NO_PROCESS, Settled, merge_statistics, settle
+from inferd.supervisor.messages import (
+    CatchUp,
+    LoadedAtStart,
+    SwitchReached,
+    decode_to_coordinator,
+)
 from inferd.supervisor.paths import PrivatePaths
 
 logger = logging.getLogger(__name__)
 
-JSON = "application/json"
-CATCH_UP_PREFIX = "/coordinator/catch-up"
-LOADED_PREFIX = "/coordinator/loaded"
-SWITCH_PREFIX = "/coordinator/switch"
-_JSON_HEADERS = {"content-type": JSON}
-# What a process's answer passes on to the client.
-_PASSED_HEADERS = ("content-type", "retry-after")
-# Triton's statistics: every model, one model, one version (routes.py).
-_STATISTICS = re.compile(r"/v2/models/(?:stats|[^/]+/stats|[^/]+/versions/[^/]+/stats)")
+# Where the coordinator takes every message on coordinator.sock.
+COORDINATOR_PATH = "/coordinator"
 
 
 class Coordinator:
@@ -134,64 +138,60 @@ class Coordinator:
             self._all_loaded.set()
         await self._all_loaded.wait()
 
-    async def apply(self, call: Call) -> Answer | None:
-        """``call`` (a server-wide operation) in every process, in turn with every
+    async def apply(self, operation: Operation) -> Answer | None:
+        """``operation`` (a server-wide one) in every process, in turn with every
         other operation; the answer the client gets (None: no process answered)."""
         try:
-            await self._start_host_for(call)
+            await self._start_host_for(operation)
         except InferdError as error:
-            body = orjson.dumps({"error": error.message})
-            return Answer(self.host_socket, 503, {"content-type": JSON}, body)
+            return Answer(self.host_socket, 503, {}, encode(refusal_of(error, 503)))
         async with self._lock:
             host = self.host  # another load may start it meanwhile: this one's is this
-            answers = await self._fan_out(call, host)
+            answers = await self._fan_out(operation, host)
             settled = settle(answers)
-            self._log_settled(call, settled, answers)
+            self._log_settled(operation, settled, answers)
             if settled.applied:
-                self.journal.applied(call, next(answer.body for answer in answers if answer.ok))
+                value = next(decode_value(answer.body) for answer in answers if answer.ok)
+                self.journal.applied(operation, value)
         return (_host_refusal(answers) if host else None) or settled.answer
 
-    async def _start_host_for(self, call: Call) -> None:
-        """When ``call`` loads a model only the host may run and none runs yet, start
-        it (it catches up under the lock: so not under it) and wait until it is ready."""
-        if self.host_runs or self._on_demand is None:
+    async def _start_host_for(self, operation: Operation) -> None:
+        """When ``operation`` loads a model only the host may run and none runs yet,
+        start it (it catches up under the lock: so not under it) and wait until it is
+        ready."""
+        load = loaded_model(operation)
+        if self.host_runs or self._on_demand is None or load is None:
             return
-        load = loaded_model(call)
-        if load is None or not await asyncio.to_thread(self._on_demand.needs_host, *load):
+        if not await asyncio.to_thread(self._on_demand.needs_host, *load):
             return
         await self._on_demand.start()
         self.host_runs = True
 
-    async def _fan_out(self, call: Call, host: Path | None) -> list[Answer]:
+    async def _fan_out(self, operation: Operation, host: Path | None) -> list[Answer]:
         """Every process's answer (the host's last, when ``host``), sent in the order
-        ``call`` needs."""
-
-        def to_all(sockets: list[Path]) -> Awaitable[list[Answer]]:
-            return fan_out(sockets, call.method, call.path, call.body, _JSON_HEADERS, None)
-
+        ``operation`` needs."""
         if host is None:
-            return await self._to_protocol_processes(call)
-        if loads_a_model(call.path):
-            hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
-            return [*await self._to_protocol_processes(call), hosted]
-        if unloads_a_model(call.path):
-            answers = await to_all(self.sockets)
-            hosted = await send(host, call.method, call.path, call.body, _JSON_HEADERS)
-            return [*answers, _held_nothing(hosted)]
-        return await to_all([*self.sockets, host])
+            return await self._to_protocol_processes(operation)
+        if isinstance(operation, LOADS):
+            hosted = await deliver(host, operation)
+            return [*await self._to_protocol_processes(operation), hosted]
+        if isinstance(operation, UNLOADS):
+            answers = await deliver_to_each(self.sockets, operation)
+            return [*answers, _held_nothing(await deliver(host, operation))]
+        return await deliver_to_each([*self.sockets, host], operation)
 
-    async def _to_protocol_processes(self, call: Call) -> list[Answer]:
-        """``call`` to every protocol process; a repository reload with a switch barrier
-        that each passes once every one has loaded (or its call has ended)."""
-        if not reloads_from_the_repository(call.path):
-            return await fan_out(self.sockets, call.method, call.path, call.body, _JSON_HEADERS)
+    async def _to_protocol_processes(self, operation: Operation) -> list[Answer]:
+        """``operation`` to every protocol process; a repository reload with a switch
+        barrier that each passes once every one has loaded (or its call has ended)."""
+        if not isinstance(operation, RepositoryReload):
+            return await deliver_to_each(self.sockets, operation)
         number = next(self._switch_ids)
         barrier = self._switches[number] = _Barrier(set(range(len(self.sockets))))
-        path = f"{call.path}?switch={number}"
+        barriered = msgspec.structs.replace(operation, switch=number)
 
         async def one(index: int, socket: Path) -> Answer:
             try:
-                return await send(socket, call.method, path, call.body, _JSON_HEADERS)
+                return await deliver(socket, barriered)
             finally:
                 barrier.passed(index)  # failed, refused, or switched already
 
@@ -208,48 +208,48 @@ class Coordinator:
             barrier.passed(index)
             await barrier.open.wait()
 
-    async def statistics(self, path: str) -> Response:
-        """Triton's statistics at ``path``, summed over the processes."""
+    async def statistics(self, operation: ReadStatistics) -> Answer | None:
+        """Triton's statistics, summed over the processes (the answer's value)."""
         everyone = self._everyone
-        answers = await fan_out(everyone, "GET", path)
+        answers = await deliver_to_each(everyone, operation)
         if len(everyone) > len(self.sockets):  # the host holds some models only
-            answers[-1] = _held_nothing(answers[-1], b'{"model_stats": []}')
+            answers[-1] = _held_nothing(answers[-1], encode([]))
         settled = settle(answers)
-        if not settled.ok:
-            self._log_settled(Call("GET", path), settled, answers)
-            return _response(settled.answer)
-        lists = [orjson.loads(answer.body)["model_stats"] for answer in answers if answer.ok]
-        body = orjson.dumps({"model_stats": merge_statistics(lists)})
-        return Response(body, 200, media_type=JSON)
+        if settled.answer is None or not settled.ok:
+            self._log_settled(operation, settled, answers)
+            return settled.answer
+        lists = [decode_value(answer.body) for answer in answers if answer.ok]
+        return dataclasses.replace(settled.answer, body=encode(merge_statistics(lists)))
 
     async def catch_up(self, index: int) -> dict[str, Any]:
-        """Replay the journal to process ``index``: how many calls it applied, and
-        those it refused (each logged)."""
+        """Replay the journal to process ``index``: how many operations it applied,
+        and those it refused (each logged)."""
         socket = self.paths.rest(index)
         failed = []
         async with self._lock:
-            calls = self.journal.calls()
-            for call in calls:
-                answer = await send(socket, call.method, call.path, call.body, _JSON_HEADERS)
-                if not _reached(call, answer):
-                    why = answer.error or answer.body.decode("utf-8", "replace")
-                    logger.warning("%s catching up: %s: %s", self._name(index), call, why)
-                    failed.append({"call": str(call), "status": answer.status, "error": why})
-        return {"applied": len(calls) - len(failed), "failed": failed}
+            operations = self.journal.operations()
+            for operation in operations:
+                answer = await deliver(socket, operation)
+                if not _reached(operation, answer):
+                    said = why(answer)
+                    logger.warning("%s catching up: %r: %s", self._name(index), operation, said)
+                    failed.append(
+                        {"operation": repr(operation), "status": answer.status, "error": said}
+                    )
+        return {"applied": len(operations) - len(failed), "failed": failed}
 
     def _name(self, index: int) -> str:
         return "The model host" if index == len(self.sockets) else f"Protocol process {index}"
 
-    def _log_settled(self, call: Call, settled: Settled, answers: list[Answer]) -> None:
+    def _log_settled(self, operation: Operation, settled: Settled, answers: list[Answer]) -> None:
         for index in settled.failed:
-            why = answers[index].body.decode("utf-8", "replace")
-            status = answers[index].status
-            logger.warning("%s refused %s (%d): %s", self._name(index), call, status, why)
+            status, said = answers[index].status, why(answers[index])
+            logger.warning("%s refused %r (%d): %s", self._name(index), operation, status, said)
         for index in settled.unreached:
             logger.warning(
-                "%s did not answer %s (%s); it catches up when it starts",
+                "%s did not answer %r (%s); it catches up when it starts",
                 self._name(index),
-                call,
+                operation,
                 answers[index].error,
             )
 
@@ -269,10 +269,28 @@ class _Barrier:
             self.open.set()
 
 
-def _reached(call: Call, answer: Answer) -> bool:
-    """Whether the process is where ``call`` leaves it: it applied the call, or the
-    call unloads a model it does not hold (it did not load it at start-up)."""
-    return answer.ok or (answer.status == 404 and unloads_a_model(call.path))
+def loaded_model(operation: Operation) -> tuple[str, str | None] | None:
+    """The model ``operation`` loads and its configuration override; None if it loads
+    none."""
+    if not isinstance(operation, LOADS):
+        return None
+    return operation.name, operation.config if isinstance(operation, Load) else None
+
+
+def why(answer: Answer) -> str:
+    """What a refusal says (its message), or why there was no answer."""
+    if not answer.status:
+        return answer.error
+    try:
+        return error_of(answer.body).message
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return answer.body.decode("utf-8", "replace")
+
+
+def _reached(operation: Operation, answer: Answer) -> bool:
+    """Whether the process is where ``operation`` leaves it: it applied it, or the
+    operation unloads a model it does not hold (it did not load it at start-up)."""
+    return answer.ok or (answer.status == 404 and isinstance(operation, UNLOADS))
 
 
 def _host_refusal(answers: list[Answer]) -> Answer | None:
@@ -283,7 +301,7 @@ def _host_refusal(answers: list[Answer]) -> Answer | None:
     return hosted if hosted.status and not hosted.ok else None
 
 
-def _held_nothing(answer: Answer, body: bytes = b"{}") -> Answer:
+def _held_nothing(answer: Answer, body: bytes = b"") -> Answer:
     """The model host's "no such model": it holds only the models no protocol process
     copies, so for the others that is no refusal (an unload, a statistics read)."""
     if answer.status != 404:
@@ -292,21 +310,15 @@ def _held_nothing(answer: Answer, body: bytes = b"{}") -> Answer:
 
 
 def _response(answer: Answer | None) -> Response:
+    """An answer passed on as it is (its status; its value or refusal)."""
     if answer is None:
-        return Response(orjson.dumps({"error": NO_PROCESS}), 503, media_type=JSON)
-    headers = {name: answer.headers[name] for name in _PASSED_HEADERS if name in answer.headers}
-    return Response(answer.body, answer.status, headers=headers)
+        refusal = refusal_of(StatusError(NO_PROCESS, 503), 503)
+        return Response(encode(refusal), 503, media_type=MSGPACK)
+    return Response(answer.body, answer.status, media_type=MSGPACK)
 
 
-def _raw_path(request: Request) -> str:
-    """The path as the process sent it (a model name stays percent-encoded)."""
-    raw = request.scope.get("raw_path")
-    return raw.decode("ascii") if raw else request.url.path
-
-
-def _not_served(request: Request) -> Response:
-    message = f"{request.method} {request.url.path} is not a server-wide operation"
-    return Response(orjson.dumps({"error": message}), 404, media_type=JSON)
+def _value(value: Any) -> Response:
+    return Response(encode(value), 200, media_type=MSGPACK)
 
 
 def build_coordinator_app(
@@ -319,36 +331,29 @@ def build_coordinator_app(
 
 
 def coordinator_app(coordinator: Coordinator) -> Starlette:
-    """``coordinator`` served as an ASGI app (``app.state.coordinator``)."""
+    """``coordinator`` served as an ASGI app (``app.state.coordinator``): one path,
+    ``COORDINATOR_PATH``, whose POST body is a message of supervisor/messages.py."""
 
-    async def operation(request: Request) -> Response:
-        path = _raw_path(request)
-        if request.method == "POST" and is_server_wide(path):
-            call = Call("POST", path, await request.body())
-            return _response(await coordinator.apply(call))
-        if request.method == "GET" and _STATISTICS.fullmatch(path):
-            return await coordinator.statistics(path)
-        return _not_served(request)
+    async def take(request: Request) -> Response:
+        try:
+            message = decode_to_coordinator(await request.body())
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            refused = InvalidRequest(f"Not a message to the coordinator: {error}")
+            return Response(encode(refusal_of(refused, 400)), 400, media_type=MSGPACK)
+        match message:
+            case ReadStatistics():
+                return _response(await coordinator.statistics(message))
+            case CatchUp(index):
+                return _value(await coordinator.catch_up(index))
+            case LoadedAtStart(index):
+                await coordinator.loaded(index)
+                return _value(None)
+            case SwitchReached(number, index):
+                await coordinator.switch(number, index)
+                return _value(None)
+            case _:
+                return _response(await coordinator.apply(message))
 
-    async def catch_up(request: Request) -> Response:
-        outcome = await coordinator.catch_up(request.path_params["index"])
-        return Response(orjson.dumps(outcome), 200, media_type=JSON)
-
-    async def loaded(request: Request) -> Response:
-        await coordinator.loaded(request.path_params["index"])
-        return Response(b"{}", 200, media_type=JSON)
-
-    async def switch(request: Request) -> Response:
-        await coordinator.switch(request.path_params["number"], request.path_params["index"])
-        return Response(b"{}", 200, media_type=JSON)
-
-    app = Starlette(
-        routes=[
-            Route(f"{CATCH_UP_PREFIX}/{{index:int}}", catch_up, methods=["POST"]),
-            Route(f"{LOADED_PREFIX}/{{index:int}}", loaded, methods=["POST"]),
-            Route(f"{SWITCH_PREFIX}/{{number:int}}/{{index:int}}", switch, methods=["POST"]),
-            Route("/v2/{path:path}", operation, methods=["GET", "POST"]),
-        ]
-    )
+    app = Starlette(routes=[Route(COORDINATOR_PATH, take, methods=["POST"])])
     app.state.coordinator = coordinator
     return app

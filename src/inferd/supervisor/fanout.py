@@ -1,11 +1,12 @@
 """One HTTP request sent to each protocol process's private socket, answers gathered.
 
-The coordinator and the supervisor's metrics endpoint speak to the protocol
-processes through the same REST API the public ports serve, on unix sockets only
-these processes can open (see ``paths.py``): a load fanned out is a load in each
-process, a log-level change a log-level change, and so on. httpx carries it
-(its transport speaks HTTP over a unix socket); this traffic is a handful of
-requests per operator action, not the request path.
+The coordinator sends the protocol processes typed messages (serving/operations.py:
+a load fanned out is a ``Load`` applied in each process, and so on), POSTed to
+``OPERATION_PATH`` on unix sockets only these processes can open (see
+``paths.py``); the supervisor's metrics endpoint and its readiness poll read the
+processes' exposition and health there. httpx carries it (its transport speaks
+HTTP over a unix socket); this traffic is a handful of requests per operator
+action, not the request path.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from inferd.server.protocol_role import MSGPACK, OPERATION_PATH
+from inferd.serving.operations import encode
+
 # A private request's host: any name does, the socket decides where it goes.
 _BASE_URL = "http://inferd.internal"
+_MSGPACK_HEADERS = {"content-type": MSGPACK}
 
 
 @dataclass(frozen=True)
@@ -73,3 +79,15 @@ async def fan_out(
             *(send(socket, method, path, content, headers, timeout_s) for socket in sockets)
         )
     )
+
+
+async def deliver(
+    socket: Path, message: Any, path: str = OPERATION_PATH, timeout_s: float | None = None
+) -> Answer:
+    """A typed message (msgspec Struct) to the process at ``socket``; its answer."""
+    return await send(socket, "POST", path, encode(message), _MSGPACK_HEADERS, timeout_s)
+
+
+async def deliver_to_each(sockets: Sequence[Path], message: Any) -> list[Answer]:
+    """The same message to every socket at once; answers in the sockets' order."""
+    return list(await asyncio.gather(*(deliver(socket, message) for socket in sockets)))

@@ -2,16 +2,15 @@
 
 A protocol process that is restarted (or starts after the others took operations)
 begins as the repository and its settings make it: the models loaded at start-up,
-the configured log level, no shared memory region. The journal holds the REST
-calls that bring it to where the others are, one per key, in the order they were
-last applied:
+the configured log level, no shared memory region. The journal holds the typed
+operations (serving/operations.py) that bring it to where the others are, one per
+key, in the order they were last applied:
 
-- a model's last load (with its configuration override) or unload, or the last
-  change of its folders the repository poll applied (a reload or a removal,
-  ``REPOSITORY_CHANGE`` calls): an unload is kept, since a process that loads its
-  models at start-up has to unload it again; a load on request (``load_on_request``)
-  is not: a process that starts loads such a model on its own first request for
-  it, as the others did;
+- a model's last ``Load`` (with its configuration override) or ``Unload``, or the
+  last change of its folders the repository poll applied (``RepositoryReload``,
+  ``RepositoryRemove``): an unload is kept, since a process that loads its models
+  at start-up has to unload it again; a ``LoadOnRequest`` is not: a process that
+  starts loads such a model on its own first request for it, as the others did;
 - the log settings in force, as a whole (Triton's fields): each change applies to
   what is in force, so only the last answer says what the changes came to;
 - each shared memory region still registered; an unregister forgets the region
@@ -19,141 +18,72 @@ last applied:
   forgets every one of that kind.
 
 Keys are independent of each other (a model, the logging, a region), so replaying
-the last call of each, in the order they were last applied, gives the state the
-whole sequence gave.
+the last operation of each, in the order they were last applied, gives the state
+the whole sequence gave.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from urllib.parse import unquote
+from typing import Any
 
-import orjson
+import msgspec
 
-from inferd.server.protocol_role import REPOSITORY_CHANGE
-from inferd.serving.server_wide import load_on_request_of
+from inferd.serving.operations import (
+    ChangeLogSettings,
+    LoadOnRequest,
+    Operation,
+    RegisterCudaMemory,
+    RegisterSystemMemory,
+    RepositoryReload,
+    UnregisterMemory,
+    model_of,
+)
+from inferd.triton.shm import CUDA, SYSTEM
 
 MODEL = "model"
 LOGGING = "logging"
-LOGGING_PATH = "/v2/logging"
-RELOAD, REMOVE = "reload", "remove"
-
-# The server-wide operations' REST paths (routes.py), as the process sent them: a
-# name stays percent-encoded, which is the same for every call naming it.
-_API_MODEL_CALL = re.compile(r"/v2/repository/models/[^/]+/(?:load|unload)")
-_MODEL_CALL = re.compile(
-    r"/v2/repository/models/(?P<name>[^/]+)/(?P<action>load|unload)"
-    rf"|{re.escape(REPOSITORY_CHANGE)}/(?P<changed>[^/]+)/(?P<change>{RELOAD}|{REMOVE})"
-)
-_LOADS = ("load", RELOAD)
-_UNLOADS = ("unload", REMOVE)
-_REGION_REGISTER = re.compile(
-    r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/register"
-)
-_REGION_UNREGISTER = re.compile(
-    r"/v2/(?P<kind>system|cuda)sharedmemory/region/(?P<region>[^/]+)/unregister"
-)
-_KIND_UNREGISTER = re.compile(r"/v2/(?P<kind>system|cuda)sharedmemory/unregister")
-_OPERATIONS = (_API_MODEL_CALL, _REGION_REGISTER, _REGION_UNREGISTER, _KIND_UNREGISTER)
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One REST call to a protocol process's private socket."""
-
-    method: str
-    path: str
-    body: bytes = b""
-
-    def __str__(self) -> str:
-        return f"{self.method} {self.path}"
-
 
 # What a journal entry is about: (MODEL, name), (LOGGING, ""), or (kind, region) with
-# kind "system" or "cuda".
+# kind triton.shm's SYSTEM or CUDA.
 Key = tuple[str, str]
 
 
-def is_server_wide(path: str) -> bool:
-    """Whether ``POST path`` is an operation the coordinator applies everywhere."""
-    return path == LOGGING_PATH or any(pattern.fullmatch(path) for pattern in _OPERATIONS)
-
-
-def _model_call(path: str) -> tuple[str, str] | None:
-    """The (percent-encoded) model and the action of a call on one model; else None."""
-    found = _MODEL_CALL.fullmatch(path)
-    if found is None:
-        return None
-    if found["name"] is not None:
-        return found["name"], found["action"]
-    return found["changed"], found["change"]
-
-
-def loads_a_model(path: str) -> bool:
-    """A repository API load, or the poll's reload of a changed model."""
-    found = _model_call(path)
-    return found is not None and found[1] in _LOADS
-
-
-def unloads_a_model(path: str) -> bool:
-    """A repository API unload, or the poll's removal of a model whose folders went."""
-    found = _model_call(path)
-    return found is not None and found[1] in _UNLOADS
-
-
-def reloads_from_the_repository(path: str) -> bool:
-    """The poll's reload of a changed model (its processes switch at a barrier)."""
-    return path.startswith(REPOSITORY_CHANGE) and path.endswith(f"/{RELOAD}")
-
-
-def loaded_model(call: Call) -> tuple[str, str | None] | None:
-    """The model ``call`` loads and its configuration override (the JSON text of a
-    load's ``parameters.config``, as forwarding.py sends it); None if it loads none."""
-    found = _model_call(call.path)
-    if found is None or found[1] not in _LOADS:
-        return None
-    name, action = found
-    config = None
-    if action == "load" and call.body:
-        try:
-            parameters = orjson.loads(call.body).get("parameters") or {}
-        except (orjson.JSONDecodeError, AttributeError):
-            parameters = {}
-        config = parameters.get("config") if isinstance(parameters, dict) else None
-    return unquote(name), config if isinstance(config, str) else None
-
-
 class Journal:
-    """The last call applied for each key, oldest first."""
+    """The last operation applied for each key, oldest first."""
 
     def __init__(self) -> None:
-        self._calls: dict[Key, Call] = {}
+        self._operations: dict[Key, Operation] = {}
 
-    def applied(self, call: Call, answer: bytes) -> None:
-        """Note that ``call`` (a server-wide operation) was applied, answering ``answer``."""
-        path = call.path
-        if path == LOGGING_PATH:
-            self._record((LOGGING, ""), Call(call.method, path, answer))
-        elif model := _model_call(path):
-            if not load_on_request_of(call.body)[0]:  # else loaded again on its own request
-                self._record((MODEL, model[0]), call)
-        elif found := _REGION_REGISTER.fullmatch(path):
-            self._record((found["kind"], found["region"]), call)
-        elif found := _REGION_UNREGISTER.fullmatch(path):
-            self._calls.pop((found["kind"], found["region"]), None)
-        elif found := _KIND_UNREGISTER.fullmatch(path):
-            kind = found["kind"]
-            for key in [key for key in self._calls if key[0] == kind]:
-                del self._calls[key]
-        else:
-            raise ValueError(f"{call} is not a server-wide operation")
+    def applied(self, operation: Operation, value: Any) -> None:
+        """Note that ``operation`` (a server-wide one) was applied, answering ``value``."""
+        match operation:
+            case ChangeLogSettings():
+                self._record((LOGGING, ""), ChangeLogSettings(value))  # the whole, in force
+            case LoadOnRequest():
+                pass  # loaded again by a process that starts, on its own first request
+            case RepositoryReload():
+                # A process that replays it switches when its own load ends.
+                unbarriered = msgspec.structs.replace(operation, switch=None)
+                self._record((MODEL, operation.name), unbarriered)
+            case RegisterSystemMemory(name):
+                self._record((SYSTEM, name), operation)
+            case RegisterCudaMemory(name):
+                self._record((CUDA, name), operation)
+            case UnregisterMemory(kind, None):
+                for key in [key for key in self._operations if key[0] == kind]:
+                    del self._operations[key]
+            case UnregisterMemory(kind, str(name)):
+                self._operations.pop((kind, name), None)
+            case _ if (model := model_of(operation)) is not None:
+                self._record((MODEL, model), operation)
+            case _:
+                raise ValueError(f"{operation!r} is not a server-wide operation to replay")
 
-    def calls(self) -> list[Call]:
+    def operations(self) -> list[Operation]:
         """What a process that starts now replays, in order."""
-        return list(self._calls.values())
+        return list(self._operations.values())
 
-    def _record(self, key: Key, call: Call) -> None:
-        """``call`` is now the last for ``key``: it moves after every other."""
-        self._calls.pop(key, None)
-        self._calls[key] = call
+    def _record(self, key: Key, operation: Operation) -> None:
+        """``operation`` is now the last for ``key``: it moves after every other."""
+        self._operations.pop(key, None)
+        self._operations[key] = operation

@@ -10,9 +10,10 @@ remove) is applied through the coordinator as a repository API load or unload
 is: in turn with every other server-wide operation, the model host first for a
 reload (started then if the model needs it and none runs) and last for a
 removal, and journaled, so a process that starts later catches up on it. Each
-process applies it on its private socket (server/protocol_role.py
-``REPOSITORY_CHANGE``) as a lone server's poller would: a folder that cannot be
-read keeps the loaded version serving, and its index says why.
+process applies it (``RepositoryReload``, ``RepositoryRemove``: serving/operations.py,
+applied by server/protocol_role.py ``OperationsHere``) as a lone server's poller
+would: a folder that cannot be read keeps the loaded version serving, and its
+index says why.
 
 What this orders, and what it cannot, is in docs/design.md ("Coordinator", "The
 repository polled once").
@@ -25,15 +26,13 @@ import logging
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from inferd.server.protocol_role import REPOSITORY_CHANGE
+from inferd.serving.operations import Operation, RepositoryReload, RepositoryRemove
 from inferd.serving.registry import Switch
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_poll import ModelChanges, RepositoryPoller
 from inferd.settings import ServerSettings
-from inferd.supervisor.coordinator import Coordinator
-from inferd.supervisor.journal import RELOAD, REMOVE, Call
+from inferd.supervisor.coordinator import Coordinator, why
 
 logger = logging.getLogger(__name__)
 
@@ -46,20 +45,19 @@ class ServerWideChanges(ModelChanges):
 
     async def reload(self, name: str, switch: Switch | None = None) -> None:
         """Sent to every process; each switches at the coordinator's barrier."""
-        await self._apply(name, RELOAD)
+        await self._apply(RepositoryReload(name), "reload")
 
     async def remove(self, name: str) -> None:
-        await self._apply(name, REMOVE)
+        await self._apply(RepositoryRemove(name), "remove")
 
-    async def _apply(self, name: str, action: str) -> None:
-        answer = await self._coordinator.apply(
-            Call("POST", f"{REPOSITORY_CHANGE}/{quote(name, safe='')}/{action}")
-        )
+    async def _apply(self, change: Operation, action: str) -> None:
+        name = getattr(change, "name", "")
+        answer = await self._coordinator.apply(change)
         if answer is not None and answer.ok:
             logger.info("Model %r: the repository's change (%s) is applied", name, action)
         else:  # the coordinator logged which process and why
-            why = answer.body.decode("utf-8", "replace") if answer is not None else "no process"
-            logger.warning("Model %r: the repository's change (%s) failed: %s", name, action, why)
+            said = why(answer) if answer is not None else "no process"
+            logger.warning("Model %r: the repository's change (%s) failed: %s", name, action, said)
 
 
 def repository_poll(

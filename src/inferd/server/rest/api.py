@@ -35,7 +35,7 @@ from inferd.server.rest.streaming import stream_endpoints
 from inferd.server.routes import API_ROUTES
 from inferd.server.shm_api import SharedMemoryEndpoints
 from inferd.serving.dataplane import DataPlane
-from inferd.serving.server_wide import LocalServerWide, ServerWide, load_on_request_of
+from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -111,12 +111,7 @@ class RestEndpoints:
     async def repository_load(self, request: Request) -> Response:
         name = request.path_params["name"]
         body = await self.read_body(request)
-        config = decode_load_request(name, body)
-        on_request, evict = load_on_request_of(body)
-        if on_request:
-            await self.server_wide.load_on_request(name, evict)
-        else:
-            await self.server_wide.load(name, config)
+        await self.server_wide.load(name, decode_load_request(name, body))
         return json_response({})
 
     # Triton's model configuration and logging extensions

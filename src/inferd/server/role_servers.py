@@ -1,0 +1,156 @@
+"""A supervisor's protocol process and its model host: the lone server's parts
+(``parts.py``), served in a role (``protocol_role.py`` ``ProtocolProcess``).
+
+- :class:`ProtocolProcessServer`: its server-wide operations go to the supervisor's
+  coordinator (the ``ServerWide`` it is given: ``supervisor/forwarding.py``), a
+  request's load on request too; it opens the public ports shared with the other
+  protocol processes (``SO_REUSEPORT``).
+- :class:`ModelHostServer`: opens no public port; it serves its models to the
+  protocol processes on ``host.sock`` (``host_edge.py``). What is server-wide
+  reaches it from the coordinator only (it takes no client's operation), and it
+  loads what it is told, evicting nothing itself.
+
+Both serve the coordinator's operations, their REST app (no access rules) and
+their metrics on private sockets, and start in the same order: private sockets,
+models, ``before_public`` (catching up), then ready; their public side (ports or
+``host.sock``) opens first at the server's start (live while they load) and last
+in a process restarted after a death (protocol_role.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from inferd.server.grpc.server import GrpcServer
+from inferd.server.host_edge import close_host, serve_host
+from inferd.server.http_servers import Listening, Running, run_servers, uvicorn_config, wait_started
+from inferd.server.listener import SignalFreeServer
+from inferd.server.parts import ServerParts
+from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
+from inferd.server.shutdown import CUT_SIGNAL, SAME_STOP_SECONDS, Shutdown
+from inferd.serving.server_wide import ServerWide
+from inferd.settings import ServerSettings
+
+
+class RoleServer(ServerParts):
+    """What a protocol process and the model host share: their start and stop."""
+
+    # A Ctrl-C reaches the whole process group, and the supervisor forwards it as
+    # SIGTERM (two would cut): SIGTERM alone drains. The supervisor's cut of a second
+    # signal comes as CUT_SIGNAL, never taken for the same stop. A service manager that
+    # signals the whole group (systemd's default) sends its own SIGTERM beside the
+    # supervisor's: a repeat that close is the same stop.
+    stop_signals = (signal.SIGTERM, CUT_SIGNAL)
+    same_stop_seconds = SAME_STOP_SECONDS
+
+    def __init__(
+        self, settings: ServerSettings, role: ProtocolProcess, server_wide: ServerWide | None
+    ) -> None:
+        super().__init__(settings, server_wide, role.placement, role.queue_bound)
+        self.role = role
+        # None of its models reads ready before the process is (every process loaded).
+        self.dataplane.models_ready_once_started = True
+
+    async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
+        """Its public side (a protocol process's ports, the host's socket)."""
+        raise NotImplementedError
+
+    async def serve(self, shutdown: Shutdown) -> None:
+        """Private sockets, models, ``before_public``; the public side before the models
+        at the start (live while they load), after them in a restart joining processes
+        that serve (protocol_role.py)."""
+        role = self.role
+        private = run_servers(self._private_servers())
+        public: list[Running] = []
+        grpc_server = None
+        try:
+            await self.pool.start()
+            for what, server, task in private:
+                await wait_started(what, server, task, self.settings.host)
+            if role.open_ports_first:
+                public, grpc_server = await self.open_public()
+            if self.settings.load_models_at_startup and role.models_at_start:
+                await self.dataplane.load_all()
+            if role.before_public is not None:
+                await role.before_public()
+            if not role.open_ports_first and not self.stopping:  # never after a SIGTERM
+                public, grpc_server = await self.open_public()
+            if not self.stopping:
+                self.mark_ready()
+            await self.wait_for_stop(*(task for _, _, task in [*public, *private]))
+        finally:
+            await self.shut_down(shutdown, public, private, grpc_server)
+            self.after_shutdown()
+            shutdown.finished()
+
+    def after_shutdown(self) -> None:
+        """What is left to close once the servers stopped and the models unloaded."""
+
+    def _private_servers(self) -> list[Listening]:
+        """The coordinator's operations and the REST app without access rules (nor HTTP
+        statistics: these are the supervisor's and tests' requests, not clients'), and
+        the metrics exposition, each on its own unix socket."""
+        role = self.role
+        rest = private_rest_app(self.dataplane, self.changes, role.switch)
+        apps = [("Private REST server", rest, role.rest_socket)]
+        if self.settings.metrics_enabled:
+            apps.append(("Private metrics server", self.metrics_app(), role.metrics_socket))
+        return [
+            (
+                what,
+                SignalFreeServer(
+                    uvicorn_config(self.settings, app, 0, uds=str(path), server_header=False)
+                ),
+                bind_unix(path),
+            )
+            for what, app, path in apps
+        ]
+
+
+class ProtocolProcessServer(RoleServer):
+    """One of a supervisor's protocol processes: the public ports, shared; what is
+    server-wide sent to the coordinator through ``server_wide``."""
+
+    def __init__(
+        self, settings: ServerSettings, role: ProtocolProcess, server_wide: ServerWide
+    ) -> None:
+        super().__init__(settings, role, server_wide)
+        on_demand = self.dataplane.on_demand
+        if on_demand is not None:  # a request's load is server-wide
+            on_demand.join_processes(server_wide.load_on_request)
+
+    async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
+        """The public REST and gRPC ports, shared with the other protocol processes."""
+        public = run_servers(self.listen(shared=True))
+        grpc_server = self.grpc_server(reuse_port=True)
+        await grpc_server.start()
+        for what, server, task in public:
+            await wait_started(what, server, task, self.settings.host)
+        return public, grpc_server
+
+
+class ModelHostServer(RoleServer):
+    """The model host: its models served to the protocol processes on ``host.sock``
+    (``role.host_socket``); no public port, no operation of its own to forward."""
+
+    def __init__(self, settings: ServerSettings, role: ProtocolProcess) -> None:
+        if role.host_socket is None:
+            raise ValueError("a model host's role names its host socket")
+        super().__init__(settings, role, None)
+        self.host_socket = role.host_socket
+        self._host: asyncio.Server | None = None
+        on_demand = self.dataplane.on_demand
+        if on_demand is not None:  # it loads what it is told and evicts nothing
+            on_demand.join_processes(None)
+
+    async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
+        """``host.sock`` (at a restart after its models, as ports: a protocol process
+        reconnecting then finds a host that answers, or none, never one whose load
+        would hold its requests)."""
+        self._host = await serve_host(self.dataplane, bind_unix(self.host_socket))
+        return [], None
+
+    def after_shutdown(self) -> None:
+        if self._host is not None:  # the protocol processes have gone: nothing more comes
+            close_host(self._host)
