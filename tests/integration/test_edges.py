@@ -26,7 +26,7 @@ import pytest
 
 from inferd.observability.tracing import Tracing
 from inferd.protocol import pb, pb_grpc
-from inferd.server import app as app_module
+from inferd.server import parts as parts_module
 from tests.support.models import add_tagged_model
 from tests.support.polling import wait_for_async
 
@@ -94,7 +94,7 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(app_module, "start_tracing", lambda settings: Tracing(provider))
+    monkeypatch.setattr(parts_module, "start_tracing", lambda settings: Tracing(provider))
     return exporter
 
 
