@@ -15,8 +15,8 @@ from inferd.server.app import InferenceServer
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import default_models_dir, load_server_settings
+from inferd.supervisor.hosting_rules import serving_layout
 from inferd.supervisor.main import Supervisor, run_supervisor
-from inferd.supervisor.placement import serving_layout
 from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune
 from inferd.version import __version__

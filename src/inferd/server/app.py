@@ -67,7 +67,7 @@ class InferenceServer:
             model_stats,
             settings.max_queue_size if queue_bound is None else queue_bound,
             ResponseCache(settings.cache_size) if settings.cache_enabled else None,
-            placement=role.placement if role is not None else None,
+            choice=role.backends if role is not None else None,
         )
         # Without a load at start the folder may come later (ModelMesh's adapter makes it).
         self.repository = ModelRepository(
@@ -270,8 +270,8 @@ class InferenceServer:
             await self.poller.stop()
         await self.registry.close()
         await self.pool.close()
-        if self.role is not None and self.role.placement.elsewhere is not None:
-            await self.role.placement.elsewhere.close()  # the model host's connection
+        if self.role is not None and self.role.backends.elsewhere is not None:
+            await self.role.backends.elsewhere.close()  # the model host's connection
         if self.dataplane.shared_memory is not None:
             self.dataplane.shared_memory.close()  # unmap what clients registered
 

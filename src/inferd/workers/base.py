@@ -107,8 +107,8 @@ class LoadedInstance:
     # The OpenAI-compatible endpoints it answers ("completions", "chat", "embeddings";
     # inferd/generation.py), server/openai/.
     openai_endpoints: tuple[str, ...] = ()
-    # How many workers hold it, where that is not what the slots of the pool that
-    # loaded it say: a model host's version, as the host counts it (workers/hosted.py).
+    # How many workers hold it, as the model host answers a bind (server/host_edge.py);
+    # None from a pool, whose slots say it.
     instances: int | None = None
 
 
