@@ -109,9 +109,7 @@ class QueuedDispatch:
                 self._check_queue_parameters(request)
             self._in_flight += 1
             queued = dispatched = time.perf_counter_ns()
-            # The client's disconnect goes along: a pool may watch it while the
-            # request runs.
-            execution = self._launcher.predict_one(request, trace, None, context.disconnected)
+            execution = self._launcher.predict_one(request, trace)
             response = await run_in_slot(execution, self._release_slot)
         elif capacity == 0:
             # No worker can run it now: the pool refuses it with the reason.
