@@ -333,6 +333,8 @@ class ElsewhereCalls:
 class ElsewhereBackend:
     """Another backend (the model host's, in a protocol process)."""
 
+    where = "elsewhere"
+
     def __init__(self) -> None:
         self.loaded: dict[int, ModelSettings] = {}
         self.calls: dict[int, ElsewhereCalls] = {}

@@ -79,6 +79,9 @@ class Backend(Protocol):
     """Loads versions (each by an instance id the registry hands out), answers them
     through their :class:`VersionCalls` and unloads them."""
 
+    # Where its versions run, for the log ("in the model host"; empty: here).
+    where: str
+
     async def load(self, instance_id: int, settings: ModelSettings) -> Opened:
         """Load ``settings`` as ``instance_id``; raises why it cannot."""
         ...

@@ -1,4 +1,9 @@
-"""The protocol-neutral entry point shared by the REST and gRPC servers."""
+"""The protocol-neutral entry point shared by the REST and gRPC servers.
+
+It finds the ready version in the registry and answers it through the version's
+backend (serving/backends.py ``VersionCalls``): this process's dispatch, or the
+model host's client for a hosted model.
+"""
 
 from __future__ import annotations
 

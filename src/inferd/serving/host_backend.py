@@ -40,6 +40,8 @@ def unloading() -> ModelNotReady:
 class HostBackend:
     """The model host's versions (a :class:`~inferd.serving.backends.Backend`)."""
 
+    where = "in the model host"
+
     def __init__(self, client: HostClient) -> None:
         self.client = client
         # How many of the host's workers hold each version, as the host said at its bind.

@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 class LocalBackend:
     """Versions in ``pool``, dispatched here (a :class:`~inferd.serving.backends.Backend`)."""
 
+    where = ""
+
     def __init__(
         self,
         pool: Pool,

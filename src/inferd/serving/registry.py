@@ -252,8 +252,8 @@ class Registry:
             raise _as_inferd_error(error) from error
         instance_id = next(self._instance_ids)
         backend = self._backend_of(settings)
-        here = backend is self._local
-        logger.info("Loading %s%s", new.settings.label, "" if here else " (elsewhere)")
+        where = f" ({backend.where})" if backend.where else ""
+        logger.info("Loading %s%s", new.settings.label, where)
         started = time.perf_counter()
         try:
             opened = await backend.load(instance_id, settings)
