@@ -31,7 +31,7 @@ from inferd.server.app import InferenceServer
 from inferd.server.parts import ServerParts
 from inferd.server.protocol_role import ProtocolProcess, private_rest_app
 from inferd.server.role_servers import ProtocolProcessServer
-from inferd.serving.placement import Placement
+from inferd.serving.backends import BackendChoice
 from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide
@@ -55,7 +55,9 @@ async def started_server(
     if paths is None:
         server: ServerParts = InferenceServer(settings)
     else:
-        role = ProtocolProcess(paths.rest(index), paths.metrics(index), Placement(lambda _: True))
+        role = ProtocolProcess(
+            paths.rest(index), paths.metrics(index), BackendChoice(lambda _: True)
+        )
         server = ProtocolProcessServer(settings, role, ForwardingServerWide(paths.coordinator))
     await server.pool.start()
     await server.dataplane.load_all()

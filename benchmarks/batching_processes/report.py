@@ -42,7 +42,7 @@ def layouts(replicas: Sequence[int]) -> list[Layout]:
     many servers of one protocol process each, the model in it. That is what a
     batched model replicated in N protocol processes was (a batcher and a copy of the
     model per process, the requests split over them); the server no longer does it
-    (supervisor/placement.py keeps such a model to one protocol process)."""
+    (supervisor/hosting_rules.py keeps such a model to one protocol process)."""
     return [Layout(1, 1), Layout(1, 0), *(Layout(count, 0) for count in replicas)]
 
 

@@ -21,8 +21,8 @@ from inferd.settings.loader import load_server_settings
 from inferd.settings.sources import Source, folder_source, setting_sources
 from inferd.settings.sources import as_json as sources_json
 from inferd.settings.sources import as_table as sources_table
+from inferd.supervisor.hosting_rules import serving_layout
 from inferd.supervisor.main import Supervisor, run_supervisor
-from inferd.supervisor.placement import serving_layout
 from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune
 from inferd.version import __version__

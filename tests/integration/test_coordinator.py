@@ -31,8 +31,8 @@ import uvicorn
 from inferd.protocol import pb, pb_grpc
 from inferd.server.protocol_role import ProtocolProcess, private_rest_app
 from inferd.server.role_servers import ProtocolProcessServer
+from inferd.serving.backends import BackendChoice
 from inferd.serving.operations import Load, RegisterSystemMemory, Unload
-from inferd.serving.placement import Placement
 from inferd.supervisor.coordinator import Coordinator, build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
@@ -94,7 +94,7 @@ class Cluster:
         role = ProtocolProcess(
             self.paths.rest(index),
             self.paths.metrics(index),
-            Placement(here=lambda _: True),
+            BackendChoice(here=lambda _: True),
             switch=switch,
         )
         server = ProtocolProcessServer(

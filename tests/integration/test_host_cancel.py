@@ -17,7 +17,7 @@ from inferd.observability.trace_record import BatchRun
 from inferd.server.app import InferenceServer
 from inferd.server.host_edge import close_host, serve_host
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers import hosted, ipc, messages
+from inferd.workers import host_client, ipc, messages
 from inferd.workers.channel import Channel
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for_async
@@ -117,9 +117,11 @@ async def test_a_timed_call_answers_the_hosts_record_and_a_cached_one_none(
 ) -> None:
     ran = BatchRun(rows=3, requests=1)
     timed = await channel.call(messages.PredictTraced(request("a")), ECHO)
-    hosted._unpack_timed(ran, timed)
+    host_client._unpack_timed(ran, timed)
     assert (ran.rows, ran.requests, ran.worker, ran.ran) == (3, 1, None, True)
     assert 0 < ran.predict_started_ns <= ran.predict_ended_ns and ran.waited_ns >= 0
     cached = BatchRun(rows=3, requests=1)
-    hosted._unpack_timed(cached, await channel.call(messages.PredictTraced(request("b")), ECHO))
+    host_client._unpack_timed(
+        cached, await channel.call(messages.PredictTraced(request("b")), ECHO)
+    )
     assert not cached.ran, "answered from the host's cache: no model work to show"

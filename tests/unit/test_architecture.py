@@ -154,3 +154,31 @@ def test_no_module_below_the_edges_spells_a_route(path: Path) -> None:
         if re.match(r"(\^|\\?/)?(v2|private)/", node.value)
     ]
     assert not spelled, f"{path.relative_to(PACKAGE)} spells a REST route: {spelled}"
+
+
+# Hosting is a backend behind the data plane (serving/backends.py): the registry and
+# dispatch serve whatever backend loaded a version, and know nothing of the model host.
+KNOWS_NOTHING_OF_HOSTING = sorted(
+    [*(PACKAGE / "dispatch").glob("*.py"), PACKAGE / "serving" / "registry.py"]
+)
+HOSTING_MODULES = ("inferd.workers.host_client", "inferd.serving.host_backend")
+HOSTING_WORDS = re.compile(r"\bhost(ed|ing)?\b|model host|HostClient|HostBackend", re.I)
+
+
+@pytest.mark.parametrize(
+    "path", KNOWS_NOTHING_OF_HOSTING, ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_dispatch_and_the_registry_know_nothing_of_hosting(path: Path) -> None:
+    relative = path.relative_to(PACKAGE)
+    imported = [
+        f"line {line}: {module}"
+        for line, module in imports_of(path)
+        if module.startswith(HOSTING_MODULES)
+    ]
+    assert not imported, f"{relative} imports the model host's client: {imported}"
+    mentions = [
+        f"line {number}: {line.strip()}"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if HOSTING_WORDS.search(line)
+    ]
+    assert not mentions, f"{relative} mentions hosting: {mentions}"

@@ -184,7 +184,6 @@ class FakeVersion:
     def __init__(self, name: str, version: str | None, state: ModelState) -> None:
         self.name, self.version, self.state, self.load_seconds = name, version, state, 1.5
         self.scheduler = FakeScheduler()
-        self.hosted = False
 
 
 class FakeWorker:

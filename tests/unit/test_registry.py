@@ -8,15 +8,15 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from inferd.dispatch.queued import QueuedDispatch
+from inferd.context import RequestContext
 from inferd.errors import ModelError, ModelNotFound, ModelNotReady
-from inferd.observability.stats import ModelStatsTable
-from inferd.serving.placement import Placement
+from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.backends import BackendChoice, Opened
 from inferd.serving.registry import Registry
 from inferd.settings import ModelSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelState, Tensor
-from inferd.workers.base import Call, Execution, LoadedInstance
+from inferd.workers.base import Call, Control, Execution, LoadedInstance
 
 pytestmark = pytest.mark.anyio
 
@@ -78,8 +78,8 @@ def version(name: str, version: str | None = None) -> ModelSettings:
 async def served_by(registry: Registry, name: str, version: str | None = None) -> int:
     """The instance id that answers a request to the model right now."""
     found = registry.get_ready(name, version)
-    assert found.scheduler is not None
-    response = await found.scheduler.submit(InferenceRequest([]))
+    assert found.calls is not None
+    response = await found.calls.submit(InferenceRequest([]), RequestContext())
     return int(response.outputs[0].data[0])
 
 
@@ -312,30 +312,79 @@ def is_copied(settings: ModelSettings) -> bool:
     return settings.max_batch_size <= 1
 
 
-async def test_a_model_not_run_here_runs_in_the_pool_elsewhere_and_passes_through() -> None:
-    """A protocol process beside a model host: its own models in its pool, the others
-    in the host's, with no batching of their own here and counted only there."""
-    own, host = FakePool(), FakePool()
+class ElsewhereCalls:
+    """A version answered by another backend: each answer names its instance."""
+
+    def __init__(self, instance_id: int) -> None:
+        self.instance_id = instance_id
+        self.closed = False
+        self.busy = False
+
+    async def submit(self, request: InferenceRequest, context: RequestContext) -> InferenceResponse:
+        return InferenceResponse([Tensor("instance", np.array([self.instance_id]))])
+
+    async def stream(self, request: InferenceRequest, context: RequestContext):  # type: ignore[no-untyped-def]
+        yield [await self.submit(request, context)]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class ElsewhereBackend:
+    """Another backend (the model host's, in a protocol process)."""
+
+    where = "elsewhere"
+
+    def __init__(self) -> None:
+        self.loaded: dict[int, ModelSettings] = {}
+        self.calls: dict[int, ElsewhereCalls] = {}
+        self.unloaded: list[int] = []
+
+    async def load(self, instance_id: int, settings: ModelSettings) -> Opened:
+        self.loaded[instance_id] = settings
+        calls = self.calls[instance_id] = ElsewhereCalls(instance_id)
+        instance = LoadedInstance(ModelMetadata(name=settings.name, platform="elsewhere"))
+        return Opened(instance, calls, ModelStats(settings.name, settings.version))
+
+    async def unload(self, instance_id: int) -> None:
+        self.loaded.pop(instance_id, None)
+        self.unloaded.append(instance_id)
+
+    def instances(self, instance_id: int, settings: ModelSettings) -> int:
+        return 3
+
+    def control(self, message: Control) -> None:
+        """Nothing runs here."""
+
+    async def close(self) -> None:
+        """Nothing held."""
+
+
+async def test_a_model_not_run_here_is_loaded_and_answered_by_the_other_backend() -> None:
+    """A protocol process beside a model host: its own models in its pool, dispatched
+    here; the others loaded and answered by the other backend, with no dispatch of
+    their own here and counted only there."""
+    own, elsewhere = FakePool(), ElsewhereBackend()
     stats = ModelStatsTable()
-    registry = Registry(own, stats, placement=Placement(here=is_copied, elsewhere=host))
+    registry = Registry(own, stats, choice=BackendChoice(here=is_copied, elsewhere=elsewhere))
     await registry.load("plain", [version("plain")])
     await registry.load("batched", [batched("batched")])
     assert [s.name for s in own.loaded.values()] == ["plain"]
-    assert [s.name for s in host.loaded.values()] == ["batched"]
+    assert [s.name for s in elsewhere.loaded.values()] == ["batched"]
     found = registry.get_ready("batched")
     assert found.settings.max_batch_size == 8  # what metadata and config read
-    # Its sequences are kept in the host: here each request just goes there.
-    assert isinstance(found.scheduler.policy, QueuedDispatch) if found.scheduler else False
-    assert await served_by(registry, "batched") == 2
+    assert found.scheduler is None and found.cache is None  # nothing queues it here
+    assert registry.get_ready("plain").scheduler is not None
+    assert await served_by(registry, "batched") == 2 and registry.instances(found) == 3
     assert [entry.name for entry in stats] == ["plain"]  # the host's counts are summed
     await registry.unload("batched")
-    assert host.unloaded and not own.unloaded
+    assert elsewhere.unloaded == [2] and elsewhere.calls[2].closed and not own.unloaded
 
 
 async def test_the_model_host_leaves_out_what_the_protocol_processes_copy() -> None:
     pool = FakePool()
     registry = Registry(
-        pool, ModelStatsTable(), placement=Placement(here=lambda s: not is_copied(s))
+        pool, ModelStatsTable(), choice=BackendChoice(here=lambda s: not is_copied(s))
     )
     await registry.load("plain", [version("plain")])
     assert registry.names() == [] and pool.loaded == {}

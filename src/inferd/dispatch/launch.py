@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from inferd.context import Disconnected
 from inferd.observability.stats import ModelStats, rows_of
 from inferd.observability.trace_record import RequestTrace, shared_run
 from inferd.types import InferenceRequest
@@ -55,7 +54,6 @@ class Launcher:
         request: InferenceRequest,
         trace: RequestTrace | None,
         holder: Holder | None = None,
-        disconnected: Disconnected | None = None,
     ) -> Execution:
         """Count and start a request that runs alone (on ``holder``, if given)."""
         rows = rows_of(request.inputs)
@@ -63,7 +61,7 @@ class Launcher:
             self._stats.executed(rows, 1)
         run = None if trace is None else shared_run((trace,), rows, 1)
         try:  # as predict() does, inline: this is every lone request's path
-            return self.pool.predict(Call(self.instance_id, request, holder, run, disconnected))
+            return self.pool.predict(Call(self.instance_id, request, holder, run))
         except Exception as error:
             return Execution.failed(error)
 

@@ -59,7 +59,6 @@ class QueuedDispatch:
         notify: Callable[[], None],
         interleaved_streams: bool = False,
         server_max_queue_size: int = 0,
-        hosted: bool = False,
     ) -> None:
         self._launcher = launcher
         # The pool's own method, not the launcher's: read on every request's path.
@@ -74,9 +73,8 @@ class QueuedDispatch:
         self._queue = RequestQueue(policy, self._batch_policy, self._label, time.monotonic)
         self._hold_timer: asyncio.TimerHandle | None = None
         self._closing = False
-        # Logged that requests name sequences it does not route. Nothing to log for a
-        # model host's version (``hosted``): the host routes them, or says it does not.
-        self._told_unrouted = hosted
+        # Logged that requests name sequences it does not route.
+        self._told_unrouted = False
         # Streams of an async-generator predict_stream hold no slot; a limit bounds them.
         self._interleaved = (
             StreamLimit(settings, self._label, notify) if interleaved_streams else None
@@ -111,9 +109,7 @@ class QueuedDispatch:
                 self._check_queue_parameters(request)
             self._in_flight += 1
             queued = dispatched = time.perf_counter_ns()
-            # The client's disconnect goes along: a hosted version's pool watches it
-            # while the request waits in the model host's queue.
-            execution = self._launcher.predict_one(request, trace, None, context.disconnected)
+            execution = self._launcher.predict_one(request, trace)
             response = await run_in_slot(execution, self._release_slot)
         elif capacity == 0:
             # No worker can run it now: the pool refuses it with the reason.

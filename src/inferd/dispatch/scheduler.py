@@ -43,7 +43,6 @@ class Scheduler:
         stats: ModelStats | None = None,
         interleaved_streams: bool = False,
         server_max_queue_size: int = 0,
-        hosted: bool = False,
     ) -> None:
         self.instance_id = instance_id
         self._closed = False
@@ -61,7 +60,6 @@ class Scheduler:
                 self._notify_if_drained,
                 interleaved_streams,
                 server_max_queue_size,
-                hosted,
             )
 
     @property
@@ -71,6 +69,12 @@ class Scheduler:
     @property
     def waiting(self) -> int:
         return self.policy.waiting
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request or stream runs or waits, or a sequence is open."""
+        policy = self.policy
+        return not policy.idle or bool(getattr(policy, "open_sequences", 0))
 
     @property
     def open_streams(self) -> int:

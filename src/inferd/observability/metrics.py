@@ -73,8 +73,6 @@ class ModelVersionSource(Protocol):
     @property
     def load_seconds(self) -> float: ...
 
-    hosted: bool  # run by the model host, which counts its queues
-
     @property
     def scheduler(self) -> SchedulerSource | None: ...
 
@@ -229,7 +227,7 @@ def _registry_families(versions: Iterable[ModelVersionSource]) -> Iterator[Metri
         labels = (version.name, version.version or "")
         load_time.add_metric(labels, version.load_seconds)
         scheduler = version.scheduler
-        if scheduler is not None and not version.hosted:
+        if scheduler is not None:  # dispatched here (a hosted version's queue is the host's)
             queued.add_metric(labels, scheduler.waiting)
             running.add_metric(labels, scheduler.in_flight)
     loaded.add_metric((), ready)

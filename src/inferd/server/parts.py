@@ -34,8 +34,8 @@ from inferd.server.shutdown import SIGNALS, Shutdown, servers_stop_after
 from inferd.server.traced import start_tracing
 from inferd.server.transport import metrics_options, rest_options
 from inferd.server.worker_calls import model_calls_served
+from inferd.serving.backends import BackendChoice
 from inferd.serving.dataplane import DataPlane
-from inferd.serving.placement import Placement
 from inferd.serving.registry import Registry
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_poll import LocalChanges
@@ -55,13 +55,13 @@ class ServerParts:
         self,
         settings: ServerSettings,
         server_wide: ServerWide | None = None,
-        placement: Placement | None = None,
+        backends: BackendChoice | None = None,
         queue_bound: int | None = None,
     ) -> None:
         """``server_wide``: where the edges' server-wide operations go (None: applied
-        here); ``placement``: which models this process's own pool runs (None: every
-        one); ``queue_bound``: a model's queue bound when it sets none (None: the
-        server's ``max_queue_size``)."""
+        here); ``backends``: which backend serves each model, this process's own or
+        the model host's (None: its own, every one); ``queue_bound``: a model's queue
+        bound when it sets none (None: the server's ``max_queue_size``)."""
         self.settings = settings
         # Statistics extension counters, plus Prometheus histograms when metrics are on.
         model_stats = ModelStatsTable(observe=settings.metrics_enabled)
@@ -71,9 +71,9 @@ class ServerParts:
             model_stats,
             settings.max_queue_size if queue_bound is None else queue_bound,
             ResponseCache(settings.cache_size) if settings.cache_enabled else None,
-            placement=placement,
+            choice=backends,
         )
-        self.placement = placement
+        self.backends = backends
         # Without a load at start the folder may come later (ModelMesh's adapter makes it).
         self.repository = ModelRepository(
             Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
@@ -145,8 +145,8 @@ class ServerParts:
         """Unload every model and stop the pool (the servers have stopped already)."""
         await self.registry.close()
         await self.pool.close()
-        if self.placement is not None and self.placement.elsewhere is not None:
-            await self.placement.elsewhere.close()  # the model host's connection
+        if self.backends is not None and self.backends.elsewhere is not None:
+            await self.backends.elsewhere.close()  # the model host's connection
         if self.dataplane.shared_memory is not None:
             self.dataplane.shared_memory.close()  # unmap what clients registered
 

@@ -20,7 +20,8 @@ Then the process:
   them last, after its models and ``before_public`` (where it catches up): the
   others serve meanwhile, and a connection never waits on one still starting;
 - runs in its own pool only the models every protocol process may hold a copy of
-  (``placement``, serving/placement.py): the others run in the model host;
+  (``backends``, serving/backends.py): the others run in the model host, answered
+  through its backend (serving/host_backend.py);
 - does not poll the repository (``repository_poll_secs``): the supervisor polls it
   once for every process and sends each change to each on the private socket
   (``RepositoryReload``, ``RepositoryRemove``), where the process applies it as a
@@ -49,6 +50,7 @@ from inferd.errors import InvalidRequest
 from inferd.server.errors import http_error
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
+from inferd.serving.backends import BackendChoice
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.operations import (
     Operation,
@@ -58,7 +60,6 @@ from inferd.serving.operations import (
     encode,
     refusal_of,
 )
-from inferd.serving.placement import Placement
 from inferd.serving.repository_poll import ModelChanges
 from inferd.serving.server_wide import LocalServerWide
 
@@ -77,7 +78,8 @@ class ProtocolProcess:
 
     rest_socket: Path
     metrics_socket: Path
-    placement: Placement
+    # Which backend serves each model: this process's own, or the model host's.
+    backends: BackendChoice
     # Awaited after the models loaded, before the process is ready (and, unless
     # open_ports_first, before the public ports open).
     before_public: Callable[[], Awaitable[None]] | None = None
@@ -86,7 +88,7 @@ class ProtocolProcess:
     # The model host: serves its models to the protocol processes here, no public port.
     host_socket: Path | None = None
     # The queue bound of a model this process runs that sets none: its share of the
-    # server's max_queue_size (supervisor/placement.py queue_share); None: the server's.
+    # server's max_queue_size (supervisor/hosting_rules.py queue_share); None: the server's.
     queue_bound: int | None = None
     # Whether it loads the repository's models at its start (load_models_at_startup
     # permitting): not a model host started later, for a load (it catches up instead).

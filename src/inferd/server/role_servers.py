@@ -47,7 +47,7 @@ class RoleServer(ServerParts):
     def __init__(
         self, settings: ServerSettings, role: ProtocolProcess, server_wide: ServerWide | None
     ) -> None:
-        super().__init__(settings, server_wide, role.placement, role.queue_bound)
+        super().__init__(settings, server_wide, role.backends, role.queue_bound)
         self.role = role
         # None of its models reads ready before the process is (every process loaded).
         self.dataplane.models_ready_once_started = True

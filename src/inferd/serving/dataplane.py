@@ -1,4 +1,9 @@
-"""The protocol-neutral entry point shared by the REST and gRPC servers."""
+"""The protocol-neutral entry point shared by the REST and gRPC servers.
+
+It finds the ready version in the registry and answers it through the version's
+backend (serving/backends.py ``VersionCalls``): this process's dispatch, or the
+model host's client for a hosted model.
+"""
 
 from __future__ import annotations
 
@@ -197,8 +202,8 @@ class DataPlane:
     ) -> InferenceResponse:
         version = version or self.version_split.pick(name, context)  # after any load on request
         found = self.registry.get_ready(name, version)
-        scheduler, stats, instance = found.scheduler, found.stats, found.instance
-        assert scheduler is not None and stats is not None and instance is not None
+        calls, stats, instance = found.calls, found.stats, found.instance
+        assert calls is not None and stats is not None and instance is not None
         if not instance.predicts:
             raise InvalidRequest(_only_streams(found.name))
         if found.declared is not None:
@@ -215,7 +220,7 @@ class DataPlane:
         if instance.wants_headers:
             pass_headers(request, context)
         try:
-            response = finish(await scheduler.submit(request, context), found, request)
+            response = finish(await calls.submit(request, context), found, request)
         except BaseException as error:  # cancelled requests count as failed too
             record_end(stats, request, started, type(error).__name__)
             raise
@@ -256,8 +261,8 @@ class DataPlane:
     ) -> AsyncGenerator[list[InferenceResponse], None]:
         version = version or self.version_split.pick(name, context)
         found = self.registry.get_ready(name, version)
-        scheduler, stats, instance = found.scheduler, found.stats, found.instance
-        assert scheduler is not None and stats is not None and instance is not None
+        calls, stats, instance = found.calls, found.stats, found.instance
+        assert calls is not None and stats is not None and instance is not None
         if not instance.streams:
             yield [await self.infer(name, version, request, context)]
             return
@@ -270,7 +275,7 @@ class DataPlane:
         sent = 0
         stats.stream_opened()
         try:
-            async with contextlib.aclosing(scheduler.stream(request, context)) as responses:
+            async with contextlib.aclosing(calls.stream(request, context)) as responses:
                 while True:
                     stream.waiting = True  # the drain's cut may cancel this wait only
                     try:

@@ -311,10 +311,7 @@ class OnDemand:
 
     def _idle(self, name: str) -> bool:
         for version in self.registry.versions():
-            if version.name != name or version.scheduler is None:
-                continue
-            policy = version.scheduler.policy
-            if not policy.idle or getattr(policy, "open_sequences", None):
+            if version.name == name and version.calls is not None and version.calls.busy:
                 return False
         return True
 

@@ -1,5 +1,9 @@
 """The model registry: which model versions exist and what state each is in.
 
+Each version is loaded, answered and unloaded by a backend (serving/backends.py):
+this process's own (its pool, through dispatch), unless a :class:`BackendChoice`
+names another for it.
+
 Loading a model name replaces the set of versions served under it: new versions
 are loaded (and an existing version reloaded) before the old instances are
 unloaded, so a model keeps answering while it is reloaded. A load given a
@@ -28,8 +32,9 @@ from inferd.errors import (
     ModelNotReady,
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.serving.backends import Backend, BackendChoice, VersionCalls
 from inferd.serving.declared_inputs import DeclaredInputs, declared_inputs
-from inferd.serving.placement import Placement, passed_through
+from inferd.serving.local_backend import LocalBackend
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
 from inferd.settings.model import NamedBySettings
@@ -50,11 +55,13 @@ class ModelVersion(NamedBySettings):
     settings: ModelSettings
     state: ModelState = ModelState.LOADING
     reason: str = ""
-    instance: LoadedInstance | None = None  # what the pool loaded: metadata, how it answers
+    instance: LoadedInstance | None = None  # what its backend loaded: metadata, how it answers
+    # What loaded it and answers it (serving/backends.py), by this instance id.
+    backend: Backend | None = None
+    instance_id: int = 0
+    calls: VersionCalls | None = None  # its infer and infer_stream; None once retired
+    # This process's dispatch of it, when it runs here (its queue is a metric).
     scheduler: Scheduler | None = None
-    # The pool running it: the registry's, or the model host's (see serving/placement.py).
-    pool: Pool | None = None
-    hosted: bool = False  # run by the model host: its queue, batcher and counts are there
     load_seconds: float = 0.0  # how long loading this instance took
     # Its counters: shared by every instance of this name and version, so they
     # survive reloads.
@@ -80,17 +87,15 @@ class Registry:
         stats: ModelStatsTable,
         max_queue_size: int = 0,
         cache: ResponseCache | None = None,
-        placement: Placement | None = None,
+        choice: BackendChoice | None = None,
     ) -> None:
-        """``placement``: which models ``pool`` runs, when this server is one of several
-        processes (serving/placement.py); None: every model."""
-        self._pool = pool
-        self._placement = placement
+        """``pool``, ``max_queue_size`` (the server's bound, for versions that set
+        none; 0: none) and ``cache``: this process's own backend's. ``choice``: which
+        versions another backend serves, when this server is one of several processes
+        (serving/backends.py); None: this process's serves every model."""
+        self._local = LocalBackend(pool, stats, max_queue_size, cache)
+        self._choice = choice
         self.stats = stats
-        # The server's response cache (cache_enabled in settings.json), if on.
-        self._cache = cache
-        # The server's queue bound (settings.json), for versions that set none (0: none).
-        self._max_queue_size = max_queue_size
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
         pool.on_instance_failed(self._instance_failed)
@@ -98,7 +103,9 @@ class Registry:
     def control(self, message: Control) -> None:
         """Deliver a feature's control message where the instances run (worker
         processes too; see workers.base.Control), e.g. the logging extension's level."""
-        self._pool.control(message)
+        self._local.control(message)
+        if self._choice is not None and self._choice.elsewhere is not None:
+            self._choice.elsewhere.control(message)
 
     def names(self) -> list[str]:
         return list(self._models)
@@ -135,13 +142,9 @@ class Registry:
 
     def instances(self, version: ModelVersion) -> int:
         """How many workers hold the version now (1 in process); 0 when none does."""
-        scheduler, pool = version.scheduler, version.pool
-        if scheduler is None or pool is None:
+        if version.backend is None or version.calls is None:
             return 0
-        instance = version.instance
-        if instance is not None and instance.instances is not None:
-            return instance.instances  # counted where it runs (the model host)
-        return pool.capacity(scheduler.instance_id) // version.settings.threads_per_worker
+        return version.backend.instances(version.instance_id, version.settings)
 
     def get_ready(self, name: str, version: str | None = None) -> ModelVersion:
         """The version to send a request to; raises unless it is READY."""
@@ -156,7 +159,7 @@ class Registry:
     def _instance_failed(self, instance_id: int, reason: str) -> None:
         """The pool gave up on an instance (e.g. its load keeps crashing its worker)."""
         for version in self.versions():
-            if version.scheduler is not None and version.scheduler.instance_id == instance_id:
+            if version.calls is not None and version.instance_id == instance_id:
                 version.state = ModelState.UNAVAILABLE
                 version.reason = reason
                 logger.error("%s is unavailable: %s", _capitalized(version.settings.label), reason)
@@ -177,12 +180,12 @@ class Registry:
         ``switch``, the new instances serve only once it returns (it is awaited
         whatever loaded, so a process that failed does not hold the others).
         """
-        if self._placement is not None:
-            settings = self._placement.served(settings)
+        if self._choice is not None:
+            settings = self._choice.served(settings)
             if not settings and name not in self._models:
                 if switch is not None:
                     await switch()
-                return  # none of it runs in this process (the model host's case)
+                return  # no backend here serves any of it
         while True:
             model = self._models.setdefault(name, _Model())
             async with model.lock:
@@ -230,7 +233,7 @@ class Registry:
             model.versions[new.settings.version] = new
             logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
         for _, old in loaded:
-            if old is not None and old.scheduler is not None:
+            if old is not None and old.calls is not None:
                 await self._retire(old)
 
     async def _load_version(
@@ -248,50 +251,31 @@ class Registry:
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
         instance_id = next(self._instance_ids)
-        hosted = self._placement is not None and not self._placement.here(settings)
-        pool = self._placement.elsewhere if hosted and self._placement else self._pool
-        assert pool is not None  # placement.served() left out what has no pool
-        logger.info("Loading %s%s", new.settings.label, " (in the model host)" if hosted else "")
+        backend = self._backend_of(settings)
+        where = f" ({backend.where})" if backend.where else ""
+        logger.info("Loading %s%s", new.settings.label, where)
         started = time.perf_counter()
         try:
-            new.instance = await pool.load(instance_id, settings)
+            opened = await backend.load(instance_id, settings)
         except Exception as error:
-            await pool.unload(instance_id)
+            await backend.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        new.pool, new.hosted = pool, hosted
-        # A hosted version is counted, queued, batched and cached in the host: here its
-        # requests pass straight through, and count nowhere (the host's counts are summed).
-        new.stats = ModelStats(*_key(settings)) if hosted else self.stats.of(*_key(settings))
-        new.scheduler = Scheduler(
-            pool,
-            instance_id,
-            passed_through(settings) if hosted else settings,
-            new.stats,
-            new.instance.interleaved_streams,
-            server_max_queue_size=self._max_queue_size,
-            hosted=hosted,
-        )
-        new.cache = None if hosted else self._bind_cache(settings, new.stats)
+        new.backend, new.instance_id, new.instance = backend, instance_id, opened.instance
+        new.calls, new.scheduler = opened.calls, opened.scheduler
+        new.stats, new.cache = opened.stats, opened.cache
         new.declared = declared_inputs(settings.name, settings.inputs)
         new.load_seconds = time.perf_counter() - started
-        # model_load_seconds; a hosted version's stats count nothing: the host's load does.
-        new.stats.loaded(new.load_seconds)
+        new.stats.loaded(new.load_seconds)  # model_load_seconds
         return new, old
 
-    def _bind_cache(self, settings: ModelSettings, stats: ModelStats) -> VersionCache | None:
-        """The version's response cache: on when both settings.json and its
-        model-settings.json set cache_enabled (MLServer's rule)."""
-        if not settings.cache_enabled:
-            return None
-        if self._cache is None:
-            logger.warning(
-                "%s sets cache_enabled, which has no effect: the server's response cache is "
-                "off (set cache_enabled in settings.json too)",
-                _capitalized(settings.label),
-            )
-            return None
-        return self._cache.bind(stats)
+    def _backend_of(self, settings: ModelSettings) -> Backend:
+        """This process's backend, unless the choice names another for ``settings``."""
+        choice = self._choice
+        if choice is None or choice.here(settings):
+            return self._local
+        assert choice.elsewhere is not None  # served() left out what has no backend
+        return choice.elsewhere
 
     def _mark_failed(
         self, model: _Model, new: ModelVersion, old: ModelVersion | None, error: Exception
@@ -351,18 +335,15 @@ class Registry:
         cache, version.cache = version.cache, None
         if cache is not None:
             cache.close()
-        scheduler, version.scheduler = version.scheduler, None
-        if scheduler is not None and version.pool is not None:
-            await scheduler.close()
-            await version.pool.unload(scheduler.instance_id)
+        calls, version.calls = version.calls, None
+        version.scheduler = None
+        if calls is not None and version.backend is not None:
+            await calls.close()
+            await version.backend.unload(version.instance_id)
 
     async def close(self) -> None:
         for name in list(self._models):
             await self.unload(name)
-
-
-def _key(settings: ModelSettings) -> tuple[str, str | None]:
-    return settings.name, settings.version
 
 
 def _default_version(versions: dict[str | None, ModelVersion]) -> ModelVersion:

@@ -7,11 +7,11 @@ Started by the supervisor (``main.py``), or forked from the protocol fork parent
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole server in its role (server/role_servers.py:
 a ``ProtocolProcessServer``, or the ``ModelHostServer``). A protocol process's
-own models run in it (``parallel_workers: 0``): the models placement.py copies, decided from the
+own models run in it (``parallel_workers: 0``): the models hosting_rules.py copies, decided from the
 server's settings as configured, with the process's share of the server's
 ``max_queue_size`` (those the fork parent loaded before forking this process are
 adopted, workers/preloaded.py; the others load here); the others it reaches in the
-model host (workers/hosted.py), which the coordinator starts before such a load
+model host (serving/host_backend.py), which the coordinator starts before such a load
 when none runs yet. The model host runs exactly those others, with the server's
 worker settings, and opens no public port.
 """
@@ -30,7 +30,8 @@ from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer, RoleServer
-from inferd.serving.placement import Placement
+from inferd.serving.backends import BackendChoice
+from inferd.serving.host_backend import HostBackend
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
@@ -41,9 +42,9 @@ from inferd.supervisor.forwarding import (
     switch_together,
     wait_for_every_process,
 )
+from inferd.supervisor.hosting_rules import copied, queue_share
 from inferd.supervisor.paths import ProtocolRole, protocol_role
-from inferd.supervisor.placement import copied, queue_share
-from inferd.workers.hosted import HostedPool
+from inferd.workers.host_client import HostClient
 from inferd.workers.worker import die_with_parent
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        placement=protocol_placement(settings, role),
+        backends=protocol_backends(settings, role),
         # Its share of the server's bound: at most max_queue_size requests of a copied
         # model wait in the whole server.
         queue_bound=queue_share(settings.max_queue_size, settings.protocol_processes),
@@ -83,7 +84,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
     return ProtocolProcessServer(protocol_settings(settings), process, forwarding)
 
 
-def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placement:
+def protocol_backends(settings: ServerSettings, role: ProtocolRole) -> BackendChoice:
     """A protocol process runs the models it may copy; the others run in the model
     host, reached (connected) when a load first binds one: the host may start after
     this process, when the coordinator starts it for that load. ``settings`` are the
@@ -92,7 +93,8 @@ def protocol_placement(settings: ServerSettings, role: ProtocolRole) -> Placemen
     def here(model: ModelSettings) -> bool:
         return copied(model, settings)
 
-    return Placement(here=here, elsewhere=HostedPool(role.paths.host, role.host_at_start))
+    host = HostClient(role.paths.host, role.host_at_start)
+    return BackendChoice(here=here, elsewhere=HostBackend(host))
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
@@ -109,7 +111,7 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        placement=Placement(here=lambda model: not copied(model, settings)),
+        backends=BackendChoice(here=lambda model: not copied(model, settings)),
         before_public=catch_up_with_the_others,
         # At the server's start host.sock opens first: the protocol processes' loads
         # wait there for the host's. Restarted, it opens once its models are loaded.

@@ -18,7 +18,7 @@ it to itself), waits for every answer and answers as they did (merging.py):
 - statistics are read from every process and summed;
 - the model host (when one runs: process N, after the N protocol processes) takes
   every operation too, with two orders: a load reaches it first (a protocol process
-  binds to the version the host has loaded: workers/hosted.py), an unload last
+  binds to the version the host has loaded: workers/host_client.py), an unload last
   (the protocol processes stop sending it requests, then it drains them). It holds
   only the models no protocol process copies, so its "no such model" to an unload
   or a statistics read is no refusal. When none runs yet, a load of a model that

@@ -1,7 +1,7 @@
 """The model host, started when a load first needs it.
 
 With several protocol processes a model that no protocol process may copy
-(placement.py ``why_not_replicated``) runs in the model host. The host starts
+(hosting_rules.py ``why_not_replicated``) runs in the model host. The host starts
 with the server when a model loaded at start needs it; otherwise none runs until
 a load needs one: a repository API load (with or without a configuration
 override) or a change the repository poll found. Before it applies such a load,
@@ -12,7 +12,7 @@ and when one of its versions must be hosted it has the supervisor start the host
 started loads no model of its own: it catches up on the coordinator's journal
 (what was applied before it ran), and then the load that needed it reaches it
 first, as every load does when a host runs; the protocol processes bind to it
-after (workers/hosted.py connects when a load first needs the host).
+after (workers/host_client.py connects when a load first needs the host).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from inferd.errors import ConfigurationError, ErrorCode, InferdError
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.supervisor.placement import why_not_replicated
+from inferd.supervisor.hosting_rules import why_not_replicated
 from inferd.triton.override import apply_override
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ serve. FD is its end of a ``SOCK_SEQPACKET`` pair, one pickled message a packet.
 
 What runs here before the first fork, and nothing else (docs/design.md "Protocol
 processes forked from loaded models"): the imports of a protocol process's stack;
-each model that every protocol process copies (supervisor/placement.py) and that
+each model that every protocol process copies (supervisor/hosting_rules.py) and that
 loads at start, its ``load()`` run to its end on an event loop closed afterwards;
 ``gc.collect()`` and ``gc.freeze()``. No thread, no event loop, no grpc channel or
 server, no CUDA, no request, no warm-up. After each model's load it checks what
@@ -48,8 +48,8 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
+from inferd.supervisor.hosting_rules import copied
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
-from inferd.supervisor.placement import copied
 from inferd.workers import preloaded
 from inferd.workers.fork_safety import fork_hazards, open_sockets, openmp_hazard, sockets_left_open
 from inferd.workers.forkserver import ForkServer, load_model, reseed_numpy

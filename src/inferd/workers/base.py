@@ -12,7 +12,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from inferd.context import Disconnected
 from inferd.observability.trace_record import BatchRun
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata
@@ -107,8 +106,8 @@ class LoadedInstance:
     # The OpenAI-compatible endpoints it answers ("completions", "chat", "embeddings";
     # inferd/generation.py), server/openai/.
     openai_endpoints: tuple[str, ...] = ()
-    # How many workers hold it, where that is not what the slots of the pool that
-    # loaded it say: a model host's version, as the host counts it (workers/hosted.py).
+    # How many workers hold it, as the model host answers a bind (server/host_edge.py);
+    # None from a pool, whose slots say it.
     instances: int | None = None
 
 
@@ -184,9 +183,6 @@ class Call:
     holder: Holder | None = None
     # A traced request's record of its batch: where and when predict ran is noted there.
     run: BatchRun | None = None
-    # Resolves when the client has left (context.py): the model host's pool, whose
-    # calls queue in another process, passes it on there.
-    disconnected: Disconnected | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ A worker has no dataplane of its own. Its server serves one for its workers on a
 unix socket (``server/app.py``, with the model host's edge, ``server/host_edge.py``),
 whose path it puts in the workers' environment (:data:`SOCKET_VARIABLE`); this
 module registers a :class:`~inferd.model_calls.ModelCaller` that reaches it
-through a :class:`~inferd.workers.hosted.HostedPool`, the same pool a protocol
-process reaches the model host with. A call then runs in the server's process
+through a :class:`~inferd.workers.host_client.HostClient`, the same client a
+protocol process reaches the model host with. A call then runs in the server's process
 through the called model's queue and batcher, as a client's request.
 """
 
@@ -21,10 +21,8 @@ from pathlib import Path
 from inferd import model_calls
 from inferd.context import RequestContext
 from inferd.errors import ModelNotFound, ModelNotReady
-from inferd.settings import ModelParameters, ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers.base import Call
-from inferd.workers.hosted import HostedPool
+from inferd.workers.host_client import HostClient
 
 # The environment variable naming the socket a worker's model calls go to.
 SOCKET_VARIABLE = "_INFERD_MODEL_CALLS_SOCKET"
@@ -42,7 +40,7 @@ class ServerCalls:
     instance id of this connection (``LOAD (name, version)``), then called."""
 
     def __init__(self, path: Path) -> None:
-        self._pool = HostedPool(path)
+        self._host = HostClient(path)
         self._bound: dict[tuple[str, str | None], int] = {}
         self._ids = itertools.count(1)
 
@@ -52,7 +50,7 @@ class ServerCalls:
         for attempt in (1, 2):
             instance_id = await self._instance(name, version)
             try:
-                return await self._pool.predict(Call(instance_id, request)).result()
+                return await self._host.infer(instance_id, request)
             except (ModelNotFound, ModelNotReady):
                 # The version bound was unloaded or replaced: bind the ready one again.
                 self._bound.pop((name, version), None)
@@ -64,7 +62,7 @@ class ServerCalls:
         self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
     ) -> AsyncIterator[list[InferenceResponse]]:
         instance_id = await self._instance(name, version)
-        stream = self._pool.stream(Call(instance_id, request))
+        stream = self._host.stream(instance_id, request)
         try:
             while True:
                 try:
@@ -79,13 +77,10 @@ class ServerCalls:
         instance_id = self._bound.get(key)
         if instance_id is None:
             instance_id = next(self._ids)
-            # Only the name and version are read (constructed: no environment applies).
-            parameters = ModelParameters.model_construct(version=version)
-            settings = ModelSettings.model_construct(name=name, parameters=parameters)
-            await self._pool.load(instance_id, settings)
+            await self._host.bind(instance_id, name, version)
             self._bound[key] = instance_id
         return instance_id
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await self._pool.close()
+            await self._host.close()

@@ -49,7 +49,9 @@ from inferd.workers.base import (
     LoadedInstance,
     ResponseStream,
 )
-from inferd.workers.placement import (
+from inferd.workers.process import WorkerProcess
+from inferd.workers.retry import SentCalls
+from inferd.workers.worker_assignment import (
     DEFAULT_RESTART_POLICY,
     Instance,
     RestartPolicy,
@@ -57,8 +59,6 @@ from inferd.workers.placement import (
     pick,
     pick_for_stream,
 )
-from inferd.workers.process import WorkerProcess
-from inferd.workers.retry import SentCalls
 
 logger = logging.getLogger(__name__)
 

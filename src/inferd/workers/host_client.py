@@ -1,21 +1,23 @@
-"""Models the model host runs, as a protocol process reaches them: a Pool over one socket.
+"""A client of the model host: the models it runs, reached over its socket.
 
 With several protocol processes, a model that cannot be copied into each of them
-(supervisor/placement.py: a GPU, adaptive batching, sequences, its own worker
+(supervisor/hosting_rules.py: a GPU, adaptive batching, sequences, its own worker
 processes) is loaded once, in the model host, a server of its own with no public
 port (docs/design.md "The model host"). A protocol process still takes such a
-model's requests off the wire and decodes them; this pool sends each, decoded, to
-the host over ``host.sock`` and hands back its answer. The host runs it through
-its own dataplane: one queue and one batcher for every process's requests, one
-holder for a sequence's, whichever process took them.
+model's requests off the wire and decodes them; its data plane hands each to the
+host backend (serving/host_backend.py), which sends it, decoded, through this
+client over ``host.sock`` and hands back its answer. The host runs it through its
+own data plane: one queue and one batcher for every process's requests, one
+holder for a sequence's, whichever process took them. Nothing of the protocol
+process's dispatch runs on the way: the host's queue, batcher and limits are the
+model's.
 
 The socket carries the worker IPC (``messages.py``, through the same
 :class:`Channel` as a worker's): ``BindHosted`` binds an instance id of this
 process to the host's version of that name, ``Predict`` / ``PredictTraced`` /
-``Stream`` run a request there. A protocol process does not queue these requests itself
-(the registry gives their versions no batching, sequence or cache of their own,
-and this pool lends them :data:`HOSTED_SLOTS` slots): the host's queue, batcher
-and limits are the model's.
+``Stream`` run a request there, ``Cancel`` takes one whose client left out of the
+host's queue. A worker's runtimes reach their own server's models through one
+too (workers/calls_client.py).
 
 When the host dies, what it was running fails (WorkerLost: 503), the supervisor
 starts it again, and the next call here connects again and binds every instance
@@ -29,26 +31,22 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Coroutine
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from inferd.context import Disconnected
 from inferd.errors import ModelNotReady, WorkerLost
 from inferd.observability.trace_record import BatchRun
-from inferd.settings import ModelSettings
-from inferd.types import InferenceResponse
+from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers import ipc, messages
-from inferd.workers.base import Call, Control, Execution, Holder, LoadedInstance, ResponseStream
+from inferd.workers.base import LoadedInstance, ResponseStream
 from inferd.workers.channel import Channel
 
 logger = logging.getLogger(__name__)
 
-# Calls a protocol process may have at the host at once per model version: enough that
-# none waits here (the host queues, batches and bounds them), bounded so a runaway
-# client cannot make one process hold unbounded work.
-HOSTED_SLOTS = 4096
-# How long a load waits for the host's socket at the server's start (the host imports
+# How long a bind waits for the host's socket at the server's start (the host imports
 # and binds it before loading its models: seconds, under load), or while a host that
 # ran is restarted. A host that never ran is not waited for: the coordinator starts
 # one before any load that needs it, so only a process's own start-up load can meet
@@ -58,12 +56,11 @@ _CONNECT_POLL_SECONDS = 0.05
 CLIENT_LEFT = "The client disconnected while its request waited in the model host"
 # How long an answer may take before the client's disconnect is watched (_answer).
 WATCH_AFTER_SECONDS = 0.05
-# A hosted instance lives in the host: one holder, the host.
-HOST_HOLDER: Holder = (-2, 1)
 
 
-class HostedPool:
-    """The model host's models (a Pool), reached over the socket at ``path``."""
+class HostClient:
+    """The model host's models, reached over the socket at ``path``; each bound to an
+    instance id of this process's choosing."""
 
     def __init__(self, path: Path, host_at_start: bool = False) -> None:
         """``host_at_start``: the host starts with this process (wait for its socket)."""
@@ -74,22 +71,19 @@ class HostedPool:
         self._bound: dict[int, tuple[str, str | None]] = {}
         self._closing = False
 
-    async def start(self) -> None:
-        """Nothing: the host is reached on the first load (it may still be starting)."""
-
     async def close(self) -> None:
         self._closing = True
         if self._channel is not None:
             self._channel.close()
 
-    # Loading
+    # Binding
 
-    async def load(self, instance_id: int, settings: ModelSettings) -> LoadedInstance:
+    async def bind(self, instance_id: int, name: str, version: str | None) -> LoadedInstance:
         """Bind ``instance_id`` to the host's version of this model, which the host
         has loaded (the coordinator applies a load there first); what it offers. A
         host that dies meanwhile (at the server's start, while it loads) is waited
         for again: its restart loads the model, and this binds to that."""
-        key = (settings.name, settings.version)
+        key = (name, version)
         ran = self._host_at_start or self._path.exists()  # its socket stays when it dies
         deadline = time.monotonic() + (CONNECT_PATIENCE_SECONDS if ran else 0.0)
         while True:
@@ -104,7 +98,7 @@ class HostedPool:
             self._bound[instance_id] = key
             return instance
 
-    async def unload(self, instance_id: int) -> None:
+    async def unbind(self, instance_id: int) -> None:
         if self._bound.pop(instance_id, None) is None:
             return
         channel = self._channel
@@ -114,57 +108,55 @@ class HostedPool:
 
     # Calls
 
-    def predict(self, call: Call) -> Execution:
-        """Sent now when connected. Inline, not sent: a client that leaves (its call
-        cancelled, or its disconnect seen) takes its request out of the host's queue
-        as out of a lone server's (CANCEL), so its slot here is free at once."""
+    def infer(
+        self,
+        instance_id: int,
+        request: InferenceRequest,
+        run: BatchRun | None = None,
+        disconnected: Disconnected | None = None,
+    ) -> Coroutine[Any, Any, InferenceResponse]:
+        """The host's answer to ``request``, sent now when connected (``run``: the
+        record of a traced request, which the host's own fills). A client that leaves
+        (its call cancelled, or its disconnect seen) takes its request out of the
+        host's queue as out of a lone server's (CANCEL)."""
         channel = self._channel
         if channel is None or channel.closed:
-            return Execution.inline(self._predict_once_connected(call))
-        return Execution.inline(_answer(channel, self._send(channel, call), call))
+            return self._infer_once_connected(instance_id, request, run, disconnected)
+        return _answer(channel, self._send(channel, instance_id, request, run), disconnected)
 
-    async def _predict_once_connected(self, call: Call) -> InferenceResponse:
+    async def _infer_once_connected(
+        self,
+        instance_id: int,
+        request: InferenceRequest,
+        run: BatchRun | None,
+        disconnected: Disconnected | None,
+    ) -> InferenceResponse:
         channel = await self._connected(patience=0.0)
-        return await _answer(channel, self._send(channel, call), call)
+        sent = self._send(channel, instance_id, request, run)
+        return await _answer(channel, sent, disconnected)
 
-    def _send(self, channel: Channel, call: Call) -> asyncio.Future[InferenceResponse]:
-        packed = ipc.pack_request(call.request)
-        if call.run is None:
-            predict = messages.Predict(packed)
-            sent = channel.start_call(predict, call.instance_id, ipc.unpack_response)
+    def _send(
+        self, channel: Channel, instance_id: int, request: InferenceRequest, run: BatchRun | None
+    ) -> asyncio.Future[InferenceResponse]:
+        packed = ipc.pack_request(request)
+        if run is None:
+            sent = channel.start_call(messages.Predict(packed), instance_id, ipc.unpack_response)
         else:
-            timed = partial(_unpack_timed, call.run)
-            sent = channel.start_call(messages.PredictTraced(packed), call.instance_id, timed)
-        # Sent before its Execution is awaited: one dropped unawaited (its awaiter gone
+            timed = partial(_unpack_timed, run)
+            sent = channel.start_call(messages.PredictTraced(packed), instance_id, timed)
+        # Sent before its answer is awaited: one dropped unawaited (its awaiter gone
         # first) still ends here, and its error is nobody's to log.
         sent.add_done_callback(_retrieved)
         return sent
 
-    def stream(self, call: Call) -> ResponseStream:
+    def stream(self, instance_id: int, request: InferenceRequest) -> ResponseStream:
+        """Start ``predict_stream`` in the host now; raises ModelNotReady when the host
+        is not connected (the next call reconnects)."""
         channel = self._channel
         if channel is None or channel.closed:
-            # Streams start at once or not at all (Pool.stream); the next call reconnects.
             self._reconnect_soon()
             raise ModelNotReady(self._unreachable())
-        return channel.open_stream(call.instance_id, call.request)
-
-    def control(self, message: Control) -> None:
-        """Dropped: the host gets what is server-wide (the log level) from the
-        coordinator, and no hosted version here is a sequence of its own."""
-
-    # What the dispatcher reads
-
-    def capacity(self, instance_id: int) -> int:
-        return HOSTED_SLOTS if instance_id in self._bound else 0
-
-    def holders(self, instance_id: int) -> list[Holder]:
-        return [HOST_HOLDER] if instance_id in self._bound else []
-
-    def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
-        """Nothing changes here: the host's own pool watches its workers."""
-
-    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        """Never called: a host that cannot serve a version answers each call so."""
+        return channel.open_stream(instance_id, request)
 
     # The connection
 
@@ -229,7 +221,7 @@ class HostedPool:
 
 
 async def _answer(
-    channel: Channel, answer: asyncio.Future[InferenceResponse], call: Call
+    channel: Channel, answer: asyncio.Future[InferenceResponse], gone: Disconnected | None
 ) -> InferenceResponse:
     """The host's answer; a client that leaves first has the host told (CANCEL), which
     takes its request out of the host's queue. Leaving is watched only once an answer
@@ -237,9 +229,9 @@ async def _answer(
     processes a seventh of their CPU, and the host a quarter, for clients that are
     answered long before they could leave."""
     watch = None
-    if call.disconnected is not None:
+    if gone is not None:
         loop = asyncio.get_running_loop()
-        watch = loop.call_later(WATCH_AFTER_SECONDS, _watch, channel, answer, call.disconnected)
+        watch = loop.call_later(WATCH_AFTER_SECONDS, _watch, channel, answer, gone)
     try:
         return await answer
     except asyncio.CancelledError:  # a cancelled gRPC call (its task), or the server's cut

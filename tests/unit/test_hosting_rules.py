@@ -1,4 +1,4 @@
-"""Which models each protocol process may hold a copy of (supervisor/placement.py)."""
+"""Which models each protocol process may hold a copy of (supervisor/hosting_rules.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ from typing import Any
 
 import pytest
 
-from inferd.serving.placement import passed_through
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.supervisor.child import protocol_server
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole
-from inferd.supervisor.placement import (
+from inferd.supervisor.hosting_rules import (
     copied,
     needs_model_host,
     queue_share,
     serving_layout,
     why_not_replicated,
 )
+from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 
 # Settings as a settings.json that sets neither parallel_workers nor the cache.
 DEFAULTS = ServerSettings(protocol_processes=4)
@@ -94,17 +93,10 @@ def test_copied_models_need_no_host() -> None:
 def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, "inferd.supervisor.placement"):
+    with caplog.at_level(logging.INFO, "inferd.supervisor.hosting_rules"):
         assert needs_model_host(DEFAULTS, [model("a"), model("gpu", devices=["cuda:0"])])
     assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
     assert "Model 'a' is copied into every protocol process" in caplog.text
-
-
-def test_a_hosted_model_passes_through_a_protocol_process_unbatched() -> None:
-    hosted = model(max_batch_size=8, max_batch_time=0.01, sequence_batching={})
-    local = passed_through(hosted)
-    assert (local.max_batch_size, local.sequence_batching) == (1, None)
-    assert (hosted.max_batch_size, local.name) == (8, hosted.name)  # the original is kept
 
 
 def test_the_layout_runs_the_host_when_a_start_up_model_needs_it() -> None:

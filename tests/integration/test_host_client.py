@@ -1,4 +1,4 @@
-"""A protocol process's pool of the model host's models (workers/hosted.py) against a
+"""A protocol process's client of the model host (workers/host_client.py) against a
 real host edge (server/host_edge.py) over a unix socket: binding, calls, and what
 happens when the host goes away and comes back."""
 
@@ -17,17 +17,14 @@ import pytest
 from inferd.errors import InferdError, ModelNotReady, WorkerLost
 from inferd.server.app import InferenceServer
 from inferd.server.host_edge import close_host, serve_host
-from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers import hosted
-from inferd.workers.base import Call
-from inferd.workers.hosted import HostedPool
+from inferd.workers.host_client import HostClient
 
 from .conftest import StartServer
 
 pytestmark = pytest.mark.anyio
 
-ECHO = ModelSettings(name="echo", implementation="tests.integration.runtimes.Echo")
+ECHO = ("echo", None)
 ROW = np.arange(4, dtype=np.float32)
 
 
@@ -65,30 +62,31 @@ async def host(start_inferd: StartServer, folder: Path) -> AsyncIterator[Host]:
 
 
 @pytest.fixture
-async def pool(host: Host) -> AsyncIterator[HostedPool]:
-    made = HostedPool(host.path, host_at_start=True)
+async def pool(host: Host) -> AsyncIterator[HostClient]:
+    made = HostClient(host.path, host_at_start=True)
     yield made
     await made.close()
 
 
-async def echoed(pool: HostedPool, instance_id: int = 1) -> np.ndarray:
-    call = Call(instance_id, InferenceRequest([Tensor("x", ROW)]))
-    response = await pool.predict(call).result()
+async def echoed(pool: HostClient, instance_id: int = 1) -> np.ndarray:
+    response = await pool.infer(instance_id, InferenceRequest([Tensor("x", ROW)]))
     return np.asarray(response.outputs[0].data)
 
 
-async def test_a_bound_model_answers_through_the_host(host: Host, pool: HostedPool) -> None:
+async def test_a_bound_model_answers_through_the_host(host: Host, pool: HostClient) -> None:
     await host.serve()
-    instance = await pool.load(1, ECHO)
+    instance = await pool.bind(1, *ECHO)
     assert instance.metadata.name == "echo" and instance.instances == 1
-    assert pool.capacity(1) == hosted.HOSTED_SLOTS and pool.capacity(2) == 0
     assert np.array_equal(await echoed(pool), ROW)
-    await pool.unload(1)
-    assert pool.capacity(1) == 0
+    stream = pool.stream(1, InferenceRequest([Tensor("x", ROW)]))
+    assert len(await stream.take()) == 1  # Echo predicts only: its one answer
+    await pool.unbind(1)
+    with pytest.raises(InferdError, match="instance 1"):  # unbound: the host knows it not
+        await echoed(pool)
 
 
-async def test_a_load_waits_for_the_host_to_come(host: Host, pool: HostedPool) -> None:
-    loading = asyncio.ensure_future(pool.load(1, ECHO))
+async def test_a_load_waits_for_the_host_to_come(host: Host, pool: HostClient) -> None:
+    loading = asyncio.ensure_future(pool.bind(1, *ECHO))
     await asyncio.sleep(0.2)  # the host is not there yet: the load keeps trying
     assert not loading.done()
     await host.serve()
@@ -99,13 +97,13 @@ async def test_a_load_fails_at_once_when_no_host_ever_ran(host: Host) -> None:
     """Started later, a host is started by the coordinator before any load that needs
     it: a load that finds none (a process's start-up load of a folder added since)
     does not wait for one that is not coming."""
-    pool = HostedPool(host.path)  # no host starts with this process
+    pool = HostClient(host.path)  # no host starts with this process
     try:
         with pytest.raises(ModelNotReady, match="model host is not running"):
-            await asyncio.wait_for(pool.load(1, ECHO), 2)
+            await asyncio.wait_for(pool.bind(1, *ECHO), 2)
         await host.serve()  # once one has run, its socket stays: a restart is waited for
         host.stop()
-        loading = asyncio.ensure_future(pool.load(1, ECHO))
+        loading = asyncio.ensure_future(pool.bind(1, *ECHO))
         await asyncio.sleep(0.2)
         assert not loading.done()
         await host.serve()
@@ -115,10 +113,10 @@ async def test_a_load_fails_at_once_when_no_host_ever_ran(host: Host) -> None:
 
 
 async def test_a_host_gone_fails_calls_at_once_and_its_return_binds_them_again(
-    host: Host, pool: HostedPool
+    host: Host, pool: HostClient
 ) -> None:
     await host.serve()
-    await pool.load(1, ECHO)
+    await pool.bind(1, *ECHO)
     host.stop()
     await asyncio.sleep(0.05)  # the pool sees its connection close
     with pytest.raises((ModelNotReady, WorkerLost)) as failed:
@@ -129,11 +127,11 @@ async def test_a_host_gone_fails_calls_at_once_and_its_return_binds_them_again(
 
 
 async def test_a_load_outlives_a_host_that_dies_while_it_binds(
-    host: Host, pool: HostedPool
+    host: Host, pool: HostClient
 ) -> None:
     host.server.dataplane.started = False  # the host still loads: a LOAD waits
     await host.serve()
-    loading = asyncio.ensure_future(pool.load(1, ECHO))
+    loading = asyncio.ensure_future(pool.bind(1, *ECHO))
     await asyncio.sleep(0.2)
     host.stop()  # it dies meanwhile; started again, it has loaded
     host.server.dataplane.started = True
