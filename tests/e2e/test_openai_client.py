@@ -233,6 +233,73 @@ def test_errors_raise_the_sdk_exceptions(client: openai.OpenAI) -> None:
     assert "at most 256 tokens" in long.value.message
 
 
+LONG_MESSAGES = [{"role": "user", "content": " ".join(["the"] * 200)}]
+
+
+def test_a_field_past_the_models_limit_is_named_as_openai_names_it(
+    client: openai.OpenAI,
+) -> None:
+    """The tiny LM takes 256 tokens: a max_tokens beyond it is ``invalid_value`` of the
+    field sent, a prompt that leaves too little room ``context_length_exceeded`` of
+    ``messages`` / ``prompt``, streamed or not (the error comes before any chunk)."""
+    cases = [
+        (client.completions.create, {"prompt": "the", "max_tokens": 100_000}, "max_tokens"),
+        (
+            client.chat.completions.create,
+            {"messages": MESSAGES, "max_completion_tokens": 100_000},
+            "max_completion_tokens",
+        ),
+        (client.chat.completions.create, {"messages": MESSAGES, "max_tokens": 300}, "max_tokens"),
+    ]
+    for create, fields, param in cases:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                create(model=CHAT_LM, stream=stream, **fields)
+            error = refused.value
+            assert (error.param, error.code, error.type) == (
+                param,
+                "invalid_value",
+                "invalid_request_error",
+            )
+            assert error.body["param"] == param  # type: ignore[index]
+            assert "256 tokens" in error.message
+    long = [
+        (client.chat.completions.create, {"messages": LONG_MESSAGES}, "messages"),
+        (client.completions.create, {"prompt": LONG_MESSAGES[0]["content"]}, "prompt"),
+    ]
+    for create, fields, param in long:
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(model=CHAT_LM, max_tokens=100, **fields)
+        assert (refused.value.param, refused.value.code) == (param, "context_length_exceeded")
+
+
+def test_a_missing_prompt_or_messages_is_named(client: openai.OpenAI) -> None:
+    for path, body, param in [
+        ("/completions", {"model": CHAT_LM, "max_tokens": 2}, "prompt"),
+        ("/chat/completions", {"model": CHAT_LM}, "messages"),
+        (
+            "/chat/completions",
+            {"model": CHAT_LM, "messages": [{"content": "x"}]},
+            "messages.[0].role",
+        ),
+        ("/embeddings", {"model": ENCODER}, "input"),
+        ("/completions", {"prompt": "x"}, "model"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.post(path, cast_to=httpx.Response, body=body)
+        error = refused.value
+        assert (error.param, error.code) == (param, "missing_required_parameter")
+        assert error.body == {  # OpenAI's words
+            "message": f"Missing required parameter: '{param}'.",
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "missing_required_parameter",
+        }
+    with pytest.raises(openai.BadRequestError) as typed:
+        client.completions.create(model=CHAT_LM, prompt="x", max_tokens="many")  # type: ignore[arg-type]
+    assert (typed.value.param, typed.value.code) == ("max_tokens", "invalid_type")
+
+
 def test_async_client_and_stream(server: ServerProcess, reference: Reference) -> None:
     async def run() -> tuple[str, str]:
         async with openai.AsyncOpenAI(
