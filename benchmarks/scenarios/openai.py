@@ -53,7 +53,7 @@ $INFERD_BENCH_LITSERVE_PYTHON) names a Python with litserve, torch and
 transformers, and by vLLM's OpenAI server (python -m
 vllm.entrypoints.openai.api_server, float32, its continuous batching) when
 --vllm-python (or $INFERD_BENCH_VLLM_PYTHON) names a Python with vLLM (its CPU
-build runs here; its attention needs the head size of 32). The load is
+build runs here; its attention takes no head size of 16). The load is
 --connections concurrent streams of POST /v1/chat/completions (stream,
 temperature 0, --max-tokens), each asking again when its stream ends; every
 stream is checked (200, chunks, finish_reason, data: [DONE]). tok/s counts the
@@ -113,7 +113,7 @@ inter-token latency."""
         if self._weights is None:
             folder = Path(tempfile.mkdtemp(prefix="inferd-bench-tiny-lm-"))
             atexit.register(shutil.rmtree, folder, True)
-            save_tiny_chat_lm(folder / "weights", heads=1)  # vLLM's CPU attention: 32 wide
+            save_tiny_chat_lm(folder / "weights", heads=1)  # vLLM on CPU: no head of 16
             self._weights = folder / "weights"
         return self._weights
 

@@ -18,8 +18,8 @@ CHAT_TEMPLATE = (
 def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
     """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template.
 
-    ``heads``: attention heads over the 32 wide embedding; 1 gives a head size of 32,
-    the smallest vLLM's CPU attention takes (benchmarks openai --vllm-python)."""
+    ``heads``: attention heads over the 32 wide embedding; 1 gives a head size of 32, which
+    vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python)."""
     torch = require_module("torch", "huggingface")
     transformers = require_module("transformers", "huggingface")
     tokenizers = require_module("tokenizers", "huggingface")
