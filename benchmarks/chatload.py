@@ -107,8 +107,9 @@ class ChatResult(LoadResult):
 
     def detail(self) -> str:
         each = self.requests / max(self.streams, 1)
+        per_s = self.streams / self.duration_s if self.duration_s > 0 else 0.0
         return (
-            f"  streams {self.streams} ({each:.1f} tok each)"
+            f"  streams {self.streams} ({per_s:.1f}/s, {each:.1f} tok each)"
             f"  TTFT p50/p99 {self.p50_ms:.1f}/{self.p99_ms:.1f} ms"
             f"  ITL p50/p99 {self.itl_p50_ms:.2f}/{self.itl_p99_ms:.2f} ms"
         )

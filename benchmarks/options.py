@@ -198,6 +198,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         check_executable("--mlserver-python", mlserver_python if MLSERVER in servers else None)
         check_executable("--inferd-python", args.inferd_python)
         check_executable("--litserve-python", getattr(args, "litserve_python", None))
+        check_executable("--vllm-python", getattr(args, "vllm_python", None))
         inferd_src = resolve_source(args.inferd_src)
         baseline = resolve_source(args.baseline_src) if args.baseline_src else None
         check_counts(args, spec_of(specs, args.scenario).load_tool)
@@ -209,6 +210,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         mlserver_python=mlserver_python,
         pyvoy=getattr(args, "envoy_floor", None),
         litserve_python=getattr(args, "litserve_python", None),
+        vllm_python=getattr(args, "vllm_python", None),
     )
     return Options(
         scenario=args.scenario,

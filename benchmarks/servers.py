@@ -22,6 +22,7 @@ MLSERVER = "mlserver"
 FLOOR = "floor"
 ENVOY_FLOOR = "envoy-floor"
 LITSERVE = "litserve"
+VLLM = "vllm"
 BASELINE_SUFFIX = "@baseline"
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 CHECKOUT_SRC = BENCHMARKS_DIR.parent / "src"
@@ -31,6 +32,9 @@ PROTOCOL_PROCESSES_ENV = "INFERD_PROTOCOL_PROCESSES"
 # MLServer 1.7.1 has no ``python -m mlserver``; this is its console script's body.
 # The folder, in a LitServe contender's repository, of the model it serves.
 LITSERVE_MODEL = "litserve-model"
+# The folder, in a vLLM contender's repository, of the model it serves (config,
+# weights and tokenizer, as save_pretrained writes them).
+VLLM_MODEL = "vllm-model"
 MLSERVER_MAIN = "import sys; from mlserver.cli import main; sys.exit(main())"
 
 
@@ -39,9 +43,9 @@ class Contender:
     """One server in a comparison."""
 
     label: str  # its name in tables and ratios
-    kind: str  # INFERD, MLSERVER, FLOOR, ENVOY_FLOOR or LITSERVE
+    kind: str  # INFERD, MLSERVER, FLOOR, ENVOY_FLOOR, LITSERVE or VLLM
     settings: Mapping[str, Any] = field(default_factory=dict)  # added to settings.json
-    model: str | None = None  # the model its load targets; None: the scenario's
+    model: str | None = None  # the model its load targets (VLLM: serves); None: the scenario's
     source: Path | None = None  # inferd's source tree; None: Programs.inferd_src
     ca_file: Path | None = None  # it serves REST over TLS, with a certificate this CA signed
 
@@ -60,6 +64,7 @@ class Programs:
     mlserver_python: str | None = None
     pyvoy: str | None = None
     litserve_python: str | None = None
+    vllm_python: str | None = None
 
 
 def resolve_source(path: Path) -> Path:
@@ -131,7 +136,25 @@ def command_and_env(
         script = BENCHMARKS_DIR / "litserve_chat.py"
         return [programs.litserve_python, str(script), str(repo / LITSERVE_MODEL),
                 str(repo_http_port(repo))], env  # fmt: skip
+    if contender.kind == VLLM:
+        # A KV cache of 1 GiB (4M tokens of the tiny LM): without a size, vLLM's CPU
+        # backend wants 92% of the machine's memory and refuses to start on a shared one.
+        return vllm_command(contender, programs, repo), env | {"VLLM_CPU_KVCACHE_SPACE": "1"}
     raise ValueError(f"unknown server kind {contender.kind!r}")
+
+
+def vllm_command(contender: Contender, programs: Programs, repo: Path) -> list[str]:
+    """vLLM's OpenAI server on the repository's folder, named as the contender's
+    model, in float32 as inferd runs it (its CPU default casts to bfloat16), without
+    an access log line per request (inferd writes none)."""
+    if programs.vllm_python is None:
+        raise ValueError("vLLM's Python is not known: pass --vllm-python")
+    if contender.model is None:
+        raise ValueError("a vLLM contender names the model it serves (Contender.model)")
+    return [programs.vllm_python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(repo / VLLM_MODEL), "--served-model-name", contender.model,
+            "--host", "127.0.0.1", "--port", str(repo_http_port(repo)),
+            "--dtype", "float32", "--disable-uvicorn-access-log"]  # fmt: skip
 
 
 def repo_http_port(repo: Path) -> int:
@@ -141,8 +164,9 @@ def repo_http_port(repo: Path) -> int:
 
 
 def ready_path(contender: Contender) -> str:
-    """The readiness poll's path: LitServe answers /health, the others V2's ready."""
-    return "/health" if contender.kind == LITSERVE else READY_PATH
+    """The readiness poll's path: LitServe answers /health, vLLM lists its model at
+    /v1/models once its engine is up, the others answer V2's ready."""
+    return {LITSERVE: "/health", VLLM: "/v1/models"}.get(contender.kind, READY_PATH)
 
 
 def ready_port(contender: Contender, ports: Sequence[int]) -> int:

@@ -20,11 +20,21 @@ from tests.support.tiny_llm import save_tiny_chat_lm
 from ..chatload import ChatLoad, ChatStreamError, chat_body, one_stream
 from ..loadgen import Load, Target
 from ..options import Options
-from ..servers import INFERD, LITSERVE, LITSERVE_MODEL, Contender, baseline_pairs
+from ..servers import (
+    INFERD,
+    LITSERVE,
+    LITSERVE_MODEL,
+    VLLM,
+    VLLM_MODEL,
+    Contender,
+    baseline_pairs,
+)
 from .base import Case, Scenario, VerificationError
 
 MODEL = "chat-lm"
 LITSERVE_PYTHON_ENV = "INFERD_BENCH_LITSERVE_PYTHON"
+VLLM_PYTHON_ENV = "INFERD_BENCH_VLLM_PYTHON"
+PEERS = (LITSERVE, VLLM)
 HF = "inferd.runtimes.huggingface.HuggingFaceModel"
 PROMPT = "tell me a story"
 CHAT_PATH = "/v1/chat/completions"
@@ -34,16 +44,22 @@ class OpenAIChat(Scenario):
     name = "openai"
     description = """OpenAI chat streaming: TTFT, tokens/s and inter-token latency.
 
-The tiny chat LM of tests/support/tiny_llm.py (a 2-layer GPT-2, random seeded
-weights, word-level tokenizer, built once into a temp folder) served by inferd's
-Hugging Face runtime, and, side by side in alternating rounds, by LitServe's
-OpenAISpec running the same weights through transformers (greedy, KV cache, one
-worker) when --litserve-python (or $INFERD_BENCH_LITSERVE_PYTHON) names a Python
-with litserve, torch and transformers. The load is --connections concurrent
-streams of POST /v1/chat/completions (stream, temperature 0, --max-tokens), each
-asking again when its stream ends; every stream is checked (200, chunks,
-finish_reason, data: [DONE]). tok/s counts text chunks; the p50/p99 columns are
-time to first token; each run's line adds per-stream inter-token latency."""
+The tiny chat LM of tests/support/tiny_llm.py (a 2-layer GPT-2, one attention
+head of 32, random seeded weights, word-level tokenizer, built once into a temp
+folder) served by inferd's Hugging Face runtime, and, side by side in alternating
+rounds, by LitServe's OpenAISpec running the same weights through transformers
+(greedy, KV cache, one worker) when --litserve-python (or
+$INFERD_BENCH_LITSERVE_PYTHON) names a Python with litserve, torch and
+transformers, and by vLLM's OpenAI server (python -m
+vllm.entrypoints.openai.api_server, float32, its continuous batching) when
+--vllm-python (or $INFERD_BENCH_VLLM_PYTHON) names a Python with vLLM (its CPU
+build runs here; its attention takes no head size of 16). The load is
+--connections concurrent streams of POST /v1/chat/completions (stream,
+temperature 0, --max-tokens), each asking again when its stream ends; every
+stream is checked (200, chunks, finish_reason, data: [DONE]). tok/s counts the
+tokens the usage chunk reports (text chunks where it reports none); the p50/p99
+columns are time to first token; each run's line adds streams/s and per-stream
+inter-token latency."""
     defaults = {"duration": 10.0, "warmup": 2.0, "rounds": 2, "connections": [1, 16]}
     compares_mlserver = False
     load_tool = "chat streams"
@@ -61,12 +77,20 @@ time to first token; each run's line adds per-stream inter-token latency."""
             default=os.environ.get(LITSERVE_PYTHON_ENV),
             help=f"a Python with litserve, torch and transformers (or ${LITSERVE_PYTHON_ENV})",
         )
+        parser.add_argument(
+            "--vllm-python",
+            default=os.environ.get(VLLM_PYTHON_ENV),
+            help=f"a Python with vLLM, e.g. its CPU build (or ${VLLM_PYTHON_ENV})",
+        )
         parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens per stream")
 
     def contenders(self) -> list[Contender]:
+        args = self.options.args
         contenders = [Contender(INFERD, INFERD)]
-        if self.options.args.litserve_python:
+        if args.litserve_python:
             contenders.append(Contender(LITSERVE, LITSERVE))
+        if args.vllm_python:
+            contenders.append(Contender(VLLM, VLLM, model=MODEL))
         return contenders
 
     def load(self, connections: int) -> Load:
@@ -74,21 +98,29 @@ time to first token; each run's line adds per-stream inter-token latency."""
 
     def describe(self) -> str:
         args = self.options.args
-        litserve = "" if args.litserve_python else "; LitServe left out (no --litserve-python)"
-        return f"{super().describe()}, max_tokens {args.max_tokens}{litserve}"
+        left_out = [
+            f"{name} left out (no {option})"
+            for name, option, given in (
+                ("LitServe", "--litserve-python", args.litserve_python),
+                ("vLLM", "--vllm-python", args.vllm_python),
+            )
+            if not given
+        ]
+        return "; ".join([f"{super().describe()}, max_tokens {args.max_tokens}", *left_out])
 
     def weights(self) -> Path:
         """The tiny LM's folder, built on first use and removed at exit."""
         if self._weights is None:
             folder = Path(tempfile.mkdtemp(prefix="inferd-bench-tiny-lm-"))
             atexit.register(shutil.rmtree, folder, True)
-            save_tiny_chat_lm(folder / "weights")
+            save_tiny_chat_lm(folder / "weights", heads=1)  # vLLM on CPU: no head of 16
             self._weights = folder / "weights"
         return self._weights
 
     def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
-        if contender.kind == LITSERVE:
-            (repo / LITSERVE_MODEL).symlink_to(self.weights(), target_is_directory=True)
+        peer_folder = {LITSERVE: LITSERVE_MODEL, VLLM: VLLM_MODEL}.get(contender.kind)
+        if peer_folder is not None:  # the weights folder as it is, no settings of inferd's
+            (repo / peer_folder).symlink_to(self.weights(), target_is_directory=True)
             return
         folder = write_model_folder(
             repo, MODEL, HF, parameters={"uri": "./weights", "extra": {"task": "text-generation"}}
@@ -107,7 +139,7 @@ time to first token; each run's line adds per-stream inter-token latency."""
         return Target(url, body)
 
     def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
-        pairs = [(INFERD, LITSERVE)] if {INFERD, LITSERVE} <= set(labels) else []
+        pairs = [(INFERD, peer) for peer in PEERS if {INFERD, peer} <= set(labels)]
         return pairs + baseline_pairs(labels)
 
 

@@ -48,6 +48,19 @@ class InvalidRequest(InferdError, code=ErrorCode.INVALID_ARGUMENT):
     """The request is malformed or does not match what the model accepts."""
 
 
+class InvalidParameter(InvalidRequest):
+    """A malformed request that is about one field: ``param`` names it (a dotted path
+    such as ``messages.[0].role``) and ``reason`` says what kind of fault it is in a
+    word (``missing_required_parameter``, ``invalid_type``, ``invalid_value``,
+    ``context_length_exceeded``), as OpenAI's errors carry them. Both cross process
+    boundaries with the error (workers/ipc.py keeps plain attributes)."""
+
+    def __init__(self, message: str, param: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.reason = reason
+
+
 class ModelNotFound(InferdError, code=ErrorCode.NOT_FOUND):
     """No such model (version). Worded as Triton's, which clients match on."""
 

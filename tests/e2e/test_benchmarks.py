@@ -185,13 +185,14 @@ def test_process_cpu_says_what_each_process_spent_per_request() -> None:
 
 def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path) -> None:
     """2 concurrent chat streams from the tiny LM for a second, every stream checked
-    (one case: one server start; LitServe left out: CI has no LitServe venv)."""
+    (one case: one server start; LitServe and vLLM left out: CI has neither venv)."""
     pytest.importorskip("transformers")
     out = tmp_path / "openai.json"
     brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "2"]
     command = [sys.executable, "-m", "benchmarks", "openai", *brief, "--json-out", str(out)]
     env = server_environment()
     env.pop("INFERD_BENCH_LITSERVE_PYTHON", None)
+    env.pop("INFERD_BENCH_VLLM_PYTHON", None)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(out.read_text())

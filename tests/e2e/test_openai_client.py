@@ -164,6 +164,83 @@ def test_streamed_chat_is_the_whole_answer_in_chunks(client: openai.OpenAI) -> N
     assert last.choices == [] and last.usage == whole.usage
 
 
+def test_top_p_user_and_a_conversation_with_an_assistant_turn(
+    client: openai.OpenAI, reference: Reference
+) -> None:
+    """A nucleus this small holds only the likeliest token: sampling is greedy."""
+    nucleus = client.completions.create(
+        model=CHAT_LM, prompt=PROMPT, max_tokens=8, temperature=1, top_p=1e-6, user="u-1"
+    )
+    assert nucleus.choices[0].text == reference.greedy(PROMPT, 8)
+    turns = [
+        *MESSAGES,
+        {"role": "assistant", "content": "the plot was good"},
+        {"role": "user", "content": "and the acting"},
+    ]
+    answer = client.chat.completions.create(
+        model=CHAT_LM,
+        messages=turns,  # type: ignore[arg-type]
+        max_tokens=6,
+        temperature=0,
+        user="u-1",
+    )
+    prompt = reference.chat_prompt(turns)
+    assert "<|assistant|> the plot was good" in prompt
+    assert answer.choices[0].message.content == reference.greedy(prompt, 6, special=False)
+
+
+def test_chat_choices_are_seeded_and_stop_strings_hold(
+    client: openai.OpenAI, reference: Reference
+) -> None:
+    def ask() -> list[str | None]:
+        answer = client.chat.completions.create(
+            model=CHAT_LM,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            n=3,
+            max_tokens=6,
+            seed=11,
+        )
+        assert [choice.index for choice in answer.choices] == [0, 1, 2]
+        assert answer.usage is not None and answer.usage.completion_tokens == 18
+        return [choice.message.content for choice in answer.choices]
+
+    first = ask()
+    assert ask() == first and len(set(first)) > 1
+    full = reference.greedy(reference.chat_prompt(MESSAGES), 10, special=False)
+    word = full.split()[1]
+    stopped = client.chat.completions.create(
+        model=CHAT_LM,
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=10,
+        temperature=0,
+        stop=word,
+    )
+    assert stopped.choices[0].message.content == full[: full.index(word)]
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_a_stream_of_several_choices_names_each_and_ends_with_the_usage(
+    client: openai.OpenAI,
+) -> None:
+    stream = client.completions.create(
+        model=WORDS,
+        prompt=["a b c", "d e"],
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    *chunks, last = list(stream)
+    texts: dict[int, str] = {}
+    for chunk in chunks:
+        (choice,) = chunk.choices
+        texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert texts == {0: "a b c", 1: "a b c", 2: "d e", 3: "d e"}
+    assert len({chunk.id for chunk in [*chunks, last]}) == 1
+    assert len({chunk.created for chunk in [*chunks, last]}) == 1
+    assert last.choices == [] and last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (5, 10)
+
+
 def test_streamed_completion(client: openai.OpenAI, reference: Reference) -> None:
     stream = client.completions.create(
         model=CHAT_LM, prompt=PROMPT, max_tokens=10, temperature=0, stream=True
@@ -233,6 +310,73 @@ def test_errors_raise_the_sdk_exceptions(client: openai.OpenAI) -> None:
     assert "at most 256 tokens" in long.value.message
 
 
+LONG_MESSAGES = [{"role": "user", "content": " ".join(["the"] * 200)}]
+
+
+def test_a_field_past_the_models_limit_is_named_as_openai_names_it(
+    client: openai.OpenAI,
+) -> None:
+    """The tiny LM takes 256 tokens: a max_tokens beyond it is ``invalid_value`` of the
+    field sent, a prompt that leaves too little room ``context_length_exceeded`` of
+    ``messages`` / ``prompt``, streamed or not (the error comes before any chunk)."""
+    cases = [
+        (client.completions.create, {"prompt": "the", "max_tokens": 100_000}, "max_tokens"),
+        (
+            client.chat.completions.create,
+            {"messages": MESSAGES, "max_completion_tokens": 100_000},
+            "max_completion_tokens",
+        ),
+        (client.chat.completions.create, {"messages": MESSAGES, "max_tokens": 300}, "max_tokens"),
+    ]
+    for create, fields, param in cases:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                create(model=CHAT_LM, stream=stream, **fields)
+            error = refused.value
+            assert (error.param, error.code, error.type) == (
+                param,
+                "invalid_value",
+                "invalid_request_error",
+            )
+            assert error.body["param"] == param  # type: ignore[index]
+            assert "256 tokens" in error.message
+    long = [
+        (client.chat.completions.create, {"messages": LONG_MESSAGES}, "messages"),
+        (client.completions.create, {"prompt": LONG_MESSAGES[0]["content"]}, "prompt"),
+    ]
+    for create, fields, param in long:
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(model=CHAT_LM, max_tokens=100, **fields)
+        assert (refused.value.param, refused.value.code) == (param, "context_length_exceeded")
+
+
+def test_a_missing_prompt_or_messages_is_named(client: openai.OpenAI) -> None:
+    for path, body, param in [
+        ("/completions", {"model": CHAT_LM, "max_tokens": 2}, "prompt"),
+        ("/chat/completions", {"model": CHAT_LM}, "messages"),
+        (
+            "/chat/completions",
+            {"model": CHAT_LM, "messages": [{"content": "x"}]},
+            "messages.[0].role",
+        ),
+        ("/embeddings", {"model": ENCODER}, "input"),
+        ("/completions", {"prompt": "x"}, "model"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.post(path, cast_to=httpx.Response, body=body)
+        error = refused.value
+        assert (error.param, error.code) == (param, "missing_required_parameter")
+        assert error.body == {  # OpenAI's words
+            "message": f"Missing required parameter: '{param}'.",
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "missing_required_parameter",
+        }
+    with pytest.raises(openai.BadRequestError) as typed:
+        client.completions.create(model=CHAT_LM, prompt="x", max_tokens="many")  # type: ignore[arg-type]
+    assert (typed.value.param, typed.value.code) == ("max_tokens", "invalid_type")
+
+
 def test_async_client_and_stream(server: ServerProcess, reference: Reference) -> None:
     async def run() -> tuple[str, str]:
         async with openai.AsyncOpenAI(
@@ -249,6 +393,40 @@ def test_async_client_and_stream(server: ServerProcess, reference: Reference) ->
 
     whole, streamed = asyncio.run(run())
     assert whole == streamed == reference.greedy(PROMPT, 6)
+
+
+def test_async_client_chat_stream_embeddings_models_and_errors(
+    server: ServerProcess, reference: Reference
+) -> None:
+    async def run() -> None:
+        async with openai.AsyncOpenAI(
+            base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60
+        ) as client:
+            assert sorted([model.id async for model in client.models.list()]) == ALL_MODELS
+            stream = await client.chat.completions.create(
+                model=CHAT_LM,
+                messages=MESSAGES,  # type: ignore[arg-type]
+                max_tokens=6,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = [chunk async for chunk in stream]
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            expected = reference.greedy(reference.chat_prompt(MESSAGES), 6, special=False)
+            assert text == expected
+            assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+            vectors = await client.embeddings.create(model=ENCODER, input=["awful plot"])
+            np.testing.assert_allclose(
+                vectors.data[0].embedding, reference.embeddings(["awful plot"])[0], atol=1e-5
+            )
+            with pytest.raises(openai.BadRequestError) as long:
+                await client.completions.create(model=CHAT_LM, prompt="x", max_tokens=999)
+            assert (long.value.param, long.value.code) == ("max_tokens", "invalid_value")
+            with pytest.raises(openai.NotFoundError):
+                await client.embeddings.create(model="no-such-model", input="x")
+
+    asyncio.run(run())
 
 
 def test_metrics_count_tokens_and_time_tokens(client: openai.OpenAI, server: ServerProcess) -> None:

@@ -62,7 +62,7 @@ def openai_error(response: httpx.Response, status: int) -> dict[str, object]:
         ("/v1/chat/completions", b"{", None),
         ("/v1/chat/completions", b"", None),
         ("/v1/chat/completions", b"[1, 2]", None),
-        ("/v1/chat/completions", b'{"model": "words"}', None),
+        ("/v1/chat/completions", b'{"model": "words"}', "messages"),
         ("/v1/chat/completions", b'{"model": "words", "messages": "hi"}', "messages"),
         ("/v1/chat/completions", b'{"model": "words", "messages": []}', "messages"),
         ("/v1/chat/completions", b'{"model": 7, "messages": [{"role": "user"}]}', "model"),
@@ -151,6 +151,58 @@ def test_a_full_queue_is_a_429_with_retry_after(server: ServerProcess) -> None:
         assert client.completions.create(model=WORDS, prompt="ok").choices[0].text == "ok"
 
 
+def test_the_sdk_sees_a_full_queue_as_a_rate_limit_and_leaves_a_stream(
+    server: ServerProcess, repository: Path
+) -> None:
+    """openai.RateLimitError for the 429; closing the SDK's stream stops the model."""
+    marker = repository / "closed"
+    marker.unlink(missing_ok=True)
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0) as client:
+        stream = client.completions.create(
+            model=WORDS, prompt=LONG_PROMPT, max_tokens=1000, stream=True
+        )
+        assert next(iter(stream)).choices[0].text == "word"  # it holds the slot now
+        waiter = threading.Thread(target=lambda: client.completions.create(model=WORDS, prompt="x"))
+        waiter.start()  # the one place in the queue
+        wait_for(lambda: queued(server) >= 1, timeout=20, what="a request in the queue")
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.completions.create(model=WORDS, prompt="x")
+        assert refused.value.code == "rate_limit_exceeded"
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+        stream.close()
+        wait_for(marker.exists, timeout=10, what="the generation to stop")
+        waiter.join(30)
+
+
+def queued(server: ServerProcess) -> float:
+    """Requests of Words waiting in its queue, from /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    for line in text.splitlines():
+        if line.startswith("batch_request_queue{") and f'model_name="{WORDS}"' in line:
+            return float(line.rpartition(" ")[2])
+    return 0.0
+
+
+def test_a_runtimes_field_error_keeps_its_param_across_processes(server: ServerProcess) -> None:
+    """The chat LM runs in a worker process here: the field it names comes back."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0) as client:
+        assert_limit_is_named(client)
+
+
+def assert_limit_is_named(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=CHAT_LM,
+            messages=[{"role": "user", "content": "hi"}],
+            max_completion_tokens=100_000,
+            stream=True,
+        )
+    assert (refused.value.param, refused.value.code) == ("max_completion_tokens", "invalid_value")
+    with pytest.raises(openai.BadRequestError) as long:
+        client.completions.create(model=CHAT_LM, prompt=LONG_PROMPT, max_tokens=100)
+    assert (long.value.param, long.value.code) == ("prompt", "context_length_exceeded")
+
+
 def test_keys_as_bearer_tokens(tmp_path: Path, repository: Path) -> None:
     restricted = {
         "apis": ["inference", "metadata"],
@@ -201,8 +253,11 @@ def test_three_protocol_processes(repository: Path, tmp_path: Path) -> None:
             assert "".join(c.choices[0].delta.content or "" for c in stream) == "a b"
         assert len(texts) == 1  # greedy: every process answers alike
         assert f"'{WORDS}' runs in the model host" in process.log()
+        # Loaded once and forked (no tqdm monitor thread left by the HF load).
+        assert f"'{CHAT_LM}' is loaded in each" not in process.log()
         vectors = client.embeddings.create(model=ENCODER, input=["a", "b"])
         assert len(vectors.data) == 2
+        assert_limit_is_named(client)
 
 
 def test_an_async_engines_streams_interleave(server: ServerProcess) -> None:

@@ -15,8 +15,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def save_tiny_chat_lm(folder: Path, *, seed: int = 0) -> None:
-    """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template."""
+def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
+    """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template.
+
+    ``heads``: attention heads over the 32 wide embedding; 1 gives a head size of 32, which
+    vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python)."""
     torch = require_module("torch", "huggingface")
     transformers = require_module("transformers", "huggingface")
     tokenizers = require_module("tokenizers", "huggingface")
@@ -39,7 +42,7 @@ def save_tiny_chat_lm(folder: Path, *, seed: int = 0) -> None:
         n_positions=256,
         n_embd=32,
         n_layer=2,
-        n_head=2,
+        n_head=heads,
         bos_token_id=None,
         eos_token_id=words.index(END),
         pad_token_id=0,

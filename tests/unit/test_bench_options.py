@@ -31,17 +31,23 @@ def test_every_scenario_is_offered() -> None:
     ]  # fmt: skip
 
 
-def test_openai_measures_1_and_16_streams_and_takes_litserve_s_python_from_the_env(
+def test_openai_measures_1_and_16_streams_and_takes_the_peers_pythons_from_the_env(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("INFERD_BENCH_LITSERVE_PYTHON", raising=False)
+    monkeypatch.delenv("INFERD_BENCH_VLLM_PYTHON", raising=False)
     alone = parse("openai")
     assert alone.connections == (1, 16) and alone.programs.litserve_python is None
+    assert alone.programs.vllm_python is None
     assert alone.args.max_tokens == 32
     monkeypatch.setenv("INFERD_BENCH_LITSERVE_PYTHON", sys.executable)
     assert parse("openai").programs.litserve_python == sys.executable
     with pytest.raises(SystemExit):
         parse("openai", "--litserve-python", "/no/such/python")
+    monkeypatch.setenv("INFERD_BENCH_VLLM_PYTHON", sys.executable)
+    assert parse("openai").programs.vllm_python == sys.executable
+    with pytest.raises(SystemExit):
+        parse("openai", "--vllm-python", "/no/such/python")
 
 
 def test_rest_defaults() -> None:

@@ -31,6 +31,7 @@ from benchmarks.servers import (
     command_and_env,
     group_cpu_seconds,
     main_thread_cpu_seconds,
+    ready_path,
     ready_port,
     with_baseline,
 )
@@ -222,6 +223,30 @@ def test_server_commands_and_environments(monkeypatch: pytest.MonkeyPatch) -> No
     assert env["PYTHONPATH"].split(os.pathsep)[1] == "/src/current"
     assert ready_port(Contender("envoy-floor", "envoy-floor"), [7, 8, 9]) == 8
     assert ready_port(Contender("inferd", "inferd"), [7, 8, 9]) == 7
+
+
+def test_vllm_serves_its_folder_as_the_scenarios_model(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text('{"http_port": 8123}')
+    programs = Programs("/py/inferd", vllm_python="/py/vllm")
+    vllm = Contender("vllm", "vllm", model="chat-lm")
+    command, env = command_and_env(vllm, programs, tmp_path, 9)
+    assert command[:3] == ["/py/vllm", "-m", "vllm.entrypoints.openai.api_server"]
+    flags = dict(zip(command[3::2], command[4::2], strict=False))
+    assert flags["--model"] == str(tmp_path / "vllm-model")
+    assert (flags["--served-model-name"], flags["--port"]) == ("chat-lm", "8123")
+    assert flags["--dtype"] == "float32" and "PYTHONPATH" not in env
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # GiB, not most of the machine's memory
+    assert ready_path(vllm) == "/v1/models"
+    with pytest.raises(ValueError, match="--vllm-python"):
+        command_and_env(vllm, Programs("/py/inferd"), tmp_path, 9)
+
+
+def test_openai_runs_vllm_beside_inferd_when_given_its_python() -> None:
+    bench = scenario("openai", "--vllm-python", sys.executable)
+    assert labels(bench) == [["inferd", "vllm"], ["inferd", "vllm"]]
+    assert bench.comparisons(["inferd", "vllm"]) == [("inferd", "vllm")]
+    assert "vLLM left out" not in bench.describe()
+    assert "vLLM left out (no --vllm-python)" in scenario("openai").describe()
 
 
 def test_protocol_processes_reach_inferd_through_its_environment() -> None:

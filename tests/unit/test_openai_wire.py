@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import base64
 
+import msgspec
 import numpy as np
 import orjson
 import pytest
 
-from inferd.errors import InvalidRequest, ModelNotFound, Overloaded, PermissionDenied
+from inferd.errors import (
+    InvalidParameter,
+    InvalidRequest,
+    ModelNotFound,
+    Overloaded,
+    PermissionDenied,
+)
 from inferd.generation import (
     AsyncGenerativeModel,
     EmbeddingRequest,
@@ -36,6 +43,7 @@ from inferd.server.openai.answers import (
 from inferd.settings import ModelSettings
 from inferd.settings.security import RestrictedApiSettings
 from inferd.types import InferenceRequest
+from inferd.workers.ipc import error_from_wire, error_to_wire
 
 
 def completion(**fields: object) -> bytes:
@@ -69,12 +77,70 @@ def test_a_completion_body_becomes_one_call_per_prompt() -> None:
     ],
 )
 def test_bad_fields_are_a_400_naming_the_field(fields: dict[str, object], param: str) -> None:
-    with pytest.raises(wire.BadParameter) as refused:
+    with pytest.raises(InvalidParameter) as refused:
         body = wire.decode(completion(**fields), wire.CompletionBody)
         wire.completion_calls(body)
         wire.choices(body)
         wire.include_usage(body)
     assert refused.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "param", "reason"),
+    [
+        (b'{"model": "m"}', wire.CompletionBody, "prompt", "missing_required_parameter"),
+        (b'{"model": "m"}', wire.ChatCompletionBody, "messages", "missing_required_parameter"),
+        (b'{"prompt": "x"}', wire.CompletionBody, "model", "missing_required_parameter"),
+        (
+            b'{"model": "m", "messages": [{"content": "x"}]}',
+            wire.ChatCompletionBody,
+            "messages.[0].role",
+            "missing_required_parameter",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": 3}]}',
+            wire.ChatCompletionBody,
+            "messages.[0].content",
+            "invalid_type",
+        ),
+        (
+            b'{"model": "m", "input": "x", "encoding_format": "hex"}',
+            wire.EmbeddingBody,
+            "encoding_format",
+            "invalid_value",
+        ),
+    ],
+)
+def test_decode_names_the_field_as_openai_does(
+    body: bytes, kind: type, param: str, reason: str
+) -> None:
+    with pytest.raises(InvalidParameter) as refused:
+        wire.decode(body, kind)
+    assert (refused.value.param, refused.value.reason) == (param, reason)
+    if reason == "missing_required_parameter":
+        assert refused.value.message == f"Missing required parameter: '{param}'."
+
+
+def test_a_runtimes_max_tokens_error_names_the_field_sent() -> None:
+    chat = wire.decode(
+        b'{"model": "m", "messages": [], "max_completion_tokens": 0}', wire.ChatCompletionBody
+    )
+    with pytest.raises(InvalidParameter) as refused:
+        wire.chat_call(msgspec.structs.replace(chat, messages=[wire.MessageBody("user", "x")]))
+    assert refused.value.param == "max_completion_tokens"
+    too_large = InvalidParameter("max_tokens is too large: 9", "max_tokens", "invalid_value")
+    renamed = wire.as_sent(too_large, chat)
+    assert (renamed.param, renamed.reason) == ("max_completion_tokens", "invalid_value")
+    assert renamed.message == "max_completion_tokens is too large: 9"
+    plain = wire.decode(b'{"model": "m", "prompt": "x", "max_tokens": 9}', wire.CompletionBody)
+    assert wire.as_sent(too_large, plain) is too_large
+
+
+def test_a_field_error_crosses_processes_with_its_param() -> None:
+    sent = InvalidParameter("too long", "messages", "context_length_exceeded")
+    back = error_from_wire(error_to_wire(sent))
+    assert isinstance(back, InvalidParameter)
+    assert (back.message, back.param, back.reason) == ("too long", "messages", sent.reason)
 
 
 @pytest.mark.parametrize("body", [b"", b"{", b"[]", b'{"prompt": "x"}', b"\xff"])
@@ -106,7 +172,7 @@ def test_an_image_part_is_refused() -> None:
     body = orjson.dumps(
         {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
     )
-    with pytest.raises(wire.BadParameter, match="image_url"):
+    with pytest.raises(InvalidParameter, match="image_url"):
         wire.chat_call(wire.decode(body, wire.ChatCompletionBody))
 
 
@@ -202,7 +268,13 @@ def test_embeddings_answer_in_floats_or_base64() -> None:
 @pytest.mark.parametrize(
     ("error", "status", "kind", "code"),
     [
-        (wire.BadParameter("bad", "n"), 400, "invalid_request_error", None),
+        (InvalidParameter("bad", "n"), 400, "invalid_request_error", None),
+        (
+            InvalidParameter("long", "messages", "context_length_exceeded"),
+            400,
+            "invalid_request_error",
+            "context_length_exceeded",
+        ),
         (ModelNotFound("x"), 404, "invalid_request_error", "model_not_found"),
         (PermissionDenied("no"), 401, "invalid_request_error", "invalid_api_key"),
         (Overloaded("full", 2.0), 429, "rate_limit_exceeded", "rate_limit_exceeded"),
@@ -257,6 +329,6 @@ def test_dimensions_cut_the_vectors_and_renormalize() -> None:
     assert shortened("m", vectors, None) is vectors
     np.testing.assert_allclose(shortened("m", vectors, 2), [[0.6, 0.8], [0.0, 0.0]])
     np.testing.assert_allclose(shortened("m", vectors, 3)[0], np.array([3, 4, 12]) / 13)
-    with pytest.raises(wire.BadParameter) as wide:
+    with pytest.raises(InvalidParameter) as wide:
         shortened("m", vectors, 4)
     assert wide.value.param == "dimensions" and "at most 3" in wide.value.message

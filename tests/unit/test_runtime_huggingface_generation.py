@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.errors import InvalidParameter, InvalidRequest, ModelNotReady
 from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest, TextPiece
 from inferd.runtimes.huggingface_generation import (
     Generation,
@@ -80,11 +80,27 @@ def test_chat_uses_the_template_and_needs_one(lm: Any) -> None:
     assert served_endpoints({"task": "text-generation", "openai": False}, lm) == ()
 
 
-def test_a_prompt_past_the_context_is_a_400(lm: Any) -> None:
-    with pytest.raises(InvalidRequest, match="at most 256 tokens"):
-        generate(lm, prompt="the " * 300)
-    with pytest.raises(InvalidRequest, match="lower max_tokens"):
-        generate(lm, prompt="the", max_tokens=300)
+@pytest.mark.parametrize(
+    ("fields", "param", "reason"),
+    [  # as OpenAI names them; the tiny LM's context is 256 tokens
+        ({"prompt": "the " * 300}, "prompt", "context_length_exceeded"),
+        ({"prompt": "the " * 200, "max_tokens": 100}, "prompt", "context_length_exceeded"),
+        (
+            {"messages": [ChatMessage("user", "the " * 200)], "max_tokens": 100},
+            "messages",
+            "context_length_exceeded",
+        ),
+        ({"prompt": "the", "max_tokens": 256}, "max_tokens", "invalid_value"),
+        ({"prompt": "the", "max_tokens": 300}, "max_tokens", "invalid_value"),
+    ],
+)
+def test_a_request_past_the_context_is_a_400_naming_the_field(
+    lm: Any, fields: dict[str, Any], param: str, reason: str
+) -> None:
+    with pytest.raises(InvalidParameter, match="256 tokens") as refused:
+        generate(lm, **fields)
+    assert (refused.value.param, refused.value.reason) == (param, reason)
+    generate(lm, prompt="the " * 200, max_tokens=50)  # what is left of the context: fine
 
 
 def test_closing_the_stream_stops_generating(lm: Any) -> None:

@@ -61,6 +61,19 @@ async def import_and_find(
     return imported, find_model_file(model.settings.uri, *files, framework)
 
 
+def no_progress_monitor() -> None:
+    """No tqdm monitor thread (it only watches for stalled progress bars): the one
+    transformers' "Loading weights" bar starts never ends (tqdm 4.70), and a thread
+    alive in the loading process keeps protocol processes from being forked from it,
+    so each loaded its own copy (3 copies of two tiny models took past a minute to
+    start on 2 busy cores)."""
+    try:
+        import tqdm
+    except ImportError:  # no bars, no monitor
+        return
+    tqdm.tqdm.monitor_interval = 0
+
+
 def unusable_input(
     model: Model, error: BaseException | str, inputs: str = "input"
 ) -> InvalidRequest:

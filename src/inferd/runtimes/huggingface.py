@@ -63,6 +63,7 @@ import orjson
 
 from inferd.errors import InvalidRequest, ModelNotReady
 from inferd.generation import is_generation_call
+from inferd.runtimes import common
 from inferd.runtimes.common import import_framework, response, short_error, with_derived_metadata
 from inferd.runtimes.huggingface_generation import PipelineGeneration
 from inferd.tensors import codecs
@@ -149,6 +150,7 @@ class HuggingFaceModel(PipelineGeneration):
 
     def _build_pipeline(self, extra: dict[str, Any]) -> Any:
         transformers = import_framework("transformers", type(self).__name__, EXTRA)
+        common.no_progress_monitor()
         self._set_threads(extra)
         task = extra["task"]
         if task == "translation":

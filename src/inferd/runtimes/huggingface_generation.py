@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from inferd.errors import InvalidRequest, ModelNotReady
+from inferd.errors import InvalidParameter, InvalidRequest, ModelNotReady
 from inferd.generation import (
     CHAT,
     COMPLETIONS,
@@ -131,20 +131,34 @@ class Generation:
             raise InvalidRequest("The prompt is empty once tokenized; send some text")
         return list(ids)
 
-    def limit(self, prompt_tokens: int, max_tokens: int | None) -> int:
-        room = self.context - prompt_tokens
+    def limit(self, request: GenerationRequest, prompt_tokens: int) -> int:
+        """How many tokens to generate at most: ``max_tokens``, or what the context
+        leaves. As OpenAI: a ``max_tokens`` the context cannot hold whatever the
+        prompt is ``invalid_value`` of ``max_tokens``; a prompt that leaves too little
+        room is ``context_length_exceeded`` of ``messages`` (``prompt``)."""
+        max_tokens, context = request.max_tokens, self.context
+        if max_tokens is not None and max_tokens >= context:
+            raise InvalidParameter(
+                f"max_tokens is too large: {max_tokens}. Model {self.name!r} takes at most "
+                f"{context} tokens, the prompt's and the completion's together",
+                "max_tokens",
+                "invalid_value",
+            )
+        room = context - prompt_tokens
         if room < 1 or (max_tokens is not None and max_tokens > room):
-            asked = prompt_tokens + (max_tokens or 1)
-            raise InvalidRequest(
-                f"Model {self.name!r} takes at most {self.context} tokens; the prompt has "
-                f"{prompt_tokens} and {asked - prompt_tokens} more were asked for: shorten "
-                "the prompt or lower max_tokens"
+            asked = "" if max_tokens is None else f" and {max_tokens} in the completion"
+            raise InvalidParameter(
+                f"Model {self.name!r}'s maximum context length is {context} tokens; this "
+                f"request has {prompt_tokens} in the prompt{asked}: shorten the prompt "
+                "or lower max_tokens",
+                "messages" if request.chat else "prompt",
+                "context_length_exceeded",
             )
         return room if max_tokens is None else max_tokens
 
     def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
         prompt = self.prompt_ids(request)
-        limit = self.limit(len(prompt), request.max_tokens)
+        limit = self.limit(request, len(prompt))
         stops = StopStrings(request.stop)
         generated: list[int] = []
         sent = 0  # characters of the decoded text yielded so far

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferd.errors import ErrorCode, InferdError, Overloaded, PermissionDenied
+from inferd.errors import ErrorCode, InferdError, InvalidParameter, Overloaded, PermissionDenied
 from inferd.server.errors import CLIENT_DISCONNECTED, INTERNAL_ERROR, http_error
-from inferd.server.openai.wire import BadParameter
 
 DONE = b"data: [DONE]\n\n"
 OWNER = "inferd"
@@ -143,7 +142,7 @@ def shortened(model: str, vectors: np.ndarray, dimensions: int | None) -> np.nda
         return vectors
     width = vectors.shape[1]
     if dimensions > width:
-        raise BadParameter(
+        raise InvalidParameter(
             f"dimensions must be at most {width}, the width of model {model!r}'s "
             f"embeddings, got {dimensions}",
             "dimensions",
@@ -200,8 +199,8 @@ def openai_error(error: Exception, serving: str) -> tuple[int, bytes, list[tuple
         "type": _ERROR_TYPES.get(
             status, "server_error" if status >= 500 else "invalid_request_error"
         ),
-        "param": getattr(error, "param", None),
-        "code": _ERROR_CODES.get(status),
+        "param": error.param if isinstance(error, InvalidParameter) else None,
+        "code": error.reason if isinstance(error, InvalidParameter) else _ERROR_CODES.get(status),
     }
     return status, orjson.dumps({"error": body}), headers
 

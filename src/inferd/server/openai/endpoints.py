@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from inferd.errors import InvalidRequest, ModelNotFound
+from inferd.errors import InvalidParameter, InvalidRequest, ModelNotFound
 from inferd.generation import (
     CHAT,
     COMPLETIONS,
@@ -128,7 +128,7 @@ class OpenAIEndpoints:
         assert found.instance is not None
         if kind not in found.instance.openai_endpoints:
             served = ", ".join(_WHAT[k] for k in found.instance.openai_endpoints) or "none"
-            raise wire.BadParameter(
+            raise InvalidParameter(
                 f"Model {name!r} does not serve {_WHAT[kind]} (it serves: {served})", "model"
             )
         return found.version
@@ -176,6 +176,8 @@ class OpenAIEndpoints:
             work = self._whole(call, answer, stats, runs, contexts)
         try:
             await run_until_disconnect(work, call.receive)
+        except InvalidParameter as error:
+            raise wire.as_sent(error, body) from None
         finally:  # what was generated counts, answered or not
             stats.tokens(answer.usage.prompt_tokens, answer.usage.completion_tokens)
 

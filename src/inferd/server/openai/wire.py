@@ -10,23 +10,16 @@ ignored, as OpenAI's clients add new ones.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from inferd.errors import InvalidRequest
+from inferd.errors import InvalidParameter
 from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest
 
 MAX_STOP = 4  # as OpenAI
 MAX_CHOICES = 128
-
-
-class BadParameter(InvalidRequest):
-    """A 400 that names the field it is about (OpenAI's ``param``)."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 class StreamOptions(msgspec.Struct):
@@ -101,18 +94,38 @@ Body = TypeVar("Body", CompletionBody, ChatCompletionBody, EmbeddingBody)
 
 
 def decode(body: bytes, kind: type[Body]) -> Body:
-    """The body as ``kind``; BadParameter naming the field that is wrong."""
+    """The body as ``kind``; InvalidParameter naming the field that is wrong."""
     if not body.strip():
-        raise BadParameter("The request body is empty; send a JSON object")
+        raise InvalidParameter("The request body is empty; send a JSON object")
     try:
         decoded: Body = _decoders[kind].decode(body)
     except msgspec.ValidationError as error:
-        text = str(error)
-        param = text.rpartition("at `$.")[2].rstrip("`") if "at `$." in text else None
-        raise BadParameter(f"Invalid request: {text}", param) from None
+        raise _invalid(str(error)) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise BadParameter(f"The request body is not valid JSON: {error}") from None
+        raise InvalidParameter(f"The request body is not valid JSON: {error}") from None
     return decoded
+
+
+_MISSING = re.compile(r"^Object missing required field `([^`]+)`")
+
+
+def _invalid(text: str) -> InvalidParameter:
+    """msgspec's complaint as OpenAI words it: the field as a dotted path
+    (``messages.[0].role``) and its reason (``missing_required_parameter``,
+    ``invalid_type``, ``invalid_value``)."""
+    where, _, path = text.partition(" - at `$")
+    param = path.rstrip("`").lstrip(".").replace("[", ".[") or None
+    missing = _MISSING.match(where)
+    if missing:
+        param = f"{param}.{missing[1]}" if param else missing[1]
+        return InvalidParameter(
+            f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
+        )
+    if param is None:  # the body itself: not an object
+        return InvalidParameter(f"Invalid request: {text}; send a JSON object")
+    if where.startswith("Expected `"):
+        return InvalidParameter(f"Invalid type for '{param}': {where}", param, "invalid_type")
+    return InvalidParameter(f"Invalid value for '{param}': {where}", param, "invalid_value")
 
 
 def stop_strings(stop: str | list[str] | None) -> list[str]:
@@ -120,31 +133,35 @@ def stop_strings(stop: str | list[str] | None) -> list[str]:
         return []
     found = [stop] if isinstance(stop, str) else stop
     if len(found) > MAX_STOP:
-        raise BadParameter(f"stop takes up to {MAX_STOP} strings, got {len(found)}", "stop")
+        raise InvalidParameter(f"stop takes up to {MAX_STOP} strings, got {len(found)}", "stop")
     return [text for text in found if text]
 
 
 def _refuse_unsupported(body: _Sampling) -> None:
     if body.logprobs not in (None, False, 0):
-        raise BadParameter("logprobs are not supported by this server", "logprobs")
+        raise InvalidParameter("logprobs are not supported by this server", "logprobs")
     if body.logit_bias:
-        raise BadParameter("logit_bias is not supported by this server", "logit_bias")
+        raise InvalidParameter("logit_bias is not supported by this server", "logit_bias")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(body, name) not in (None, 0, 0.0):
-            raise BadParameter(f"{name} is not supported by this server", name)
+            raise InvalidParameter(f"{name} is not supported by this server", name)
 
 
 def _sampling(body: _Sampling, max_tokens: int | None) -> GenerationRequest:
-    """The call of one choice (its prompt or messages set by the caller)."""
+    """The call of one choice (its prompt or messages set by the caller); ``max_tokens``
+    is the body's limit (for a chat, max_completion_tokens when it is given)."""
     _refuse_unsupported(body)
     temperature = 1.0 if body.temperature is None else body.temperature
     if not 0 <= temperature <= 2:
-        raise BadParameter(f"temperature must be between 0 and 2, got {temperature}", "temperature")
+        raise InvalidParameter(
+            f"temperature must be between 0 and 2, got {temperature}", "temperature"
+        )
     top_p = 1.0 if body.top_p is None else body.top_p
     if not 0 < top_p <= 1:
-        raise BadParameter(f"top_p must be greater than 0 and at most 1, got {top_p}", "top_p")
+        raise InvalidParameter(f"top_p must be greater than 0 and at most 1, got {top_p}", "top_p")
     if max_tokens is not None and max_tokens < 1:
-        raise BadParameter(f"max_tokens must be at least 1, got {max_tokens}", "max_tokens")
+        name = limit_name(body)
+        raise InvalidParameter(f"{name} must be at least 1, got {max_tokens}", name)
     return GenerationRequest(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -155,28 +172,44 @@ def _sampling(body: _Sampling, max_tokens: int | None) -> GenerationRequest:
     )
 
 
+def limit_name(body: _Sampling) -> str:
+    """The field that set the completion's token limit, as the client sent it."""
+    chat = isinstance(body, ChatCompletionBody) and body.max_completion_tokens is not None
+    return "max_completion_tokens" if chat else "max_tokens"
+
+
+def as_sent(error: InvalidParameter, body: _Sampling) -> InvalidParameter:
+    """``error`` (a runtime's, which knows the limit as ``max_tokens``) naming the
+    field the client sent."""
+    name = limit_name(body)
+    if error.param == "max_tokens" and name != "max_tokens":
+        renamed = error.message.replace("max_tokens", name)
+        return InvalidParameter(renamed, name, error.reason)
+    return error
+
+
 def choices(body: _Sampling) -> int:
     n = 1 if body.n is None else body.n
     if not 1 <= n <= MAX_CHOICES:
-        raise BadParameter(f"n must be between 1 and {MAX_CHOICES}, got {n}", "n")
+        raise InvalidParameter(f"n must be between 1 and {MAX_CHOICES}, got {n}", "n")
     return n
 
 
 def include_usage(body: _Sampling) -> bool:
     options = body.stream_options
     if options is not None and not body.stream:
-        raise BadParameter("stream_options is only allowed with stream: true", "stream_options")
+        raise InvalidParameter("stream_options is only allowed with stream: true", "stream_options")
     return bool(options is not None and options.include_usage)
 
 
 def completion_calls(body: CompletionBody) -> list[GenerationRequest]:
     """One call per prompt (n choices of each are the caller's)."""
     if body.echo:
-        raise BadParameter("echo is not supported by this server", "echo")
+        raise InvalidParameter("echo is not supported by this server", "echo")
     if body.suffix:
-        raise BadParameter("suffix is not supported by this server", "suffix")
+        raise InvalidParameter("suffix is not supported by this server", "suffix")
     if body.best_of not in (None, 1) and body.best_of != body.n:
-        raise BadParameter("best_of is not supported by this server", "best_of")
+        raise InvalidParameter("best_of is not supported by this server", "best_of")
     max_tokens = 16 if body.max_tokens is None else body.max_tokens  # OpenAI's default
     template = _sampling(body, max_tokens)
     return [msgspec.structs.replace(template, prompt=p) for p in _texts(body.prompt, "prompt")]
@@ -184,14 +217,14 @@ def completion_calls(body: CompletionBody) -> list[GenerationRequest]:
 
 def chat_call(body: ChatCompletionBody) -> GenerationRequest:
     if body.tools:
-        raise BadParameter("tools are not supported by this server", "tools")
+        raise InvalidParameter("tools are not supported by this server", "tools")
     kind = (body.response_format or {}).get("type", "text")
     if kind != "text":
-        raise BadParameter(
+        raise InvalidParameter(
             f"response_format {kind!r} is not supported by this server", "response_format"
         )
     if not body.messages:
-        raise BadParameter("messages must hold at least one message", "messages")
+        raise InvalidParameter("messages must hold at least one message", "messages")
     limit = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
@@ -206,7 +239,7 @@ def _message(message: MessageBody, index: int) -> ChatMessage:
         texts = []
         for part in content:
             if part.type != "text" or part.text is None:
-                raise BadParameter(
+                raise InvalidParameter(
                     f"messages[{index}]: content parts of type {part.type!r} are not "
                     "supported; send text parts",
                     f"messages.[{index}].content",
@@ -218,7 +251,9 @@ def _message(message: MessageBody, index: int) -> ChatMessage:
 
 def embedding_call(body: EmbeddingBody) -> EmbeddingRequest:
     if body.dimensions is not None and body.dimensions < 1:
-        raise BadParameter(f"dimensions must be at least 1, got {body.dimensions}", "dimensions")
+        raise InvalidParameter(
+            f"dimensions must be at least 1, got {body.dimensions}", "dimensions"
+        )
     return EmbeddingRequest(
         texts=_texts(body.input, "input"), dimensions=body.dimensions, user=body.user
     )
@@ -228,9 +263,9 @@ def _texts(value: str | list[Any], param: str) -> list[str]:
     """A string, or a non-empty list of strings (token arrays are not taken)."""
     texts = [value] if isinstance(value, str) else value
     if not texts:
-        raise BadParameter(f"{param} must not be empty", param)
+        raise InvalidParameter(f"{param} must not be empty", param)
     if not all(isinstance(text, str) for text in texts):
-        raise BadParameter(
+        raise InvalidParameter(
             f"{param} must be a string or a list of strings; token arrays are not supported",
             param,
         )
@@ -239,5 +274,5 @@ def _texts(value: str | list[Any], param: str) -> list[str]:
 
 def model_of(body: CompletionBody | ChatCompletionBody | EmbeddingBody) -> str:
     if not body.model:
-        raise BadParameter("model must name a model (GET /v1/models lists them)", "model")
+        raise InvalidParameter("model must name a model (GET /v1/models lists them)", "model")
     return body.model
