@@ -118,7 +118,7 @@ class InferenceServer:
         shutdown.install_signal_handlers(SIGNALS if self.role is None else protocol_signals)
         try:
             # Runtimes (here and in worker processes) call models through this dataplane.
-            async with model_calls_served(self.dataplane, self.settings):
+            async with model_calls_served(self.dataplane, self.role):
                 if self.role is None:
                     await self._serve(shutdown)
                 else:

@@ -81,6 +81,10 @@ class ProtocolProcess:
     # Awaits the coordinator's switch barrier of that id (a repository reload's); None:
     # a reload serves its new instances as soon as they are loaded.
     switch: Callable[[str], Awaitable[None]] | None = None
+    # A protocol process serves its dataplane here to the model host's model calls
+    # (server/worker_calls.py); the host calls at these the models it does not hold.
+    calls_socket: Path | None = None
+    calls_elsewhere: tuple[Path, ...] = ()
 
 
 def private_rest_app(

@@ -77,6 +77,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
         switch=partial(switch_together, role),
+        calls_socket=role.paths.calls(role.index),  # the host's models call its models
     )
     server = InferenceServer(protocol_settings(settings), process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)
@@ -118,6 +119,8 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> InferenceServer
         # Started later, for a load: the models it runs are those the coordinator has
         # applied (its journal, then that load), none of its own from the repository.
         models_at_start=not role.host_started_later,
+        # Its models call the others in a protocol process (it is process N, after them).
+        calls_elsewhere=tuple(role.paths.calls(index) for index in range(role.index)),
     )
     server = InferenceServer(settings, process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)
