@@ -94,6 +94,8 @@ class Worker(CommandServer):
             target=self._loop.run_forever, name="inferd-worker-loop", daemon=True
         )
         self._streams = WorkerStreams(self._loop, self.send, self.reply_error)
+        # The async predicts running on the loop, by call id: a Cancel cancels one.
+        self._running: dict[int, concurrent.futures.Future[Any]] = {}
 
     def serve(self) -> None:
         self._loop_thread.start()
@@ -139,7 +141,9 @@ class Worker(CommandServer):
         if loaded is None:
             self.reply_error(call_id, self._not_held(instance_id))
         elif loaded.is_async and not loaded.runs_inline(request):
-            self._on_loop(call_id, self._predict_async(loaded, request, timed))
+            running = self._on_loop(call_id, self._predict_async(loaded, request, timed))
+            self._running[call_id] = running
+            running.add_done_callback(lambda _: self._running.pop(call_id, None))
         elif loaded.threads is not None:
             loaded.threads.submit(self._predict_sync, call_id, loaded, request, timed)
         else:
@@ -179,7 +183,14 @@ class Worker(CommandServer):
         self._streams.grant(call_id, command.amount)
 
     def _cancel(self, call_id: int, instance_id: int, command: messages.Cancel) -> None:
-        self._streams.cancel(call_id)
+        """The client left: a stream stops, an async predict is cancelled (a Triton
+        model's requests read is_cancelled(), the calls it made are cancelled); a
+        synchronous one runs to its end."""
+        running = self._running.get(call_id)
+        if running is not None:
+            running.cancel()
+        else:
+            self._streams.cancel(call_id)
 
     def _control(self, call_id: int, instance_id: int, command: messages.ApplyControl) -> None:
         """On this thread, so that it takes effect after the requests read before it and
@@ -241,12 +252,18 @@ class Worker(CommandServer):
 
     # Replies
 
-    def _on_loop(self, call_id: int, coroutine: Coroutine[Any, Any, Any]) -> None:
+    def _on_loop(
+        self, call_id: int, coroutine: Coroutine[Any, Any, Any]
+    ) -> concurrent.futures.Future[Any]:
         """Run ``coroutine`` on the worker's event loop and reply when it is done."""
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         future.add_done_callback(lambda done: self._reply_with(call_id, done))
+        return future
 
     def _reply_with(self, call_id: int, done: concurrent.futures.Future[Any]) -> None:
+        if done.cancelled():  # a Cancel: nobody waits for the answer, its slot does
+            self.reply_error(call_id, ModelError("The request was cancelled: its client left"))
+            return
         error = done.exception()
         if error is None:
             self.reply(call_id, done.result())
