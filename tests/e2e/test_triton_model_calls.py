@@ -267,3 +267,58 @@ def test_a_client_that_leaves_cancels_the_calls_in_flight(
         lambda: f"{callee} to see its request cancelled:\n{server.log()[-3000:]}",
         timeout=TIMEOUT,
     )
+
+
+OTHER_ENSEMBLE = """name: "other"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 3 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "add_one"
+      model_version: -1
+      input_map { key: "X" value: "INPUT" }
+      output_map { key: "Y" value: "OUTPUT" }
+    }
+  ]
+}
+"""
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_unload_dependents_unloads_an_ensembles_steps(tmp_path: Path, protocol: str) -> None:
+    repository = tmp_path / "models"
+    for name in ("pipeline", "double", "add_one", "add_sub"):
+        shutil.copytree(MODELS / name, repository / name)
+    (repository / "pipeline" / "1").mkdir(exist_ok=True)
+    # A second ensemble calling add_one: that step model stays for it.
+    (repository / "other" / "1").mkdir(parents=True)
+    (repository / "other" / "config.pbtxt").write_text(OTHER_ENSEMBLE)
+    with start_server(repository) as started:
+        module: Any = httpclient if protocol == "http" else grpcclient
+        address = f"127.0.0.1:{started.http_port}" if protocol == "http" else started.grpc_address
+        client = module.InferenceServerClient(address)
+        assert (
+            "model_repository(unload_dependents)" in client.get_server_metadata()["extensions"]
+            if protocol == "http"
+            else client.get_server_metadata().extensions
+        )
+
+        client.unload_model("other")  # without: its steps stay
+        assert _ready(client) == {"pipeline", "double", "add_one", "add_sub"}
+        client.load_model("other")
+        client.unload_model("pipeline", unload_dependents=True)
+        # double goes with it; add_one stays, other still calls it; add_sub is no step
+        assert _ready(client) == {"other", "add_one", "add_sub"}
+        client.unload_model("other", unload_dependents=True)
+        assert _ready(client) == {"add_sub"}
+
+
+def _ready(client: Any) -> set[str]:
+    index = client.get_model_repository_index()
+    entries = index if isinstance(index, list) else client.get_model_repository_index(as_json=True)
+    if isinstance(entries, dict):
+        entries = entries.get("models", [])
+    return {entry["name"] for entry in entries if entry.get("state") == "READY"}
