@@ -94,8 +94,8 @@ class Worker(CommandServer):
             target=self._loop.run_forever, name="inferd-worker-loop", daemon=True
         )
         self._streams = WorkerStreams(self._loop, self.send, self.reply_error)
-        # The async predicts running on the loop, by call id: a Cancel cancels one.
-        self._running: dict[int, concurrent.futures.Future[Any]] = {}
+        # The async predicts' tasks on the loop, by call id: a Cancel cancels one.
+        self._running: dict[int, asyncio.Task[Any]] = {}
 
     def serve(self) -> None:
         self._loop_thread.start()
@@ -141,9 +141,8 @@ class Worker(CommandServer):
         if loaded is None:
             self.reply_error(call_id, self._not_held(instance_id))
         elif loaded.is_async and not loaded.runs_inline(request):
-            running = self._on_loop(call_id, self._predict_async(loaded, request, timed))
-            self._running[call_id] = running
-            running.add_done_callback(lambda _: self._running.pop(call_id, None))
+            predict = self._predict_async(loaded, request, timed)
+            self._on_loop(call_id, self._cancellable(call_id, predict))
         elif loaded.threads is not None:
             loaded.threads.submit(self._predict_sync, call_id, loaded, request, timed)
         else:
@@ -167,6 +166,16 @@ class Worker(CommandServer):
         packed = ipc.pack_response(await loaded.call_async(request))
         return (packed, started, time.time_ns()) if timed else packed
 
+    async def _cancellable(self, call_id: int, predict: Coroutine[Any, Any, Any]) -> Any:
+        """``predict``, its task noted for a Cancel of ``call_id`` while it runs."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[call_id] = task
+        try:
+            return await predict
+        finally:
+            del self._running[call_id]
+
     def _stream(self, call_id: int, instance_id: int, command: messages.Stream) -> None:
         loaded = self._models.get(instance_id)
         if loaded is None:
@@ -187,8 +196,8 @@ class Worker(CommandServer):
         model's requests read is_cancelled(), the calls it made are cancelled); a
         synchronous one runs to its end."""
         running = self._running.get(call_id)
-        if running is not None:
-            running.cancel()
+        if running is not None:  # answered once it has stopped: its slot frees then
+            self._loop.call_soon_threadsafe(running.cancel)
         else:
             self._streams.cancel(call_id)
 
@@ -252,13 +261,10 @@ class Worker(CommandServer):
 
     # Replies
 
-    def _on_loop(
-        self, call_id: int, coroutine: Coroutine[Any, Any, Any]
-    ) -> concurrent.futures.Future[Any]:
+    def _on_loop(self, call_id: int, coroutine: Coroutine[Any, Any, Any]) -> None:
         """Run ``coroutine`` on the worker's event loop and reply when it is done."""
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         future.add_done_callback(lambda done: self._reply_with(call_id, done))
-        return future
 
     def _reply_with(self, call_id: int, done: concurrent.futures.Future[Any]) -> None:
         if done.cancelled():  # a Cancel: nobody waits for the answer, its slot does
