@@ -1,18 +1,23 @@
-"""The caller's deadline carried into the calls its model makes (model_calls.py)."""
+"""The caller's deadline carried into the calls its model makes (model_calls.py), and
+a cancelled call's cancel sent to its worker (workers/base.py Execution.sent)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
 
 from inferd import model_calls
 from inferd.dispatch.batching import merge
-from inferd.errors import DeadlineExceeded
+from inferd.errors import DeadlineExceeded, ModelError
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc
+from inferd.workers.base import Execution
 
 
 def request(**parameters: object) -> InferenceRequest:
@@ -80,3 +85,25 @@ def test_a_batch_ends_with_its_earliest_deadline_and_it_crosses_the_ipc() -> Non
     assert batch.deadline == 10.0
     assert ipc.unpack_request(ipc.pack_request(batch)).deadline == 10.0
     assert ipc.unpack_request(ipc.pack_request(third)).deadline is None
+
+
+def test_a_cancelled_awaiter_asks_the_worker_to_cancel_and_the_slot_waits_for_it() -> None:
+    async def scenario() -> tuple[list[str], bool]:
+        asked: list[str] = []
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        execution = Execution.sent(answer, lambda: asked.append("cancel"))
+        freed: list[bool] = []
+        execution.when_free(lambda: freed.append(True))
+        waiting = asyncio.ensure_future(execution.result())
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        still_taken = not freed
+        answer.set_exception(ModelError("The request was cancelled: its client left"))
+        await asyncio.sleep(0)
+        return asked, still_taken and freed == [True]
+
+    asked, slot_waited = asyncio.run(scenario())
+    assert asked == ["cancel"]
+    assert slot_waited
