@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import Case, Scenario, VerificationError
 from .cache import Cache
+from .composition import Composition
 from .fairness import Fairness
 from .grpc import Grpc
 from .metrics import Metrics
@@ -36,6 +37,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
         Tracing,
         MLModelIris,
         OpenAIChat,
+        Composition,
     )
 }
 

@@ -7,6 +7,15 @@ batcher and statistics as a client's would, without a network hop. Code running
 in a thread of its own (a synchronous Triton ``execute``) calls
 :func:`infer_from_thread`, which runs the call on the server's event loop.
 
+The caller's deadline and cancellation go along. The request a model serves
+carries when its ``timeout`` runs out (``InferenceRequest.deadline``, set by the
+dataplane that took it, :func:`note_deadline`); while its model runs, a call it
+makes gets what is left as its own ``timeout`` (or keeps a shorter one of its
+own), and one made once it has run out fails at once with DeadlineExceeded. A
+call is a task of the caller's (or, from a thread, a future :class:`ThreadCalls`
+cancels with the request): a caller cancelled because its client left cancels its
+calls, and the called model's request with them.
+
 Where it works: runtimes in the server's own process (``parallel_workers: 0``, in
 every protocol process and in the model host) call its dataplane; runtimes in its
 worker processes reach the same dataplane over a private socket
@@ -17,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Protocol, TypeVar
 
 from inferd.context import NO_CONTEXT, RequestContext
-from inferd.errors import ModelError
+from inferd.errors import DeadlineExceeded, ModelError
 from inferd.types import InferenceRequest, InferenceResponse
 
 
@@ -42,6 +52,51 @@ T = TypeVar("T")
 
 _caller: ModelCaller | None = None
 _loop: asyncio.AbstractEventLoop | None = None
+# The deadline of the request the model running in this context serves (its
+# InferenceRequest.deadline): set around each call into a runtime (workers/loaded_model.py).
+_deadline: ContextVar[float | None] = ContextVar("inferd_call_deadline", default=None)
+
+
+def note_deadline(request: InferenceRequest) -> None:
+    """Set ``request.deadline`` from its ``timeout`` parameter (microseconds, as in
+    Triton; 0: none), keeping an earlier one it carries (a caller's). A value that is
+    not a number is left to the queue, which refuses it."""
+    micros = request.parameters.get("timeout")
+    if isinstance(micros, bool) or not isinstance(micros, int | float) or not micros > 0:
+        return
+    end = time.monotonic() + micros / 1e6
+    request.deadline = end if request.deadline is None else min(request.deadline, end)
+
+
+def serving(deadline: float | None) -> Token[float | None]:
+    """Around a runtime's work for a request: the calls it makes end with ``deadline``;
+    :func:`served` with the token when it returns."""
+    return _deadline.set(deadline)
+
+
+def served(token: Token[float | None]) -> None:
+    _deadline.reset(token)
+
+
+def _bounded(request: InferenceRequest) -> InferenceRequest:
+    """``request`` bounded by the deadline of the request its caller serves: what is
+    left of it becomes its ``timeout`` (unless its own is shorter) and its deadline;
+    DeadlineExceeded when nothing is left."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return request
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise DeadlineExceeded(
+            "The request this model is serving ran past its timeout before this call "
+            f"to another model was made (by {-left:.3f}s); the call was not run"
+        )
+    micros = max(1, int(left * 1e6))
+    own = request.parameters.get("timeout")
+    if not isinstance(own, int | float) or isinstance(own, bool) or not 0 < own < micros:
+        request.parameters = {**request.parameters, "timeout": micros}
+    request.deadline = deadline if request.deadline is None else min(request.deadline, deadline)
+    return request
 
 
 def serve_calls(caller: ModelCaller | None, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -69,7 +124,7 @@ async def infer(
 ) -> InferenceResponse:
     """Run ``request`` on model ``name`` (its ready ``version``, default the latest)
     through its scheduler; raises what a client would get (ModelNotFound, ...)."""
-    return await _the_caller().infer(name, version, request, context)
+    return await _the_caller().infer(name, version, _bounded(request), context)
 
 
 async def infer_stream(
@@ -80,7 +135,7 @@ async def infer_stream(
 ) -> AsyncGenerator[InferenceResponse, None]:
     """The responses of a streaming (decoupled) model, one by one; a model that only
     predicts gives its one response."""
-    responses = _the_caller().infer_stream(name, version, request, context)
+    responses = _the_caller().infer_stream(name, version, _bounded(request), context)
     try:
         async for ready in responses:
             for response in ready:
@@ -100,12 +155,15 @@ class ThreadCalls:
         self._open: set[concurrent.futures.Future[Any]] = set()
         self._lock = threading.Lock()
         self._cancelled = False
+        self._deadline = _deadline.get()  # the request's, made where it is served
 
     def run(self, function: Callable[..., Any], *args: Any) -> Any:
         token = _thread_calls.set(self)
+        deadline = _deadline.set(self._deadline)
         try:
             return function(*args)
         finally:
+            _deadline.reset(deadline)
             _thread_calls.reset(token)
 
     def cancel(self) -> None:

@@ -74,6 +74,10 @@ class InferenceRequest:
     # one's row count, in order. A runtime that answers each request on its own
     # (Triton's Python backend: execute gets every request) cuts its inputs by it.
     batch_rows: tuple[int, ...] = ()
+    # When the request's ``timeout`` runs out (time.monotonic(), the same clock in every
+    # process of a machine), set by the dataplane that took it; None: no timeout. The
+    # calls its model makes to other models carry what is left (model_calls.py).
+    deadline: float | None = None
 
     def input(self, name: str) -> Tensor:
         """The input called ``name``; KeyError if the request has none."""

@@ -203,3 +203,21 @@ def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path
     assert run["streams"] > 0 and run["requests"] >= run["streams"]
     assert 0 < run["p50_ms"] <= run["max_ms"]  # time to first token
     assert "c2 (medians over rounds):" in done.stdout
+
+
+def test_the_composition_scenario_measures_bls_and_an_ensemble(tmp_path: Path) -> None:
+    """add_sub direct, through BLS, two steps of an ensemble, two client calls: each
+    answer checked, each way measured once."""
+    out = tmp_path / "composition.json"
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0"]
+    command = [sys.executable, "-m", "benchmarks", "composition", *brief, "--json-out", str(out)]
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    runs = {run["label"]: run for run in figures["runs"]}
+    assert set(runs) == {"direct", "bls", "ensemble", "client-two"}
+    assert all(run["requests"] > 0 and run["errors"] == 0 for run in runs.values())
+    assert "bls/direct: req/s x" in done.stdout and "ensemble/client-two: req/s x" in done.stdout
+    assert figures["failures"] == []

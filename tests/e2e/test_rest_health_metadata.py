@@ -79,6 +79,7 @@ def test_server_metadata_lists_the_implemented_extensions(rest: httpx.Client) ->
             "classification",
             "sequence",
             "model_repository",
+            "model_repository(unload_dependents)",
             "schedule_policy",
             "model_configuration",
             "binary_tensor_data",

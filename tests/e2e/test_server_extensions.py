@@ -27,6 +27,7 @@ ALWAYS = (
     "logging",
     "generate",
 )
+REPOSITORY = ("model_repository", "model_repository(unload_dependents)")
 # A call of each extension that has routes of its own: 200 when served.
 PROBES = {
     "model_repository": ("POST", "/v2/repository/index"),
@@ -39,8 +40,8 @@ PROBES = {
 @pytest.mark.parametrize(
     ("settings", "optional"),
     [
-        ({}, {"model_repository"}),
-        ({"shared_memory_enabled": True}, {"model_repository", "system_shared_memory"}),
+        ({}, {*REPOSITORY}),
+        ({"shared_memory_enabled": True}, {*REPOSITORY, "system_shared_memory"}),
         ({"shared_memory_enabled": False, "model_repository_api": False}, set()),
         ({"shared_memory_enabled": True, "model_repository_api": False}, {"system_shared_memory"}),
     ],

@@ -121,9 +121,12 @@ def test_custom_metrics_keep_their_name_and_labels(triton_server: ServerProcess)
         found = [row for row in text.splitlines() if row.startswith(line)]
         return float(found[0].split()[-1]) if found else 0.0
 
-    # Triton's exposition: the family's own name (no _total) and the Metric's labels.
+    # Triton's exposition: the family's own name (no _total), typed counter, and the
+    # Metric's labels (the lines Triton's custom_metrics example client checks).
     wait_for(lambda: counted() >= 3, "add_sub_requests to count 3 requests", timeout=TIMEOUT)
     text = httpx.get(url, timeout=TIMEOUT).text
+    assert "# TYPE add_sub_requests counter\n" in text
+    assert "add_sub_requests_total" not in text and "add_sub_requests_created" not in text
     assert 'add_sub_batch_bucket{le="1.0",model="add_sub"}' in text
 
 

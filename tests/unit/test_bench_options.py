@@ -27,7 +27,7 @@ def test_every_scenario_is_offered() -> None:
     assert list(SCENARIOS) == [
         "rest", "grpc", "workers", "batching", "fairness", "overload", "metrics",
         "sklearn-onnx", "streaming", "tls", "cache", "shm", "tracing", "mlmodel",
-        "openai",
+        "openai", "composition",
     ]  # fmt: skip
 
 

@@ -17,6 +17,9 @@ ALWAYS = [
     "generate",
 ]
 
+# Triton's names: the extension, then its optional part (an unload's unload_dependents).
+REPOSITORY = ["model_repository", "model_repository(unload_dependents)"]
+
 
 class Regions:
     """Shared memory regions on a server with or without a usable GPU."""
@@ -30,7 +33,7 @@ class Regions:
 
 def test_the_defaults_list_the_repository_but_no_shared_memory() -> None:
     served = served_extensions(ServerSettings(), None)
-    assert served == ["classification", "sequence", "model_repository", *ALWAYS[2:]]
+    assert served == ["classification", "sequence", *REPOSITORY, *ALWAYS[2:]]
     assert "cuda_shared_memory" not in served
 
 
@@ -38,6 +41,7 @@ def test_shared_memory_on_and_the_repository_api_off() -> None:
     settings = ServerSettings(shared_memory_enabled=True, model_repository_api=False)
     served = served_extensions(settings, Regions(gpu=False))
     assert "model_repository" not in served
+    assert "model_repository(unload_dependents)" not in served
     assert served == [*ALWAYS[:4], "system_shared_memory", *ALWAYS[4:]]
 
 
@@ -45,7 +49,7 @@ def test_cuda_shared_memory_only_where_a_gpu_can_be_used() -> None:
     on = ServerSettings(shared_memory_enabled=True)
     with_gpu = served_extensions(on, Regions(gpu=True))
     shared = ["system_shared_memory", "cuda_shared_memory"]
-    assert with_gpu == [*ALWAYS[:2], "model_repository", *ALWAYS[2:4], *shared, *ALWAYS[4:]]
+    assert with_gpu == [*ALWAYS[:2], *REPOSITORY, *ALWAYS[2:4], *shared, *ALWAYS[4:]]
     assert "cuda_shared_memory" not in served_extensions(on, Regions(gpu=False))
 
 

@@ -75,12 +75,14 @@ def merge(requests: Sequence[InferenceRequest]) -> InferenceRequest:
         for index, tensor in enumerate(first.inputs)
     ]
     rows = tuple(request.inputs[0].data.shape[0] for request in requests) if inputs else ()
+    deadlines = [request.deadline for request in requests if request.deadline is not None]
     return InferenceRequest(
         inputs=inputs,
         id=first.id,
         parameters=first.parameters,
         outputs=first.outputs,
         batch_rows=rows,
+        deadline=min(deadlines) if deadlines else None,  # its calls end with the first's
     )
 
 

@@ -3,9 +3,9 @@
 Each is created on first sight, in the registry the endpoint serves, labelled with
 the model's ``model_name`` and ``model_version``, or with the labels its definition
 names (Triton's ``pb_utils.MetricFamily``). A counter adds what is logged, a gauge
-takes it, a histogram observes it. A counter defined ``total_suffix=False`` is
-exposed under its own name, as Triton's are (a gauge that only goes up: Prometheus'
-counters add ``_total``).
+takes it, a histogram observes it. A counter defined ``total_suffix=False`` is a
+counter exposed under its own name, as Triton's are (``plain_counters.py``:
+prometheus_client's counters add ``_total``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from inferd.custom_metrics import Definition, Record
+from inferd.observability.plain_counters import PlainCounter
 
 logger = logging.getLogger(__name__)
 
 MODEL_LABELS = ("model_name", "model_version")
 
 # A metric, and how it was defined (what a logged value does to it).
-Known = tuple[MetricWrapperBase, Definition]
+Known = tuple[MetricWrapperBase | PlainCounter, Definition]
 
 
 class CustomMetrics:
@@ -68,13 +69,17 @@ class CustomMetrics:
             return known
 
 
-def _new_metric(definition: Definition, registry: CollectorRegistry) -> MetricWrapperBase:
+def _new_metric(
+    definition: Definition, registry: CollectorRegistry
+) -> MetricWrapperBase | PlainCounter:
     description = definition.description or f"Custom metric {definition.name}"
     labels = definition.labelnames or MODEL_LABELS
     common: dict[str, Any] = {"labelnames": labels, "registry": registry}
     if definition.kind == "counter" and definition.total_suffix:
         return Counter(definition.name, description, **common)
-    if definition.kind in ("counter", "gauge"):
+    if definition.kind == "counter":
+        return PlainCounter(definition.name, description, labels, registry)
+    if definition.kind == "gauge":
         return Gauge(definition.name, description, **common)
     if definition.buckets:
         common["buckets"] = definition.buckets

@@ -23,7 +23,6 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
-    make_asgi_app,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -37,6 +36,7 @@ from prometheus_client.utils import floatToGoString
 from inferd import custom_metrics
 from inferd.observability import gpu_metrics
 from inferd.observability.custom import CustomMetrics
+from inferd.observability.plain_counters import exposition_app
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
 from inferd.observability.stats import Histogram as StatsHistogram
 from inferd.observability.token_metrics import token_families
@@ -321,7 +321,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def metrics_app(registry: CollectorRegistry, endpoint: str) -> ASGIApp:
     """Serve ``registry`` on ``endpoint``; every other path gets a 404 that says where."""
-    return endpoint_app(endpoint, make_asgi_app(registry))
+    return endpoint_app(endpoint, exposition_app(registry))
 
 
 def endpoint_app(endpoint: str, serve: ASGIApp) -> ASGIApp:

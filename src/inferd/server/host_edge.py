@@ -186,7 +186,7 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
     def _cancel(self, call_id: int, instance_id: int, command: messages.Cancel) -> None:
         """The protocol process's client left: a stream stops; a unary call's task is
         cancelled, as a cancelled gRPC call's is on a lone server (waiting in the queue,
-        it leaves it unrun; sent to a worker, it runs there to its end, unanswered)."""
+        it leaves it unrun; sent to a worker, the worker is asked to cancel it)."""
         stream = self._streams.get(call_id)
         if stream is not None:  # else it ended: its last reply is on its way
             stream.cancel()

@@ -28,6 +28,7 @@ from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.http_servers import Listening, Running, stop_servers, uvicorn_config
 from inferd.server.listener import SignalFreeServer, listen_tcp
+from inferd.server.protocol_role import ProtocolProcess
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.server.shutdown import SIGNALS, Shutdown, servers_stop_after
@@ -199,13 +200,18 @@ class ServerParts:
         shutdown.install_signal_handlers(self.stop_signals)
         try:
             # Runtimes (here and in worker processes) call models through this dataplane.
-            async with model_calls_served(self.dataplane, self.settings):
+            async with model_calls_served(self.dataplane, self.calls_role()):
                 await self.serve(shutdown)
         finally:
             shutdown.restore_signal_handlers()
 
     async def serve(self, shutdown: Shutdown) -> None:
         raise NotImplementedError
+
+    def calls_role(self) -> ProtocolProcess | None:
+        """A supervisor's protocol process or model host (role_servers.py): where model
+        calls cross between its processes. None: a lone server."""
+        return None
 
     def listen(self, shared: bool = False) -> list[Listening]:
         """The HTTP servers to run (REST, and metrics if on), each with its bound socket.

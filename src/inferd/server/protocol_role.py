@@ -97,6 +97,11 @@ class ProtocolProcess:
     # as they are loaded.
     switch: SwitchBarrier | None = None
 
+    # A protocol process serves its dataplane here to the model host's model calls
+    # (server/worker_calls.py); the host calls at these the models it does not hold.
+    calls_socket: Path | None = None
+    calls_elsewhere: tuple[Path, ...] = ()
+
 
 class OperationsHere:
     """Server-wide operations applied to this process alone: the edges' through

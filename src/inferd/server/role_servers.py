@@ -52,6 +52,9 @@ class RoleServer(ServerParts):
         # None of its models reads ready before the process is (every process loaded).
         self.dataplane.models_ready_once_started = True
 
+    def calls_role(self) -> ProtocolProcess:
+        return self.role
+
     async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
         """Its public side (a protocol process's ports, the host's socket)."""
         raise NotImplementedError

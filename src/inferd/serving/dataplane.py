@@ -24,6 +24,7 @@ from inferd.errors import (
     ModelNotFound,
     ShuttingDown,
 )
+from inferd.model_calls import note_deadline
 from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.answers import finish, record_end
 from inferd.serving.drain import STOPPED, Drain
@@ -185,6 +186,7 @@ class DataPlane:
         shutdown deadline fails with it (see :mod:`inferd.serving.drain`)."""
         task = self.drain.admit()
         try:
+            note_deadline(request)  # its calls to other models end with it (model_calls)
             if self.on_demand is None:
                 return await self._infer(name, version, request, context)
             async with self.on_demand.using(name, version, request_timeout(request, None)):
@@ -259,6 +261,7 @@ class DataPlane:
     async def _infer_stream(
         self, name: str, version: str | None, request: InferenceRequest, context: RequestContext
     ) -> AsyncGenerator[list[InferenceResponse], None]:
+        note_deadline(request)
         version = version or self.version_split.pick(name, context)
         found = self.registry.get_ready(name, version)
         calls, stats, instance = found.calls, found.stats, found.instance

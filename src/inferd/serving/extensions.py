@@ -4,8 +4,7 @@
 Clients read the list to decide what to call (tritonclient's examples, perf
 tools, proxies); listing an extension the server refuses sends them into errors.
 Triton's own list is the reference for the names and their order. Left out
-because inferd does not implement them: ``model_repository(unload_dependents)``
-(no ensembles) and ``trace`` (no trace settings API: tracing is OpenTelemetry's,
+because inferd does not implement it: ``trace`` (no trace settings API: tracing is OpenTelemetry's,
 configured at start).
 ``cuda_shared_memory`` is listed only where CUDA regions can be registered: shared
 memory on, and a CUDA runtime that sees a GPU (elsewhere registering is refused).
@@ -20,6 +19,8 @@ from inferd.settings import ServerSettings
 CLASSIFICATION = "classification"  # an output's top classes (inferd.triton.classification)
 SEQUENCE = "sequence"
 MODEL_REPOSITORY = "model_repository"
+# Its optional part: an unload may unload an ensemble's steps too (serving/dependents.py).
+UNLOAD_DEPENDENTS = "model_repository(unload_dependents)"
 SCHEDULE_POLICY = "schedule_policy"  # the priority and timeout request parameters
 MODEL_CONFIGURATION = "model_configuration"
 SYSTEM_SHARED_MEMORY = "system_shared_memory"
@@ -43,6 +44,7 @@ def served_extensions(settings: ServerSettings, shared: SharedRegions | None) ->
     regions (None: the extension is off), asked whether CUDA ones can be registered."""
     optional = {
         MODEL_REPOSITORY: settings.model_repository_api,
+        UNLOAD_DEPENDENTS: settings.model_repository_api,
         SYSTEM_SHARED_MEMORY: shared is not None,
         CUDA_SHARED_MEMORY: shared is not None and shared.serves_cuda(),
     }
@@ -50,6 +52,7 @@ def served_extensions(settings: ServerSettings, shared: SharedRegions | None) ->
         CLASSIFICATION,
         SEQUENCE,
         MODEL_REPOSITORY,
+        UNLOAD_DEPENDENTS,
         SCHEDULE_POLICY,
         MODEL_CONFIGURATION,
         SYSTEM_SHARED_MEMORY,

@@ -79,6 +79,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
         before_public=catch_up_with_the_others,
         open_ports_first=not role.restarted,
         switch=partial(switch_together, role),
+        calls_socket=role.paths.calls(role.index),  # the host's models call its models
     )
     forwarding = ForwardingServerWide(role.paths.coordinator)
     return ProtocolProcessServer(protocol_settings(settings), process, forwarding)
@@ -120,6 +121,8 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer
         # Started later, for a load: the models it runs are those the coordinator has
         # applied (its journal, then that load), none of its own from the repository.
         models_at_start=not role.host_started_later,
+        # Its models call the others in a protocol process (it is process N, after them).
+        calls_elsewhere=tuple(role.paths.calls(index) for index in range(role.index)),
     )
     return ModelHostServer(settings, process)
 

@@ -179,7 +179,8 @@ def monotonic_part(families: Exposition) -> Exposition:
     for name, family in families.items():
         names = {name + suffix for suffix in MONOTONIC_SUFFIXES.get(family.type, ())}
         if family.type == "counter" and not name.endswith("_total"):
-            names = {name + "_total"}  # OpenMetrics: the family is named without it
+            # OpenMetrics: the family is named without it; a Triton counter has none.
+            names = {name, name + "_total"}
         counts = family.only(names)
         if counts.samples:
             kept[name] = counts

@@ -12,7 +12,9 @@ when it exits) holds unix sockets only these processes may open:
   supervisor serves ``metrics_port`` by summing them);
 - ``host.sock`` — the model host's models (when one runs), which every protocol
   process reaches there (workers/host_client.py); the host is also process ``N`` (after
-  the N protocol processes) for its ``rest-N.sock`` and ``metrics-N.sock``.
+  the N protocol processes) for its ``rest-N.sock`` and ``metrics-N.sock``;
+- ``calls-<i>.sock`` — protocol process ``i``'s models, for the model calls of the
+  models the host runs (server/worker_calls.py).
 
 A protocol process knows the folder and its index from the environment
 (``INFERD_PRIVATE_DIR``, ``INFERD_PROTOCOL_INDEX``), set by the supervisor; the
@@ -58,6 +60,9 @@ class PrivatePaths:
     @property
     def host(self) -> Path:
         return self.folder / "host.sock"
+
+    def calls(self, index: int) -> Path:
+        return self.folder / f"calls-{index}.sock"
 
 
 @dataclass(frozen=True)

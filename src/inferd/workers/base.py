@@ -37,21 +37,27 @@ class Execution:
       its awaiter stops it; the slot is free once it has returned, raised, or been
       dropped unstarted.
     - :meth:`sent`: a future for a request already sent to a worker process. The
-      worker goes on whatever the awaiter does, so the slot stays taken until the
-      future is done; otherwise requests would pile up in the worker beyond its
-      capacity and beyond the queue's bound.
+      slot stays taken until the future is done (the worker answers), whatever the
+      awaiter does; otherwise requests would pile up in the worker beyond its
+      capacity and beyond the queue's bound. An awaiter cancelled (its client
+      left) calls ``cancel``: the worker is asked to cancel the call (an async
+      ``predict`` is cancelled there, and the calls it makes to other models with
+      it), and answers sooner.
     """
 
     _answer: Answer | asyncio.Future[InferenceResponse]
     _detached: bool
+    _cancel: Callable[[], None] | None = None
 
     @classmethod
     def inline(cls, answer: Answer) -> Execution:
         return cls(answer, False)
 
     @classmethod
-    def sent(cls, answer: asyncio.Future[InferenceResponse]) -> Execution:
-        return cls(answer, True)
+    def sent(
+        cls, answer: asyncio.Future[InferenceResponse], cancel: Callable[[], None] | None = None
+    ) -> Execution:
+        return cls(answer, True, cancel)
 
     @classmethod
     def failed(cls, error: BaseException) -> Execution:
@@ -61,9 +67,17 @@ class Execution:
         return cls(future, True)
 
     async def result(self) -> InferenceResponse:
-        """The response. Cancelling this stops inline work, never sent work."""
+        """The response. Cancelling this stops inline work, and asks a worker to stop
+        sent work (``cancel``), whose slot stays taken until it answers."""
         if self._detached:
-            return await asyncio.shield(self._answer)
+            answer = self._answer
+            try:
+                return await asyncio.shield(answer)
+            except asyncio.CancelledError:
+                assert isinstance(answer, asyncio.Future)
+                if self._cancel is not None and not answer.done():
+                    self._cancel()
+                raise
         return await self._answer
 
     def as_future(self) -> asyncio.Future[InferenceResponse]:

@@ -87,11 +87,19 @@ class Channel(asyncio.BufferedProtocol):
     def cancel_call(self, future: asyncio.Future[Any]) -> None:
         """Give up on a call ``start_call`` sent: its reply, if any, is dropped, and the
         other end is sent ``Cancel`` for it (the model host takes a forwarded request
-        out of its queue; a worker process never gets this). A scan: calls are given
-        up rarely, and a reverse index would cost every call."""
+        out of its queue; a worker is sent it by :meth:`ask_to_cancel`). A scan: calls
+        are given up rarely, and a reverse index would cost every call."""
         for call_id, (pending, _) in self._pending.items():
             if pending is future:
                 del self._pending[call_id]
+                self._stream_command(call_id, messages.Cancel())
+                return
+
+    def ask_to_cancel(self, future: asyncio.Future[Any]) -> None:
+        """Send ``Cancel`` for a call ``start_call`` sent and still wait for its reply
+        (a worker process cancels its ``predict`` and answers: its slot is free then)."""
+        for call_id, (pending, _) in self._pending.items():
+            if pending is future:
                 self._stream_command(call_id, messages.Cancel())
                 return
 

@@ -62,10 +62,14 @@ class HostClient:
     """The model host's models, reached over the socket at ``path``; each bound to an
     instance id of this process's choosing."""
 
-    def __init__(self, path: Path, host_at_start: bool = False) -> None:
-        """``host_at_start``: the host starts with this process (wait for its socket)."""
+    def __init__(
+        self, path: Path, host_at_start: bool = False, patience: float | None = None
+    ) -> None:
+        """``host_at_start``: the host starts with this process (wait for its socket);
+        ``patience``: how long a load waits for the socket (default: as said above)."""
         self._path = path
         self._host_at_start = host_at_start
+        self._patience = patience
         self._channel: Channel | None = None
         self._connecting: asyncio.Task[Channel] | None = None
         self._bound: dict[int, tuple[str, str | None]] = {}
@@ -85,7 +89,10 @@ class HostClient:
         for again: its restart loads the model, and this binds to that."""
         key = (name, version)
         ran = self._host_at_start or self._path.exists()  # its socket stays when it dies
-        deadline = time.monotonic() + (CONNECT_PATIENCE_SECONDS if ran else 0.0)
+        patience = self._patience
+        if patience is None:
+            patience = CONNECT_PATIENCE_SECONDS if ran else 0.0
+        deadline = time.monotonic() + patience
         while True:
             channel = await self._connected(patience=deadline - time.monotonic())
             try:

@@ -74,9 +74,14 @@ PackedTensor = tuple[str, str | None, tuple[int, ...], Any, dict[str, Any]]
 """(name, dtype name or None, shape, raw buffer, a shm_system.SharedSlice (where the bytes
 lie in a client's shared memory, which the worker maps) or the data itself, parameters)."""
 PackedRequest = tuple[
-    list[PackedTensor], str | None, dict[str, Any], list[tuple[str, dict[str, Any]]], tuple
+    list[PackedTensor],
+    str | None,
+    dict[str, Any],
+    list[tuple[str, dict[str, Any]]],
+    tuple,
+    float | None,
 ]
-"""(inputs, id, parameters, requested outputs as (name, parameters), batch rows)."""
+"""(inputs, id, parameters, requested outputs as (name, parameters), batch rows, deadline)."""
 PackedResponse = tuple[list[PackedTensor], str, str | None, str | None, dict[str, Any]]
 """(outputs, model name, model version, id, parameters)."""
 
@@ -129,13 +134,15 @@ def unpack_tensors(packed: list[PackedTensor]) -> list[Tensor]:
 
 def pack_request(request: InferenceRequest) -> PackedRequest:
     outputs = [(output.name, output.parameters) for output in request.outputs]
-    return pack_tensors(request.inputs), request.id, request.parameters, outputs, request.batch_rows
+    inputs = pack_tensors(request.inputs)
+    return inputs, request.id, request.parameters, outputs, request.batch_rows, request.deadline
 
 
 def unpack_request(packed: PackedRequest) -> InferenceRequest:
-    inputs, request_id, parameters, outputs, rows = packed
+    inputs, request_id, parameters, outputs, rows, deadline = packed
     requested = [RequestedOutput(name, params) for name, params in outputs]
-    return InferenceRequest(unpack_tensors(inputs), request_id, parameters, requested, rows)
+    tensors = unpack_tensors(inputs)
+    return InferenceRequest(tensors, request_id, parameters, requested, rows, deadline)
 
 
 def pack_response(response: InferenceResponse) -> PackedResponse:

@@ -12,12 +12,13 @@ import concurrent.futures
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import numpy as np
 
-from inferd import custom_metrics
+from inferd import custom_metrics, model_calls
 from inferd.errors import ConfigurationError, InferdError, ModelError
 from inferd.model import Model, WorkerContext, overrides
 from inferd.settings import ModelSettings
@@ -158,7 +159,7 @@ class LoadedModel:
     ) -> Iterator[InferenceResponse] | AsyncIterator[InferenceResponse]:
         """Call ``predict_stream``: the generator it returns (nothing has run yet)."""
         model = self.model
-        with InModel(self):
+        with InModel(self, request):
             responses = model.predict_stream(request)
         if not isinstance(responses, Iterator | AsyncIterator):
             raise _bad_return(
@@ -190,7 +191,7 @@ class LoadedModel:
         calling thread; its checked response, or an InferdError that says what went
         wrong."""
         model = self.model
-        with InModel(self):
+        with InModel(self, request):
             if self.inline is not None and self.is_async:
                 return checked_response(model, self.inline.predict_inline(request))
             return checked_response(model, model.predict(request))
@@ -198,7 +199,7 @@ class LoadedModel:
     async def call_async(self, request: InferenceRequest) -> InferenceResponse:
         """Await an ``async def predict``; its checked response, or an InferdError."""
         model = self.model
-        with InModel(self):
+        with InModel(self, request):
             response = await cast(Awaitable[InferenceResponse], model.predict(request))
             return checked_response(model, response)
 
@@ -231,20 +232,27 @@ class LoadedModel:
 
 class InModel:
     """Around one call into the runtime's code: the custom metrics it logs carry its
-    model's labels, and what it raises reaches the client as an InferdError (a
+    model's labels, the calls it makes to other models end with ``request``'s deadline
+    (model_calls.py), and what it raises reaches the client as an InferdError (a
     generator's StopIteration / StopAsyncIteration pass: they end a stream)."""
 
-    __slots__ = ("_loaded", "_token")
+    __slots__ = ("_deadline", "_loaded", "_serving", "_token")
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, request: InferenceRequest | None = None) -> None:
         self._loaded = loaded
+        self._deadline = request.deadline if request is not None else None
+        self._serving: Token[float | None] | None = None
 
     def __enter__(self) -> None:
         self._token = custom_metrics.set_model(self._loaded.labels)
+        if self._deadline is not None:
+            self._serving = model_calls.serving(self._deadline)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any
     ) -> None:
+        if self._serving is not None:
+            model_calls.served(self._serving)
         custom_metrics.reset_model(self._token)
         passes = InferdError | StopIteration | StopAsyncIteration
         if isinstance(error, Exception) and not isinstance(error, passes):

@@ -162,7 +162,8 @@ class Credit(Command):
 class Cancel(Command):
     """The caller of this call id left. A stream stops its generator and answers
     ENDED (unless it ended); the host takes a unary call out of its queue,
-    unanswered. A worker's unary call runs to its end."""
+    unanswered. A worker cancels a unary call's async predict (a synchronous one
+    runs to its end) and answers it with an error nobody reads: its slot frees then."""
 
     KIND: ClassVar[int] = 7
 

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from inferd.errors import ConfigurationError, InferdError, ModelNotReady, WorkerLost
 from inferd.observability.stats import ModelStatsTable
@@ -199,19 +200,23 @@ class ProcessPool:
             raise self._unavailable_error(instance)
         settings = instance.settings
         if settings.retry_on_worker_failure or settings.inference_timeout:
-            return Execution.sent(self._sent.send(call, settings, worker))
-        return Execution.sent(worker.predict(call))
+            sent = self._sent.send(call, settings, worker)
+            return Execution.sent(sent.answer, sent.cancel)
+        running = worker.predict(call)
+        return Execution.sent(running, partial(worker.cancel, running))
 
     def _predict_on(self, instance: Instance, call: Call) -> Execution:
         """On the call's holder (a sequence's), never retried elsewhere."""
         assert call.holder is not None
         worker = self._holding(call.instance_id, call.holder)
         if not instance.settings.inference_timeout:
-            return Execution.sent(worker.predict(call))
+            running = worker.predict(call)
+            return Execution.sent(running, partial(worker.cancel, running))
         if instance.sequence_settings is None:
             once = {"retry_on_worker_failure": False}  # its state lives in the worker that died
             instance.sequence_settings = instance.settings.model_copy(update=once)
-        return Execution.sent(self._sent.send(call, instance.sequence_settings, worker))
+        sent = self._sent.send(call, instance.sequence_settings, worker)
+        return Execution.sent(sent.answer, sent.cancel)
 
     def stream(self, call: Call) -> ResponseStream:
         """Start the stream in a worker now; it is never retried elsewhere."""

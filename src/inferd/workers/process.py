@@ -350,6 +350,12 @@ class WorkerProcess:
         if self.book.finished(instance_id):
             self.metrics.idle_from_now()
 
+    def cancel(self, running: asyncio.Future[InferenceResponse]) -> None:
+        """Ask the worker to cancel a call :meth:`predict` sent (its client left); it
+        still answers, which frees the slot."""
+        if self._channel is not None:
+            self._channel.ask_to_cancel(running)
+
     def _call(
         self,
         command: messages.Command,

@@ -61,6 +61,11 @@ class SentCall:
     # While it waits for a free slot to be sent again: the bound on that wait.
     expiry: asyncio.TimerHandle | None = None
 
+    def cancel(self) -> None:
+        """Its awaiter left: the worker running it is asked to cancel it."""
+        if self.worker is not None and self.running is not None and not self.running.done():
+            self.worker.cancel(self.running)
+
 
 def failure_to_answer(sent: SentCall, error: BaseException, closing: bool) -> BaseException | None:
     """What ``sent`` answers now that its attempt failed with ``error``; None: it is
@@ -121,13 +126,12 @@ class SentCalls:
         self._retries: dict[int, deque[SentCall]] = {}
         self._closing = False
 
-    def send(
-        self, call: Call, settings: ModelSettings, worker: WorkerProcess
-    ) -> asyncio.Future[InferenceResponse]:
-        """Send the call to ``worker`` now; the future gets its final answer."""
+    def send(self, call: Call, settings: ModelSettings, worker: WorkerProcess) -> SentCall:
+        """Send the call to ``worker`` now; its ``answer`` gets the final answer."""
         answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self._send(SentCall(call, settings, answer), worker)
-        return answer
+        sent = SentCall(call, settings, answer)
+        self._send(sent, worker)
+        return sent
 
     def send_retries(self, instance_id: int) -> None:
         """Send the instance's waiting retries, oldest first, while a slot is free."""

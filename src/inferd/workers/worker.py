@@ -94,6 +94,8 @@ class Worker(CommandServer):
             target=self._loop.run_forever, name="inferd-worker-loop", daemon=True
         )
         self._streams = WorkerStreams(self._loop, self.send, self.reply_error)
+        # The async predicts' tasks on the loop, by call id: a Cancel cancels one.
+        self._running: dict[int, asyncio.Task[Any]] = {}
 
     def serve(self) -> None:
         self._loop_thread.start()
@@ -139,7 +141,8 @@ class Worker(CommandServer):
         if loaded is None:
             self.reply_error(call_id, self._not_held(instance_id))
         elif loaded.is_async and not loaded.runs_inline(request):
-            self._on_loop(call_id, self._predict_async(loaded, request, timed))
+            predict = self._predict_async(loaded, request, timed)
+            self._on_loop(call_id, self._cancellable(call_id, predict))
         elif loaded.threads is not None:
             loaded.threads.submit(self._predict_sync, call_id, loaded, request, timed)
         else:
@@ -163,6 +166,16 @@ class Worker(CommandServer):
         packed = ipc.pack_response(await loaded.call_async(request))
         return (packed, started, time.time_ns()) if timed else packed
 
+    async def _cancellable(self, call_id: int, predict: Coroutine[Any, Any, Any]) -> Any:
+        """``predict``, its task noted for a Cancel of ``call_id`` while it runs."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[call_id] = task
+        try:
+            return await predict
+        finally:
+            del self._running[call_id]
+
     def _stream(self, call_id: int, instance_id: int, command: messages.Stream) -> None:
         loaded = self._models.get(instance_id)
         if loaded is None:
@@ -179,7 +192,14 @@ class Worker(CommandServer):
         self._streams.grant(call_id, command.amount)
 
     def _cancel(self, call_id: int, instance_id: int, command: messages.Cancel) -> None:
-        self._streams.cancel(call_id)
+        """The client left: a stream stops, an async predict is cancelled (a Triton
+        model's requests read is_cancelled(), the calls it made are cancelled); a
+        synchronous one runs to its end."""
+        running = self._running.get(call_id)
+        if running is not None:  # answered once it has stopped: its slot frees then
+            self._loop.call_soon_threadsafe(running.cancel)
+        else:
+            self._streams.cancel(call_id)
 
     def _control(self, call_id: int, instance_id: int, command: messages.ApplyControl) -> None:
         """On this thread, so that it takes effect after the requests read before it and
@@ -247,6 +267,9 @@ class Worker(CommandServer):
         future.add_done_callback(lambda done: self._reply_with(call_id, done))
 
     def _reply_with(self, call_id: int, done: concurrent.futures.Future[Any]) -> None:
+        if done.cancelled():  # a Cancel: nobody waits for the answer, its slot does
+            self.reply_error(call_id, ModelError("The request was cancelled: its client left"))
+            return
         error = done.exception()
         if error is None:
             self.reply(call_id, done.result())

@@ -46,6 +46,7 @@ from inferd.server.grpc.codec import (
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.stream import StreamRequest
+from inferd.serving import dependents
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -142,9 +143,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
-        # tritonclient always sends unload_dependents; inferd models have no dependents.
-        _refuse_parameters(request.parameters, ignored={"unload_dependents"})
-        await self.server_wide.unload(_model_name(request.model_name))
+        # tritonclient always sends unload_dependents: true unloads an ensemble's steps.
+        _refuse_parameters(request.parameters, ignored={dependents.UNLOAD_DEPENDENTS})
+        asked = request.parameters.get(dependents.UNLOAD_DEPENDENTS)
+        with_dependents = asked is not None and asked.bool_param
+        name = _model_name(request.model_name)
+        registry = self.dataplane.registry
+        await dependents.unload(self.server_wide, registry, name, with_dependents)
         return pb.RepositoryModelUnloadResponse()
 
     # Shared memory extension (server/shm_api.py)

@@ -34,6 +34,7 @@ from inferd.server.rest.fastpath import InferEndpoint, RestApp
 from inferd.server.rest.streaming import stream_endpoints
 from inferd.server.routes import API_ROUTES
 from inferd.server.shm_api import SharedMemoryEndpoints
+from inferd.serving import dependents
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.server_wide import LocalServerWide, ServerWide
 from inferd.settings import ServerSettings
@@ -130,8 +131,20 @@ class RestEndpoints:
         return json_response(await self.server_wide.change_log_settings(changes))
 
     async def repository_unload(self, request: Request) -> Response:
-        await self.server_wide.unload(request.path_params["name"])
+        registry = self.dataplane.registry
+        name, body = request.path_params["name"], await self.read_body(request)
+        await dependents.unload(self.server_wide, registry, name, _unload_dependents(body))
         return json_response({})
+
+
+def _unload_dependents(body: bytes) -> bool:
+    """Whether an unload's body asks for Triton's ``unload_dependents`` (its only
+    parameter; a body that is not JSON asks for nothing, as before it was read)."""
+    try:
+        parameters = orjson.loads(body or b"{}").get("parameters")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(parameters, dict) and parameters.get(dependents.UNLOAD_DEPENDENTS) is True
 
 
 def _model_path(request: Request) -> tuple[str, str | None]:

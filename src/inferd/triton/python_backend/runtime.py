@@ -91,7 +91,12 @@ class PythonBackendModel(Model):
         queue: asyncio.Queue[Sent] = asyncio.Queue()
         sender = ResponseSender(asyncio.get_running_loop(), queue)
         (triton_request,) = self._requests(request, [sender])
-        execution = asyncio.ensure_future(self._call(self.triton_model.execute, [triton_request]))
+        serving = model_calls.serving(request.deadline)  # the task made here keeps it
+        try:
+            execute = self._call(self.triton_model.execute, [triton_request])
+            execution = asyncio.ensure_future(execute)
+        finally:
+            model_calls.served(serving)
         try:
             async for response in _sent_responses(queue, execution, self.name):
                 yield self._converted(response)
@@ -240,6 +245,7 @@ def _split(request: InferdRequest) -> list[InferdRequest]:
             id=request.id,
             parameters=request.parameters,
             outputs=request.outputs,
+            deadline=request.deadline,
         )
         for index in range(len(request.batch_rows))
     ]
