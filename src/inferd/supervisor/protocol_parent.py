@@ -68,6 +68,7 @@ EXITED = "exited"  # (EXITED, pid, exit code), as forkserver.EXITED
 SERVING_MODULES = (
     "uvloop",
     "anyio",
+    "anyio._backends._asyncio",
     "certifi",
     "h11",
     "httpcore",
@@ -75,6 +76,9 @@ SERVING_MODULES = (
     "uvicorn.lifespan.off",
     "uvicorn.protocols.websockets.auto",
 )
+# This parent's name (ps, /proc/PID/comm; 15 bytes at most) when it was forked from the
+# supervisor: its command line is the supervisor's.
+PARENT_NAME = "inferd-protopar"
 # The models a start of this parent left out (their load was not fork-safe): JSON list
 # of labels, set by the parent itself before it starts over.
 LEFT_OUT_ENV = "INFERD_FORK_LEFT_OUT"
@@ -202,12 +206,23 @@ def name_process(name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The parent started afresh (``python -m``): by a supervisor whose early fork was
+    not safe, or that replaces a parent that died, or by a parent starting over."""
     supervisor_pid, repository, fd = (argv or sys.argv[1:])[:3]
-    die_with_parent(int(supervisor_pid))
+    control = socket.socket(fileno=int(fd))
+    serve_parent(int(supervisor_pid), repository, control)
+
+
+def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -> None:
+    """Load the copied models, then fork protocol processes until ``control`` closes.
+
+    Runs in a fresh interpreter (:func:`main`) or in a process the supervisor forked
+    before its event loop started (protocol_forks.fork_parent_early): then the
+    imports are the supervisor's, shared with it, and no interpreter starts."""
+    die_with_parent(supervisor_pid)
     # The supervisor decides when it stops (by closing its socket), after its children.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    control = socket.socket(fileno=int(fd))
     os.set_inheritable(control.fileno(), False)
     settings = load_server_settings(Path(repository))
     configure_logging(settings)
@@ -217,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     if unsafe:  # start over without it: its threads or sockets must not reach a fork
         os.environ[LEFT_OUT_ENV] = json.dumps([*left_out, unsafe])
         os.set_inheritable(control.fileno(), True)
-        arguments = [supervisor_pid, repository, fd]
+        arguments = [str(supervisor_pid), repository, str(control.fileno())]
+        logging.shutdown()
         os.execv(
             sys.executable, [sys.executable, "-m", "inferd.supervisor.protocol_parent", *arguments]
         )
