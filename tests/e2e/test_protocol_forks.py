@@ -244,35 +244,6 @@ def test_the_server_is_live_while_the_parent_loads(tmp_path: Path) -> None:
         assert all(_infer_pid(server) is not None for _ in range(8))
 
 
-def test_an_xgboost_model_serves_under_the_default_layout_and_its_cost_is_said(
-    tmp_path: Path,
-) -> None:
-    xgb = pytest.importorskip("xgboost")
-    features = np.random.default_rng(0).random((200, FOREST_FEATURES))
-    labels = (features[:, 0] > 0.5).astype(int)
-    folder = write_model_folder(tmp_path, "xgb", "mlserver_xgboost.XGBoostModel")
-    xgb.XGBClassifier(n_estimators=5, max_depth=2).fit(features, labels).save_model(
-        folder / "model.json"
-    )
-    with start_server(tmp_path, {**DEFAULTS, "protocol_processes": 2}) as server:
-        log = server.log()
-        # Either its load left GNU OpenMP's pool started (forked children would hang in
-        # their first parallel region): then it loads in each process and the log says
-        # what that costs; or it did not (XGBoost 3.2 loading this model here): then it
-        # is shared, as any model. Either way every process answers, none hangs.
-        per_process = "The model 'xgb' is loaded in each of the 2 protocol processes" in log
-        if per_process:
-            assert "OpenMP thread pool" in log, log
-        else:
-            assert re.search(r"Protocol fork parent \(pid \d+\) loaded model 'xgb'", log), log
-        body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [0.9] * 4}]}
-        for _ in range(8):  # fresh connections: both processes answer, none hangs
-            response = httpx.post(f"{server.url}/v2/models/xgb/infer", json=body, timeout=10)
-            assert response.status_code == 200, response.text
-        parent = protocol_parent(server.process.pid)
-        assert parent is not None and len(children(parent)) == 2  # still forked
-
-
 def test_a_dead_fork_parent_is_replaced_and_the_processes_forked_again(tmp_path: Path) -> None:
     add_custom_model(tmp_path, "heavy", "HeavyWeights", parameters={"extra": {"megabytes": 8}})
     with start_server(tmp_path, {**DEFAULTS, "protocol_processes": 2}) as server:
