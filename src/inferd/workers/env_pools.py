@@ -62,9 +62,11 @@ class EnvironmentPools:
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
         self._later = LaterPools()  # what environment pools started later are told
-        # fork_workers: CPU models get workers of their own, forked from a parent that
-        # loaded them; the server's pool then starts when a model first needs it.
-        self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
+        # fork_workers (on unless false): CPU models get workers of their own, forked
+        # from a parent that loaded them; the server's pool then starts when a model
+        # first needs it.
+        forking = settings.fork_workers is not False
+        self._forked = ForkedPools(settings, stats) if forking else None
         self._default_started = False
 
     @property
