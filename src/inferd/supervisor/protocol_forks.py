@@ -160,8 +160,9 @@ class ProtocolForks:
 
     @property
     def pid(self) -> int | None:
-        """The parent's pid while it runs."""
-        return self._process.pid if self._process is not None else None
+        """The parent's pid while it runs (forked early and not asked for a fork yet too)."""
+        process = self._process or self._early
+        return process.pid if process is not None else None
 
     async def fork(self, environment: Mapping[str, str]) -> ForkedProcess | None:
         """A protocol process forked with ``environment``; None when it cannot be
