@@ -9,7 +9,9 @@ What runs here before the first fork, and nothing else (docs/design.md "Protocol
 processes forked from loaded models"): the imports of a protocol process's stack;
 each model that every protocol process copies (supervisor/placement.py) and that
 loads at start, its ``load()`` run to its end on an event loop closed afterwards;
-``gc.collect()`` and ``gc.freeze()``. No thread, no event loop, no grpc channel or
+``gc.collect()`` and ``gc.freeze()``. GNU OpenMP is held to one thread while the
+models load (fork_safety.hold_openmp: no pool starts) and given its threads back in
+each child. No thread, no event loop, no grpc channel or
 server, no CUDA, no request, no warm-up. After each model's load it checks what
 workers/fork_safety.py checks for ``fork_workers``; a model whose load broke a rule
 is logged (its name and what it costs) and the parent starts over without it
@@ -50,7 +52,15 @@ from inferd.supervisor import child
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
 from inferd.supervisor.placement import copied
 from inferd.workers import preloaded
-from inferd.workers.fork_safety import fork_hazards, open_sockets, openmp_hazard, sockets_left_open
+from inferd.workers.fork_safety import (
+    OMP_NUM_THREADS,
+    fork_hazards,
+    hold_openmp,
+    open_sockets,
+    openmp_hazard,
+    release_openmp,
+    sockets_left_open,
+)
 from inferd.workers.forkserver import ForkServer, load_model, reseed_numpy
 from inferd.workers.worker import die_with_parent
 
@@ -132,6 +142,7 @@ class ProtocolForkServer(ForkServer):
             reseed_numpy()
             os.environ.clear()
             os.environ.update(environment)
+            release_openmp(environment.get(OMP_NUM_THREADS))
             # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says which.
             name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
             preloaded.offer(self._preloaded)
@@ -228,9 +239,11 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
     configure_logging(settings)
     tag_process("protocol fork parent", 0)
     left_out = json.loads(os.environ.get(LEFT_OUT_ENV, "[]"))
+    openmp = hold_openmp()  # a team of one starts no pool: XGBoost, LightGBM stay forkable
     models, unsafe = preload(settings, left_out)
     if unsafe:  # start over without it: its threads or sockets must not reach a fork
         os.environ[LEFT_OUT_ENV] = json.dumps([*left_out, unsafe])
+        release_openmp(openmp)  # the user's setting, for the next start to hold
         os.set_inheritable(control.fileno(), True)
         arguments = [str(supervisor_pid), repository, str(control.fileno())]
         logging.shutdown()
