@@ -258,6 +258,10 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
     server = ProtocolForkServer(control, Path(repository), models)
     server.announce_ready()
     server.serve()
+    # Its socket closed: exit without freeing the models object by one (the
+    # supervisor's exit waits for this process).
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

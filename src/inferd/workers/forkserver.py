@@ -99,7 +99,10 @@ class ForkServer:
                     os.read(self._wake_read, 4096)
                 self._reap()
             if self._control.fileno() in readable:
-                data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+                try:
+                    data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+                except ConnectionResetError:  # the main process died with data unread
+                    return
                 if not data:
                     return  # the main process closed its end (or died)
                 self._handle(pickle.loads(data), fds)
@@ -247,6 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     control = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     ForkServer(control).serve()
+    # Its socket closed: exit now. The interpreter's finalization would free the
+    # model's objects one by one (a second or more for a big model) while the server's
+    # own exit waits for this process.
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":
