@@ -1,4 +1,4 @@
-"""XGBoost and LightGBM under the default layout: 2 protocol processes forked from a
+"""XGBoost and LightGBM under default settings: 2 protocol processes forked from a
 parent (``fork_protocol_processes``), the models copied into each.
 
 Both libraries carry GNU OpenMP, whose thread pool hangs a child forked after it ran,
@@ -76,3 +76,27 @@ def test_xgboost_and_lightgbm_are_shared_and_answer_right_from_every_process(
         parent = protocol_parent(server.process.pid)
         assert parent is not None and len(children(parent)) == 2  # still forked
         assert served_by(server.process.pid) == children(parent)
+
+
+def test_xgboost_and_lightgbm_workers_are_forked_by_default_and_answer_right(
+    tmp_path: Path,
+) -> None:
+    # A lone server with 2 workers: each model's workers forked from a parent of its own
+    # (fork_workers, the default from 2 workers), OpenMP held while that parent loads.
+    expected = {"xgb": _xgboost(tmp_path), "lgbm": _lightgbm(tmp_path)}
+    settings = {"parallel_workers": 2, "protocol_processes": 1, "shutdown_grace_seconds": 5}
+    with start_server(tmp_path, settings) as server:
+        log = server.log()
+        for name in expected:
+            assert f"Loaded model '{name}' in its fork parent" in log, log
+        assert "not forked from one parent" not in log, log
+        body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [ROWS, FEATURES],
+                            "data": _query().ravel().tolist()}]}  # fmt: skip
+        for _ in range(4):
+            for name, predicted in expected.items():
+                url = f"{server.url}/v2/models/{name}/infer"
+                response = httpx.post(url, json=body, timeout=10)
+                assert response.status_code == 200, response.text
+                np.testing.assert_allclose(
+                    response.json()["outputs"][0]["data"], predicted, rtol=1e-5
+                )
