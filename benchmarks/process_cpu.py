@@ -40,6 +40,7 @@ def process_tree(pid: int) -> list[tuple[int, str]]:
 
 
 FORKED_PROTOCOL = "inferd-proto-"  # a forked protocol process's name (protocol_parent.py)
+PROTOCOL_PARENT = "inferd-protopar"  # the parent's, forked from the supervisor
 
 
 def what_process(pid: int) -> str:
@@ -50,7 +51,7 @@ def what_process(pid: int) -> str:
     comm = Path(f"/proc/{pid}/comm").read_text().strip()
     if comm.startswith(FORKED_PROTOCOL):  # forked: its command line is its parent's
         return f"protocol process {comm.removeprefix(FORKED_PROTOCOL)}"
-    if "inferd.supervisor.protocol_parent" in args:
+    if "inferd.supervisor.protocol_parent" in args or comm == PROTOCOL_PARENT:
         return "protocol fork parent"
     environ = environment(pid)
     role = protocol_role(environ)

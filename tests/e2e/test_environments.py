@@ -93,9 +93,10 @@ def test_each_model_runs_in_its_own_environment(
     pack(new, repository / "new.tar.gz")
     add_probe_model(repository, "plain")
     environments = tmp_path / "unpacked"
-    server = start(
-        repository, settings={"parallel_workers": 2, "environments_dir": str(environments)}
-    )
+    # The environments' own shared workers (fork_workers would fork each model from a
+    # parent in its environment: test_fork_workers.py).
+    settings = {"parallel_workers": 2, "environments_dir": str(environments), "fork_workers": False}
+    server = start(repository, settings=settings)
 
     assert seen(server, "old") == ["1.0", str(old)]
     [unpacked] = environments.iterdir()

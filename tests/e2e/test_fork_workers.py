@@ -1,6 +1,8 @@
-"""Workers forked from a parent that loaded the model once (``fork_workers``).
+"""Workers forked from a parent that loaded the model once (``fork_workers``, on by
+default for a model run by two or more workers).
 
-Each server here serves one model with 1 or 4 workers; the costs compared are the
+Each server here serves one model with 1 or 4 workers and default settings (so 1
+worker is spawned and loads the model, 4 are forked); the costs compared are the
 proportional set size (PSS) of the server's whole process tree and the time from
 ``inferd start`` to the model READY (warm-up included). The machine the tests run
 on may have 2 cores shared with other work, so the start-time bound has
@@ -78,13 +80,10 @@ def _forest_repository(root: Path) -> Path:
 
 
 def _start_timed(repository: Path, workers: int) -> tuple[ServerProcess, float]:
-    """A server with ``workers`` forked workers and the seconds it took to be READY."""
+    """A server with ``workers`` workers (default settings otherwise: forked from 2 on)
+    and the seconds it took to be READY."""
     begun = time.monotonic()
-    server = start_server(
-        repository,
-        {"parallel_workers": workers, "fork_workers": True},
-        log_dir=repository,
-    )
+    server = start_server(repository, {"parallel_workers": workers}, log_dir=repository)
     return server, time.monotonic() - begun
 
 
@@ -118,13 +117,19 @@ def _per_added_worker(measured: Measured) -> float:
     return (measured[4][2] - measured[1][2]) / 3
 
 
+def _summary(measured: Measured) -> dict[int, tuple[float, float]]:
+    return {count: (round(ready, 2), round(pss)) for count, (_, ready, pss) in measured.items()}
+
+
 def test_added_workers_share_a_heavy_custom_model(heavy: Measured) -> None:
+    print("heavy: workers -> (ready s, PSS MiB)", _summary(heavy))
     assert _per_added_worker(heavy) <= PSS_PER_WORKER_LIMIT, heavy
     # The 128 MiB of weights are in the tree once, not once per worker.
     assert heavy[4][2] < 128 * 2, heavy
 
 
 def test_added_workers_share_a_scikit_learn_forest(forest: Measured) -> None:
+    print("forest: workers -> (ready s, PSS MiB)", _summary(forest))
     assert _per_added_worker(forest) <= PSS_PER_WORKER_LIMIT, forest
     server = forest[4][0]
     body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [2, 4], "data": [0.5] * 8}]}
@@ -159,16 +164,34 @@ def _fork_parent(server: ServerProcess) -> int:
     return parents[0]
 
 
+def test_one_worker_is_spawned_by_default_and_forked_when_fork_workers_is_true(
+    heavy: Measured, tmp_path: Path
+) -> None:
+    server = heavy[1][0]  # by default: a parent would be one process more, sharing nothing
+    assert [pid for pid in children(server.process.pid) if children(pid)] == []
+    assert _infer_pid(server) in children(server.process.pid)
+    repository = _heavy_repository(tmp_path, load_seconds=0)
+    settings = {"parallel_workers": 1, "fork_workers": True}
+    with start_server(repository, settings, log_dir=repository) as forked:
+        assert _infer_pid(forked) in children(_fork_parent(forked))
+
+
 def test_a_killed_worker_serves_again_within_a_second(heavy: Measured) -> None:
-    server = heavy[1][0]
+    server = heavy[4][0]
+    parent = _fork_parent(server)
     killed = _infer_pid(server)
-    assert killed is not None and killed in children(_fork_parent(server))
+    before = children(parent)
+    assert killed is not None and killed in before
+    restarted = server.log().count("Restarted ")
     begun = time.monotonic()
     os.kill(killed, signal.SIGKILL)
-    new = wait_for(lambda: (pid := _infer_pid(server)) != killed and pid, server.log, 10, 0.01)
+    # Forked again from the same parent (no load), its model adopted and warmed up.
+    (new,) = wait_for(lambda: (children(parent) - before) or None, server.log, 10, 0.005)
+    wait_for(lambda: server.log().count("Restarted ") > restarted, server.log, 10, 0.005)
     took = time.monotonic() - begun
     assert took < 1.0, took
-    assert new in children(_fork_parent(server))  # forked again, from the same parent
+    assert children(parent) == before - {killed} | {new}
+    assert all(_infer_pid(server) is not None for _ in range(8))
 
 
 def test_a_reloaded_model_gets_a_new_fork_parent(heavy: Measured) -> None:

@@ -68,7 +68,9 @@ def test_a_restarted_worker_keeps_the_queue_bound_and_the_admitted_p99(
     start: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     repository = write_repository(tmp_path / "models", SERVICE_S)
-    server = start(repository, settings={"parallel_workers": 2, "max_queue_size": QUEUE_BOUND})
+    # The server's own 2 workers (fork_workers would give each model 2 of its own).
+    settings = {"parallel_workers": 2, "max_queue_size": QUEUE_BOUND, "fork_workers": False}
+    server = start(repository, settings=settings)
     fresh = checked_overload(server)
 
     workers, iris_statuses = kill_a_worker_under_load(server, CLIENTS)

@@ -73,7 +73,10 @@ def workers_repository(main_repository: Path, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="module")
 def three_workers(workers_repository: Path) -> Iterator[ServerProcess]:
-    with start_server(workers_repository, {"parallel_workers": 3}) as process:
+    # The server's own workers, each holding every model (load() runs in each, the
+    # worker numbers are 0-2): fork_workers would fork each model's (test_fork_workers).
+    settings = {"parallel_workers": 3, "fork_workers": False}
+    with start_server(workers_repository, settings) as process:
         yield process
 
 

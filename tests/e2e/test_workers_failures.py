@@ -44,7 +44,9 @@ def two_workers(tmp_path: Path, start: Callable[..., ServerProcess]) -> ServerPr
     # for the retries).
     add_custom_model(tmp_path, "where", "WhereAmI", retry_on_worker_failure=False)
     add_custom_model(tmp_path, "alone", "WhereAmI", workers=1)
-    server = start(tmp_path, settings={"parallel_workers": 2})
+    # The server's own two workers, each holding both models (fork_workers would give
+    # "where" 2 forked workers and "alone" its spawned one: test_fork_workers.py).
+    server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": False})
     # workers() finds them under the server or, with protocol processes, under the model host.
     wait_for(lambda: len(workers(server.process.pid)) == 2, "two worker processes")
     return server

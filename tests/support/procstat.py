@@ -137,11 +137,16 @@ def workers(server_pid: int) -> set[int]:
 
 
 PROTOCOL_PARENT_MODULE = b"inferd.supervisor.protocol_parent"  # the protocol fork parent
+# Its name when forked from the supervisor (its command line is the supervisor's).
+PROTOCOL_PARENT_NAME = "inferd-protopar"
 
 
 def is_protocol_parent(pid: int) -> bool:
-    """Whether ``pid`` is a supervisor's protocol fork parent (``fork_protocol_processes``)."""
+    """Whether ``pid`` is a supervisor's protocol fork parent (``fork_protocol_processes``):
+    forked from the supervisor (named so), or started afresh (its module)."""
     try:
+        if (PROC / str(pid) / "comm").read_text().strip() == PROTOCOL_PARENT_NAME:
+            return True
         return PROTOCOL_PARENT_MODULE in (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return False

@@ -122,3 +122,25 @@ def test_openmp_loaded_but_never_run_allows_the_fork() -> None:
         """
     )
     assert said == "''"
+
+
+def test_openmp_held_to_one_thread_while_lightgbm_runs_leaves_the_fork_safe() -> None:
+    # What a fork parent does around its loads: the same training as above starts no
+    # pool, and a child given 2 threads back runs a 2-thread region (no hang).
+    said = _openmp_hazard_in_a_fresh_interpreter(
+        """
+        from inferd.workers.fork_safety import hold_openmp, release_openmp
+        import os, numpy, lightgbm
+        before = hold_openmp()
+        data = numpy.random.default_rng(0).random((200, 4))
+        booster = lightgbm.train({"verbose": -1}, lightgbm.Dataset(data, data[:, 0] > 0.5), 2)
+        pid = os.fork()
+        if pid == 0:
+            release_openmp("2")
+            booster.predict(numpy.random.default_rng(1).random((20000, 4)))
+            os._exit(0 if os.environ["OMP_NUM_THREADS"] == "2" else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        release_openmp(before)
+        """
+    )
+    assert said == "''"

@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
+from inferd.settings import ServerSettings
 from inferd.supervisor.loading import loading_app
+from tests.support.models import write_model_folder
+
+SKLEARN = "mlserver_sklearn.SKLearnModel"
 
 
-def _ask(path: str) -> tuple[int, bytes]:
+def _ask(
+    path: str, method: str = "GET", body: bytes = b"", settings: ServerSettings | None = None
+) -> tuple[int, bytes]:
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
+        return {"type": "http.request", "body": body}
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "GET", "path": path, "headers": []}
-    asyncio.run(loading_app(scope, receive, send))
+    scope = {"type": "http", "method": method, "path": path, "headers": []}
+    asyncio.run(loading_app(settings or ServerSettings())(scope, receive, send))
     return sent[0]["status"], sent[1]["body"]
 
 
@@ -31,3 +38,33 @@ def test_the_probes_are_answered_as_a_loading_lone_server_and_everything_else_sa
     assert _ask("/v2/models/iris/versions/2/ready") == (503, b'{"name": "iris", "ready": false}')
     status, body = _ask("/v2/models/iris/infer")
     assert status == 503 and "loading its models" in json.loads(body)["error"]
+
+
+def _repository(root: Path) -> Path:
+    write_model_folder(root, "iris", SKLEARN)
+    write_model_folder(root, "forest", SKLEARN, parameters={"version": "2"})
+    return root
+
+
+def test_the_repository_index_lists_the_models_loading_at_the_start(tmp_path: Path) -> None:
+    settings = ServerSettings(model_repository_root=str(_repository(tmp_path)))
+    status, body = _ask("/v2/repository/index", "POST", b"{}", settings)
+    assert status == 200
+    assert json.loads(body) == [
+        {"name": "forest", "version": "2", "state": "LOADING", "reason": ""},
+        {"name": "iris", "version": "", "state": "LOADING", "reason": ""},
+    ]
+    _, only_ready = _ask("/v2/repository/index", "POST", b'{"ready": true}', settings)
+    assert json.loads(only_ready) == []
+    status, bad = _ask("/v2/repository/index", "POST", b'{"ready": "x"', settings)
+    assert status == 400 and "repository index request" in json.loads(bad)["error"]
+
+
+def test_models_not_loaded_at_the_start_are_unavailable_in_the_index(tmp_path: Path) -> None:
+    root = str(_repository(tmp_path))
+    settings = ServerSettings(model_repository_root=root, load_models_at_startup=False)
+    _, body = _ask("/v2/repository/index", "POST", b"", settings)
+    assert [(entry["name"], entry["state"]) for entry in json.loads(body)] == [
+        ("forest", "UNAVAILABLE"),
+        ("iris", "UNAVAILABLE"),
+    ]

@@ -69,15 +69,18 @@ class ServerSettings(EnvFirstSettings):
     parallel_workers_timeout: int = 5
     """Seconds to wait for a worker process to stop before it is killed."""
 
-    fork_workers: bool = False
-    """Load each CPU model once, in a parent process of its own, and fork the model's
+    fork_workers: bool | None = None
+    """Load a CPU model once, in a parent process of its own, and fork the model's
     workers from it: they share the loaded model's memory (copy-on-write), start
-    together, and a worker that dies is forked again without loading the model again.
-    Models with a ``cuda:*`` device still load in each worker. Off by default: each
-    forked model gets a parent and ``workers`` processes of its own, so a server of
-    many small models runs (and pays an interpreter for) models x workers processes
-    where it would run ``parallel_workers``. See docs/every-core.md "Workers that share
-    one copy of a model"."""
+    together, and a worker that dies is forked again without loading the model
+    again. Left out (the default), each CPU model run by two or more workers is
+    forked (with one worker the parent would be one more process for nothing
+    shared); ``true`` forks every CPU model, one run by one worker too (its worker
+    then restarts without a load); ``false`` none. Models with a ``cuda:*`` device
+    and models whose load is not fork-safe (threads, sockets, GNU OpenMP: said in the
+    log with the cost) load in each worker. Each forked model gets a parent and
+    ``workers`` processes of its own. See docs/every-core.md "Workers that
+    share one copy of a model"."""
 
     fork_protocol_processes: bool = True
     """With several protocol processes, load the models each of them copies once, in a

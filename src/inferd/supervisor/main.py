@@ -41,7 +41,7 @@ from inferd.supervisor.paths import (
     MODEL_HOST_ENV,
     PrivatePaths,
 )
-from inferd.supervisor.protocol_forks import ProtocolForks
+from inferd.supervisor.protocol_forks import EarlyParent, ProtocolForks, fork_parent_early
 from inferd.supervisor.served import RunningService, Service, serve_service, stop_services
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,13 @@ class Supervisor:
         self._paths: PrivatePaths | None = None
         self._forks: ProtocolForks | None = None
         self._loading: RunningService | None = None  # the REST port while loading
+        self._early: EarlyParent | None = None
+
+    def fork_parent_early(self) -> None:
+        """Fork the protocol fork parent now, before the event loop (protocol_forks.py):
+        it loads the models while the supervisor starts its services."""
+        if self.settings.fork_protocol_processes:
+            self._early = fork_parent_early(str(self.repository))
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
@@ -155,7 +162,7 @@ class Supervisor:
         if self.host:  # their start-up load binds to it: they wait for its socket
             environment[MODEL_HOST_ENV] = HOST_PEER
         forks = self._forks = (
-            ProtocolForks(str(self.repository), environment)
+            ProtocolForks(str(self.repository), environment, self._early)
             if self.settings.fork_protocol_processes
             else None
         )
@@ -349,6 +356,7 @@ def private_folder() -> Generator[PrivatePaths, None, None]:
 
 def run_supervisor(supervisor: Supervisor) -> int:
     """Run the supervisor on an event loop (uvloop when installed); its exit status."""
+    supervisor.fork_parent_early()
     try:
         import uvloop
     except ImportError:

@@ -8,12 +8,20 @@ the models again) when a fork is asked after it died; its children die with it
 (``PR_SET_PDEATHSIG``). When the parent cannot start or cannot fork, :meth:`fork`
 returns None and the process is spawned as a fresh interpreter instead: a start
 never fails for want of the parent.
+
+The first parent is forked from the supervisor itself, before its event loop starts
+(:func:`fork_parent_early`): no second interpreter starts and imports the stack (the
+start of N processes is one interpreter's), the imported modules' pages are shared
+by the supervisor, the parent and every protocol process, and the parent loads the
+models while the supervisor opens its services. When that fork is not safe (a
+thread runs) or fails, and for every later parent, it is started afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -25,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inferd.supervisor import protocol_parent
+from inferd.workers.fork_safety import fork_hazards
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +69,84 @@ class ForkedProcess:
             self._exited.set()
 
 
+class EarlyParent:
+    """The parent forked from the supervisor before its event loop: its pid, and how it
+    is waited for (a child of ours no event loop knows: reaped here)."""
+
+    POLL_SECONDS = 0.02
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.returncode: int | None = None
+
+    async def wait(self) -> int:
+        while not self._exited():
+            await asyncio.sleep(self.POLL_SECONDS)  # only once its socket closed
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def _exited(self) -> bool:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: gone anyway
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode is not None
+
+
+def fork_parent_early(repository: str) -> EarlyParent | None:
+    """Fork the protocol fork parent from this process (the supervisor, before any
+    event loop or thread); None, logged, when forking is not safe or fails (the
+    parent is then started afresh when the first protocol process is forked)."""
+    hazards = fork_hazards()
+    if hazards:
+        logger.info("The protocol fork parent is started afresh: %s", "; ".join(hazards))
+        return None
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    supervisor = os.getpid()
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except OSError as error:
+        logger.warning("Could not fork the protocol fork parent (%s): starting it afresh", error)
+        mine.close()
+        theirs.close()
+        return None
+    if pid == 0:  # never returns into the supervisor's code
+        code = 1
+        try:
+            mine.close()
+            protocol_parent.name_process(protocol_parent.PARENT_NAME)
+            protocol_parent.serve_parent(supervisor, repository, theirs)
+            code = 0
+        except BaseException:
+            logger.exception("The protocol fork parent failed")
+        finally:
+            logging.shutdown()
+            os._exit(code)
+    theirs.close()
+    return EarlyParent(pid, mine)
+
+
 class ProtocolForks:
     """The protocol fork parent of a supervisor serving ``repository``."""
 
-    def __init__(self, repository: str, environment: Mapping[str, str]) -> None:
+    def __init__(
+        self, repository: str, environment: Mapping[str, str], early: EarlyParent | None = None
+    ) -> None:
+        """``early``: the first parent, forked already (:func:`fork_parent_early`)."""
         self._repository = repository
         self._environment = dict(environment)
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: asyncio.subprocess.Process | EarlyParent | None = None
+        self._early = early
         self._sock: socket.socket | None = None
         self._ready: asyncio.Future[list[str]] | None = None
         self._forks: dict[int, asyncio.Future[ForkedProcess | None]] = {}
@@ -80,8 +160,9 @@ class ProtocolForks:
 
     @property
     def pid(self) -> int | None:
-        """The parent's pid while it runs."""
-        return self._process.pid if self._process is not None else None
+        """The parent's pid while it runs (forked early and not asked for a fork yet too)."""
+        process = self._process or self._early
+        return process.pid if process is not None else None
 
     async def fork(self, environment: Mapping[str, str]) -> ForkedProcess | None:
         """A protocol process forked with ``environment``; None when it cannot be
@@ -98,7 +179,10 @@ class ProtocolForks:
         """No more forks; the parent exits (call once its children have exited)."""
         self._closed = True
         self._drop_socket()
-        process = self._process
+        early, self._early = self._early, None
+        if early is not None:  # never asked for a fork: it sees EOF and exits
+            early.sock.close()
+        process = self._process or early
         if process is not None:
             try:
                 await asyncio.wait_for(process.wait(), EXIT_GRACE)
@@ -120,6 +204,11 @@ class ProtocolForks:
             return self._sock is not None
 
     async def _start(self) -> None:
+        early, self._early = self._early, None
+        if early is not None:  # forked before the loop: it is loading already
+            self._process = early
+            self._listen(early.sock)
+            return
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             try:
@@ -139,6 +228,9 @@ class ProtocolForks:
                 mine.close()
                 self._ready = None
                 return
+        self._listen(mine)
+
+    def _listen(self, mine: socket.socket) -> None:
         mine.setblocking(False)
         self._sock = mine
         self._ready = asyncio.get_running_loop().create_future()

@@ -9,7 +9,9 @@ What runs here before the first fork, and nothing else (docs/design.md "Protocol
 processes forked from loaded models"): the imports of a protocol process's stack;
 each model that every protocol process copies (supervisor/hosting_rules.py) and that
 loads at start, its ``load()`` run to its end on an event loop closed afterwards;
-``gc.collect()`` and ``gc.freeze()``. No thread, no event loop, no grpc channel or
+``gc.collect()`` and ``gc.freeze()``. GNU OpenMP is held to one thread while the
+models load (fork_safety.hold_openmp: no pool starts) and given its threads back in
+each child. No thread, no event loop, no grpc channel or
 server, no CUDA, no request, no warm-up. After each model's load it checks what
 workers/fork_safety.py checks for ``fork_workers``; a model whose load broke a rule
 is logged (its name and what it costs) and the parent starts over without it
@@ -51,7 +53,15 @@ from inferd.supervisor import child
 from inferd.supervisor.hosting_rules import copied
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
 from inferd.workers import preloaded
-from inferd.workers.fork_safety import fork_hazards, open_sockets, openmp_hazard, sockets_left_open
+from inferd.workers.fork_safety import (
+    OMP_NUM_THREADS,
+    fork_hazards,
+    hold_openmp,
+    open_sockets,
+    openmp_hazard,
+    release_openmp,
+    sockets_left_open,
+)
 from inferd.workers.forkserver import ForkServer, load_model, reseed_numpy
 from inferd.workers.worker import die_with_parent
 
@@ -69,6 +79,7 @@ EXITED = "exited"  # (EXITED, pid, exit code), as forkserver.EXITED
 SERVING_MODULES = (
     "uvloop",
     "anyio",
+    "anyio._backends._asyncio",
     "certifi",
     "h11",
     "httpcore",
@@ -76,6 +87,9 @@ SERVING_MODULES = (
     "uvicorn.lifespan.off",
     "uvicorn.protocols.websockets.auto",
 )
+# This parent's name (ps, /proc/PID/comm; 15 bytes at most) when it was forked from the
+# supervisor: its command line is the supervisor's.
+PARENT_NAME = "inferd-protopar"
 # The models a start of this parent left out (their load was not fork-safe): JSON list
 # of labels, set by the parent itself before it starts over.
 LEFT_OUT_ENV = "INFERD_FORK_LEFT_OUT"
@@ -129,6 +143,7 @@ class ProtocolForkServer(ForkServer):
             reseed_numpy()
             os.environ.clear()
             os.environ.update(environment)
+            release_openmp(environment.get(OMP_NUM_THREADS))
             # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says which.
             name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
             preloaded.offer(self._preloaded)
@@ -203,22 +218,36 @@ def name_process(name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The parent started afresh (``python -m``): by a supervisor whose early fork was
+    not safe, or that replaces a parent that died, or by a parent starting over."""
     supervisor_pid, repository, fd = (argv or sys.argv[1:])[:3]
-    die_with_parent(int(supervisor_pid))
+    control = socket.socket(fileno=int(fd))
+    serve_parent(int(supervisor_pid), repository, control)
+
+
+def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -> None:
+    """Load the copied models, then fork protocol processes until ``control`` closes.
+
+    Runs in a fresh interpreter (:func:`main`) or in a process the supervisor forked
+    before its event loop started (protocol_forks.fork_parent_early): then the
+    imports are the supervisor's, shared with it, and no interpreter starts."""
+    die_with_parent(supervisor_pid)
     # The supervisor decides when it stops (by closing its socket), after its children.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    control = socket.socket(fileno=int(fd))
     os.set_inheritable(control.fileno(), False)
     settings = load_server_settings(Path(repository), command_line=CommandLine.from_environment())
     configure_logging(settings)
     tag_process("protocol fork parent", 0)
     left_out = json.loads(os.environ.get(LEFT_OUT_ENV, "[]"))
+    openmp = hold_openmp()  # a team of one starts no pool: XGBoost, LightGBM stay forkable
     models, unsafe = preload(settings, left_out)
     if unsafe:  # start over without it: its threads or sockets must not reach a fork
         os.environ[LEFT_OUT_ENV] = json.dumps([*left_out, unsafe])
+        release_openmp(openmp)  # the user's setting, for the next start to hold
         os.set_inheritable(control.fileno(), True)
-        arguments = [supervisor_pid, repository, fd]
+        arguments = [str(supervisor_pid), repository, str(control.fileno())]
+        logging.shutdown()
         os.execv(
             sys.executable, [sys.executable, "-m", "inferd.supervisor.protocol_parent", *arguments]
         )
@@ -230,6 +259,10 @@ def main(argv: list[str] | None = None) -> None:
     server = ProtocolForkServer(control, Path(repository), models)
     server.announce_ready()
     server.serve()
+    # Its socket closed: exit without freeing the models object by one (the
+    # supervisor's exit waits for this process).
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

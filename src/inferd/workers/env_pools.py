@@ -39,7 +39,7 @@ from inferd.workers.environments import (
     WorkerImportPath,
     environment_of,
 )
-from inferd.workers.forked_pools import ForkedPools
+from inferd.workers.forked_pools import MIN_FORKED_WORKERS, ForkedPools
 from inferd.workers.pool import ProcessPool
 from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
@@ -62,9 +62,11 @@ class EnvironmentPools:
         self._import_path = WorkerImportPath()
         self._lock = asyncio.Lock()
         self._later = LaterPools()  # what environment pools started later are told
-        # fork_workers: CPU models get workers of their own, forked from a parent that
-        # loaded them; the server's pool then starts when a model first needs it.
-        self._forked = ForkedPools(settings, stats) if settings.fork_workers else None
+        # fork_workers (on unless false): CPU models get workers of their own, forked
+        # from a parent that loaded them; the server's pool then starts when a model
+        # first needs it.
+        forking = settings.fork_workers is not False
+        self._forked = ForkedPools(settings, stats) if forking else None
         self._default_started = False
 
     @property
@@ -80,7 +82,13 @@ class EnvironmentPools:
         return self._forked.pools if self._forked is not None else []
 
     async def start(self) -> None:
-        if self._forked is None:
+        # Started now when its models are not forked: without fork_workers, or by
+        # default with one worker (forked_pools.MIN_FORKED_WORKERS), so that the first
+        # load does not wait for it.
+        unforked = self._settings.fork_workers is None and (
+            self._settings.parallel_workers < MIN_FORKED_WORKERS
+        )
+        if self._forked is None or unforked:
             await self._start_default()
 
     async def _start_default(self) -> None:

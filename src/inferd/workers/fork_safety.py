@@ -23,8 +23,14 @@ GNU OpenMP (libgomp, which scikit-learn, XGBoost, LightGBM and torch wheels carr
 is not fork-safe: once a parallel region has run in a process, a child forked
 from it hangs in its first parallel region. XGBoost's and LightGBM's model loading
 runs such regions. That leaves no Python thread to see, so after the load the
-parent forks a probe that runs one parallel region in each libgomp it has loaded
-(:func:`openmp_hazard`); a probe that does not finish makes the model unforkable.
+parent forks a probe that runs one parallel region of two threads in each libgomp
+it has loaded (:func:`openmp_hazard`); a probe that does not finish makes the
+model unforkable. To keep such models forkable, a fork parent holds OpenMP to one
+thread while it loads (:func:`hold_openmp`: ``OMP_NUM_THREADS=1`` for the
+libraries loaded later, ``omp_set_num_threads(1)`` for those loaded already): a
+team of one starts no pool, so nothing is left to hang. Each forked child gives
+OpenMP its threads back (:func:`release_openmp`) and starts a pool of its own at
+its first parallel region.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ CUDA_DRIVER = "libcuda.so"
 GNU_OPENMP = "libgomp"
 # How long the OpenMP probe may take; it takes milliseconds unless it hangs.
 PROBE_TIMEOUT = 3.0
+# The threads of the probe's parallel region: a team of more than one uses the pool.
+PROBE_THREADS = 2
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
 
 
 def fork_hazards() -> list[str]:
@@ -158,9 +167,46 @@ def openmp_hazard(timeout: float = PROBE_TIMEOUT) -> str:
     return ""
 
 
+def hold_openmp() -> str | None:
+    """Hold GNU OpenMP to one thread in this process (a fork parent, before it loads
+    models): what ``OMP_NUM_THREADS`` was (None: unset), for :func:`release_openmp`."""
+    before = os.environ.get(OMP_NUM_THREADS)
+    os.environ[OMP_NUM_THREADS] = "1"  # read by each libgomp as it is loaded
+    _set_openmp_threads(1)  # those loaded already read it before
+    return before
+
+
+def release_openmp(setting: str | None) -> None:
+    """In a forked child of a parent that held OpenMP: the threads OpenMP would have
+    had (``setting``, the user's ``OMP_NUM_THREADS``; unset: the usable cores)."""
+    if setting is None:
+        os.environ.pop(OMP_NUM_THREADS, None)
+    else:
+        os.environ[OMP_NUM_THREADS] = setting
+    first = (setting or "").split(",")[0].strip()
+    threads = int(first) if first.isdigit() and int(first) > 0 else _usable_cores()
+    _set_openmp_threads(threads)
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _set_openmp_threads(threads: int) -> None:
+    for path in _mapped_libraries(GNU_OPENMP):
+        try:
+            ctypes.CDLL(path).omp_set_num_threads(threads)
+        except (OSError, AttributeError):  # not a usable libgomp: the probe tells
+            continue
+
+
 def _run_parallel_regions(libraries: list[str]) -> None:
-    """In the probe child: ``GOMP_parallel(free, NULL, 0, 0)`` in each libgomp (each
-    thread of the team calls free(NULL), which does nothing), then exit."""
+    """In the probe child: ``GOMP_parallel(free, NULL, 2, 0)`` in each libgomp (each
+    of the team's 2 threads calls free(NULL), which does nothing), then exit. A team
+    of one would not use a pool the parent left behind, so it would not tell."""
     code = 1
     try:
         free = ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p)
@@ -168,7 +214,7 @@ def _run_parallel_regions(libraries: list[str]) -> None:
             parallel = ctypes.CDLL(path).GOMP_parallel
             parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
             parallel.restype = None
-            parallel(free, None, 0, 0)
+            parallel(free, None, PROBE_THREADS, 0)
         code = 0
     finally:
         os._exit(code)

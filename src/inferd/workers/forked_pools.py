@@ -1,7 +1,8 @@
 """Workers forked from a model's own parent (``fork_workers``), one pool per model instance.
 
-With ``fork_workers`` on, a model that runs on the CPU gets a fork parent of its
-own (:class:`~inferd.workers.fork_parent.ForkParent`, started with the
+With ``fork_workers`` on (by default: for models run by two or more workers), a
+model that runs on the CPU gets a fork parent of its own
+(:class:`~inferd.workers.fork_parent.ForkParent`, started with the
 interpreter of the model's environment if it has one), which imports and loads
 it once; its workers are forked from there and share the loaded model's pages
 copy-on-write. Its workers form a :class:`~inferd.workers.pool.ProcessPool` of
@@ -10,10 +11,12 @@ retries and capacity are the pool's as for any model; a restart forks again from
 the same parent, without loading the model again. Unloading the instance stops
 its pool and its parent, so a model loaded again gets a new parent.
 
-A model on a GPU (a ``cuda:*`` device) is not forked: each process needs a CUDA
-context of its own, which a fork cannot copy, so it loads in each worker as
-without ``fork_workers``. So does a model whose load leaves the parent unsafe to
-fork (:mod:`inferd.workers.fork_safety`), with a warning saying why.
+By default (``fork_workers`` left out) a model run by one worker is not forked
+(:data:`MIN_FORKED_WORKERS`): a parent would only add a process. A model on a
+GPU (a ``cuda:*`` device) is not forked: each process needs a CUDA context of
+its own, which a fork cannot copy, so it loads in each worker as without
+``fork_workers``. So does a model whose load leaves the parent unsafe to fork
+(:mod:`inferd.workers.fork_safety`), with a warning saying why and what it costs.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from inferd.workers.pool_defaults import LaterPools
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
+
+# A model run by fewer workers is not forked by default (``fork_workers`` left out):
+# its parent would be one process more, with no other worker to share its pages with.
+MIN_FORKED_WORKERS = 2
 
 
 def runs_on_gpu(settings: ModelSettings) -> bool:
@@ -71,7 +78,9 @@ class ForkedPools:
         """A started pool of workers forked from a parent that loaded the model; None when
         the model must load in each worker instead. ``first_index(n)``: the index of the
         first of n workers. Raises the model's load error."""
-        if runs_on_gpu(settings):
+        count = settings.workers or self._settings.parallel_workers
+        by_default = self._settings.fork_workers is None
+        if runs_on_gpu(settings) or (by_default and count < MIN_FORKED_WORKERS):
             return None
         parent = ForkParent(self._settings, settings, environment)
         try:
@@ -87,12 +96,13 @@ class ForkedPools:
             ) from None
         if why_not:
             logger.warning(
-                "%s is loaded in each worker, not forked from one parent: after its load %s",
+                "%s is loaded in each of its %d workers, not forked from one parent: after "
+                "its load %s. It costs its memory and load time once per worker",
                 settings.label,
+                count,
                 why_not,
             )
             return None
-        count = settings.workers or self._settings.parallel_workers
         pool = self._new_pool(parent, count, first_index(count))
         try:
             await pool.start()

@@ -49,8 +49,10 @@ from inferd.workers import ipc
 from inferd.workers.base import LoadedInstance
 from inferd.workers.fork_safety import (
     fork_hazards,
+    hold_openmp,
     open_sockets,
     openmp_hazard,
+    release_openmp,
     sockets_left_open,
 )
 from inferd.workers.loaded_model import LoadedModel
@@ -79,6 +81,7 @@ class ForkServer:
     def __init__(self, control: socket.socket) -> None:
         self._control = control
         self._model: Model | None = None
+        self._openmp: str | None = None  # the OMP_NUM_THREADS the workers get back
         self._children: set[int] = set()
         # SIGCHLD wakes select() through this pipe; the handler itself does nothing.
         self._wake_read, self._wake_write = os.pipe()
@@ -96,7 +99,10 @@ class ForkServer:
                     os.read(self._wake_read, 4096)
                 self._reap()
             if self._control.fileno() in readable:
-                data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+                try:
+                    data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+                except ConnectionResetError:  # the main process died with data unread
+                    return
                 if not data:
                     return  # the main process closed its end (or died)
                 self._handle(pickle.loads(data), fds)
@@ -119,6 +125,9 @@ class ForkServer:
             # Metrics defined in load() go out with each worker's first reply.
             custom_metrics.start_buffering()
         sockets_before = open_sockets()  # this process's own: its control socket
+        # A team of one starts no OpenMP pool: XGBoost's and LightGBM's loads stay
+        # forkable; each worker gets its threads back (release_openmp).
+        self._openmp = hold_openmp()
         try:
             self._model = asyncio.run(load_model(settings))
         except Exception as error:
@@ -163,6 +172,7 @@ class ForkServer:
             self._control.close()  # the main process must see EOF when the parent dies
             die_with_parent(os.getppid())
             reseed_numpy()
+            release_openmp(self._openmp)
             sock = socket.socket(fileno=fd)
             os.set_inheritable(fd, False)  # processes a runtime starts must not hold it open
             assert self._model is not None
@@ -240,6 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     control = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     ForkServer(control).serve()
+    # Its socket closed: exit now. The interpreter's finalization would free the
+    # model's objects one by one (a second or more for a big model) while the server's
+    # own exit waits for this process.
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":
