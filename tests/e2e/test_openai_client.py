@@ -299,7 +299,7 @@ def test_errors_raise_the_sdk_exceptions(client: openai.OpenAI) -> None:
     assert unknown.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as hot:
         client.completions.create(model=CHAT_LM, prompt="hi", temperature=5)
-    assert hot.value.param == "temperature"
+    assert (hot.value.param, hot.value.code) == ("temperature", "decimal_above_max_value")
     with pytest.raises(openai.BadRequestError) as not_served:
         client.chat.completions.create(model=ENCODER, messages=[{"role": "user", "content": "hi"}])
     assert "does not serve chat completions" in not_served.value.message
@@ -308,6 +308,69 @@ def test_errors_raise_the_sdk_exceptions(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as long:
         client.completions.create(model=CHAT_LM, prompt="the", max_tokens=100_000)
     assert "at most 256 tokens" in long.value.message
+
+
+def test_values_out_of_range_carry_openais_code_and_words(client: openai.OpenAI) -> None:
+    """A few of the range checks through the SDK, streamed or not: the error comes
+    before any chunk, and a huge ``n`` is refused before anything is run."""
+    chat = client.chat.completions.create
+    cases = [
+        (
+            lambda stream: chat(model=CHAT_LM, messages=MESSAGES, temperature=3, stream=stream),
+            "temperature",
+            "decimal_above_max_value",
+            "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, "
+            "but got 3 instead.",
+        ),
+        (
+            lambda stream: client.completions.create(
+                model=CHAT_LM, prompt="the", n=10**9, stream=stream
+            ),
+            "n",
+            "integer_above_max_value",
+            "Invalid 'n': integer above maximum value. Expected a value <= 128, "
+            "but got 1000000000 instead.",
+        ),
+        (
+            lambda stream: chat(
+                model=CHAT_LM, messages=MESSAGES, stop=list("abcde"), stream=stream
+            ),
+            "stop",
+            "array_above_max_length",
+            "Invalid 'stop': array too long. Expected an array with maximum length 4, "
+            "but got an array with length 5 instead.",
+        ),
+        (
+            lambda stream: chat(model=CHAT_LM, messages=[], stream=stream),
+            "messages",
+            "empty_array",
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+        ),
+    ]
+    for create, param, code, message in cases:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                create(stream)
+            error = refused.value
+            assert (error.status_code, error.param, error.code) == (400, param, code)
+            assert error.body == {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": param,
+                "code": code,
+            }
+    for fields, param, code in [
+        ({"input": ""}, "input", "empty_string"),
+        ({"input": "hi", "dimensions": 0}, "dimensions", "integer_below_min_value"),
+        ({"input": "hi", "encoding_format": "hex"}, "encoding_format", "invalid_value"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.embeddings.create(model=ENCODER, **fields)  # type: ignore[arg-type]
+        assert (refused.value.param, refused.value.code) == (param, code)
+    # The server is whole after them: the bounds themselves are taken.
+    answer = chat(model=CHAT_LM, messages=MESSAGES, temperature=2, top_p=0, max_tokens=2, seed=1)
+    assert answer.choices[0].finish_reason == "length"
 
 
 LONG_MESSAGES = [{"role": "user", "content": " ".join(["the"] * 200)}]

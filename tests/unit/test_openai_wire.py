@@ -4,6 +4,7 @@ Bearer key, and the Hugging Face runtime's stop strings."""
 from __future__ import annotations
 
 import base64
+import json
 
 import msgspec
 import numpy as np
@@ -47,7 +48,8 @@ from inferd.workers.ipc import error_from_wire, error_to_wire
 
 
 def completion(**fields: object) -> bytes:
-    return orjson.dumps({"model": "m", "prompt": "hi"} | fields)
+    # json, not orjson: bodies with integers past 64 bits are sent too.
+    return json.dumps({"model": "m", "prompt": "hi"} | fields).encode()
 
 
 def test_a_completion_body_becomes_one_call_per_prompt() -> None:
@@ -60,29 +62,281 @@ def test_a_completion_body_becomes_one_call_per_prompt() -> None:
     assert (calls[0].stop, calls[0].seed, calls[0].temperature) == (["x"], 3, 0)
 
 
+def refusal(body: bytes, kind: type = wire.CompletionBody) -> InvalidParameter:
+    """What the endpoint's checks say of ``body`` (they run in the endpoint's order)."""
+    with pytest.raises(InvalidParameter) as refused:
+        decoded = wire.decode(body, kind)
+        if isinstance(decoded, wire.CompletionBody):
+            wire.completion_calls(decoded)
+        elif isinstance(decoded, wire.ChatCompletionBody):
+            wire.chat_call(decoded)
+        else:
+            wire.embedding_call(decoded)
+        wire.choices(decoded)
+        wire.include_usage(decoded)
+    return refused.value
+
+
+def chat(**fields: object) -> bytes:
+    return json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]} | fields
+    ).encode()
+
+
+def embedding(**fields: object) -> bytes:
+    return json.dumps({"model": "m", "input": "hi"} | fields).encode()
+
+
+ABOVE = "above maximum value. Expected a value <="
+BELOW = "below minimum value. Expected a value >="
+
+
 @pytest.mark.parametrize(
-    ("fields", "param"),
+    ("body", "kind", "param", "code", "message"),
     [
-        ({"temperature": 3}, "temperature"),
-        ({"top_p": 0}, "top_p"),
-        ({"max_tokens": 0}, "max_tokens"),
-        ({"n": 0}, "n"),
-        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"prompt": [[1, 2]]}, "prompt"),
-        ({"prompt": []}, "prompt"),
-        ({"logprobs": 2}, "logprobs"),
-        ({"echo": True}, "echo"),
-        ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"temperature": "hot"}, "temperature"),
+        (
+            completion(temperature=3),
+            wire.CompletionBody,
+            "temperature",
+            "decimal_above_max_value",
+            "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, "
+            "but got 3 instead.",
+        ),
+        (
+            chat(temperature=-0.5),
+            wire.ChatCompletionBody,
+            "temperature",
+            "decimal_below_min_value",
+            f"Invalid 'temperature': decimal {BELOW} 0, but got -0.5 instead.",
+        ),
+        (
+            completion(top_p=1.5),
+            wire.CompletionBody,
+            "top_p",
+            "decimal_above_max_value",
+            f"Invalid 'top_p': decimal {ABOVE} 1, but got 1.5 instead.",
+        ),
+        (
+            chat(top_p=-1),
+            wire.ChatCompletionBody,
+            "top_p",
+            "decimal_below_min_value",
+            f"Invalid 'top_p': decimal {BELOW} 0, but got -1 instead.",
+        ),
+        (
+            completion(n=0),
+            wire.CompletionBody,
+            "n",
+            "integer_below_min_value",
+            f"Invalid 'n': integer {BELOW} 1, but got 0 instead.",
+        ),
+        (
+            chat(n=10**9),
+            wire.ChatCompletionBody,
+            "n",
+            "integer_above_max_value",
+            f"Invalid 'n': integer {ABOVE} 128, but got 1000000000 instead.",
+        ),
+        (
+            completion(max_tokens=0),
+            wire.CompletionBody,
+            "max_tokens",
+            "integer_below_min_value",
+            f"Invalid 'max_tokens': integer {BELOW} 1, but got 0 instead.",
+        ),
+        (
+            chat(max_completion_tokens=-3),
+            wire.ChatCompletionBody,
+            "max_completion_tokens",
+            "integer_below_min_value",
+            f"Invalid 'max_completion_tokens': integer {BELOW} 1, but got -3 instead.",
+        ),
+        (
+            completion(max_tokens=10**30),  # past any count (and msgpack's ints)
+            wire.CompletionBody,
+            "max_tokens",
+            "integer_above_max_value",
+            f"Invalid 'max_tokens': integer {ABOVE} 2147483647, but got {10**30} instead.",
+        ),
+        (
+            completion(seed=2**64),
+            wire.CompletionBody,
+            "seed",
+            "integer_above_max_value",
+            f"Invalid 'seed': integer {ABOVE} {2**63 - 1}, but got {2**64} instead.",
+        ),
+        (
+            chat(presence_penalty=3),
+            wire.ChatCompletionBody,
+            "presence_penalty",
+            "decimal_above_max_value",
+            f"Invalid 'presence_penalty': decimal {ABOVE} 2, but got 3 instead.",
+        ),
+        (
+            completion(frequency_penalty=-2.5),
+            wire.CompletionBody,
+            "frequency_penalty",
+            "decimal_below_min_value",
+            f"Invalid 'frequency_penalty': decimal {BELOW} -2, but got -2.5 instead.",
+        ),
+        (
+            chat(top_logprobs=21),
+            wire.ChatCompletionBody,
+            "top_logprobs",
+            "integer_above_max_value",
+            f"Invalid 'top_logprobs': integer {ABOVE} 20, but got 21 instead.",
+        ),
+        (
+            completion(stop=["a", "b", "c", "d", "e"]),
+            wire.CompletionBody,
+            "stop",
+            "array_above_max_length",
+            "Invalid 'stop': array too long. Expected an array with maximum length 4, "
+            "but got an array with length 5 instead.",
+        ),
+        (
+            chat(messages=[]),
+            wire.ChatCompletionBody,
+            "messages",
+            "empty_array",
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+        ),
+        (
+            completion(prompt=[]),
+            wire.CompletionBody,
+            "prompt",
+            "empty_array",
+            "Invalid 'prompt': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+        ),
+        (
+            completion(prompt=["x"] * 129),
+            wire.CompletionBody,
+            "prompt",
+            "array_above_max_length",
+            "Invalid 'prompt': array too long. Expected an array with maximum length 128, "
+            "but got an array with length 129 instead.",
+        ),
+        (
+            embedding(input=[]),
+            wire.EmbeddingBody,
+            "input",
+            "empty_array",
+            "Invalid 'input': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+        ),
+        (
+            embedding(input=["x"] * 2049),
+            wire.EmbeddingBody,
+            "input",
+            "array_above_max_length",
+            "Invalid 'input': array too long. Expected an array with maximum length 2048, "
+            "but got an array with length 2049 instead.",
+        ),
+        (
+            embedding(input=""),
+            wire.EmbeddingBody,
+            "input",
+            "empty_string",
+            "Invalid 'input': empty string. Expected a string with minimum length 1, "
+            "but got an empty string instead.",
+        ),
+        (
+            embedding(input=["a", ""]),
+            wire.EmbeddingBody,
+            "input.[1]",
+            "empty_string",
+            "Invalid 'input.[1]': empty string. Expected a string with minimum length 1, "
+            "but got an empty string instead.",
+        ),
+        (
+            embedding(dimensions=0),
+            wire.EmbeddingBody,
+            "dimensions",
+            "integer_below_min_value",
+            f"Invalid 'dimensions': integer {BELOW} 1, but got 0 instead.",
+        ),
+        (
+            embedding(encoding_format="hex"),
+            wire.EmbeddingBody,
+            "encoding_format",
+            "invalid_value",
+            "Invalid value: 'hex'. Supported values are: 'float' and 'base64'.",
+        ),
     ],
 )
-def test_bad_fields_are_a_400_naming_the_field(fields: dict[str, object], param: str) -> None:
-    with pytest.raises(InvalidParameter) as refused:
+def test_values_out_of_range_are_refused_as_openai_refuses_them(
+    body: bytes, kind: type, param: str, code: str, message: str
+) -> None:
+    refused = refusal(body, kind)
+    assert (refused.param, refused.reason, refused.message) == (param, code, message)
+
+
+def test_the_bounds_themselves_are_taken() -> None:
+    """OpenAI's ranges include their ends: temperature 0 and 2, top_p 0 and 1, n 128,
+    penalties of 0 (nothing asked), 4 stop strings, 2048 texts to embed."""
+    for fields in (
+        {"temperature": 0, "top_p": 0, "n": 128},
+        {"temperature": 2, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0.0},
+        {"stop": ["a", "b", "c", "d"], "max_tokens": 2**31 - 1, "seed": -(2**63)},
+    ):
         body = wire.decode(completion(**fields), wire.CompletionBody)
-        wire.completion_calls(body)
-        wire.choices(body)
-        wire.include_usage(body)
-    assert refused.value.param == param
+        assert len(wire.completion_calls(body)) == 1
+        assert wire.choices(body) == fields.get("n", 1)
+    chat_body = wire.decode(chat(top_logprobs=0, n=1), wire.ChatCompletionBody)
+    assert wire.chat_call(chat_body).top_p == 1.0
+    texts = wire.decode(embedding(input=["x"] * 2048, dimensions=1), wire.EmbeddingBody)
+    assert len(wire.embedding_call(texts).texts) == 2048
+
+
+def test_choices_of_all_prompts_together_are_bounded() -> None:
+    """Each choice is a generation of its own: 64 prompts of 3 choices would be 192."""
+    refused = refusal(completion(prompt=["x"] * 64, n=3))
+    assert (refused.param, refused.reason) == ("n", "invalid_value")
+    assert "192 completions" in refused.message and "at most 128" in refused.message
+    body = wire.decode(completion(prompt=["x"] * 64, n=2), wire.CompletionBody)
+    assert len(wire.completion_calls(body)) == 64 and wire.choices(body) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "param", "code"),
+    [
+        (completion(logprobs=2), wire.CompletionBody, "logprobs", "unsupported_parameter"),
+        (completion(echo=True), wire.CompletionBody, "echo", "unsupported_parameter"),
+        (completion(suffix="z"), wire.CompletionBody, "suffix", "unsupported_parameter"),
+        (completion(best_of=3), wire.CompletionBody, "best_of", "unsupported_parameter"),
+        (chat(presence_penalty=1), wire.ChatCompletionBody, "presence_penalty", None),
+        (chat(logit_bias={"1": 2}), wire.ChatCompletionBody, "logit_bias", None),
+        (chat(tools=[{"type": "function"}]), wire.ChatCompletionBody, "tools", None),
+        (chat(top_logprobs=2), wire.ChatCompletionBody, "top_logprobs", None),
+        (
+            chat(response_format={"type": "json_object"}),
+            wire.ChatCompletionBody,
+            "response_format.type",
+            "unsupported_value",
+        ),
+        (completion(prompt=[[1, 2]]), wire.CompletionBody, "prompt", "unsupported_value"),
+        (embedding(input=[1, 2]), wire.EmbeddingBody, "input", "unsupported_value"),
+        (
+            completion(stream_options={"include_usage": True}),
+            wire.CompletionBody,
+            "stream_options",
+            "invalid_value",
+        ),
+        (completion(temperature="hot"), wire.CompletionBody, "temperature", "invalid_type"),
+    ],
+)
+def test_what_this_server_cannot_honour_is_named(
+    body: bytes, kind: type, param: str, code: str | None
+) -> None:
+    refused = refusal(body, kind)
+    assert refused.param == param
+    assert refused.reason == (code or "unsupported_parameter")
+    if refused.reason == "unsupported_parameter":
+        assert refused.message == (
+            f"Unsupported parameter: '{param}' is not supported by this server."
+        )
 
 
 @pytest.mark.parametrize(
@@ -102,12 +356,6 @@ def test_bad_fields_are_a_400_naming_the_field(fields: dict[str, object], param:
             wire.ChatCompletionBody,
             "messages.[0].content",
             "invalid_type",
-        ),
-        (
-            b'{"model": "m", "input": "x", "encoding_format": "hex"}',
-            wire.EmbeddingBody,
-            "encoding_format",
-            "invalid_value",
         ),
     ],
 )

@@ -3,15 +3,23 @@
 
 The fields people use are read as OpenAI's API reference defines them; fields a
 runtime here cannot honour are refused with a 400 that names them when they ask
-for something (``logprobs``, ``echo``, ``tools``...), and ignored at their
-defaults, so an SDK that sends them as nulls still works. Unknown fields are
-ignored, as OpenAI's clients add new ones.
+for something (``logprobs``, ``echo``, ``tools``...: ``unsupported_parameter``), and
+ignored at their defaults, so an SDK that sends them as nulls still works. Unknown
+fields are ignored, as OpenAI's clients add new ones.
+
+Every refusal is an InvalidParameter with OpenAI's ``param``, ``code`` and wording,
+made here and nowhere else: a value out of its range (``in_range``:
+``decimal_above_max_value``, ``integer_below_min_value``...), a list too long or
+empty (``array_above_max_length``, ``empty_array``), an empty text to embed
+(``empty_string``), a value not among those allowed (``invalid_value``). Counts
+that size the work (``n``, prompts, texts, ``max_tokens``) are bounded here, so a
+huge one is a 400 before anything is run.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -19,7 +27,13 @@ from inferd.errors import InvalidParameter
 from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest
 
 MAX_STOP = 4  # as OpenAI
+# Choices of one request, all prompts' together: each is a generation of its own
+# (a context, a task, a slot in the queue), so a huge ``n`` is refused, not run.
 MAX_CHOICES = 128
+MAX_INPUTS = 2048  # texts of one embeddings request, as OpenAI
+MAX_TOP_LOGPROBS = 20  # as OpenAI
+INT32_MAX = 2**31 - 1  # token counts and dimensions beyond it are no count at all
+SEED_RANGE = (-(2**63), 2**63 - 1)  # what a 64-bit generator's seed holds
 
 
 class StreamOptions(msgspec.Struct):
@@ -80,7 +94,7 @@ class EmbeddingBody(msgspec.Struct, kw_only=True):
 
     model: str
     input: str | list[Any]
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: str = "float"
     dimensions: int | None = None
     user: str | None = None
 
@@ -128,44 +142,108 @@ def _invalid(text: str) -> InvalidParameter:
     return InvalidParameter(f"Invalid value for '{param}': {where}", param, "invalid_value")
 
 
+# The checks of one field's value, refused in OpenAI's words with OpenAI's ``code``
+# (its API answers ``Invalid 'temperature': decimal above maximum value. Expected a
+# value <= 2, but got 3 instead.`` with ``decimal_above_max_value``).
+
+
+def _shown(value: float) -> str:
+    """A number as OpenAI shows it: ``3``, not ``3.0``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return str(value)
+
+
+def in_range(param: str, value: float | None, low: float, high: float, *, integer: bool) -> None:
+    """``value`` (None: not sent) within ``low..high``, both included."""
+    if value is None or low <= value <= high:
+        return
+    kind = "integer" if integer else "decimal"
+    below = value < low
+    side, bound = (
+        ("below minimum", f">= {_shown(low)}") if below else ("above maximum", f"<= {_shown(high)}")
+    )
+    code = f"{kind}_{'below_min' if below else 'above_max'}_value"
+    raise InvalidParameter(
+        f"Invalid '{param}': {kind} {side} value. Expected a value {bound}, "
+        f"but got {_shown(value)} instead.",
+        param,
+        code,
+    )
+
+
+def _not_empty(param: str, items: list[Any]) -> None:
+    if not items:
+        raise InvalidParameter(
+            f"Invalid '{param}': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param,
+            "empty_array",
+        )
+
+
+def _at_most(param: str, items: list[Any], most: int) -> None:
+    if len(items) > most:
+        raise InvalidParameter(
+            f"Invalid '{param}': array too long. Expected an array with maximum length "
+            f"{most}, but got an array with length {len(items)} instead.",
+            param,
+            "array_above_max_length",
+        )
+
+
+def _one_of(param: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        names = [f"'{name}'" for name in allowed]
+        listed = (
+            " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + ", and " + names[-1]
+        )
+        raise InvalidParameter(
+            f"Invalid value: '{value}'. Supported values are: {listed}.", param, "invalid_value"
+        )
+
+
+def _unsupported(param: str) -> InvalidParameter:
+    """A field this server cannot honour, sent with a value that asks for something."""
+    return InvalidParameter(
+        f"Unsupported parameter: '{param}' is not supported by this server.",
+        param,
+        "unsupported_parameter",
+    )
+
+
 def stop_strings(stop: str | list[str] | None) -> list[str]:
     if stop is None:
         return []
     found = [stop] if isinstance(stop, str) else stop
-    if len(found) > MAX_STOP:
-        raise InvalidParameter(f"stop takes up to {MAX_STOP} strings, got {len(found)}", "stop")
+    _at_most("stop", found, MAX_STOP)
     return [text for text in found if text]
 
 
 def _refuse_unsupported(body: _Sampling) -> None:
     if body.logprobs not in (None, False, 0):
-        raise InvalidParameter("logprobs are not supported by this server", "logprobs")
+        raise _unsupported("logprobs")
     if body.logit_bias:
-        raise InvalidParameter("logit_bias is not supported by this server", "logit_bias")
+        raise _unsupported("logit_bias")
     for name in ("presence_penalty", "frequency_penalty"):
+        in_range(name, getattr(body, name), -2, 2, integer=False)
         if getattr(body, name) not in (None, 0, 0.0):
-            raise InvalidParameter(f"{name} is not supported by this server", name)
+            raise _unsupported(name)
 
 
 def _sampling(body: _Sampling, max_tokens: int | None) -> GenerationRequest:
     """The call of one choice (its prompt or messages set by the caller); ``max_tokens``
     is the body's limit (for a chat, max_completion_tokens when it is given)."""
+    in_range(limit_name(body), max_tokens, 1, INT32_MAX, integer=True)
+    in_range("n", body.n, 1, MAX_CHOICES, integer=True)
+    in_range("temperature", body.temperature, 0, 2, integer=False)
+    in_range("top_p", body.top_p, 0, 1, integer=False)
+    in_range("seed", body.seed, *SEED_RANGE, integer=True)
     _refuse_unsupported(body)
-    temperature = 1.0 if body.temperature is None else body.temperature
-    if not 0 <= temperature <= 2:
-        raise InvalidParameter(
-            f"temperature must be between 0 and 2, got {temperature}", "temperature"
-        )
-    top_p = 1.0 if body.top_p is None else body.top_p
-    if not 0 < top_p <= 1:
-        raise InvalidParameter(f"top_p must be greater than 0 and at most 1, got {top_p}", "top_p")
-    if max_tokens is not None and max_tokens < 1:
-        name = limit_name(body)
-        raise InvalidParameter(f"{name} must be at least 1, got {max_tokens}", name)
     return GenerationRequest(
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
         stop=stop_strings(body.stop),
         user=body.user,
@@ -190,41 +268,60 @@ def as_sent(error: InvalidParameter, body: _Sampling) -> InvalidParameter:
 
 def choices(body: _Sampling) -> int:
     n = 1 if body.n is None else body.n
-    if not 1 <= n <= MAX_CHOICES:
-        raise InvalidParameter(f"n must be between 1 and {MAX_CHOICES}, got {n}", "n")
+    in_range("n", n, 1, MAX_CHOICES, integer=True)
     return n
 
 
 def include_usage(body: _Sampling) -> bool:
     options = body.stream_options
     if options is not None and not body.stream:
-        raise InvalidParameter("stream_options is only allowed with stream: true", "stream_options")
+        raise InvalidParameter(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+            "invalid_value",
+        )
     return bool(options is not None and options.include_usage)
 
 
 def completion_calls(body: CompletionBody) -> list[GenerationRequest]:
     """One call per prompt (n choices of each are the caller's)."""
     if body.echo:
-        raise InvalidParameter("echo is not supported by this server", "echo")
+        raise _unsupported("echo")
     if body.suffix:
-        raise InvalidParameter("suffix is not supported by this server", "suffix")
+        raise _unsupported("suffix")
     if body.best_of not in (None, 1) and body.best_of != body.n:
-        raise InvalidParameter("best_of is not supported by this server", "best_of")
+        raise _unsupported("best_of")
     max_tokens = 16 if body.max_tokens is None else body.max_tokens  # OpenAI's default
     template = _sampling(body, max_tokens)
-    return [msgspec.structs.replace(template, prompt=p) for p in _texts(body.prompt, "prompt")]
+    prompts = _texts(body.prompt, "prompt")
+    _at_most("prompt", prompts, MAX_CHOICES)
+    n = choices(body)
+    if len(prompts) * n > MAX_CHOICES:
+        raise InvalidParameter(
+            f"Invalid 'n': {n} choices of each of {len(prompts)} prompts make "
+            f"{len(prompts) * n} completions; one request takes at most "
+            f"{MAX_CHOICES}. Send fewer prompts or a smaller n.",
+            "n",
+            "invalid_value",
+        )
+    return [msgspec.structs.replace(template, prompt=p) for p in prompts]
 
 
 def chat_call(body: ChatCompletionBody) -> GenerationRequest:
+    _not_empty("messages", body.messages)
     if body.tools:
-        raise InvalidParameter("tools are not supported by this server", "tools")
+        raise _unsupported("tools")
+    in_range("top_logprobs", body.top_logprobs, 0, MAX_TOP_LOGPROBS, integer=True)
+    if body.top_logprobs:
+        raise _unsupported("top_logprobs")
     kind = (body.response_format or {}).get("type", "text")
     if kind != "text":
         raise InvalidParameter(
-            f"response_format {kind!r} is not supported by this server", "response_format"
+            f"Unsupported value: 'response_format.type' {kind!r} is not supported by this "
+            "server; send 'text'.",
+            "response_format.type",
+            "unsupported_value",
         )
-    if not body.messages:
-        raise InvalidParameter("messages must hold at least one message", "messages")
     limit = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
@@ -240,9 +337,10 @@ def _message(message: MessageBody, index: int) -> ChatMessage:
         for part in content:
             if part.type != "text" or part.text is None:
                 raise InvalidParameter(
-                    f"messages[{index}]: content parts of type {part.type!r} are not "
-                    "supported; send text parts",
+                    f"Unsupported value: messages[{index}]: content parts of type "
+                    f"{part.type!r} are not supported by this server; send text parts.",
                     f"messages.[{index}].content",
+                    "unsupported_value",
                 )
             texts.append(part.text)
         content = "".join(texts)
@@ -250,24 +348,32 @@ def _message(message: MessageBody, index: int) -> ChatMessage:
 
 
 def embedding_call(body: EmbeddingBody) -> EmbeddingRequest:
-    if body.dimensions is not None and body.dimensions < 1:
-        raise InvalidParameter(
-            f"dimensions must be at least 1, got {body.dimensions}", "dimensions"
-        )
-    return EmbeddingRequest(
-        texts=_texts(body.input, "input"), dimensions=body.dimensions, user=body.user
-    )
+    in_range("dimensions", body.dimensions, 1, INT32_MAX, integer=True)
+    _one_of("encoding_format", body.encoding_format, ("float", "base64"))
+    texts = _texts(body.input, "input")
+    _at_most("input", texts, MAX_INPUTS)
+    for index, text in enumerate(texts):
+        if not text:  # OpenAI's reference: the input "cannot be an empty string"
+            param = "input" if isinstance(body.input, str) else f"input.[{index}]"
+            raise InvalidParameter(
+                f"Invalid '{param}': empty string. Expected a string with minimum length 1, "
+                "but got an empty string instead.",
+                param,
+                "empty_string",
+            )
+    return EmbeddingRequest(texts=texts, dimensions=body.dimensions, user=body.user)
 
 
 def _texts(value: str | list[Any], param: str) -> list[str]:
     """A string, or a non-empty list of strings (token arrays are not taken)."""
     texts = [value] if isinstance(value, str) else value
-    if not texts:
-        raise InvalidParameter(f"{param} must not be empty", param)
+    _not_empty(param, texts)
     if not all(isinstance(text, str) for text in texts):
         raise InvalidParameter(
-            f"{param} must be a string or a list of strings; token arrays are not supported",
+            f"Unsupported value: token arrays in '{param}' are not supported by this "
+            "server; send a string or a list of strings.",
             param,
+            "unsupported_value",
         )
     return texts
 
