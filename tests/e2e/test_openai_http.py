@@ -68,6 +68,18 @@ def openai_error(response: httpx.Response, status: int) -> dict[str, object]:
         ("/v1/chat/completions", b'{"model": 7, "messages": [{"role": "user"}]}', "model"),
         ("/v1/completions", b'{"model": "words", "prompt": {"a": 1}}', "prompt"),
         ("/v1/completions", b'{"model": "words", "prompt": "x", "n": -1}', "n"),
+        # Past 64 bits: no longer a 500 from packing the call.
+        ("/v1/completions", b'{"model": "words", "prompt": "x", "max_tokens": 1e30}', "max_tokens"),
+        (
+            "/v1/completions",
+            b'{"model": "words", "prompt": "x", "max_tokens": 10' + b"0" * 30 + b"}",
+            "max_tokens",
+        ),
+        (
+            "/v1/completions",
+            b'{"model": "words", "prompt": "x", "seed": 10' + b"0" * 30 + b"}",
+            "seed",
+        ),
         ("/v1/completions", b'{"model": "words", "prompt": "x", "stream": "yes"}', "stream"),
         ("/v1/embeddings", b'{"model": "words", "input": [1, 2]}', "input"),
         ("/v1/embeddings", b'{"model": "words", "input": "x", "encoding_format": "hex"}', None),
