@@ -19,7 +19,7 @@ huge one is a 400 before anything is run.
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -34,6 +34,7 @@ MAX_INPUTS = 2048  # texts of one embeddings request, as OpenAI
 MAX_TOP_LOGPROBS = 20  # as OpenAI
 INT32_MAX = 2**31 - 1  # token counts and dimensions beyond it are no count at all
 SEED_RANGE = (-(2**63), 2**63 - 1)  # what a 64-bit generator's seed holds
+ENCODINGS = ("float", "base64")
 
 
 class StreamOptions(msgspec.Struct):
@@ -94,7 +95,8 @@ class EmbeddingBody(msgspec.Struct, kw_only=True):
 
     model: str
     input: str | list[Any]
-    encoding_format: str = "float"
+    # Checked in embedding_call, to refuse in OpenAI's words; the enum is for the schema.
+    encoding_format: Annotated[str, msgspec.Meta(extra_json_schema={"enum": ENCODINGS})] = "float"
     dimensions: int | None = None
     user: str | None = None
 
@@ -349,7 +351,7 @@ def _message(message: MessageBody, index: int) -> ChatMessage:
 
 def embedding_call(body: EmbeddingBody) -> EmbeddingRequest:
     in_range("dimensions", body.dimensions, 1, INT32_MAX, integer=True)
-    _one_of("encoding_format", body.encoding_format, ("float", "base64"))
+    _one_of("encoding_format", body.encoding_format, ENCODINGS)
     texts = _texts(body.input, "input")
     _at_most("input", texts, MAX_INPUTS)
     for index, text in enumerate(texts):
