@@ -72,6 +72,27 @@ class ModelNotFound(InferdError, code=ErrorCode.NOT_FOUND):
         super().__init__(message + hint)
         self.name = name
         self.version = version
+        self.hint = hint
+
+
+# Triton's answer to a load of a name its repository does not hold; tritonclient's
+# model-control examples and Triton's own tests match "failed to load" and this text.
+LOAD_POLL_FAILED = "failed to load '{name}', failed to poll from model repository"
+
+
+class NotInRepository(ModelNotFound):
+    """A repository load of a model the repository does not hold, worded as Triton's
+    (``failed to load '<name>', failed to poll from model repository``), then why."""
+
+    def __init__(self, name: str, hint: str = "") -> None:
+        InferdError.__init__(
+            self,
+            f"{LOAD_POLL_FAILED.format(name=name)}: the model repository holds no model "
+            f"{name!r} (POST /v2/repository/index lists those it holds){hint}",
+        )
+        self.name = name
+        self.version = None
+        self.hint = hint
 
 
 class PermissionDenied(InferdError, code=ErrorCode.PERMISSION_DENIED):

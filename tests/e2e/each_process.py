@@ -9,33 +9,33 @@ process) is asked on its public port.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support.procstat import environment, served_by
+from tests.support.procstat import served_by, unix_socket_paths
 from tests.support.serverproc import ServerProcess
+
+REST_SOCKET = re.compile(r"/rest-(\d+)\.sock$")
+HOST_SOCKET = "/host.sock"  # bound by the model host only
 
 
 def protocol_sockets(server: ServerProcess) -> list[Path]:
     """The private REST socket of each protocol process (not the model host's), in
-    index order; empty for a lone server. A forked protocol process's environment
-    as /proc shows it is its fork parent's (set before the fork): the folder is read
-    from any process's, the indices are those of the processes not the host."""
-    folders: set[str] = set()
-    hosts = 0
-    pids = served_by(server.process.pid)
-    for pid in pids:
-        started_with = environment(pid)
-        if "INFERD_PRIVATE_DIR" in started_with:
-            folders.add(started_with["INFERD_PRIVATE_DIR"])
-        if started_with.get("INFERD_MODEL_HOST") in ("start", "later"):
-            hosts += 1
-    if not folders:
-        return []
-    (folder,) = folders
-    return [Path(folder) / f"rest-{index}.sock" for index in range(len(pids) - hosts)]
+    index order; empty for a lone server. Found from the sockets the processes hold
+    (the environment /proc shows for a forked process is the one it was forked with,
+    which may predate the supervisor's private folder): each binds its own."""
+    found: dict[int, Path] = {}
+    for pid in served_by(server.process.pid):
+        paths = unix_socket_paths(pid)
+        if any(path.endswith(HOST_SOCKET) for path in paths):
+            continue  # the model host: it has a REST socket too, and serves no client
+        for path in paths:
+            if match := REST_SOCKET.search(path):
+                found[int(match[1])] = Path(path)
+    return [found[index] for index in sorted(found)]
 
 
 def ask_each(server: ServerProcess, method: str, path: str, **kwargs: Any) -> list[httpx.Response]:

@@ -1,5 +1,6 @@
 """Triton's model-control flow (tritonclient's simple_http_model_control.py and
-simple_grpc_model_control.py), with one protocol process and with three.
+simple_grpc_model_control.py): each of their checks, with one protocol process and
+with three.
 
 ``simple`` batches (``max_batch_size`` 8, as Triton's example model), so with
 several protocol processes it runs in the model host; no model is loaded at
@@ -93,9 +94,8 @@ def test_tritons_http_model_control_flow(explicit: ServerProcess, processes: int
         client.unload_model("simple")
         assert not client.is_model_ready("simple")
         assert not any(ready_everywhere(explicit, "simple"))
-        with pytest.raises(InferenceServerException) as unknown:
-            client.load_model("wrong_model_name")
-        assert "'wrong_model_name' is not found" in str(unknown.value.message())
+        check_refused_loads(client, HTTP_STATUS)
+        assert not any(ready_everywhere(explicit, "simple"))
     finally:
         client.close()
 
@@ -117,11 +117,46 @@ def test_tritons_grpc_model_control_flow(explicit: ServerProcess, processes: int
         client.unload_model("simple")
         assert not client.is_model_ready("simple")
         assert not any(ready_everywhere(explicit, "simple"))
-        with pytest.raises(InferenceServerException) as unknown:
-            client.load_model("wrong_model_name")
-        assert "'wrong_model_name' is not found" in str(unknown.value.message())
+        check_refused_loads(client, GRPC_STATUS)
+        assert not any(ready_everywhere(explicit, "simple"))
     finally:
         client.close()
+
+
+# What each refusal's InferenceServerException.status() reads, per client.
+HTTP_STATUS = {"invalid": "400", "unknown": "404"}
+GRPC_STATUS = {"invalid": "StatusCode.INVALID_ARGUMENT", "unknown": "StatusCode.NOT_FOUND"}
+LONG_PATH = "file:" + "A" * 256  # one component over NAME_MAX (255 bytes)
+
+
+def refusal(load: Callable[[], Any]) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as refused:
+        load()
+    return refused.value
+
+
+def check_refused_loads(client: Any, status: dict[str, str]) -> None:
+    """The examples' last checks, worded as Triton's load failures ("failed to load
+    '<name>', failed to poll from model repository", which the examples and Triton's
+    tests match), each a 4xx that says what was wrong; the server stays live."""
+    failed = "failed to load 'simple', failed to poll from model repository: "
+    long_path = refusal(lambda: client.load_model("simple", config="{}", files={LONG_PATH: b"a"}))
+    assert long_path.message().startswith(failed + "Invalid file path 'file:AAA")
+    assert "over the 255 bytes a file name may have (NAME_MAX)" in long_path.message()
+    assert long_path.status() == status["invalid"]
+    assert client.is_server_live()
+    no_config = refusal(lambda: client.load_model("simple", files={"file:1/model.py": b"a"}))
+    assert no_config.message().startswith(failed + "file parameters (file:1/model.py) need")
+    assert "a 'config' parameter" in no_config.message()
+    assert no_config.status() == status["invalid"]
+    unknown = refusal(lambda: client.load_model("wrong_model_name"))
+    assert unknown.message() == (
+        "failed to load 'wrong_model_name', failed to poll from model repository: the model "
+        "repository holds no model 'wrong_model_name' (POST /v2/repository/index lists "
+        "those it holds)"
+    )
+    assert unknown.status() == status["unknown"]
+    assert not client.is_model_ready("simple")
 
 
 def infer_http(client: httpclient.InferenceServerClient) -> float:

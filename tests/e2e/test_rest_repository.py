@@ -274,13 +274,21 @@ def test_invalid_model_settings_are_a_400(client: httpx.Client, repo_server: Ser
     assert "no_such_module" in response.json()["error"]
 
 
-@pytest.mark.parametrize("action", ["load", "unload"])
-def test_unknown_model_is_a_404(client: httpx.Client, action: str) -> None:
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        (
+            "load",  # worded as Triton's, which clients match ("failed to load")
+            "failed to load 'nowhere', failed to poll from model repository: the model "
+            "repository holds no model 'nowhere' (POST /v2/repository/index lists those "
+            "it holds)",
+        ),
+        ("unload", "Request for unknown model: 'nowhere' is not found"),
+    ],
+)
+def test_unknown_model_is_a_404(client: httpx.Client, action: str, error: str) -> None:
     response = client.post(f"/v2/repository/models/nowhere/{action}")
-    assert (response.status_code, response.json()) == (
-        404,
-        {"error": "Request for unknown model: 'nowhere' is not found"},
-    )
+    assert (response.status_code, response.json()) == (404, {"error": error})
 
 
 def test_tritonclient_repository_calls(repo_server: ServerProcess) -> None:

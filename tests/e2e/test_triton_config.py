@@ -228,7 +228,8 @@ def test_the_model_control_example_unloads_then_is_refused_a_long_file_path(
         client.load_model("unloadable", config="{}", files={"file:" + "A" * 256: b"a"})
     message = raised.value.message()
     assert raised.value.status() == status
-    assert message.startswith("failed to load 'unloadable': Invalid file path 'file:AAA")
+    failed = "failed to load 'unloadable', failed to poll from model repository: "
+    assert message.startswith(failed + "Invalid file path 'file:AAA")
     assert "256 bytes long, over the 255 bytes a file name may have (NAME_MAX)" in message
     assert len(message) < 500  # the 261-character name is not repeated whole
     assert client.is_server_live() and client.is_model_ready("unloadable") is False

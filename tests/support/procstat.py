@@ -177,3 +177,26 @@ def serving_processes(server_pid: int) -> set[int]:
     served = served_by(server_pid)
     protocol = {pid for pid in served if "INFERD_MODEL_HOST" not in environment(pid)}
     return protocol or {server_pid}
+
+
+def unix_socket_paths(pid: int) -> set[str]:
+    """The paths of the Unix sockets ``pid`` holds open that are bound to one (its
+    listening sockets among them): its fds' socket inodes, named in /proc/net/unix."""
+    inodes = set()
+    try:
+        fds = list((PROC / str(pid) / "fd").iterdir())
+    except OSError:
+        return set()
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    paths = set()
+    for line in (PROC / "net" / "unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes:
+            paths.add(fields[7])
+    return paths

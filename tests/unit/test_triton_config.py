@@ -280,9 +280,10 @@ def test_an_invalid_file_path_is_named_as_triton_words_it(path: str, problem: st
     with pytest.raises(InvalidRequest) as raised:
         load_config("m", {"config": "{}", "file:" + path: b"x"}, ignored=frozenset())
     message = raised.value.message
-    assert message.startswith("failed to load 'm': Invalid file path 'file:")
+    failed = "failed to load 'm', failed to poll from model repository: "
+    assert message.startswith(failed + "Invalid file path 'file:")
     assert problem in message and "File parameters are refused in any case" in message
-    assert len(message) < 400  # a long path is cut in the message
+    assert len(message) < 450  # a long path is cut in the message
 
 
 def test_a_valid_file_path_is_refused_too_and_long_lists_are_cut() -> None:
@@ -295,3 +296,14 @@ def test_a_valid_file_path_is_refused_too_and_long_lists_are_cut() -> None:
         InvalidRequest, match=re.escape("(p0, p1, p2, p3, p4 and 4 more) are not supported")
     ):
         load_config("m", {f"p{i}": 1 for i in range(9)}, ignored=frozenset())
+
+
+def test_files_without_a_config_are_refused_saying_triton_needs_one() -> None:
+    """Triton loads override files only with a ``config``: the answer says that is
+    missing (and that inferd refuses files anyway), worded as Triton's load failure."""
+    with pytest.raises(InvalidRequest) as raised:
+        load_config("m", {"file:1/model.py": b"x"}, ignored=frozenset())
+    message = raised.value.message
+    assert message.startswith("failed to load 'm', failed to poll from model repository: ")
+    assert "file parameters (file:1/model.py) need a 'config' parameter" in message
+    assert "They are refused in any case" in message

@@ -2,8 +2,9 @@
 
 REST and gRPC read a load's parameters the same way (:func:`load_config`): the
 ``config`` parameter is the JSON override (inferd.triton.override); ``file:*``
-parameters, which would write files into the model's folder, are refused (one
-whose path could name no file as Triton words it: ``Invalid file path``).
+parameters, which would write files into the model's folder, are refused, worded
+as Triton's load failures (``failed to load '<name>', failed to poll from model
+repository: ...``; a path that could name no file: ``Invalid file path``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import orjson
 from google.protobuf import json_format
 
-from inferd.errors import InvalidRequest
+from inferd.errors import LOAD_POLL_FAILED, InvalidRequest
 from inferd.protocol import pb
 
 FILE_PARAMETER = "file:"
@@ -37,7 +38,7 @@ def load_config(name: str, parameters: Mapping[str, Any], ignored: frozenset[str
     refused (REST passes every name it does not know here as ignored)."""
     files = sorted(key for key in parameters if key.startswith(FILE_PARAMETER))
     if files:
-        raise _files_refused(name, files)
+        raise _files_refused(name, files, with_config="config" in parameters)
     unsupported = sorted(set(parameters) - ignored - {"config"})
     if unsupported:
         raise InvalidRequest(
@@ -50,19 +51,26 @@ def load_config(name: str, parameters: Mapping[str, Any], ignored: frozenset[str
     return config
 
 
-def _files_refused(name: str, files: list[str]) -> InvalidRequest:
-    """Why the load's ``file:`` parameters are refused: the first path that could not
-    name a file (as Triton words it), else that inferd writes no files for a client."""
+def _files_refused(name: str, files: list[str], with_config: bool) -> InvalidRequest:
+    """Why the load's ``file:`` parameters are refused, worded as Triton's load
+    failures (tritonclient's examples match the start): the first path that could
+    not name a file (Triton's ``Invalid file path``), else files without the
+    ``config`` Triton requires with them, else that inferd writes no client's files."""
+    failed = LOAD_POLL_FAILED.format(name=name)
     for key in files:
         problem = _path_problem(key.removeprefix(FILE_PARAMETER))
         if problem:
             return InvalidRequest(
-                f"failed to load '{name}': Invalid file path {_shown(key)}: {problem}. "
+                f"{failed}: Invalid file path {_shown(key)}: {problem}. "
                 f"File parameters are refused in any case: {NO_FILES}"
             )
-    return InvalidRequest(
-        f"failed to load '{name}': file parameters ({_listed(files)}) are refused: {NO_FILES}"
-    )
+    if not with_config:
+        return InvalidRequest(
+            f"{failed}: file parameters ({_listed(files)}) need a 'config' parameter, "
+            "the configuration of the model the files make up (as Triton requires). "
+            f"They are refused in any case: {NO_FILES}"
+        )
+    return InvalidRequest(f"{failed}: file parameters ({_listed(files)}) are refused: {NO_FILES}")
 
 
 def _path_problem(path: str) -> str | None:

@@ -22,6 +22,7 @@ from inferd.errors import (
     InferdError,
     InvalidRequest,
     ModelNotFound,
+    NotInRepository,
     ShuttingDown,
 )
 from inferd.model_calls import note_deadline
@@ -339,8 +340,10 @@ class DataPlane:
             found = self.repository.find(name)
         except ConfigurationError as error:
             raise failed(name, str(error)) from None
+        except ModelNotFound as error:  # unknown, and some settings files unreadable
+            raise NotInRepository(name, error.hint) from None
         if not found:
-            raise ModelNotFound(name)
+            raise NotInRepository(name)
         if config is not None:
             limit = self.settings.max_request_size
             found = [apply_override(settings, config, limit) for settings in found]
