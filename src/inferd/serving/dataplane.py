@@ -18,11 +18,9 @@ from typing import Any
 from inferd.context import NO_CONTEXT, RequestContext
 from inferd.dispatch.queueing import request_timeout
 from inferd.errors import (
-    ConfigurationError,
     InferdError,
     InvalidRequest,
     ModelNotFound,
-    NotInRepository,
     ShuttingDown,
 )
 from inferd.model_calls import note_deadline
@@ -39,7 +37,7 @@ from inferd.serving.version_split import VersionSplit
 from inferd.settings import ServerSettings
 from inferd.triton import logsettings
 from inferd.triton.config import model_config
-from inferd.triton.override import apply_override, failed
+from inferd.triton.override import apply_override
 from inferd.triton.shm import SharedMemoryRegistry
 from inferd.types import (
     InferenceRequest,
@@ -336,14 +334,7 @@ class DataPlane:
         """(Re)load ``name`` from the repository as it is on disk now, with the
         serving settings of ``config`` (JSON: Triton's load override, see
         inferd.triton.override) when given. A failure says "failed to load"."""
-        try:
-            found = self.repository.find(name)
-        except ConfigurationError as error:
-            raise failed(name, str(error)) from None
-        except ModelNotFound as error:  # unknown, and some settings files unreadable
-            raise NotInRepository(name, error.hint) from None
-        if not found:
-            raise NotInRepository(name)
+        found = self.repository.to_load(name)
         if config is not None:
             limit = self.settings.max_request_size
             found = [apply_override(settings, config, limit) for settings in found]

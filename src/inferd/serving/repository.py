@@ -22,10 +22,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferd.errors import ConfigurationError, ModelNotFound
+from inferd.errors import ConfigurationError, ModelNotFound, NotInRepository
 from inferd.settings import MODEL_SETTINGS_FILE, ModelSettings
 from inferd.settings.loader import env_variable, load_model_settings, model_settings_from_env
 from inferd.triton.model_folder import CONFIG_FILE, is_triton_model, read_model
+from inferd.triton.override import failed
 from inferd.triton.python_backend.loading import MODEL_FILE
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,19 @@ class ModelRepository:
         if not found and unnamed:
             raise ModelNotFound(name, hint=_maybe_it(unnamed))
         _check_unique_versions(found)
+        return found
+
+    def to_load(self, name: str) -> list[ModelSettings]:
+        """The versions of ``name`` a repository load reads, or the error a load
+        answers, in Triton's words ("failed to load 'name', ...")."""
+        try:
+            found = self.find(name)
+        except ConfigurationError as error:
+            raise failed(name, str(error)) from None
+        except ModelNotFound as error:  # unknown, and some settings files unreadable
+            raise NotInRepository(name, error.hint) from None
+        if not found:
+            raise NotInRepository(name)
         return found
 
     def holds(
