@@ -42,6 +42,7 @@ the others along.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -85,6 +86,9 @@ logger = logging.getLogger(__name__)
 
 # Where the coordinator takes every message on coordinator.sock.
 COORDINATOR_PATH = "/coordinator"
+# How long a load waits for a model host that has not caught up yet (starting or
+# restarting) before it is applied without it (the host then catches up later).
+HOST_CATCH_UP_WAIT_SECONDS = 60.0
 
 
 class Coordinator:
@@ -114,6 +118,11 @@ class Coordinator:
         self.before_ready: Callable[[], Awaitable[None]] | None = None
         self._switches: dict[int, _Barrier] = {}
         self._switch_ids = itertools.count(1)
+        # Set once the model host has caught up (its start, a restart); cleared when it
+        # does not answer. A load waits for it outside the lock: applied while the host
+        # starts, the protocol processes would wait on host.sock for a version the host
+        # gets only from its catch-up, which waits for the lock that load holds.
+        self._host_caught_up = asyncio.Event()
 
     @property
     def host(self) -> Path | None:
@@ -145,9 +154,14 @@ class Coordinator:
             await self._start_host_for(operation)
         except InferdError as error:
             return Answer(self.host_socket, 503, {}, encode(refusal_of(error, 503)))
+        if self.host_runs and isinstance(operation, LOADS):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._host_caught_up.wait(), HOST_CATCH_UP_WAIT_SECONDS)
         async with self._lock:
             host = self.host  # another load may start it meanwhile: this one's is this
             answers = await self._fan_out(operation, host)
+            if host is not None and not answers[-1].status:  # the host gave no answer
+                self._host_caught_up.clear()
             settled = settle(answers)
             self._log_settled(operation, settled, answers)
             if settled.applied:
@@ -236,6 +250,8 @@ class Coordinator:
                     failed.append(
                         {"operation": repr(operation), "status": answer.status, "error": said}
                     )
+            if index == len(self.sockets):
+                self._host_caught_up.set()
         return {"applied": len(operations) - len(failed), "failed": failed}
 
     def _name(self, index: int) -> str:
