@@ -208,9 +208,10 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
         assert instance is not None  # set when the version became READY
         # Bound to the version found: a newer one loaded later is a new BindHosted.
         self._bindings[instance_id] = Binding(found.name, found.version, instance.wants_headers)
-        # With how many workers hold it here (Triton's model configuration says so).
+        # With how many workers hold it here (Triton's model configuration says so), and
+        # why it is not what is on disk (a failed reload), for the binder's index.
         held = dataplane.registry.instances(found)
-        self.reply(call_id, dataclasses.replace(instance, instances=held))
+        self.reply(call_id, dataclasses.replace(instance, instances=held, reason=found.reason))
 
     def _predict(
         self,

@@ -260,6 +260,7 @@ class Registry:
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
         new.pool, new.hosted = pool, hosted
+        new.reason = new.instance.reason  # the host's failed reload, shown as on one process
         # A hosted version is counted, queued, batched and cached in the host: here its
         # requests pass straight through, and count nowhere (the host's counts are summed).
         new.stats = ModelStats(*_key(settings)) if hosted else self.stats.of(*_key(settings))

@@ -110,6 +110,9 @@ class LoadedInstance:
     # How many workers hold it, where that is not what the slots of the pool that
     # loaded it say: a model host's version, as the host counts it (workers/hosted.py).
     instances: int | None = None
+    # Why what serves is not what was loaded last ("": it is): a model host's version
+    # whose reload failed keeps its previous instance, and says so in the index.
+    reason: str = ""
 
 
 class ResponseStream(Protocol):
