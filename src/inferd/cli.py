@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from pathlib import Path
 
 import click
@@ -12,6 +11,7 @@ import click
 from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging
 from inferd.server.app import InferenceServer
+from inferd.server.shutdown import exit_stopped
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import default_models_dir, load_server_settings
@@ -55,13 +55,14 @@ def start(model_repository: Path | None) -> None:
         count, host = serving_layout(settings, startup_models)
         if count == 1:
             _run(InferenceServer(settings))
+            status = 0
         else:
             supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
+            # Not 0 when a protocol process did not drain by its deadline.
             status = run_supervisor(supervisor)
-            if status:  # a protocol process did not drain by its deadline
-                sys.exit(status)
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
+    exit_stopped(status)
 
 
 def _check_repository(settings: ServerSettings) -> list[ModelSettings]:

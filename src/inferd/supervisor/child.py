@@ -30,6 +30,7 @@ from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.app import InferenceServer
 from inferd.server.protocol_role import ProtocolProcess
+from inferd.server.shutdown import exit_stopped
 from inferd.serving.placement import Placement
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import load_server_settings
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     supervisor_pid, repository = (argv or sys.argv[1:])[:2]
     die_with_parent(int(supervisor_pid))
     serve_role(Path(repository))
+    exit_stopped(0)  # a spawned model host or protocol process: no slow finalization
 
 
 def serve_role(repository: Path) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 from inferd.errors import ConfigurationError
 from inferd.model import Model
 from inferd.observability.logs import configure_logging, tag_process
+from inferd.server.shutdown import exit_stopped
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.loader import load_server_settings
@@ -229,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     server = ProtocolForkServer(control, Path(repository), models)
     server.announce_ready()
     server.serve()
+    exit_stopped(0)  # the supervisor waits for this exit, after the grace: no finalization
 
 
 if __name__ == "__main__":
