@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
+from inferd.settings import ServerSettings
 from inferd.supervisor.loading import loading_app
+from tests.support.models import add_custom_model
 
 
-def _ask(path: str) -> tuple[int, bytes]:
+def _ask(
+    path: str, method: str = "GET", body: bytes = b"", settings: ServerSettings | None = None
+) -> tuple[int, bytes]:
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
+        return {"type": "http.request", "body": body}
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "GET", "path": path, "headers": []}
-    asyncio.run(loading_app(scope, receive, send))
+    scope = {"type": "http", "method": method, "path": path, "headers": []}
+    asyncio.run(loading_app(settings or ServerSettings(), scope, receive, send))
     return sent[0]["status"], sent[1]["body"]
 
 
@@ -31,3 +36,18 @@ def test_the_probes_are_answered_as_a_loading_lone_server_and_everything_else_sa
     assert _ask("/v2/models/iris/versions/2/ready") == (503, b'{"name": "iris", "ready": false}')
     status, body = _ask("/v2/models/iris/infer")
     assert status == 503 and "loading its models" in json.loads(body)["error"]
+
+
+def test_the_repository_index_lists_the_models_on_disk_as_loading(tmp_path: Path) -> None:
+    add_custom_model(tmp_path, "echo", "Echo")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "model-settings.json").write_text("{not json")
+    settings = ServerSettings(model_repository_root=str(tmp_path))
+    status, body = _ask("/v2/repository/index", "POST", b"{}", settings)
+    assert status == 200
+    (broken, echo) = json.loads(body)
+    assert echo == {"name": "echo", "version": "", "state": "LOADING", "reason": ""}
+    assert broken["state"] == "UNAVAILABLE" and "model-settings.json" in broken["reason"]
+    assert _ask("/v2/repository/index", "POST", b'{"ready": true}', settings) == (200, b"[]")
+    status, body = _ask("/v2/repository/index", "POST", b'{"ready": 3}', settings)
+    assert status == 400, body
