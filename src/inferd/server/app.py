@@ -175,7 +175,8 @@ class InferenceServer:
         after its models, as ports: a protocol process reconnecting then finds a host
         that answers, or none, never one whose load would hold its requests)."""
         if role.host_socket is not None:
-            return [], None, await serve_host(self.dataplane, bind_unix(role.host_socket))
+            host = await serve_host(self.dataplane, bind_unix(role.host_socket), self.pool)
+            return [], None, host
         public, grpc_server = await self._open_public()
         return public, grpc_server, None
 

@@ -93,7 +93,7 @@ class Registry:
         self._max_queue_size = max_queue_size
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
-        pool.on_instance_failed(self._instance_failed)
+        pool.on_instance_failed(self.instance_failed)
 
     def control(self, message: Control) -> None:
         """Deliver a feature's control message where the instances run (worker
@@ -153,8 +153,8 @@ class Registry:
             raise ModelNotReady(f"{label} is unavailable: {found.reason}")
         raise ModelNotReady(f"{label} is not ready: it is {found.state.value.lower()}")
 
-    def _instance_failed(self, instance_id: int, reason: str) -> None:
-        """The pool gave up on an instance (e.g. its load keeps crashing its worker)."""
+    def instance_failed(self, instance_id: int, reason: str) -> None:
+        """The pool (or the model host) gave up an instance: its load keeps crashing."""
         for version in self.versions():
             if version.scheduler is not None and version.scheduler.instance_id == instance_id:
                 version.state = ModelState.UNAVAILABLE
@@ -259,8 +259,7 @@ class Registry:
             await pool.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        new.pool, new.hosted = pool, hosted
-        new.reason = new.instance.reason  # the host's failed reload, shown as on one process
+        new.pool, new.hosted, new.reason = pool, hosted, new.instance.reason  # host's reload
         # A hosted version is counted, queued, batched and cached in the host: here its
         # requests pass straight through, and count nowhere (the host's counts are summed).
         new.stats = ModelStats(*_key(settings)) if hosted else self.stats.of(*_key(settings))

@@ -81,6 +81,8 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> InferenceSe
     )
     server = InferenceServer(protocol_settings(settings), process)
     server.server_wide = ForwardingServerWide(role.paths.coordinator)
+    if process.placement.elsewhere is not None:  # the host gives up a version: here too
+        process.placement.elsewhere.on_instance_failed(server.registry.instance_failed)
     return server
 
 

@@ -61,6 +61,8 @@ class Channel(asyncio.BufferedProtocol):
         # has been read (it reads in order); -1: none, or the other end is the host.
         self._read_through = -1
         self.unread_work = 0  # requests and streams it had not read when it closed
+        # Told (instance id, reason) when the model host gives up a version bound here.
+        self.on_given_up: Callable[[int, str], None] | None = None
         self._streams: dict[int, RemoteStream] = {}  # open streams, by call id
         self._call_ids = itertools.count()
         self._transport: asyncio.Transport | None = None
@@ -171,6 +173,10 @@ class Channel(asyncio.BufferedProtocol):
                 continue
             if kind == messages.READ:
                 self._read_through = call_id
+                continue
+            if kind == messages.GIVEN_UP:
+                if self.on_given_up is not None:
+                    self.on_given_up(call_id, body)
                 continue
             if kind == messages.METRICS:
                 custom_metrics.deliver(body)

@@ -72,6 +72,7 @@ class HostedPool:
         self._channel: Channel | None = None
         self._connecting: asyncio.Task[Channel] | None = None
         self._bound: dict[int, tuple[str, str | None]] = {}
+        self._failure_handler: Callable[[int, str], None] | None = None
         self._closing = False
 
     async def start(self) -> None:
@@ -164,7 +165,13 @@ class HostedPool:
         """Nothing changes here: the host's own pool watches its workers."""
 
     def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
-        """Never called: a host that cannot serve a version answers each call so."""
+        """Called when the host gives up a version bound here (messages.GIVEN_UP), so
+        this process's index and answers show it as the host's do."""
+        self._failure_handler = handler
+
+    def _given_up(self, instance_id: int, reason: str) -> None:
+        if self._failure_handler is not None and instance_id in self._bound:
+            self._failure_handler(instance_id, reason)
 
     # The connection
 
@@ -209,6 +216,7 @@ class HostedPool:
                     raise ModelNotReady(self._unreachable()) from None
                 await asyncio.sleep(_CONNECT_POLL_SECONDS)
         channel = await Channel.open(sock, self._describe_loss, self._lost)
+        channel.on_given_up = self._given_up
         for instance_id, key in list(self._bound.items()):
             with contextlib.suppress(Exception):  # that version answers its own calls
                 await channel.call(messages.BindHosted(*key), instance_id)

@@ -214,6 +214,10 @@ ENDED = 14  # None: the stream's generator has stopped (exhausted, or cancelled)
 # of its death (retry.py) and is sent to another worker.
 READ = 15
 WORK_KINDS = frozenset((Predict.KIND, PredictTimed.KIND, Stream.KIND))
+# From the model host, unasked, with a bound instance id as the call id and the reason
+# as the body: the host gave up that version (its load keeps crashing its worker), so
+# the protocol process's index and answers say so too.
+GIVEN_UP = 16
 # In front of a reply, with call id -1: a custom_metrics.Shipment, the custom
 # metrics a runtime registered and logged since the worker's last reply.
 METRICS = 12
