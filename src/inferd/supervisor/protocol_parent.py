@@ -145,6 +145,17 @@ class ProtocolForkServer(ForkServer):
             os._exit(code)  # never back into the parent's loop, nor its atexit
 
 
+def no_progress_monitor() -> None:
+    """tqdm's monitor thread off: a progress bar (transformers' weight loading) starts
+    it and it lives on, and a running thread made each Hugging Face model load again
+    in every protocol process (3 processes on 2 cores: not ready within 60 s)."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0
+
+
 def preload(settings: ServerSettings, left_out: list[str]) -> tuple[list[Model], str]:
     """Load each copied start-up model not ``left_out``; the models, and the label of
     one whose load broke a fork rule ("" when none did: then every model is here)."""
@@ -214,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings)
     tag_process("protocol fork parent", 0)
     left_out = json.loads(os.environ.get(LEFT_OUT_ENV, "[]"))
+    no_progress_monitor()
     models, unsafe = preload(settings, left_out)
     if unsafe:  # start over without it: its threads or sockets must not reach a fork
         os.environ[LEFT_OUT_ENV] = json.dumps([*left_out, unsafe])
