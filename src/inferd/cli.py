@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ import click
 from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging
 from inferd.server.app import InferenceServer
+from inferd.server.shutdown import exit_stopped
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine, CommandLineError, option_name
@@ -132,14 +132,15 @@ def start(
         count, host = serving_layout(settings, startup_models)
         if count == 1:
             _run(InferenceServer(settings))
+            status = 0
         else:
             command_line.export()  # the processes the supervisor starts read it
             supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
+            # Not 0 when a protocol process did not drain by its deadline.
             status = run_supervisor(supervisor)
-            if status:  # a protocol process did not drain by its deadline
-                sys.exit(status)
     except ConfigurationError as error:
         raise click.ClickException(str(error)) from None
+    exit_stopped(status)
 
 
 @main.command("settings", epilog=PRECEDENCE)

@@ -135,6 +135,11 @@ class WorkerLost(InferdError, code=ErrorCode.UNAVAILABLE):
     """The worker process running a request died before answering."""
 
 
+class WorkerLostUnread(WorkerLost):
+    """The worker process a request was sent to died before it read the request: it
+    never ran there, so it is no suspect of that death and may run elsewhere."""
+
+
 class StatusError(InferdError):
     """An error a runtime raised with an HTTP status of its own (MLServer's
     ``MLServerError(msg, status_code)``): REST's error mapper answers with that

@@ -79,11 +79,22 @@ def _forest_repository(root: Path) -> Path:
     return root
 
 
+# What these tests measure and look at is one server process's tree (its workers'
+# fork parent, their memory): the layout of a lone server, whatever
+# $INFERD_TEST_PROTOCOL_PROCESSES says. With protocol processes the same models run in
+# the model host's workers (its own fork parents); test_protocol_forks.py covers those.
+ONE_PROCESS = {"protocol_processes": 1}
+
+
 def _start_timed(repository: Path, workers: int) -> tuple[ServerProcess, float]:
     """A server with ``workers`` workers (default settings otherwise: forked from 2 on)
     and the seconds it took to be READY."""
     begun = time.monotonic()
-    server = start_server(repository, {"parallel_workers": workers}, log_dir=repository)
+    server = start_server(
+        repository,
+        {"parallel_workers": workers, **ONE_PROCESS},
+        log_dir=repository,
+    )
     return server, time.monotonic() - begun
 
 
@@ -209,7 +220,7 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_worker(
     start: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     add_custom_model(tmp_path, "threads", "ThreadOnLoad")
-    server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": True})
+    server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": True, **ONE_PROCESS})
     assert_loaded_in_each_worker(server, "threads", "threads are running (left-by-load)")
 
 
@@ -233,7 +244,9 @@ def test_a_model_whose_load_keeps_a_connection_is_loaded_in_each_worker(
         add_custom_model(
             tmp_path, "connected", "ConnectsOnLoad", parameters={"extra": {"port": port}}
         )
-        server = start(tmp_path, settings={"parallel_workers": 2, "fork_workers": True})
+        server = start(
+            tmp_path, settings={"parallel_workers": 2, "fork_workers": True, **ONE_PROCESS}
+        )
         assert_loaded_in_each_worker(server, "connected", "socket(s) it opened are still open")
 
 
@@ -269,7 +282,9 @@ def test_a_model_with_its_own_environment_is_forked_from_that_interpreter(
     environment = make_environment(tmp_path / "env", "1.0")
     repository = tmp_path / "models"
     add_probe_model(repository, "probe", environment_path=str(environment))
-    server = start(repository, settings={"parallel_workers": 2, "fork_workers": True})
+    server = start(
+        repository, settings={"parallel_workers": 2, "fork_workers": True, **ONE_PROCESS}
+    )
     assert seen(server, "probe") == ["1.0", str(environment)]
     parent = _fork_parent(server)
     command = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")

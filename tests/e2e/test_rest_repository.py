@@ -241,6 +241,45 @@ def test_a_failed_reload_keeps_the_old_instance(
     assert entry(client, "steady")[0]["reason"] == ""
 
 
+def test_a_failed_reload_of_a_model_in_worker_processes_is_shown_as_on_one_process(
+    client: httpx.Client, repo_server: ServerProcess
+) -> None:
+    """With ``workers`` the model runs in the model host when protocol processes serve:
+    the index every process answers shows the failed reload's reason there too."""
+    folder = add_custom_model(repo_server.repository, "steady-workers", "Echo", workers=1)
+    assert load(client, "steady-workers").status_code == 200
+    write_settings(folder, implementation="testmodels.FailsToLoad")
+    failed = load(client, "steady-workers")
+    assert failed.status_code == 500, failed.text
+    assert "RuntimeError: cannot find the weights" in failed.json()["error"]
+    for _ in range(6):  # on new connections: whichever process takes them
+        with httpx.Client(base_url=repo_server.url, timeout=60) as fresh:
+            assert output(infer(fresh, "steady-workers"), "x") == [7]
+            (steady,) = entry(fresh, "steady-workers")
+            assert steady["state"] == "READY"
+            assert "cannot find the weights" in steady["reason"]
+
+    write_settings(folder, implementation="testmodels.Echo")
+    assert load(client, "steady-workers").status_code == 200
+    for _ in range(6):
+        with httpx.Client(base_url=repo_server.url, timeout=60) as fresh:
+            assert entry(fresh, "steady-workers")[0]["reason"] == ""
+
+
+def test_a_model_in_worker_processes_that_fails_its_first_load_is_unavailable_with_why(
+    client: httpx.Client, repo_server: ServerProcess
+) -> None:
+    add_custom_model(repo_server.repository, "never-workers", "FailsToLoad", workers=1)
+    failed = load(client, "never-workers")
+    assert failed.status_code == 500, failed.text
+    assert "cannot find the weights" in failed.json()["error"]
+    for _ in range(6):
+        with httpx.Client(base_url=repo_server.url, timeout=60) as fresh:
+            (never,) = entry(fresh, "never-workers")
+            assert never["state"] == "UNAVAILABLE"
+            assert "cannot find the weights" in never["reason"]
+
+
 def test_a_broken_settings_file_only_blocks_its_own_model(
     client: httpx.Client, repo_server: ServerProcess
 ) -> None:

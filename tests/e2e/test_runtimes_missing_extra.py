@@ -3,6 +3,7 @@ install line; the server and its other models keep serving."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import httpx
@@ -30,9 +31,9 @@ def server_without_xgboost(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         repository, "churn", "mlserver_xgboost.XGBoostModel", files={"model.json": "{}"}
     )
     # Not ready as a whole (one model failed): wait for liveness, then for the loads.
-    with start_server(
-        repository, env={"PYTHONPATH": str(root / "hidden")}, wait="/v2/health/live"
-    ) as process:
+    # In front of the test's own path, so that the server runs the code under test.
+    path = os.pathsep.join([str(root / "hidden"), os.environ.get("PYTHONPATH", "")])
+    with start_server(repository, env={"PYTHONPATH": path}, wait="/v2/health/live") as process:
         yield process
 
 

@@ -9,6 +9,8 @@ model host's worker processes).
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -92,3 +94,28 @@ def test_a_request_that_kills_its_worker_is_answered_503_once_and_the_other_work
     log = server.log()
     assert log.count("died running only a request of model 'fragile'") == 1
     assert "sending it again" not in log, "nothing was retried: nothing shared the dead worker"
+
+
+@pytest.mark.parametrize("processes", [1, 3], ids=["1-process", "3-processes"])
+def test_a_request_sent_to_a_dead_worker_before_its_death_is_noticed_is_no_suspect(
+    tmp_path: Path, start: Callable[..., ServerProcess], processes: int
+) -> None:
+    """The worker never read it, so it never ran: it is sent to the restarted worker and
+    answered 200, not 503 as the suspect of a death it had no part in. A child of the
+    worker holds its socket open after the kill until the request arrives on it, so the
+    server sends the request to the dead worker every time."""
+    add_custom_model(tmp_path, "holding", "HoldsItsSocket", workers=1)
+    server = start(tmp_path, settings={"parallel_workers": 1, "protocol_processes": processes})
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        first = client.post("/v2/models/holding/infer", json=echo_body([1], hold=True))
+        assert first.status_code == 200, first.text
+        _, killed = echoed(first)
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: not is_running(killed), "the worker dead")
+        answer = client.post("/v2/models/holding/infer", json=echo_body([2]))
+    assert answer.status_code == 200, answer.text
+    values, pid = echoed(answer)
+    assert values == [2] and pid != killed, "run by the restarted worker"
+    log = server.log()
+    assert "stopped before reading a request of model 'holding'" in log
+    assert "it was the only request running there" not in log

@@ -144,3 +144,27 @@ def test_openmp_held_to_one_thread_while_lightgbm_runs_leaves_the_fork_safe() ->
         """
     )
     assert said == "''"
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["tqdm-as-is", "no-monitor"])
+def test_a_progress_bar_leaves_no_thread_once_the_fork_parent_turned_its_monitor_off(
+    quiet: bool,
+) -> None:
+    """transformers shows tqdm bars while it loads weights: their monitor thread lived
+    on and made the protocol fork parent load each Hugging Face model in every process."""
+    script = textwrap.dedent(
+        f"""
+        from inferd.runtimes.common import no_progress_monitor
+        from inferd.workers.fork_safety import fork_hazards
+        if {quiet}:
+            no_progress_monitor()
+        from tqdm import tqdm
+        for _ in tqdm(range(3)):
+            pass
+        print(repr(fork_hazards()))
+        """
+    )
+    said = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert (said == "[]") is quiet, said

@@ -9,7 +9,7 @@ from typing import Any
 
 from inferd.settings import ServerSettings
 from inferd.supervisor.loading import loading_app
-from tests.support.models import write_model_folder
+from tests.support.models import add_custom_model, write_model_folder
 
 SKLEARN = "mlserver_sklearn.SKLearnModel"
 
@@ -68,3 +68,18 @@ def test_models_not_loaded_at_the_start_are_unavailable_in_the_index(tmp_path: P
         ("forest", "UNAVAILABLE"),
         ("iris", "UNAVAILABLE"),
     ]
+
+
+def test_the_repository_index_lists_the_models_on_disk_as_loading(tmp_path: Path) -> None:
+    add_custom_model(tmp_path, "echo", "Echo")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "model-settings.json").write_text("{not json")
+    settings = ServerSettings(model_repository_root=str(tmp_path))
+    status, body = _ask("/v2/repository/index", "POST", b"{}", settings)
+    assert status == 200
+    (broken, echo) = json.loads(body)
+    assert echo == {"name": "echo", "version": "", "state": "LOADING", "reason": ""}
+    assert broken["state"] == "UNAVAILABLE" and "model-settings.json" in broken["reason"]
+    assert _ask("/v2/repository/index", "POST", b'{"ready": true}', settings) == (200, b"[]")
+    status, body = _ask("/v2/repository/index", "POST", b'{"ready": 3}', settings)
+    assert status == 400, body

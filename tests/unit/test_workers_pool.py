@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.errors import ConfigurationError, ModelError, ModelNotReady, WorkerLost
+from inferd.errors import (
+    ConfigurationError,
+    ModelError,
+    ModelNotReady,
+    WorkerLost,
+    WorkerLostUnread,
+)
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.triton.logsettings import SetLogLevel
@@ -44,6 +50,7 @@ class FakeChannel:
         self._describe_loss = worker._describe_loss
         self._pending: list[asyncio.Future[Any]] = []
         self.closed = False
+        self.unread_work = 0
 
     def start_call(
         self, command: messages.Command, instance_id: int = 0, decode: Any = None
@@ -61,14 +68,18 @@ class FakeChannel:
     def abort(self) -> None:
         self.close()
 
-    def close(self) -> None:
-        """The socket closed: calls waiting fail with WorkerLost, the worker is told."""
+    def close(self, unread: int = 0) -> None:
+        """The socket closed: calls waiting fail with WorkerLost (the last ``unread``
+        requests, which the worker had not read, with WorkerLostUnread), the worker is
+        told."""
         if self.closed:
             return
         self.closed = True
-        for future in self._pending:
-            if not future.done():
-                future.set_exception(WorkerLost(self._describe_loss()))
+        waiting = [future for future in self._pending if not future.done()]
+        for index, future in enumerate(waiting):
+            lost = WorkerLostUnread if index >= len(waiting) - unread else WorkerLost
+            future.set_exception(lost(self._describe_loss()))
+        self.unread_work = unread
         self._worker._channel_closed()
 
 
@@ -102,8 +113,9 @@ class FakeWorker(WorkerProcess):
     async def _reap(self, grace: float) -> str:
         return KILLED
 
-    def die(self) -> None:
-        self.channel.close()
+    def die(self, unread: int = 0) -> None:
+        """The process dies; it had not read the last ``unread`` requests sent to it."""
+        self.channel.close(unread)
 
     def received(
         self, kind: type[messages.Command], instance_id: int, body: Any, future: asyncio.Future[Any]

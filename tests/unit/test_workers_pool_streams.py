@@ -42,11 +42,11 @@ class StreamingChannel(FakeChannel):
         self._worker.commands.append((messages.Stream, instance_id))
         return stream
 
-    def close(self) -> None:
+    def close(self, unread: int = 0) -> None:
         if not self.closed:
             for stream in self.streams:
                 stream.ended(WorkerLost(self._worker._describe_stream_loss()))
-        super().close()
+        super().close(unread)
 
 
 class StreamingWorker(FakeWorker):

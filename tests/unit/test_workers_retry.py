@@ -81,6 +81,38 @@ async def test_the_only_request_running_when_its_worker_dies_is_the_suspect_not_
     assert (len(w0.requests), len(w1.requests)) == (1, 0), "sent nowhere again"
 
 
+async def test_a_request_sent_to_a_worker_that_died_before_reading_it_runs_elsewhere(
+    pools: Pools,
+) -> None:
+    """Sent after the worker died, before the pool noticed: it never ran there, so it
+    is no suspect, and its move does not count as its one retry."""
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    await pool.load(1, model("a"))
+    (unread,) = predict(pool, 1)
+    w0.die(unread=1)
+    await wait_for_async(lambda: len(w1.requests) == 1, "sent to the other worker", timeout=5)
+    w1.answer()
+    assert (await unread.result()).outputs[0].name == "y"
+
+
+async def test_the_only_request_read_is_the_suspect_and_one_unread_alongside_runs_elsewhere(
+    pools: Pools,
+) -> None:
+    pool = await pools.start(2)
+    w0, w1 = fakes(pool)
+    await pool.load(1, model("a", threads_per_worker=2))
+    suspect, busy, unread = predict(pool, 3)  # w0, w1, w0; w0 read only the first
+    w0.die(unread=1)
+    with pytest.raises(WorkerLost, match="it was the only request running there"):
+        await suspect.result()
+    await wait_for_async(lambda: len(w1.requests) == 2, "the unread one on w1", timeout=5)
+    w1.answer()
+    w1.answer()
+    for execution in (busy, unread):
+        assert (await execution.result()).outputs[0].name == "y"
+
+
 async def test_a_request_of_another_model_running_alongside_makes_neither_the_suspect(
     pools: Pools,
 ) -> None:

@@ -39,6 +39,7 @@ import logging
 import socket
 import weakref
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any, NamedTuple, cast
 
 from inferd.context import RequestContext
@@ -46,9 +47,11 @@ from inferd.errors import InferdError, ModelNotFound
 from inferd.observability.trace_record import RequestTrace
 from inferd.server.host_streams import HostStream, Responses, with_headers
 from inferd.serving.dataplane import DataPlane
+from inferd.serving.registry import Registry
 from inferd.serving.runtime_headers import HEADERS
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers import ipc, messages
+from inferd.workers.base import Pool
 from inferd.workers.command_server import CommandServer
 
 logger = logging.getLogger(__name__)
@@ -65,18 +68,37 @@ class Binding(NamedTuple):
     wants_headers: bool
 
 
-async def serve_host(dataplane: DataPlane, sock: socket.socket) -> asyncio.Server:
+async def serve_host(
+    dataplane: DataPlane, sock: socket.socket, pool: Pool | None = None
+) -> asyncio.Server:
     """Serve the model host's socket (already bound, not listening) for ``dataplane``.
+    ``pool``: the one its registry's models run in, in the model host: a version it
+    gives up is given up in the protocol processes bound to it too (GIVEN_UP); None
+    for the socket of workers' model calls (worker_calls.py), which binds nothing.
 
     At shutdown the caller closes it and the connections it accepted with
     :func:`close_host` (``Server.close`` alone leaves them open)."""
     connections: set[HostConnection] = set()
+    if pool is not None:
+        pool.on_instance_failed(partial(_given_up, dataplane.registry, connections))
     loop = asyncio.get_running_loop()
     server = await loop.create_unix_server(
         lambda: HostConnection(dataplane, connections), sock=sock
     )
     _CONNECTIONS[server] = connections
     return server
+
+
+def _given_up(
+    registry: Registry, connections: set[HostConnection], instance_id: int, reason: str
+) -> None:
+    """In place of the registry's own handler: it gives the version up, then every
+    connection bound to it is told."""
+    registry.instance_failed(instance_id, reason)
+    for version in registry.versions():
+        if version.scheduler is not None and version.scheduler.instance_id == instance_id:
+            for connection in list(connections):
+                connection.given_up(version.name, version.version, reason)
 
 
 def close_host(server: asyncio.Server) -> None:
@@ -169,6 +191,12 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
     def _bind(self, call_id: int, instance_id: int, command: messages.BindHosted) -> None:
         self._start(call_id, self._load(call_id, instance_id, command.name, command.version))
 
+    def given_up(self, name: str, version: str | None, reason: str) -> None:
+        """Tell the protocol process each of its instance ids bound to that version."""
+        for instance_id, binding in list(self._bindings.items()):
+            if (binding.name, binding.version) == (name, version):
+                self.send(messages.encode_reply(messages.GIVEN_UP, instance_id, reason))
+
     def _unbind(self, call_id: int, instance_id: int, command: messages.Unload) -> None:
         self._bindings.pop(instance_id, None)
         self.reply(call_id, None)
@@ -208,9 +236,10 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
         assert instance is not None  # set when the version became READY
         # Bound to the version found: a newer one loaded later is a new BindHosted.
         self._bindings[instance_id] = Binding(found.name, found.version, instance.wants_headers)
-        # With how many workers hold it here (Triton's model configuration says so).
+        # With how many workers hold it here (Triton's model configuration says so), and
+        # why it is not what is on disk (a failed reload), for the binder's index.
         held = dataplane.registry.instances(found)
-        self.reply(call_id, dataclasses.replace(instance, instances=held))
+        self.reply(call_id, dataclasses.replace(instance, instances=held, reason=found.reason))
 
     def _predict(
         self,

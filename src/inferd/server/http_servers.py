@@ -61,7 +61,11 @@ async def wait_started(
 
 
 async def stop_servers(servers: Sequence[Running]) -> None:
-    for _, server, task in servers:
+    """Every server told to stop first, then each awaited: one by one, each uvicorn
+    server's shutdown tick (0.1 s) added up (a protocol process's private REST and
+    metrics servers: 0.2 s, past the cut)."""
+    for _, server, _ in servers:
         server.should_exit = True
+    for _, _, task in servers:
         with contextlib.suppress(Exception, SystemExit):
             await task

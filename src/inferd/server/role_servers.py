@@ -151,7 +151,7 @@ class ModelHostServer(RoleServer):
         """``host.sock`` (at a restart after its models, as ports: a protocol process
         reconnecting then finds a host that answers, or none, never one whose load
         would hold its requests)."""
-        self._host = await serve_host(self.dataplane, bind_unix(self.host_socket))
+        self._host = await serve_host(self.dataplane, bind_unix(self.host_socket), self.pool)
         return [], None
 
     def after_shutdown(self) -> None:

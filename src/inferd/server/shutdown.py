@@ -27,15 +27,17 @@ out before the process exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from inferd.serving.drain import Drain
 
@@ -58,6 +60,21 @@ CUT_SIGNAL = signal.SIGUSR2
 HURRY_SECONDS = 0.5
 # The exit status when the deadline, not the orderly shutdown, ends the process.
 FORCED_EXIT_STATUS = 1
+
+
+def exit_stopped(status: int) -> NoReturn:
+    """End a server process whose shutdown is over, without the interpreter's own
+    finalization: tearing down the ~1,000 modules a server imports took 0.1-0.7 s on
+    a loaded 2-core machine, after the server had stopped. With protocol processes
+    the model host and then the supervisor paid it one after the other, past
+    shutdown_grace_seconds. Nothing of the server needs it: the logs and the standard
+    streams are flushed first. For the processes' entry points only (cli.py,
+    supervisor/child.py), never for a server run inside another program."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def reserve(grace: float) -> float:

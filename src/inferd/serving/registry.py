@@ -98,7 +98,7 @@ class Registry:
         self.stats = stats
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
-        pool.on_instance_failed(self._instance_failed)
+        pool.on_instance_failed(self.instance_failed)
 
     def control(self, message: Control) -> None:
         """Deliver a feature's control message where the instances run (worker
@@ -156,8 +156,8 @@ class Registry:
             raise ModelNotReady(f"{label} is unavailable: {found.reason}")
         raise ModelNotReady(f"{label} is not ready: it is {found.state.value.lower()}")
 
-    def _instance_failed(self, instance_id: int, reason: str) -> None:
-        """The pool gave up on an instance (e.g. its load keeps crashing its worker)."""
+    def instance_failed(self, instance_id: int, reason: str) -> None:
+        """The pool (or another backend) gave up an instance: its load keeps crashing."""
         for version in self.versions():
             if version.calls is not None and version.instance_id == instance_id:
                 version.state = ModelState.UNAVAILABLE
@@ -264,6 +264,7 @@ class Registry:
         new.backend, new.instance_id, new.instance = backend, instance_id, opened.instance
         new.calls, new.scheduler = opened.calls, opened.scheduler
         new.stats, new.cache = opened.stats, opened.cache
+        new.reason = opened.instance.reason  # where it runs, a failed reload's (kept serving)
         new.declared = declared_inputs(settings.name, settings.inputs)
         new.load_seconds = time.perf_counter() - started
         new.stats.loaded(new.load_seconds)  # model_load_seconds

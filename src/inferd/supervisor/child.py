@@ -30,6 +30,7 @@ from inferd.errors import ConfigurationError
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer, RoleServer
+from inferd.server.shutdown import exit_stopped
 from inferd.serving.backends import BackendChoice
 from inferd.serving.host_backend import HostBackend
 from inferd.settings import ModelSettings, ServerSettings
@@ -82,7 +83,11 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
         calls_socket=role.paths.calls(role.index),  # the host's models call its models
     )
     forwarding = ForwardingServerWide(role.paths.coordinator)
-    return ProtocolProcessServer(protocol_settings(settings), process, forwarding)
+    server = ProtocolProcessServer(protocol_settings(settings), process, forwarding)
+    host = process.backends.elsewhere
+    if isinstance(host, HostBackend):  # the host gives up a version: here too
+        host.client.on_instance_failed(server.registry.instance_failed)
+    return server
 
 
 def protocol_backends(settings: ServerSettings, role: ProtocolRole) -> BackendChoice:
@@ -131,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     supervisor_pid, repository = (argv or sys.argv[1:])[:2]
     die_with_parent(int(supervisor_pid))
     serve_role(Path(repository))
+    exit_stopped(0)  # a spawned model host or protocol process: no slow finalization
 
 
 def serve_role(repository: Path) -> None:

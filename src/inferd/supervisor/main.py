@@ -42,7 +42,13 @@ from inferd.supervisor.paths import (
     PrivatePaths,
 )
 from inferd.supervisor.protocol_forks import EarlyParent, ProtocolForks, fork_parent_early
-from inferd.supervisor.served import RunningService, Service, serve_service, stop_services
+from inferd.supervisor.served import (
+    RunningService,
+    Service,
+    end_services,
+    serve_service,
+    stop_services,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +159,15 @@ class Supervisor:
             try:
                 children = await self._supervise(paths)
             finally:
-                await stop_services(running)
+                # Once the processes have exited, at once: this comes after the grace.
+                await asyncio.gather(end_services(running), self._close_forks())
         return exit_status(children)
+
+    async def _close_forks(self) -> None:
+        """The protocol fork parent exits (after its children: they die with it)."""
+        forks, self._forks = self._forks, None
+        if forks is not None:
+            await forks.close()
 
     async def _supervise(self, paths: PrivatePaths) -> list[Child]:
         command = [*child_command(), str(self.repository)]
@@ -200,8 +213,6 @@ class Supervisor:
                 await task  # re-raises why it stopped watching its process
             return [*protocol, *([host] if host is not None else [])]
         finally:
-            if forks is not None:  # after its children: they die with it
-                await forks.close()
             stopping.cancel()
             announced.cancel()
             await self._stop_loading()

@@ -45,6 +45,8 @@ from typing import Any
 from inferd.errors import ConfigurationError
 from inferd.model import Model
 from inferd.observability.logs import configure_logging, tag_process
+from inferd.runtimes.common import no_progress_monitor
+from inferd.server.shutdown import exit_stopped
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
@@ -240,6 +242,7 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
     configure_logging(settings)
     tag_process("protocol fork parent", 0)
     left_out = json.loads(os.environ.get(LEFT_OUT_ENV, "[]"))
+    no_progress_monitor()
     openmp = hold_openmp()  # a team of one starts no pool: XGBoost, LightGBM stay forkable
     models, unsafe = preload(settings, left_out)
     if unsafe:  # start over without it: its threads or sockets must not reach a fork
@@ -259,10 +262,7 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
     server = ProtocolForkServer(control, Path(repository), models)
     server.announce_ready()
     server.serve()
-    # Its socket closed: exit without freeing the models object by one (the
-    # supervisor's exit waits for this process).
-    logging.shutdown()
-    os._exit(0)
+    exit_stopped(0)  # the supervisor waits for this exit, after the grace: no finalization
 
 
 if __name__ == "__main__":

@@ -50,6 +50,21 @@ def serve_service(service: Service) -> RunningService:
     return server, serving, beside
 
 
+async def end_services(running: Sequence[RunningService]) -> None:
+    """At the supervisor's exit, once every process it ran has exited: nothing is left
+    for its services to answer (the metrics port's scrapers retry elsewhere), so they
+    are cancelled rather than shut down in order. uvicorn's orderly shutdown (up to a
+    0.1 s tick, then a fixed 0.1 s pause) ended the whole server that much after the
+    last process, past shutdown_grace_seconds. Their sockets close as the process exits
+    (the private folder's with it)."""
+    tasks = [each for _, task, beside in running for each in (task, beside) if each]
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(Exception, SystemExit, asyncio.CancelledError):
+            await task
+
+
 async def stop_services(running: Sequence[RunningService]) -> None:
     """Every service told to stop first, then each awaited: one by one, each uvicorn
     server's shutdown ticks (0.1 s each) added up past shutdown_grace_seconds."""

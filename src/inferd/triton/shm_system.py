@@ -184,6 +184,9 @@ class WorkerMappings:
         if old is not None:
             old.close()
         self._mappings[(where.key, where.identity)] = mapping
+        # Its views go on as slices too: the model host passes a protocol process's
+        # slices to its own workers, which map the client's object themselves (no copy).
+        remember(mapping)
         while len(self._mappings) > self.LIMIT:
             self._mappings.popitem(last=False)[1].close()
         return mapping

@@ -123,6 +123,9 @@ class LoadedInstance:
     # How many workers hold it, as the model host answers a bind (server/host_edge.py);
     # None from a pool, whose slots say it.
     instances: int | None = None
+    # Why what serves is not what was loaded last ("": it is): a model host's version
+    # whose reload failed keeps its previous instance, and says so in the index.
+    reason: str = ""
 
 
 class ResponseStream(Protocol):

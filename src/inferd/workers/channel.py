@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, cast
 
 from inferd import custom_metrics
-from inferd.errors import ModelError, WorkerLost
+from inferd.errors import ModelError, WorkerLost, WorkerLostUnread
 from inferd.types import InferenceRequest
 from inferd.workers import ipc, messages
 from inferd.workers.remote_stream import STREAM_WINDOW, RemoteStream
@@ -34,6 +34,11 @@ class Channel(asyncio.BufferedProtocol):
     closes (the worker exited or died), every call still waiting and every open
     stream fails with WorkerLost (``describe_loss`` and ``describe_stream_loss`` say
     why) and ``on_closed`` is called once.
+
+    A worker process says which requests it has read (``messages.READ``) before it
+    runs them; the host does not. So a worker's request still unread when the
+    socket closes fails with WorkerLostUnread (it never ran: retry.py sends it to
+    another worker) and is counted in ``unread_work``, not as running at the death.
     """
 
     def __init__(
@@ -41,14 +46,23 @@ class Channel(asyncio.BufferedProtocol):
         describe_loss: Callable[[], str],
         on_closed: Callable[[], None],
         describe_stream_loss: Callable[[], str] | None = None,
+        reads_acknowledged: bool = False,
     ) -> None:
+        self._reads_acknowledged = reads_acknowledged
         self._describe_loss = describe_loss
         self._describe_stream_loss = describe_stream_loss or describe_loss
         self._on_closed = on_closed
         self._decoder: ipc.FrameDecoder[messages.Reply] = ipc.FrameDecoder()
-        # Each call waiting for its reply: its future and what turns the reply into
-        # the result (so a call's result is ready when its awaiter wakes up).
-        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
+        # Each call waiting for its reply: its future, what turns the reply into the
+        # result (so a call's result is ready when its awaiter wakes up), and whether
+        # it is a request (work a worker acknowledges reading).
+        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None, bool]] = {}
+        # The last request (Predict or Stream) the worker read: every request up to it
+        # has been read (it reads in order); -1: none, or the other end is the host.
+        self._read_through = -1
+        self.unread_work = 0  # requests and streams it had not read when it closed
+        # Told (instance id, reason) when the model host gives up a version bound here.
+        self.on_given_up: Callable[[int, str], None] | None = None
         self._streams: dict[int, RemoteStream] = {}  # open streams, by call id
         self._call_ids = itertools.count()
         self._transport: asyncio.Transport | None = None
@@ -61,10 +75,14 @@ class Channel(asyncio.BufferedProtocol):
         describe_loss: Callable[[], str],
         on_closed: Callable[[], None],
         describe_stream_loss: Callable[[], str] | None = None,
+        reads_acknowledged: bool = False,
     ) -> Channel:
+        """The channel on ``sock``; ``reads_acknowledged``: the other end is a worker
+        process, which says which requests it read (messages.READ)."""
         loop = asyncio.get_running_loop()
         _, channel = await loop.create_unix_connection(
-            lambda: cls(describe_loss, on_closed, describe_stream_loss), sock=sock
+            lambda: cls(describe_loss, on_closed, describe_stream_loss, reads_acknowledged),
+            sock=sock,
         )
         return channel
 
@@ -80,7 +98,7 @@ class Channel(asyncio.BufferedProtocol):
             raise WorkerLost(self._describe_loss())
         call_id = next(self._call_ids)
         future = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = (future, decode)
+        self._pending[call_id] = (future, decode, command.KIND in messages.WORK_KINDS)
         self._transport.writelines(messages.encode_command(call_id, instance_id, command))
         return future
 
@@ -89,7 +107,7 @@ class Channel(asyncio.BufferedProtocol):
         other end is sent ``Cancel`` for it (the model host takes a forwarded request
         out of its queue; a worker is sent it by :meth:`ask_to_cancel`). A scan: calls
         are given up rarely, and a reverse index would cost every call."""
-        for call_id, (pending, _) in self._pending.items():
+        for call_id, (pending, _, _) in self._pending.items():
             if pending is future:
                 del self._pending[call_id]
                 self._stream_command(call_id, messages.Cancel())
@@ -98,7 +116,7 @@ class Channel(asyncio.BufferedProtocol):
     def ask_to_cancel(self, future: asyncio.Future[Any]) -> None:
         """Send ``Cancel`` for a call ``start_call`` sent and still wait for its reply
         (a worker process cancels its ``predict`` and answers: its slot is free then)."""
-        for call_id, (pending, _) in self._pending.items():
+        for call_id, (pending, _, _) in self._pending.items():
             if pending is future:
                 self._stream_command(call_id, messages.Cancel())
                 return
@@ -161,6 +179,13 @@ class Channel(asyncio.BufferedProtocol):
                 if stream is not None:
                     stream.received(body)
                 continue
+            if kind == messages.READ:
+                self._read_through = call_id
+                continue
+            if kind == messages.GIVEN_UP:
+                if self.on_given_up is not None:
+                    self.on_given_up(call_id, body)
+                continue
             if kind == messages.METRICS:
                 custom_metrics.deliver(body)
                 continue
@@ -169,7 +194,7 @@ class Channel(asyncio.BufferedProtocol):
                 if stream is not None:
                     stream.ended(None if kind == messages.ENDED else ipc.error_from_wire(body))
                 continue
-            future, decode = self._pending.pop(call_id, (None, None))
+            future, decode, _ = self._pending.pop(call_id, (None, None, False))
             if future is None or future.done():
                 continue  # its caller gave up (cancelled)
             if kind != messages.RESULT:
@@ -198,10 +223,23 @@ class Channel(asyncio.BufferedProtocol):
             return
         self.closed = True
         pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
+        unread = self._unread_work(pending)
+        for call_id, (future, _, _) in pending.items():
             if not future.done():
-                future.set_exception(WorkerLost(self._describe_loss()))
+                lost = WorkerLostUnread if call_id in unread else WorkerLost
+                future.set_exception(lost(self._describe_loss()))
         streams, self._streams = self._streams, {}
-        for stream in streams.values():
-            stream.ended(WorkerLost(self._describe_stream_loss()))
+        for call_id, stream in streams.items():
+            lost = WorkerLostUnread if call_id in unread else WorkerLost
+            stream.ended(lost(self._describe_stream_loss()))
+        self.unread_work = len(unread)
         self._on_closed()
+
+    def _unread_work(self, pending: dict[int, tuple[Any, Any, bool]]) -> set[int]:
+        """The call ids of the requests and streams the worker had not read; none where
+        the other end never says what it read (the host)."""
+        if not self._reads_acknowledged:
+            return set()
+        read = self._read_through
+        unread = {call_id for call_id, (_, _, work) in pending.items() if work and call_id > read}
+        return unread | {call_id for call_id in self._streams if call_id > read}

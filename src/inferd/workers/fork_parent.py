@@ -289,5 +289,9 @@ class ForkedWorkerProcess(WorkerProcess):
         finally:
             theirs.close()
         return await Channel.open(
-            ours, self._describe_loss, self._channel_closed, self._describe_stream_loss
+            ours,
+            self._describe_loss,
+            self._channel_closed,
+            self._describe_stream_loss,
+            reads_acknowledged=True,
         )

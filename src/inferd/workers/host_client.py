@@ -31,7 +31,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,7 @@ class HostClient:
         self._channel: Channel | None = None
         self._connecting: asyncio.Task[Channel] | None = None
         self._bound: dict[int, tuple[str, str | None]] = {}
+        self._failure_handler: Callable[[int, str], None] | None = None
         self._closing = False
 
     async def close(self) -> None:
@@ -165,6 +166,15 @@ class HostClient:
             raise ModelNotReady(self._unreachable())
         return channel.open_stream(instance_id, request)
 
+    def on_instance_failed(self, handler: Callable[[int, str], None]) -> None:
+        """Called when the host gives up a version bound here (messages.GIVEN_UP), so
+        this process's index and answers show it as the host's do."""
+        self._failure_handler = handler
+
+    def _given_up(self, instance_id: int, reason: str) -> None:
+        if self._failure_handler is not None and instance_id in self._bound:
+            self._failure_handler(instance_id, reason)
+
     # The connection
 
     async def _connected(self, patience: float) -> Channel:
@@ -208,6 +218,7 @@ class HostClient:
                     raise ModelNotReady(self._unreachable()) from None
                 await asyncio.sleep(_CONNECT_POLL_SECONDS)
         channel = await Channel.open(sock, self._describe_loss, self._lost)
+        channel.on_given_up = self._given_up
         for instance_id, key in list(self._bound.items()):
             with contextlib.suppress(Exception):  # that version answers its own calls
                 await channel.call(messages.BindHosted(*key), instance_id)

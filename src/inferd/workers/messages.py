@@ -209,6 +209,16 @@ RESULT = 10  # what the command returned
 ERROR = 11  # an ipc.WireError: what the command raised (for a stream: its end)
 STREAMED = 13  # a list of PackedResponses: the next responses of a stream, in order
 ENDED = 14  # None: the stream's generator has stopped (exhausted, or cancelled)
+# With the call id of the last Predict, PredictTimed or Stream a worker read, sent
+# before it runs them (the host sends none): what the caller's channel counts as
+# started when the worker dies. A request the worker never read is not the suspect
+# of its death (retry.py) and is sent to another worker.
+READ = 15
+WORK_KINDS = frozenset((Predict.KIND, PredictTimed.KIND, Stream.KIND))
+# From the model host, unasked, with a bound instance id as the call id and the reason
+# as the body: the host gave up that version (its load keeps crashing its worker), so
+# the protocol process's index and answers say so too.
+GIVEN_UP = 16
 # In front of a reply, with call id -1: a custom_metrics.Shipment, the custom
 # metrics a runtime registered and logged since the worker's last reply.
 METRICS = 12

@@ -163,7 +163,11 @@ class WorkerProcess:
         """Start the process; the channel to it (not yet initialized)."""
         self._process, ours = spawn.spawn(self.environment)
         return await Channel.open(
-            ours, self._describe_loss, self._channel_closed, self._describe_stream_loss
+            ours,
+            self._describe_loss,
+            self._channel_closed,
+            self._describe_stream_loss,
+            reads_acknowledged=True,
         )
 
     async def _reap(self, grace: float) -> str:
@@ -226,8 +230,11 @@ class WorkerProcess:
         self.exit_status()
         if was_alive:  # a worker that dies while starting is start()'s to report
             # Counted before the failed calls' callbacks run (they run on a later
-            # turn of the loop): what was running as it died.
-            self.running_at_death = self.book.outstanding + self.metrics.open_streams
+            # turn of the loop): what was running as it died, that is what it had
+            # read (a request sent after it died, before that was noticed, was not).
+            running = self.book.outstanding + self.metrics.open_streams
+            unread = self._channel.unread_work if self._channel is not None else 0
+            self.running_at_death = running - unread
             self.book.lost_all()
             self._on_death(self)
 

@@ -2,8 +2,11 @@
 
 A worker process can die with requests in flight: it crashed, someone killed it,
 or it was killed because one of its calls ran past its model's
-``inference_timeout``. A request that was the only one running there (no other
-request, no stream) is the suspect: its own predict may be what killed the
+``inference_timeout``. A request it had not read yet (sent after it died, before
+the pool noticed: the worker says which requests it read before running them,
+messages.READ) never ran there: it is sent to another worker, and that does not
+count as its retry. A request that was the only one running there (the only one
+read, with no stream) is the suspect: its own predict may be what killed the
 worker (``os._exit``, a segfault, memory), and sent again it would kill the next
 worker too, and the requests of both. It is answered WorkerLost (503) saying so,
 not retried. Requests that ran alongside others did not fail by any fault of
@@ -32,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from inferd.errors import InferdError, InferenceTimeout, WorkerLost
+from inferd.errors import InferdError, InferenceTimeout, WorkerLost, WorkerLostUnread
 from inferd.observability.stats import ModelStatsTable
 from inferd.settings import ModelSettings
 from inferd.types import InferenceResponse
@@ -58,6 +61,8 @@ class SentCall:
     running: asyncio.Future[InferenceResponse] | None = None
     # The worker that died running it ("" while it has not been retried).
     lost_on: str = ""
+    # The last worker that died before reading it ("": none did).
+    unread_on: str = ""
     # While it waits for a free slot to be sent again: the bound on that wait.
     expiry: asyncio.TimerHandle | None = None
 
@@ -75,6 +80,8 @@ def failure_to_answer(sent: SentCall, error: BaseException, closing: bool) -> Ba
         return error
     if not sent.settings.retry_on_worker_failure:
         return error
+    if isinstance(error, WorkerLostUnread):
+        return None  # it never ran: whatever killed the worker, it was not this request
     worker = sent.worker
     if worker is not None and worker.running_at_death == 1:
         return suspect_error(sent, worker)
@@ -189,18 +196,26 @@ class SentCalls:
             return
         answer = failure_to_answer(sent, error, self._closing)
         if answer is None:
-            self._retry(sent)
+            self._retry(sent, isinstance(error, WorkerLostUnread))
         else:
             sent.answer.set_exception(answer)
 
-    def _retry(self, sent: SentCall) -> None:
+    def _retry(self, sent: SentCall, unread: bool) -> None:
         assert sent.worker is not None  # it was sent
-        sent.lost_on = sent.worker.label
-        logger.warning(
-            "%s stopped while running a request of %s; sending it again",
-            sent.worker.label,
-            sent.settings.label,
-        )
+        if unread:
+            sent.unread_on = sent.worker.label
+            logger.warning(
+                "%s stopped before reading a request of %s; sending it to another worker",
+                sent.worker.label,
+                sent.settings.label,
+            )
+        else:
+            sent.lost_on = sent.worker.label
+            logger.warning(
+                "%s stopped while running a request of %s; sending it again",
+                sent.worker.label,
+                sent.settings.label,
+            )
         error = self._unservable(sent.call.instance_id)
         if error is not None:
             sent.answer.set_exception(error)
@@ -219,11 +234,14 @@ class SentCalls:
             if not retries:
                 del self._retries[sent.call.instance_id]
         if not sent.answer.done():
+            if sent.lost_on:
+                lost = f"{sent.lost_on} stopped while running this request"
+            else:
+                lost = f"{sent.unread_on} stopped before reading this request"
             sent.answer.set_exception(
                 WorkerLost(
-                    f"{sent.lost_on} stopped while running this request, and no worker "
-                    f"process holding {sent.settings.label} was free to run it again "
-                    f"within {self._retry_wait:g}s; retry the request"
+                    f"{lost}, and no worker process holding {sent.settings.label} was free "
+                    f"to run it again within {self._retry_wait:g}s; retry the request"
                 )
             )
 

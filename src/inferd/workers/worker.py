@@ -102,6 +102,7 @@ class Worker(CommandServer):
         calls_client.offer_calls(self._loop)  # runtimes may call the server's models
         try:
             while (received := ipc.receive(self._sock, self._decoder)) is not None:
+                self._acknowledge(received)
                 for wire in received:
                     self.handle(wire)
         finally:
@@ -109,6 +110,16 @@ class Worker(CommandServer):
 
     def describe(self) -> str:
         return f"Worker {self._index}"
+
+    def _acknowledge(self, received: list[messages.WireCommand]) -> None:
+        """Say which requests were read before running any (messages.READ): one that
+        kills this process was read, one still in the socket when it dies was not."""
+        last = -1
+        for wire in received:
+            if type(wire) is tuple and len(wire) > 1 and wire[0] in messages.WORK_KINDS:
+                last = wire[1]
+        if last >= 0:
+            self.send(messages.encode_reply(messages.READ, last, None))
 
     def _init(self, call_id: int, instance_id: int, init: messages.Init) -> None:
         # The main process's import path, so runtimes import the same modules there and

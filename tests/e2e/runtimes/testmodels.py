@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
+import stat
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -53,6 +55,42 @@ class ExitsOnNegative(SlowEcho):
         if any((t.data < 0).any() for t in request.inputs):
             os._exit(3)
         return super().predict(request)
+
+
+class HoldsItsSocket(SlowEcho):
+    """SlowEcho; a request parameter ``hold`` forks a child that keeps this process's
+    socket to the server open after this process is killed, until a command arrives
+    on it (then the child exits without reading it). The server, which sees the
+    process die only when its socket closes, sends that command to a dead worker:
+    one the worker never read (tests/e2e/test_workers_suspect.py)."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if request.parameters.get("hold"):
+            worker = os.getpid()
+            if os.fork() == 0:
+                _hold_sockets_after(worker)
+        return super().predict(request)
+
+
+def _hold_sockets_after(worker: int) -> None:
+    """In the forked child: once ``worker`` has died, wait (at most a minute) for any of
+    the sockets it held to become readable, then exit, closing them."""
+    try:
+        deadline = time.monotonic() + 60
+        while os.getppid() == worker and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+        sockets = [fd for fd in fds if _is_socket(fd)]
+        select.select(sockets, [], [], max(0.0, deadline - time.monotonic()))
+    finally:
+        os._exit(0)
+
+
+def _is_socket(fd: int) -> bool:
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 class AsyncDouble(Model):
