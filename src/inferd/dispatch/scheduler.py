@@ -29,7 +29,7 @@ from inferd.dispatch.sequence_dispatch import SequenceDispatch
 from inferd.observability.stats import ModelStats
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers.base import Pool
+from inferd.workers.base import Pool, taken
 
 __all__ = ["ClientGone", "Scheduler"]
 
@@ -105,11 +105,7 @@ class Scheduler:
         responses = await self.policy.open_stream(request, context)
         dispatched = time.perf_counter_ns()
         try:
-            while True:
-                try:
-                    ready = await responses.take()
-                except StopAsyncIteration:
-                    break
+            async for ready in taken(responses):
                 yield ready
         finally:
             responses.cancel()

@@ -28,7 +28,7 @@ from inferd.observability.trace_record import shared_run
 from inferd.serving.backends import Opened
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
-from inferd.workers.base import Control
+from inferd.workers.base import Control, taken
 from inferd.workers.host_client import HostClient
 
 
@@ -115,11 +115,7 @@ class HostedCalls:
         responses = self._client.stream(self._instance_id, request)
         self._running += 1
         try:
-            while True:
-                try:
-                    ready = await responses.take()
-                except StopAsyncIteration:
-                    break
+            async for ready in taken(responses):
                 yield ready
         finally:
             responses.cancel()  # a reader that left stops the generator in the host

@@ -8,7 +8,7 @@ an :class:`Execution`, which says when that slot is free again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -157,6 +157,17 @@ class ResponseStream(Protocol):
         """Done once the generator has stopped where it runs: exhausted, failed or
         cancelled. A slot the stream holds is free from then."""
         ...
+
+
+async def taken(stream: ResponseStream) -> AsyncIterator[list[InferenceResponse]]:
+    """``stream``'s responses as :meth:`ResponseStream.take` groups them, until it ends
+    (its error raised where it failed). Cancelling the stream is the caller's."""
+    while True:
+        try:
+            ready = await stream.take()
+        except StopAsyncIteration:
+            return
+        yield ready
 
 
 class StreamBase:

@@ -28,6 +28,7 @@ from inferd import model_calls
 from inferd.context import RequestContext
 from inferd.errors import InferdError, ModelNotFound, ModelNotReady, WorkerLost
 from inferd.types import InferenceRequest, InferenceResponse
+from inferd.workers.base import taken
 from inferd.workers.host_client import HostClient
 
 # The environment variable naming the sockets a worker's model calls go to, in the
@@ -95,11 +96,8 @@ class ServerCalls:
             self._bound.pop((name, version), None)
             raise
         try:
-            while True:
-                try:
-                    yield await stream.take()
-                except StopAsyncIteration:
-                    return
+            async for ready in taken(stream):
+                yield ready
         finally:
             stream.cancel()
 
