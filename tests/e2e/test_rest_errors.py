@@ -45,12 +45,16 @@ def nested_body(data_depth: int = 1, parameter_depth: int = 0) -> bytes:
 BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
     "malformed JSON": (b'{"inputs": [', {}, "Invalid inference request"),
     "empty body": (b"", {}, "The request body is empty"),
-    "not an object": (b"[1, 2]", {}, "Expected `object`, got `array`"),
-    "no inputs": (b"{}", {}, "missing required field `inputs`"),
+    "not an object": (
+        b"[1, 2]",
+        {},
+        "Invalid inference request: the body must be object, got array",
+    ),
+    "no inputs": (b"{}", {}, "Invalid inference request: the required field $.inputs is missing"),
     "input without datatype": (
         b'{"inputs": [{"name": "t", "shape": [1], "data": [1]}]}',
         {},
-        "missing required field `datatype`",
+        "Invalid inference request: the required field $.inputs[0].datatype is missing",
     ),
     "input without data": (body({"name": "t", "datatype": "FP32", "shape": [1]}), {}, "no data"),
     "wrong shape": (body(tensor("INT32", [3], [1, 2])), {}, "shape [3] needs 3 elements"),
@@ -159,7 +163,8 @@ BAD_REQUESTS: dict[str, tuple[bytes, dict[str, str], str]] = {
     "not UTF-8": (
         b'{"inputs": [{"name": "\xff", "datatype": "FP32", "shape": [1], "data": [1]}]}',
         {},
-        "JSON must be UTF-8 text",
+        # All of it: inferd's words, not those of the msgspec release pip picked.
+        "Invalid inference request: JSON must be UTF-8 text; byte 22 (0xff) is not",
     ),
     "FP32 out of range": (body(tensor("FP32", [2], [1.5, 1e300])), {}, "out of range for FP32"),
     "FP16 out of range": (body(tensor("FP16", [1], [70000])), {}, "out of range for FP16"),

@@ -36,7 +36,7 @@ LAYERS: list[set[str]] = [
     {"observability"},
     {"custom_metrics"},
     {"settings"},
-    {"tensors", "types", "errors", "version", "protocol", "user_code"},
+    {"tensors", "types", "errors", "json_refusals", "version", "protocol", "user_code"},
 ]
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 EDGE_ONLY = ("starlette", "uvicorn", "grpc", "grpc_health", "grpc_reflection", "google.protobuf")

@@ -16,6 +16,7 @@ import orjson
 from google.protobuf import json_format
 
 from inferd.errors import LOAD_POLL_FAILED, InvalidRequest
+from inferd.json_refusals import not_json_reason
 from inferd.protocol import pb
 
 FILE_PARAMETER = "file:"
@@ -113,9 +114,7 @@ def decode_load_request(name: str, body: bytes) -> str | None:
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as error:
-        raise InvalidRequest(
-            f"failed to load '{name}': the body is not valid JSON: {error}"
-        ) from None
+        raise InvalidRequest(f"failed to load '{name}': {not_json_reason(body, error)}") from None
     if not isinstance(request, dict):
         raise InvalidRequest(f"failed to load '{name}': the body must be a JSON object")
     parameters = request.get("parameters", {})
@@ -130,7 +129,7 @@ def decode_log_settings(body: bytes) -> dict[str, Any]:
     try:
         settings = orjson.loads(body)
     except orjson.JSONDecodeError as error:
-        raise InvalidRequest(f"The log settings are not valid JSON: {error}") from None
+        raise InvalidRequest(not_json_reason(body, error, "The log settings")) from None
     if not isinstance(settings, dict):
         raise InvalidRequest("The log settings must be a JSON object")
     return settings

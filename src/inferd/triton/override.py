@@ -18,6 +18,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from inferd.errors import InvalidRequest
+from inferd.json_refusals import not_json_reason
 from inferd.settings import ModelSettings
 from inferd.tensors.datatypes import numpy_dtype
 from inferd.triton.config import MICROSECONDS
@@ -76,7 +77,9 @@ def apply_override(settings: ModelSettings, config: str, max_request_size: int) 
     try:
         parsed = orjson.loads(config)
     except orjson.JSONDecodeError as error:
-        raise failed(name, f"the config parameter is not valid JSON: {error}") from None
+        raise failed(
+            name, not_json_reason(config.encode(), error, "the config parameter")
+        ) from None
     if not isinstance(parsed, dict):
         raise failed(name, "the config parameter must be a JSON object")
     updates: dict[str, Any] = {}

@@ -18,13 +18,13 @@ huge one is a 400 before anything is run.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 
 from inferd.errors import InvalidParameter
 from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest
+from inferd.json_refusals import ShapeFault, not_json_reason, shape_fault
 
 MAX_STOP = 4  # as OpenAI
 # Choices of one request, all prompts' together: each is a generation of its own
@@ -116,32 +116,36 @@ def decode(body: bytes, kind: type[Body]) -> Body:
     try:
         decoded: Body = _decoders[kind].decode(body)
     except msgspec.ValidationError as error:
-        raise _invalid(str(error)) from None
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise InvalidParameter(f"The request body is not valid JSON: {error}") from None
+        raise _invalid(shape_fault(error)) from None
+    except RecursionError:
+        raise InvalidParameter(
+            "We could not parse the JSON body of your request: it is nested too deeply"
+        ) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:  # see json_refusals.py
+        raise InvalidParameter(
+            f"We could not parse the JSON body of your request: {not_json_reason(body, error)}"
+        ) from None
     return decoded
 
 
-_MISSING = re.compile(r"^Object missing required field `([^`]+)`")
-
-
-def _invalid(text: str) -> InvalidParameter:
-    """msgspec's complaint as OpenAI words it: the field as a dotted path
+def _invalid(fault: ShapeFault) -> InvalidParameter:
+    """A body of the wrong shape as OpenAI words it: the field as a dotted path
     (``messages.[0].role``) and its reason (``missing_required_parameter``,
     ``invalid_type``, ``invalid_value``)."""
-    where, _, path = text.partition(" - at `$")
-    param = path.rstrip("`").lstrip(".").replace("[", ".[") or None
-    missing = _MISSING.match(where)
-    if missing:
-        param = f"{param}.{missing[1]}" if param else missing[1]
+    param = fault.field.removeprefix("$").lstrip(".").replace("[", ".[") or None
+    if fault.missing is not None:
         return InvalidParameter(
             f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
         )
     if param is None:  # the body itself: not an object
-        return InvalidParameter(f"Invalid request: {text}; send a JSON object")
-    if where.startswith("Expected `"):
-        return InvalidParameter(f"Invalid type for '{param}': {where}", param, "invalid_type")
-    return InvalidParameter(f"Invalid value for '{param}': {where}", param, "invalid_value")
+        return InvalidParameter(f"Invalid request: {fault.reason()}; send a JSON object")
+    if fault.expected is not None:
+        return InvalidParameter(
+            f"Invalid type for '{param}': expected {fault.expected}, but got {fault.got} instead.",
+            param,
+            "invalid_type",
+        )
+    return InvalidParameter(f"Invalid value for '{param}': {fault.detail}", param, "invalid_value")
 
 
 # The checks of one field's value, refused in OpenAI's words with OpenAI's ``code``

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from inferd.errors import InvalidRequest
+from inferd.json_refusals import not_json_reason, shape_fault
 from inferd.server.output_form import (
     BINARY_DATA,
     BINARY_OUTPUT,
@@ -82,10 +83,12 @@ def _decode(decoder: msgspec.json.Decoder[Body], body: bytes, what: str, hint: s
         raise InvalidRequest(
             f"Invalid {what}: the JSON is nested too deeply; send tensor data flat"
         ) from None
-    except UnicodeDecodeError as error:  # msgspec's error for bytes that are not UTF-8
-        raise InvalidRequest(f"Invalid {what}: JSON must be UTF-8 text ({error})") from None
-    except msgspec.DecodeError as error:
-        raise InvalidRequest(f"Invalid {what}: {error}{hint}") from None
+    except msgspec.ValidationError as error:
+        raise InvalidRequest(f"Invalid {what}: {shape_fault(error).reason()}") from None
+    # msgspec releases differ in how they refuse bytes that are not UTF-8 (a
+    # UnicodeDecodeError before 0.23, a DecodeError since): json_refusals words both.
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:
+        raise InvalidRequest(f"Invalid {what}: {not_json_reason(body, error)}{hint}") from None
 
 
 def decode_infer_request(

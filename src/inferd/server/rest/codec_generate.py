@@ -40,6 +40,7 @@ import orjson
 from msgspec import UNSET, UnsetType
 
 from inferd.errors import InvalidRequest
+from inferd.json_refusals import not_json_reason
 from inferd.server.rest.codec import check_parameters
 from inferd.server.rest.responses import Parameters
 from inferd.tensors.encoding import array_from_json, array_to_json
@@ -169,15 +170,13 @@ def _decode_object(body: bytes) -> dict[str, Any]:
         fields: dict[str, Any] = _object_decoder.decode(body)
     except RecursionError:  # msgspec follows Python's recursion limit
         raise InvalidRequest("Invalid generate request: the JSON is nested too deeply") from None
-    except UnicodeDecodeError as error:
-        raise InvalidRequest(f"Invalid generate request: JSON must be UTF-8 ({error})") from None
     except msgspec.ValidationError:
         raise InvalidRequest(
             "Invalid generate request: send one JSON object whose keys are the model's "
             'input names, such as {"text_input": "..."}'
         ) from None
-    except msgspec.DecodeError as error:
-        raise InvalidRequest(f"Invalid generate request: {error}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:  # see json_refusals.py
+        raise InvalidRequest(f"Invalid generate request: {not_json_reason(body, error)}") from None
     return fields
 
 
