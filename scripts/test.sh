@@ -1,13 +1,35 @@
 #!/usr/bin/env bash
 # Installs inferd with its test tools into .venv and runs every check CI runs:
 # the dependency audit, lint, format, types, generated-code freshness, then the test suite.
+#
+#   scripts/test.sh [PYTEST ARGS]            what CI runs: every venv installed from the locks in
+#                                            requirements/ (scripts/lock.sh refreshes them)
+#   scripts/test.sh --latest [PYTEST ARGS]   the same checks against the newest releases that
+#                                            pyproject.toml's ranges admit, in .venv-latest and
+#                                            .mlserver-venv-latest: drift seen before users meet
+#                                            it (not run by CI; a failure here is a fix to make)
+#
+# Without -m, the tests marked `long` (the long variants of the slowest e2e modules) are left
+# out: `scripts/test.sh -m long` runs just them, `scripts/test.sh -m ""` everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test]'
+VENV=.venv
+MLSERVER_VENV=.mlserver-venv
+locked() { echo "--constraint requirements/$1.txt"; }  # pip's arguments that pin to a lock
+if [ "${1:-}" = --latest ]; then
+    shift
+    VENV=.venv-latest
+    MLSERVER_VENV=.mlserver-venv-latest
+    locked() { echo "--upgrade --upgrade-strategy eager"; }
+fi
+# shellcheck disable=SC2046  # locked's words are separate arguments
+[ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
+$VENV/bin/python -m pip install --quiet --upgrade pip
+# shellcheck disable=SC2046
+$VENV/bin/python -m pip install --quiet $(locked test) -e '.[test]'
+echo "== pytest runs against: $($VENV/bin/python -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("msgspec", "numpy", "scikit-learn", "grpcio", "protobuf", "transformers")))')"
 
 # Debian's chromium (the Swagger UI test) and wrk (the benchmark test), where root can install them.
 scripts/install_test_tools.sh
@@ -21,22 +43,21 @@ mkdir -p .ci-logs
 make_kserve_venv() {
     [ -x .venv-kserve/bin/python ] || "$PYTHON" -m venv .venv-kserve
     .venv-kserve/bin/python -m pip install --quiet --no-deps 'kserve==0.21.0'
-    .venv-kserve/bin/python -m pip install --quiet six 'kubernetes>=31' pyyaml
+    .venv-kserve/bin/python -m pip install --quiet --constraint requirements/kserve.txt \
+        -r requirements/kserve.in
 }
 
 # MLServer 1.7.1 in a virtualenv of its own, for the tests that compare with it (-m mlserver:
 # tests/unit/test_mlserver_codecs.py, tests/e2e/test_mlserver_differential.py); those tests
 # are skipped when it cannot be made (no network). About 4 minutes.
 make_mlserver_venv() {
-    # mlserver-sklearn for the memory benchmark's side-by-side test; scikit-learn and joblib
-    # as in .venv, so both servers load the same pickled forest.
-    local pandas sklearn joblib
-    pandas=$(.venv/bin/python -c 'import pandas; print(pandas.__version__)')
-    sklearn=$(.venv/bin/python -c 'import sklearn; print(sklearn.__version__)')
-    joblib=$(.venv/bin/python -c 'import joblib; print(joblib.__version__)')
-    [ -x .mlserver-venv/bin/mlserver ] || { "$PYTHON" -m venv .mlserver-venv \
-        && .mlserver-venv/bin/pip install --quiet 'mlserver==1.7.1' 'mlserver-sklearn==1.7.1' \
-            'uvloop<0.22' "pandas==$pandas" "scikit-learn==$sklearn" "joblib==$joblib"; }
+    # mlserver-sklearn for the memory benchmark's side-by-side test; pandas, scikit-learn and
+    # joblib as in $VENV, so both servers load the same pickled forest.
+    local same
+    same=$($VENV/bin/python -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("pandas", "scikit-learn", "joblib")))')
+    [ -x $MLSERVER_VENV/bin/mlserver ] || "$PYTHON" -m venv $MLSERVER_VENV
+    # shellcheck disable=SC2046,SC2086
+    $MLSERVER_VENV/bin/pip install --quiet $(locked mlserver) -r requirements/mlserver.in $same
 }
 
 # The lowest protobuf/grpcio inferd supports (pyproject.toml), in a venv of their own: the
@@ -44,10 +65,8 @@ make_mlserver_venv() {
 # tests must pass on these versions too.
 make_lowest_venv() {
     [ -x .venv-lowest/bin/python ] || "$PYTHON" -m venv .venv-lowest
-    .venv-lowest/bin/python -m pip install --quiet -e '.[sklearn]' 'numpy>=2' \
-        'protobuf==4.25.1' 'grpcio==1.62.3' 'grpcio-health-checking==1.62.3' \
-        'grpcio-reflection==1.62.3' 'grpcio-tools==1.62.3' 'tritonclient[grpc,http]==2.41.0' \
-        pytest pytest-timeout httpx hypothesis
+    .venv-lowest/bin/python -m pip install --quiet --constraint requirements/lowest.txt \
+        -e '.[sklearn]' -r requirements/lowest.in
 }
 
 # pip's resolver (dry run, nothing installed): inferd's wheel beside kserve (protobuf 6) and
@@ -55,10 +74,10 @@ make_lowest_venv() {
 co_install_dry_runs() {
     local wheel_dir
     wheel_dir=$(mktemp -d)
-    .venv/bin/python -m pip wheel --quiet --no-deps . -w "$wheel_dir"
+    $VENV/bin/python -m pip wheel --quiet --no-deps . -w "$wheel_dir"
     for stack in kserve 'tensorflow-cpu<2.18'; do
         echo "-- inferd + $stack"
-        .venv/bin/python -m pip install --quiet --dry-run --ignore-installed \
+        $VENV/bin/python -m pip install --quiet --dry-run --ignore-installed \
             "$wheel_dir"/inferd-*.whl "$stack" || return 1
     done
     rm -rf "$wheel_dir"
@@ -77,19 +96,19 @@ finished() {
 }
 
 echo "== dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt)"
-"$PYTHON" scripts/audit_dependencies.py
+"$PYTHON" scripts/audit_dependencies.py --python $VENV/bin/python
 
 echo "== ruff"
-.venv/bin/python -m ruff check src tests benchmarks scripts examples
-.venv/bin/python -m ruff format --check src tests benchmarks scripts examples
+$VENV/bin/python -m ruff check src tests benchmarks scripts examples
+$VENV/bin/python -m ruff format --check src tests benchmarks scripts examples
 echo "== mypy"
-.venv/bin/python -m mypy src
+$VENV/bin/python -m mypy src
 
 echo "== co-installable: inferd + kserve, inferd + tensorflow-cpu<2.18 (pip --dry-run)"
 finished co_install_dry_runs
 finished make_kserve_venv
 if finished make_mlserver_venv; then
-    export INFERD_BENCH_MLSERVER_PYTHON=${INFERD_BENCH_MLSERVER_PYTHON:-$PWD/.mlserver-venv/bin/python}
+    export INFERD_BENCH_MLSERVER_PYTHON=${INFERD_BENCH_MLSERVER_PYTHON:-$PWD/$MLSERVER_VENV/bin/python}
 else
     echo "MLServer 1.7.1 could not be installed: the tests comparing with it are skipped"
 fi
@@ -100,4 +119,7 @@ finished make_lowest_venv
     tests/integration/test_grpc_servicer.py tests/e2e/test_grpc*.py tests/e2e/test_tool_infer.py
 
 echo "== pytest"
-.venv/bin/python -m pytest "$@"
+case " $* " in
+*" -m "*) $VENV/bin/python -m pytest "$@" ;;
+*) $VENV/bin/python -m pytest -m "not long" "$@" ;;
+esac
