@@ -85,10 +85,23 @@ class RegisterCudaMemory(Operation, frozen=True, tag=True):
 
 
 class UnregisterMemory(Operation, frozen=True, tag=True):
-    """Region ``name`` of ``kind`` (``triton.shm`` SYSTEM or CUDA); None: every one."""
+    """Region ``name`` of ``kind`` (``triton.shm`` SYSTEM or CUDA), None: every one,
+    marked unregistered; answered with the names a request still holds, in any process
+    (the coordinator joins them). ``drained``: one process's last holder of the
+    region let go; it marks nothing new (a region registered again since stays)."""
 
     kind: str
     name: str | None = None
+    drained: bool = False
+
+
+class DropMemory(Operation, frozen=True, tag=True):
+    """The regions an :class:`UnregisterMemory` marked dropped, but those in ``keep``
+    (held in some process): what unregistering does once it knows which are held."""
+
+    kind: str
+    name: str | None = None
+    keep: list[str] = []
 
 
 class ReadStatistics(Operation, frozen=True, tag=True):
@@ -108,6 +121,7 @@ AnyOperation = (
     | RegisterSystemMemory
     | RegisterCudaMemory
     | UnregisterMemory
+    | DropMemory
     | ReadStatistics
 )
 # What loads a model (a protocol process binds to what the host has loaded: the host

@@ -24,6 +24,7 @@ from inferd.errors import PermissionDenied
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.operations import (
     ChangeLogSettings,
+    DropMemory,
     Load,
     LoadOnRequest,
     Operation,
@@ -71,9 +72,13 @@ class ServerWide(ABC):
     ) -> None:
         await self.apply(RegisterCudaMemory(name, raw_handle, device_id, byte_size))
 
-    async def unregister_memory(self, name: str | None, kind: str) -> None:
-        """Unregister region ``name`` of ``kind``, or every one of that kind (None)."""
-        await self.apply(UnregisterMemory(kind, name))
+    async def unregister_memory(self, name: str | None, kind: str, drained: bool = False) -> None:
+        """Unregister region ``name`` of ``kind``, or every one of that kind (None): as
+        Triton, a region a request still uses (in any process) stays until its last
+        holder lets go (``drained``: one has; its process asks again)."""
+        held: list[str] = await self.apply(UnregisterMemory(kind, name, drained))
+        if name is None or name not in held:
+            await self.apply(DropMemory(kind, name, held))
 
     async def statistics(self, name: str | None, version: str | None) -> list[dict[str, Any]]:
         """Triton's ``ModelStatistics`` (as JSON) of every model, of ``name``, or of
@@ -111,8 +116,10 @@ class LocalServerWide(ServerWide):
                 shared_memory_of(dataplane).register(name, key, offset, byte_size)
             case RegisterCudaMemory(name, raw_handle, device_id, byte_size):
                 shared_memory_of(dataplane).register_cuda(name, raw_handle, device_id, byte_size)
-            case UnregisterMemory(kind, name):
-                shared_memory_of(dataplane).unregister(name, kind)
+            case UnregisterMemory(kind, name, drained):
+                return shared_memory_of(dataplane).mark_unregistered(name, kind, drained)
+            case DropMemory(kind, name, keep):
+                shared_memory_of(dataplane).drop(name, kind, keep)
             case ReadStatistics(name, version):
                 return [stats.to_dict() for stats in dataplane.statistics(name, version)]
             case _:

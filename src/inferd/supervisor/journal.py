@@ -14,8 +14,8 @@ key, in the order they were last applied:
 - the log settings in force, as a whole (Triton's fields): each change applies to
   what is in force, so only the last answer says what the changes came to;
 - each shared memory region still registered; an unregister forgets the region
-  (a process that starts has none), and unregistering every region of a kind
-  forgets every one of that kind.
+  (a process that starts has none, not even one that still drains elsewhere), and
+  unregistering every region of a kind forgets every one of that kind.
 
 Keys are independent of each other (a model, the logging, a region), so replaying
 the last operation of each, in the order they were last applied, gives the state
@@ -30,6 +30,7 @@ import msgspec
 
 from inferd.serving.operations import (
     ChangeLogSettings,
+    DropMemory,
     LoadOnRequest,
     Operation,
     RegisterCudaMemory,
@@ -69,6 +70,8 @@ class Journal:
                 self._record((SYSTEM, name), operation)
             case RegisterCudaMemory(name):
                 self._record((CUDA, name), operation)
+            case UnregisterMemory(_, _, True) | DropMemory():
+                pass  # the region was forgotten when it was unregistered
             case UnregisterMemory(kind, None):
                 for key in [key for key in self._operations if key[0] == kind]:
                     del self._operations[key]
