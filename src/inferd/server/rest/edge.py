@@ -127,7 +127,9 @@ class RestEdge:
         header_length = headers.get(_HEADER_LENGTH)
         if header_length is not None and header_length.strip() == b"0":
             declared = self.dataplane.model_metadata(name, version).inputs  # 404/503 first
-            return decode_raw_request(body, name, declared, headers.get(b"content-type"))
+            batched = self.dataplane.model_config(name, version).get("max_batch_size", 0) > 0
+            content_type = headers.get(b"content-type")
+            return decode_raw_request(body, name, declared, content_type, batched)
         return decode_infer_request(
             body,
             header_length.decode("latin-1") if header_length is not None else None,
