@@ -91,7 +91,7 @@ class ServerParts:
         # Per-protocol request counters, kept only when metrics are served.
         self.http_stats = HttpStats() if settings.metrics_enabled else None
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
-        self.tracing = start_tracing(settings)
+        self.tracing = start_tracing(settings, self.dataplane.trace_settings)
         self._stop = asyncio.Event()
 
     def _region_drained(self, name: str, kind: str) -> None:

@@ -70,6 +70,16 @@ class ChangeLogSettings(Operation, frozen=True, tag=True):
     changes: dict[str, Any]
 
 
+class ChangeTraceSettings(Operation, frozen=True, tag=True):
+    """Triton's trace settings of ``model`` ("": the server's) to change (checked:
+    observability/trace_settings.py, None clears one); ``whole``: they are every field
+    set for it (a replay). Answered with the settings in force and the fields set."""
+
+    model: str
+    changes: dict[str, Any]
+    whole: bool = False
+
+
 class RegisterSystemMemory(Operation, frozen=True, tag=True):
     name: str
     key: str
@@ -118,6 +128,7 @@ AnyOperation = (
     | RepositoryReload
     | RepositoryRemove
     | ChangeLogSettings
+    | ChangeTraceSettings
     | RegisterSystemMemory
     | RegisterCudaMemory
     | UnregisterMemory

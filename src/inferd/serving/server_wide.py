@@ -24,6 +24,7 @@ from inferd.errors import PermissionDenied
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.operations import (
     ChangeLogSettings,
+    ChangeTraceSettings,
     DropMemory,
     Load,
     LoadOnRequest,
@@ -60,6 +61,13 @@ class ServerWide(ABC):
     async def change_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply ``changes`` (Triton's fields); the settings then in force."""
         settings: dict[str, Any] = await self.apply(ChangeLogSettings(changes))
+        return settings
+
+    async def change_trace_settings(self, model: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply ``changes`` (checked Triton trace settings) to ``model``'s ("": the
+        server's); the settings then in force, as Triton answers them."""
+        value: dict[str, Any] = await self.apply(ChangeTraceSettings(model, changes))
+        settings: dict[str, Any] = value["settings"]
         return settings
 
     async def register_system_memory(
@@ -112,6 +120,10 @@ class LocalServerWide(ServerWide):
                 await dataplane.unload(name)
             case ChangeLogSettings(changes):
                 return dataplane.log_settings(changes)
+            case ChangeTraceSettings(model, changes, whole):
+                traces = dataplane.trace_settings
+                traces.change(model, changes, whole)
+                return {"settings": traces.answer(model), "set": traces.fields_set(model)}
             case RegisterSystemMemory(name, key, offset, byte_size):
                 shared_memory_of(dataplane).register(name, key, offset, byte_size)
             case RegisterCudaMemory(name, raw_handle, device_id, byte_size):

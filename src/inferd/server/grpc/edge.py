@@ -148,7 +148,10 @@ class GrpcEdge:
         if stats is not None:
             stats.started += 1
         tracing = self.tracing
-        opened = tracing.grpc_span(method, _metadata(call)) if tracing is not None else None
+        opened = None
+        if tracing is not None:  # a ModelInfer is traced as its model's trace settings say
+            model = request.model_name if isinstance(request, pb.ModelInferRequest) else None
+            opened = tracing.grpc_span(method, _metadata(call), model=model)
         code = grpc.StatusCode.OK
         try:
             self._check_access(method, call)
