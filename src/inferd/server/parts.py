@@ -97,7 +97,13 @@ class ServerParts:
     def _region_drained(self, name: str, kind: str) -> None:
         """The last request here that used unregistered region ``name`` has ended: ask
         server-wide again, so that it goes once no process holds it (triton/shm.py)."""
-        drain = asyncio.get_running_loop().create_task(
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a claim collected outside the event loop: this process alone
+            if self.dataplane.shared_memory is not None:
+                self.dataplane.shared_memory.drop(name, kind)
+            return
+        drain = loop.create_task(
             self._drop_drained(name, kind), name=f"drop shared memory region {name}"
         )
         self._drains.add(drain)

@@ -69,7 +69,12 @@ class StreamedV2Bodies:
         # (tritonclient sets binary_data_output unless told not to).
         # The regions it uses are held as long as its encoder lives: the stream's.
         claim = self.edge.claim()
-        request, form = self.edge.decode_v2(body, headers, name, version, claim)
+        try:
+            request, form = self.edge.decode_v2(body, headers, name, version, claim)
+        except Exception:
+            if claim is not None:
+                claim.release()
+            raise
         if form.classes:
             return request, functools.partial(self.encode_classes, claim, form.classes)
         return request, functools.partial(self.encode, claim)
