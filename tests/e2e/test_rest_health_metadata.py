@@ -85,6 +85,7 @@ def test_server_metadata_lists_the_implemented_extensions(rest: httpx.Client) ->
             "binary_tensor_data",
             "parameters",
             "statistics",
+            "trace",
             "logging",
             "generate",
         ],

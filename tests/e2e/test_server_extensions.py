@@ -24,6 +24,7 @@ ALWAYS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
     "generate",
 )
@@ -31,9 +32,11 @@ REPOSITORY = ("model_repository", "model_repository(unload_dependents)")
 # A call of each extension that has routes of its own: 200 when served.
 PROBES = {
     "model_repository": ("POST", "/v2/repository/index"),
-    "system_shared_memory": ("GET", "/v2/systemsharedmemory/status"),
+    # (its status calls answer either way, listing no region while it is off, as Triton's)
+    "system_shared_memory": ("POST", "/v2/systemsharedmemory/unregister"),
     "statistics": ("GET", "/v2/models/stats"),
     "logging": ("GET", "/v2/logging"),
+    "trace": ("GET", "/v2/trace/setting"),
 }
 
 

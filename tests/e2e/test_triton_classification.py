@@ -149,3 +149,27 @@ def test_outputs_that_have_no_order_are_refused_on_both_protocols(
     with httpx.Client(base_url=classifying.url, timeout=30) as rest:
         response = rest.post("/v2/models/plain/infer", json=body)
     assert response.status_code == 400 and "unsupported type 'BYTES'" in response.text
+
+
+def test_an_output_row_over_a_million_elements_is_not_classified(
+    classifying: ServerProcess,
+) -> None:
+    """Triton's bound (classification.cc): a row of more than 1,000,000 elements is
+    400 / INVALID_ARGUMENT, not sorted; a count beyond a row's elements is capped."""
+    big = np.zeros(1_000_001, dtype=np.float32)
+    with tritonclient.grpc.InferenceServerClient(classifying.grpc_address) as client:
+        outputs = [tritonclient.grpc.InferRequestedOutput("x", class_count=1)]
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("plain", _inputs(tritonclient.grpc, big), outputs=outputs)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "classification output tensor too large" in refused.value.message()
+    with tritonclient.http.InferenceServerClient(f"127.0.0.1:{classifying.http_port}") as client:
+        outputs = [tritonclient.http.InferRequestedOutput("x", class_count=1)]
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("plain", _inputs(tritonclient.http, big), outputs=outputs)
+        assert refused.value.status() == "400"
+        assert "classification output tensor too large" in refused.value.message()
+        # At the bound it is classified.
+        outputs = [tritonclient.http.InferRequestedOutput("x", class_count=1)]
+        result = client.infer("plain", _inputs(tritonclient.http, big[:-1]), outputs=outputs)
+        assert result.as_numpy("x").tolist() == [b"0.000000:0"]

@@ -1,9 +1,12 @@
 """Raw binary requests (Triton's ``Inference-Header-Content-Length: 0``).
 
 The body is the raw little-endian bytes of the model's one declared input; its
-shape comes from the declaration (``-1`` deduced from the byte count), and the
-outputs come back as binary tensor data. BYTES inputs, bodies that do not fit and
-models with several (or no) declared inputs are a clear 400.
+shape comes from the declaration (Triton's rules: a batching model's batch
+dimension is 1, one other ``-1`` is deduced from the byte count, more than one is
+ambiguous), and the outputs come back as binary tensor data. A BYTES input
+declared ``[1]`` takes the whole body as its one element (a raw image to a Python
+model). Bodies that do not fit, ambiguous shapes, other BYTES shapes and models
+with several (or no) declared inputs are a clear 400.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,15 @@ def raw_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     add_custom_model(repository, "fixed", "Echo", inputs=[_input("x", "FP32", [8])])
     add_custom_model(repository, "rows", "Echo", inputs=[_input("x", "FP32", [-1, 4])])
     add_custom_model(repository, "words", "Echo", inputs=[_input("w", "BYTES", [1])])
+    add_custom_model(repository, "pair", "Echo", inputs=[_input("w", "BYTES", [2])])
+    add_custom_model(repository, "grid", "Echo", inputs=[_input("x", "FP32", [-1, -1])])
+    batching = {"max_batch_size": 4}
+    add_custom_model(
+        repository, "batch", "Echo", inputs=[_input("x", "FP32", [-1, -1])], **batching
+    )
+    add_custom_model(
+        repository, "batch_words", "Echo", inputs=[_input("w", "BYTES", [-1, 1])], **batching
+    )
     two = [_input("a", "FP32", [4]), _input("b", "FP32", [4])]
     add_custom_model(repository, "two", "Echo", inputs=two)
     add_custom_model(repository, "undeclared", "Echo")
@@ -68,6 +81,25 @@ def test_the_body_is_the_one_input_shaped_as_declared(rest: httpx.Client) -> Non
     np.testing.assert_array_equal(fixed["x"], VALUES)
     rows = outputs(rest.post("/v2/models/rows/infer", content=VALUES.tobytes(), headers=RAW))
     np.testing.assert_array_equal(rows["x"], VALUES.reshape(2, 4))
+
+
+def test_a_batching_models_batch_dimension_is_one(rest: httpx.Client) -> None:
+    batch = outputs(rest.post("/v2/models/batch/infer", content=VALUES.tobytes(), headers=RAW))
+    np.testing.assert_array_equal(batch["x"], VALUES.reshape(1, 8))
+
+
+@pytest.mark.parametrize(("model", "shape"), [("words", [1]), ("batch_words", [1, 1])])
+def test_a_bytes_input_of_one_element_takes_the_whole_body(
+    rest: httpx.Client, model: str, shape: list[int]
+) -> None:
+    """A raw image to a Python model: the body is the one element, whatever its bytes."""
+    image = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    response = rest.post(f"/v2/models/{model}/infer", content=image, headers=RAW)
+    assert response.status_code == 200, response.text
+    length = int(response.headers["Inference-Header-Content-Length"])
+    (output,) = json.loads(response.content[:length])["outputs"]
+    assert (output["datatype"], output["shape"]) == ("BYTES", shape)
+    assert response.content[length:] == struct.pack("<I", len(image)) + image
 
 
 def test_chunked_and_compressed_bodies(rest: httpx.Client) -> None:
@@ -105,7 +137,17 @@ def test_from_an_async_client(raw_server: ServerProcess) -> None:
         ),
         ("fixed", b"\0" * 33, "33 bytes is not a whole number of FP32 elements"),
         ("rows", b"\0" * 12, "3 value(s) do not fit its declared shape [-1, 4]"),
-        ("words", b"abc", "Input 'w' is BYTES, which a raw binary request cannot carry"),
+        (
+            "pair",
+            b"abc",
+            "For BYTE datatype raw input 'w', the model must have input shape [1]",
+        ),
+        (
+            "grid",
+            VALUES.tobytes(),
+            "The shape of the raw input 'x' can not be deduced because there are more "
+            "than one variable-sized dimension",
+        ),
         ("two", VALUES.tobytes(), "model 'two' declares 'a', 'b'"),
         ("undeclared", VALUES.tobytes(), "model 'undeclared' declares none"),
     ],

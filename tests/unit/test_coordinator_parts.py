@@ -22,6 +22,8 @@ from inferd.errors import (
 from inferd.server.errors import grpc_error, http_error
 from inferd.serving.operations import (
     ChangeLogSettings,
+    ChangeTraceSettings,
+    DropMemory,
     Load,
     LoadOnRequest,
     ReadStatistics,
@@ -90,6 +92,25 @@ def test_regions_are_kept_until_unregistered_one_by_one_or_by_kind() -> None:
     assert journal.operations() == [REGISTER, cuda, LOAD]
     journal.applied(UnregisterMemory("system"), None)
     assert journal.operations() == [cuda, LOAD]
+
+
+def test_a_region_drained_or_dropped_adds_nothing_to_replay() -> None:
+    journal = journal_of(REGISTER)
+    journal.applied(UnregisterMemory("system", "r1"), [])
+    journal.applied(DropMemory("system", "r1"), None)
+    journal.applied(UnregisterMemory("system", "r1", drained=True), [])
+    assert journal.operations() == []
+
+
+def test_the_trace_settings_kept_are_the_fields_set_for_each_scope() -> None:
+    journal = Journal()
+    journal.applied(ChangeTraceSettings("", {"trace_rate": "5"}), {"set": {"trace_rate": "5"}})
+    journal.applied(ChangeTraceSettings("m", {"trace_count": "2"}), {"set": {"trace_count": "2"}})
+    journal.applied(ChangeTraceSettings("", {"trace_rate": None}), {"set": {}})
+    assert journal.operations() == [
+        ChangeTraceSettings("m", {"trace_count": "2"}, whole=True),
+        ChangeTraceSettings("", {}, whole=True),
+    ]
 
 
 def test_a_load_on_request_is_not_replayed_to_a_process_that_starts() -> None:

@@ -13,6 +13,7 @@ ALWAYS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
     "generate",
 ]

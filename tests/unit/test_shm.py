@@ -120,6 +120,36 @@ def test_unregistering_a_region_in_use_keeps_its_views_valid(make_object: Maker)
         shm.read_input(regions, "x", "UINT8", [8], {shm.REGION: "r", shm.BYTE_SIZE: 8})
 
 
+def test_a_held_region_unregistered_stays_until_its_last_holder_lets_go(
+    make_object: Maker,
+) -> None:
+    """As Triton: listed, usable and its name taken until the requests using it end."""
+    key = make_object("held")
+    regions = shm.SharedMemoryRegistry()
+    regions.register("r", key, 0, 8)
+    location = {shm.REGION: "r", shm.BYTE_SIZE: 8}
+    first, second = regions.claim(), regions.claim()
+    shm.read_input(first, "x", "UINT8", [8], location)
+    shm.read_input(first, "y", "UINT8", [8], location)  # one hold per request
+    regions.unregister("r")
+    assert [region["name"] for region in regions.status()] == ["r"]
+    with pytest.raises(InvalidRequest, match="shared memory region 'r' already in manager"):
+        regions.register("r", key, 0, 8)
+    shm.read_input(second, "x", "UINT8", [8], location)  # arrived after: holds it too
+    drained: list[tuple[str, str]] = []
+    regions.on_drained = lambda name, kind: drained.append((name, kind))
+    first.release()
+    first.release()  # twice: no more
+    assert drained == []
+    second.release()
+    assert drained == [("r", shm.SYSTEM)]  # asked server-wide; dropped where none holds it
+    regions.drop("r", shm.SYSTEM, keep=["r"])
+    assert regions.status() == [{"name": "r", "key": key, "offset": 0, "byte_size": 8}]
+    regions.drop("r", shm.SYSTEM)
+    assert regions.status() == []
+    regions.register("r", key, 0, 8)  # the name is free again
+
+
 def test_outputs_are_written_into_their_region(make_object: Maker) -> None:
     key = make_object("out")
     regions = shm.SharedMemoryRegistry()

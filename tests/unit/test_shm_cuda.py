@@ -210,6 +210,25 @@ def test_an_unregistered_region_is_neither_read_nor_written(
         region.span(0, 16, "Output 'y'")  # a request that looked it up before
 
 
+def test_a_held_region_unregistered_is_written_then_closed(
+    cuda: FakeCuda, regions: shm.SharedMemoryRegistry
+) -> None:
+    """As a system region: unregistering a region a request holds waits for it."""
+    handle, memory = cuda.allocate(16)
+    regions.register_cuda("out", handle, 0, 16)
+    claim = regions.claim()
+    outputs = [RequestedOutput("n", parameters("out", 16))]
+    shm.check_outputs(claim, outputs)  # before the model runs: held from here
+    regions.unregister("out", shm.CUDA)
+    assert [region["name"] for region in regions.status(kind=shm.CUDA)] == ["out"]
+    tensors = [Tensor("n", np.arange(4, dtype=np.int32))]
+    shm.write_outputs(claim, outputs, tensors)  # the model's answer still lands
+    assert np.frombuffer(memory.tobytes(), np.int32).tolist() == [0, 1, 2, 3]
+    assert not cuda.closed_pointers
+    claim.release()
+    assert regions.status(kind=shm.CUDA) == [] and len(cuda.closed_pointers) == 1
+
+
 def test_without_cuda_register_is_the_clear_400(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_runtime() -> Any:
         raise CudaFailure("no CUDA runtime (libcudart) could be loaded")

@@ -23,9 +23,13 @@ Spans (OpenTelemetry's semantic conventions for HTTP and RPC, plus ``inferd.*``)
   the same times: each trace is whole by itself, the way a reader of one request
   wants it, where span links would send them to another trace to see it.
 
-Sampling is the SDK's (``OTEL_TRACES_SAMPLER``; default: follow the caller's
-decision, else record all). Spans are exported in batches (BatchSpanProcessor) over
-OTLP/gRPC, and flushed when the server shuts down.
+Sampling: an inference request's span (REST's V2 inference routes, gRPC's
+``ModelInfer``, each request of a ``ModelStreamInfer``) is kept as Triton's trace
+settings say for its model (observability/trace_settings.py: level, rate, count;
+by default every one); every other span as the SDK's sampler says
+(``OTEL_TRACES_SAMPLER``; default: follow the caller's decision, else record all).
+Spans are exported in batches (BatchSpanProcessor) over OTLP/gRPC, and flushed
+when the server shuts down.
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from inferd.observability.trace_record import RequestTrace
+from inferd.observability.trace_settings import TraceSettings
 from inferd.settings import ServerSettings
 from inferd.types import InferenceResponse
 from inferd.version import __version__
@@ -54,6 +60,39 @@ GRPC_SERVICE = "inference.GRPCInferenceService"
 # Not traced: probes would fill the traces (MLServer leaves them out too).
 UNTRACED_PATHS = frozenset(("/v2/health/live", "/v2/health/ready"))
 UNTRACED_GRPC_METHODS = frozenset(("ServerLive", "ServerReady"))
+# Set, at its start, on the span of an inference request: the model it is for.
+MODEL_NAME = "inferd.model.name"
+
+
+class ModelSampler(Sampler):
+    """Keeps an inference request's span (one started with MODEL_NAME) as the trace
+    settings say for its model; any other span as ``other`` (the SDK's) says."""
+
+    def __init__(self, trace_settings: TraceSettings, other: Sampler) -> None:
+        self.trace_settings = trace_settings
+        self.other = other
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        model = attributes.get(MODEL_NAME) if attributes else None
+        if model is None:
+            return self.other.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
+            )
+        if self.trace_settings.sample(str(model)):
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+        return SamplingResult(Decision.DROP)
+
+    def get_description(self) -> str:
+        return f"ModelSampler{{{self.other.get_description()}}}"
 
 
 @dataclass(slots=True)
@@ -72,13 +111,22 @@ class ServerSpan:
 class Tracing:
     """The server's tracer: opens request spans, adds their children, exports them."""
 
-    def __init__(self, provider: TracerProvider) -> None:
+    def __init__(self, provider: TracerProvider, trace_settings: TraceSettings) -> None:
         self._provider = provider
+        self.trace_settings = trace_settings
+        # Tracers take the provider's sampler when made: an inference span's is ours.
+        provider.sampler = ModelSampler(trace_settings, provider.sampler)
         self._tracer = provider.get_tracer("inferd", __version__)
 
     @classmethod
-    def start(cls, settings: ServerSettings, exporter: SpanExporter | None = None) -> Tracing:
-        """Export to ``tracing_server`` (else where the OTEL_EXPORTER_OTLP_* variables say)."""
+    def start(
+        cls,
+        settings: ServerSettings,
+        exporter: SpanExporter | None = None,
+        trace_settings: TraceSettings | None = None,
+    ) -> Tracing:
+        """Export to ``tracing_server`` (else where the OTEL_EXPORTER_OTLP_* variables
+        say); inference requests traced as ``trace_settings`` say (None: every one)."""
         service = os.environ.get("OTEL_SERVICE_NAME") or settings.server_name
         resource = Resource.create(
             {SERVICE_NAME: service, SERVICE_VERSION: settings.server_version}
@@ -89,7 +137,7 @@ class Tracing:
             endpoint = settings.tracing_server
             exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True if endpoint else None)
         provider.add_span_processor(BatchSpanProcessor(exporter))
-        return cls(provider)
+        return cls(provider, trace_settings or TraceSettings(tracing=True))
 
     def shutdown(self, timeout: float) -> None:
         """Export the spans still held, waiting at most ``timeout`` seconds; stop."""
@@ -98,8 +146,11 @@ class Tracing:
 
     # Request spans
 
-    def http_span(self, scope: MutableMapping[str, Any]) -> ServerSpan | None:
-        """Open the span of one HTTP request (an ASGI scope); None: not traced."""
+    def http_span(
+        self, scope: MutableMapping[str, Any], model: str | None = None
+    ) -> ServerSpan | None:
+        """Open the span of one HTTP request (an ASGI scope; ``model``: the model of an
+        inference route, traced as its trace settings say); None: not traced."""
         path = scope["path"]
         if path in UNTRACED_PATHS:
             return None
@@ -112,10 +163,15 @@ class Tracing:
             "url.path": path,
             "url.scheme": scope.get("scheme", "http"),
         }
+        if model is not None:
+            attributes[MODEL_NAME] = model
         return self._open(method, carrier, attributes)
 
     def end_http(self, opened: ServerSpan, route: str | None, status: int) -> None:
         span = opened.span
+        if not span.is_recording():  # the sampler left it out: it has no name to add to
+            opened.close()
+            return
         if route is not None:
             span.update_name(f"{span.name} {route}")
             span.set_attribute("http.route", route)
@@ -128,14 +184,21 @@ class Tracing:
         opened.close()
 
     def grpc_span(
-        self, method: str, metadata: Iterable[tuple[str, Any]], current: bool = True
+        self,
+        method: str,
+        metadata: Iterable[tuple[str, Any]],
+        current: bool = True,
+        model: str | None = None,
     ) -> ServerSpan | None:
         """Open the span of one gRPC call, given its invocation metadata (made current
-        unless not ``current``); None: not traced."""
+        unless not ``current``; ``model``: a ModelInfer's, traced as its trace settings
+        say); None: not traced."""
         if method in UNTRACED_GRPC_METHODS:
             return None
         carrier = {key: value for key, value in metadata if isinstance(value, str)}
         attributes = {"rpc.system": "grpc", "rpc.service": GRPC_SERVICE, "rpc.method": method}
+        if model is not None:
+            attributes[MODEL_NAME] = model
         return self._open(f"{GRPC_SERVICE}/{method}", carrier, attributes, current)
 
     def end_grpc(self, opened: ServerSpan, code: int, server_failure: str | None) -> None:
@@ -164,12 +227,15 @@ class Tracing:
         self, model_name: str, model_version: str | None, within: ServerSpan | None = None
     ) -> RequestTrace | None:
         """What a request records on its way through its model, under the current
-        span (or ``within``: a gRPC stream's, which is never current); None if it is
-        not traced (no span, or one the sampler left out)."""
+        span (or ``within``: a gRPC stream's, which is never current: each of its
+        requests is traced as its model's trace settings say); None if it is not
+        traced (no span, or one the sampler left out)."""
         span = within.span if within is not None else otel_trace.get_current_span()
         if not span.is_recording():
             return None
-        span.set_attribute("inferd.model.name", model_name)
+        if within is not None and not self.trace_settings.sample(model_name):
+            return None
+        span.set_attribute(MODEL_NAME, model_name)
         if model_version:
             span.set_attribute("inferd.model.version", model_version)
         return RequestTrace(span)

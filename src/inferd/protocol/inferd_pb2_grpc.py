@@ -109,6 +109,11 @@ class GRPCInferenceServiceStub(object):
                 request_serializer=inferd__pb2.LogSettingsRequest.SerializeToString,
                 response_deserializer=inferd__pb2.LogSettingsResponse.FromString,
                 )
+        self.TraceSetting = channel.unary_unary(
+                '/inference.GRPCInferenceService/TraceSetting',
+                request_serializer=inferd__pb2.TraceSettingRequest.SerializeToString,
+                response_deserializer=inferd__pb2.TraceSettingResponse.FromString,
+                )
 
 
 class GRPCInferenceServiceServicer(object):
@@ -230,6 +235,13 @@ class GRPCInferenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TraceSetting(self, request, context):
+        """Triton's trace extension (observability/trace_settings.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -327,6 +339,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.LogSettings,
                     request_deserializer=inferd__pb2.LogSettingsRequest.FromString,
                     response_serializer=inferd__pb2.LogSettingsResponse.SerializeToString,
+            ),
+            'TraceSetting': grpc.unary_unary_rpc_method_handler(
+                    servicer.TraceSetting,
+                    request_deserializer=inferd__pb2.TraceSettingRequest.FromString,
+                    response_serializer=inferd__pb2.TraceSettingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -658,5 +675,22 @@ class GRPCInferenceService(object):
         return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/LogSettings',
             inferd__pb2.LogSettingsRequest.SerializeToString,
             inferd__pb2.LogSettingsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TraceSetting(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/TraceSetting',
+            inferd__pb2.TraceSettingRequest.SerializeToString,
+            inferd__pb2.TraceSettingResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

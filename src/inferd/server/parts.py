@@ -85,11 +85,37 @@ class ServerParts:
         self.server_wide = (
             server_wide if server_wide is not None else LocalServerWide(self.dataplane)
         )
+        if self.dataplane.shared_memory is not None:
+            self.dataplane.shared_memory.on_drained = self._region_drained
+        self._drains: set[asyncio.Task[None]] = set()
         # Per-protocol request counters, kept only when metrics are served.
         self.http_stats = HttpStats() if settings.metrics_enabled else None
         self.grpc_stats = GrpcStats() if settings.metrics_enabled else None
-        self.tracing = start_tracing(settings)
+        self.tracing = start_tracing(settings, self.dataplane.trace_settings)
         self._stop = asyncio.Event()
+
+    def _region_drained(self, name: str, kind: str) -> None:
+        """The last request here that used unregistered region ``name`` has ended: ask
+        server-wide again, so that it goes once no process holds it (triton/shm.py)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a claim collected outside the event loop: this process alone
+            if self.dataplane.shared_memory is not None:
+                self.dataplane.shared_memory.drop(name, kind)
+            return
+        drain = loop.create_task(
+            self._drop_drained(name, kind), name=f"drop shared memory region {name}"
+        )
+        self._drains.add(drain)
+        drain.add_done_callback(self._drains.discard)
+
+    async def _drop_drained(self, name: str, kind: str) -> None:
+        try:
+            await self.server_wide.unregister_memory(name, kind, drained=True)
+        except Exception:  # the server stops, say: the region goes with it
+            logger.warning(
+                "Dropping unregistered shared memory region %r failed", name, exc_info=True
+            )
 
     def rest_app(self) -> RestApp:
         """The REST API as an ASGI app, serving this server's DataPlane."""

@@ -28,7 +28,7 @@ VERSION_SUFFIX = "_version"
 HEALTH, METADATA, INFERENCE = "health", "metadata", "inference"
 STATISTICS, MODEL_REPOSITORY = "statistics", "model_repository"
 SHARED_MEMORY = "shared_memory"
-MODEL_CONFIG, LOGGING = "model_config", "logging"
+MODEL_CONFIG, LOGGING, TRACE = "model_config", "logging", "trace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +155,23 @@ API_ROUTES: tuple[ApiRoute, ...] = (
     # Triton's logging extension.
     ApiRoute("GET", "/v2/logging", "log_settings", "log_settings", LOGGING),
     ApiRoute("POST", "/v2/logging", "update_log_settings", "update_log_settings", LOGGING),
+    # Triton's trace extension (server/trace_api.py).
+    ApiRoute("GET", "/v2/trace/setting", "trace_settings", "trace_settings", TRACE),
+    ApiRoute("POST", "/v2/trace/setting", "update_trace_settings", "update_trace_settings", TRACE),
+    ApiRoute(
+        "GET",
+        f"{MODEL_PREFIX}/trace/setting",
+        "model_trace_settings",
+        "trace_settings",
+        TRACE,
+    ),
+    ApiRoute(
+        "POST",
+        f"{MODEL_PREFIX}/trace/setting",
+        "update_model_trace_settings",
+        "update_trace_settings",
+        TRACE,
+    ),
     ApiRoute("GET", "/v2/docs", "docs_page", "api_page", METADATA),
     ApiRoute("GET", f"/v2/docs/{SPEC_FILE}", "docs_spec", "api_spec", METADATA),
     ApiRoute("GET", f"{ASSETS_PATH}/{{file}}", "docs_asset", "asset", METADATA),

@@ -2,8 +2,9 @@
 
 System and CUDA shared memory regions live in the DataPlane's one
 :class:`~inferd.triton.shm.SharedMemoryRegistry` (None while ``shared_memory_enabled`` is
-false: every call of both kinds is then refused with 403 / PERMISSION_DENIED, saying
-how to turn it on). Registering CUDA memory where the server has no GPU answers 400 /
+false: as in Triton without the extension, the status calls then list no region,
+and register and unregister are refused with 403 / PERMISSION_DENIED, saying how to
+turn it on). Registering CUDA memory where the server has no GPU answers 400 /
 INVALID_ARGUMENT saying so (shm_cuda.py); its status and unregister calls work
 anywhere, as clients clear both kinds before they start.
 
@@ -29,7 +30,7 @@ from inferd.protocol import pb
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, _decode
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.server_wide import ServerWide, shared_memory_of
-from inferd.triton.shm import CUDA, SYSTEM
+from inferd.triton.shm import CUDA, SYSTEM, SharedMemoryRegistry
 
 SYSTEM_PREFIX = "/v2/systemsharedmemory"
 CUDA_PREFIX = "/v2/cudasharedmemory"
@@ -76,6 +77,16 @@ _register_decoder = msgspec.json.Decoder(SystemSharedMemoryRegisterBody)
 _cuda_register_decoder = msgspec.json.Decoder(CudaSharedMemoryRegisterBody)
 
 
+# What the status calls read while the extension is off: no region.
+_NONE_REGISTERED = SharedMemoryRegistry()
+
+
+def _listed(dataplane: DataPlane) -> SharedMemoryRegistry:
+    """The regions the status calls list: none while the extension is off (as Triton)."""
+    regions = dataplane.shared_memory
+    return regions if regions is not None else _NONE_REGISTERED
+
+
 def _json(content: Any) -> Response:
     return Response(orjson.dumps(content), 200, media_type=JSON_CONTENT_TYPE)
 
@@ -91,7 +102,7 @@ class SharedMemoryEndpoints:
 
     async def shm_status(self, request: Request) -> Response:
         region = request.path_params.get("region")
-        return _json(shared_memory_of(self.dataplane).status(region, SYSTEM))
+        return _json(_listed(self.dataplane).status(region, SYSTEM))
 
     async def shm_register(self, request: Request) -> Response:
         shared_memory_of(self.dataplane)  # off: 403 before the body is read, as before
@@ -108,7 +119,7 @@ class SharedMemoryEndpoints:
 
     async def cuda_shm_status(self, request: Request) -> Response:
         region = request.path_params.get("region")
-        return _json(shared_memory_of(self.dataplane).status(region, CUDA))
+        return _json(_listed(self.dataplane).status(region, CUDA))
 
     async def cuda_shm_register(self, request: Request) -> Response:
         shared_memory_of(self.dataplane)  # off: 403 before the body is read, as before
@@ -137,7 +148,7 @@ def _base64(text: str) -> bytes:
 
 def grpc_status(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryStatusResponse:
     answer = pb.SystemSharedMemoryStatusResponse()
-    _fill_status(answer, shared_memory_of(dataplane).status(name, SYSTEM))
+    _fill_status(answer, _listed(dataplane).status(name, SYSTEM))
     return answer
 
 
@@ -165,7 +176,7 @@ async def grpc_unregister(
 
 def grpc_cuda_status(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryStatusResponse:
     answer = pb.CudaSharedMemoryStatusResponse()
-    _fill_status(answer, shared_memory_of(dataplane).status(name, CUDA))
+    _fill_status(answer, _listed(dataplane).status(name, CUDA))
     return answer
 
 

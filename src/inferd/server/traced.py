@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from starlette.routing import compile_path
 
 from inferd.errors import ConfigurationError
+from inferd.observability.trace_settings import TraceSettings
 from inferd.server.rest.fastpath import ASGIApp, ObservedSend, Receive, Scope, Send, route_path
-from inferd.server.routes import INFER_ROUTES
+from inferd.server.routes import API_ROUTES, INFER_ROUTES, INFERENCE, MODEL_PREFIX
 from inferd.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -35,9 +36,17 @@ class TracedApp:
         self._infer_routes: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             (compile_path(route.path)[0], route.path) for route in INFER_ROUTES
         )
+        # The V2 inference routes: their model's trace settings decide their spans.
+        self._model_routes = tuple(
+            compile_path(route.path)[0]
+            for route in API_ROUTES
+            if route.api == INFERENCE and route.path.startswith(MODEL_PREFIX)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        opened = self.tracing.http_span(scope) if scope["type"] == "http" else None
+        opened = (
+            self.tracing.http_span(scope, self._model(scope)) if scope["type"] == "http" else None
+        )
         if opened is None:
             await self.app(scope, receive, send)
             return
@@ -46,6 +55,17 @@ class TracedApp:
             await self.app(scope, receive, observed)
         finally:
             self.tracing.end_http(opened, self._route(scope), observed.status)
+
+    def _model(self, scope: Scope) -> str | None:
+        """The model of a V2 inference request (None: not one)."""
+        if scope.get("method") != "POST":
+            return None
+        path = route_path(scope)
+        for pattern in self._model_routes:
+            found = pattern.match(path)
+            if found:
+                return found.group("name")
+        return None
 
     def _route(self, scope: Scope) -> str | None:
         """The template of the route the request matched (None: none did)."""
@@ -59,9 +79,9 @@ class TracedApp:
         return None
 
 
-def start_tracing(settings: ServerSettings) -> Tracing | None:
+def start_tracing(settings: ServerSettings, trace_settings: TraceSettings) -> Tracing | None:
     """The server's tracer when tracing is on (None: off, and OpenTelemetry is not
-    even imported)."""
+    even imported), tracing inference requests as ``trace_settings`` say."""
     if not settings.tracing_enabled:
         return None
     try:
@@ -71,4 +91,4 @@ def start_tracing(settings: ServerSettings) -> Tracing | None:
             f"Tracing is on (tracing_server, or OTEL_EXPORTER_OTLP_ENDPOINT), but the "
             f"OpenTelemetry SDK cannot be imported ({error}): pip install 'inferd[tracing]'"
         ) from None
-    return Tracing.start(settings)
+    return Tracing.start(settings, trace_settings=trace_settings)

@@ -25,6 +25,7 @@ from inferd.errors import (
 )
 from inferd.model_calls import note_deadline
 from inferd.observability.stats import ModelStats, ModelStatsTable
+from inferd.observability.trace_settings import TraceSettings
 from inferd.serving.answers import finish, record_end
 from inferd.serving.drain import STOPPED, Drain
 from inferd.serving.extensions import served_extensions
@@ -72,6 +73,8 @@ class DataPlane:
         self.shared_memory: SharedMemoryRegistry | None = None
         if settings.shared_memory_enabled:
             self.shared_memory = SharedMemoryRegistry(settings.shared_memory_key_prefix)
+        # Triton's trace settings: which inference requests are traced, per model.
+        self.trace_settings = TraceSettings(settings.tracing_enabled)
         # Models loaded on their first request (load_on_request; None: off).
         self.on_demand: OnDemand | None = None
         if settings.load_on_request:

@@ -3,9 +3,9 @@
 
 Clients read the list to decide what to call (tritonclient's examples, perf
 tools, proxies); listing an extension the server refuses sends them into errors.
-Triton's own list is the reference for the names and their order. Left out
-because inferd does not implement it: ``trace`` (no trace settings API: tracing is OpenTelemetry's,
-configured at start).
+Triton's own list is the reference for the names and their order. ``trace`` (the
+trace settings API) is served always; its settings turn tracing on per model only
+where the server exports traces (observability/trace_settings.py).
 ``cuda_shared_memory`` is listed only where CUDA regions can be registered: shared
 memory on, and a CUDA runtime that sees a GPU (elsewhere registering is refused).
 """
@@ -28,6 +28,7 @@ CUDA_SHARED_MEMORY = "cuda_shared_memory"
 BINARY_TENSOR_DATA = "binary_tensor_data"
 PARAMETERS = "parameters"
 STATISTICS = "statistics"
+TRACE = "trace"
 LOGGING = "logging"
 GENERATE = "generate"
 
@@ -60,6 +61,7 @@ def served_extensions(settings: ServerSettings, shared: SharedRegions | None) ->
         BINARY_TENSOR_DATA,
         PARAMETERS,
         STATISTICS,
+        TRACE,
         LOGGING,
         GENERATE,
     )

@@ -70,6 +70,16 @@ class ChangeLogSettings(Operation, frozen=True, tag=True):
     changes: dict[str, Any]
 
 
+class ChangeTraceSettings(Operation, frozen=True, tag=True):
+    """Triton's trace settings of ``model`` ("": the server's) to change (checked:
+    observability/trace_settings.py, None clears one); ``whole``: they are every field
+    set for it (a replay). Answered with the settings in force and the fields set."""
+
+    model: str
+    changes: dict[str, Any]
+    whole: bool = False
+
+
 class RegisterSystemMemory(Operation, frozen=True, tag=True):
     name: str
     key: str
@@ -85,10 +95,23 @@ class RegisterCudaMemory(Operation, frozen=True, tag=True):
 
 
 class UnregisterMemory(Operation, frozen=True, tag=True):
-    """Region ``name`` of ``kind`` (``triton.shm`` SYSTEM or CUDA); None: every one."""
+    """Region ``name`` of ``kind`` (``triton.shm`` SYSTEM or CUDA), None: every one,
+    marked unregistered; answered with the names a request still holds, in any process
+    (the coordinator joins them). ``drained``: one process's last holder of the
+    region let go; it marks nothing new (a region registered again since stays)."""
 
     kind: str
     name: str | None = None
+    drained: bool = False
+
+
+class DropMemory(Operation, frozen=True, tag=True):
+    """The regions an :class:`UnregisterMemory` marked dropped, but those in ``keep``
+    (held in some process): what unregistering does once it knows which are held."""
+
+    kind: str
+    name: str | None = None
+    keep: list[str] = []
 
 
 class ReadStatistics(Operation, frozen=True, tag=True):
@@ -105,9 +128,11 @@ AnyOperation = (
     | RepositoryReload
     | RepositoryRemove
     | ChangeLogSettings
+    | ChangeTraceSettings
     | RegisterSystemMemory
     | RegisterCudaMemory
     | UnregisterMemory
+    | DropMemory
     | ReadStatistics
 )
 # What loads a model (a protocol process binds to what the host has loaded: the host

@@ -24,6 +24,8 @@ from inferd.errors import PermissionDenied
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.operations import (
     ChangeLogSettings,
+    ChangeTraceSettings,
+    DropMemory,
     Load,
     LoadOnRequest,
     Operation,
@@ -61,6 +63,13 @@ class ServerWide(ABC):
         settings: dict[str, Any] = await self.apply(ChangeLogSettings(changes))
         return settings
 
+    async def change_trace_settings(self, model: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply ``changes`` (checked Triton trace settings) to ``model``'s ("": the
+        server's); the settings then in force, as Triton answers them."""
+        value: dict[str, Any] = await self.apply(ChangeTraceSettings(model, changes))
+        settings: dict[str, Any] = value["settings"]
+        return settings
+
     async def register_system_memory(
         self, name: str, key: str, offset: int, byte_size: int
     ) -> None:
@@ -71,9 +80,13 @@ class ServerWide(ABC):
     ) -> None:
         await self.apply(RegisterCudaMemory(name, raw_handle, device_id, byte_size))
 
-    async def unregister_memory(self, name: str | None, kind: str) -> None:
-        """Unregister region ``name`` of ``kind``, or every one of that kind (None)."""
-        await self.apply(UnregisterMemory(kind, name))
+    async def unregister_memory(self, name: str | None, kind: str, drained: bool = False) -> None:
+        """Unregister region ``name`` of ``kind``, or every one of that kind (None): as
+        Triton, a region a request still uses (in any process) stays until its last
+        holder lets go (``drained``: one has; its process asks again)."""
+        held: list[str] = await self.apply(UnregisterMemory(kind, name, drained))
+        if name is None or name not in held:
+            await self.apply(DropMemory(kind, name, held))
 
     async def statistics(self, name: str | None, version: str | None) -> list[dict[str, Any]]:
         """Triton's ``ModelStatistics`` (as JSON) of every model, of ``name``, or of
@@ -107,12 +120,18 @@ class LocalServerWide(ServerWide):
                 await dataplane.unload(name)
             case ChangeLogSettings(changes):
                 return dataplane.log_settings(changes)
+            case ChangeTraceSettings(model, changes, whole):
+                traces = dataplane.trace_settings
+                traces.change(model, changes, whole)
+                return {"settings": traces.answer(model), "set": traces.fields_set(model)}
             case RegisterSystemMemory(name, key, offset, byte_size):
                 shared_memory_of(dataplane).register(name, key, offset, byte_size)
             case RegisterCudaMemory(name, raw_handle, device_id, byte_size):
                 shared_memory_of(dataplane).register_cuda(name, raw_handle, device_id, byte_size)
-            case UnregisterMemory(kind, name):
-                shared_memory_of(dataplane).unregister(name, kind)
+            case UnregisterMemory(kind, name, drained):
+                return shared_memory_of(dataplane).mark_unregistered(name, kind, drained)
+            case DropMemory(kind, name, keep):
+                shared_memory_of(dataplane).drop(name, kind, keep)
             case ReadStatistics(name, version):
                 return [stats.to_dict() for stats in dataplane.statistics(name, version)]
             case _:

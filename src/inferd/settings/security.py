@@ -24,6 +24,7 @@ ApiGroup = Literal[
     "shared_memory",
     "logging",
     "model_config",
+    "trace",
 ]
 API_GROUPS: tuple[str, ...] = get_args(ApiGroup)
 # An HTTP header name (RFC 9110 token) that gRPC also accepts as a metadata key:
@@ -43,7 +44,7 @@ class RestrictedApiSettings(BaseModel):
 
     apis: list[ApiGroup]
     """The API groups restricted: ``health``, ``metadata``, ``inference``, ``statistics``,
-    ``model_repository``, ``shared_memory``, ``logging``, ``model_config`` (Triton's
+    ``model_repository``, ``shared_memory``, ``logging``, ``model_config``, ``trace`` (Triton's
     spelling with ``-`` is accepted too)."""
 
     header: str

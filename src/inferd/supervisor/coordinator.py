@@ -65,6 +65,7 @@ from inferd.serving.operations import (
     Operation,
     ReadStatistics,
     RepositoryReload,
+    UnregisterMemory,
     decode_value,
     encode,
     error_of,
@@ -167,6 +168,8 @@ class Coordinator:
             if settled.applied:
                 value = next(decode_value(answer.body) for answer in answers if answer.ok)
                 self.journal.applied(operation, value)
+        if isinstance(operation, UnregisterMemory) and settled.ok:
+            return _held_anywhere(settled, answers)
         return (_host_refusal(answers) if host else None) or settled.answer
 
     async def _start_host_for(self, operation: Operation) -> None:
@@ -315,6 +318,14 @@ def _host_refusal(answers: list[Answer]) -> Answer | None:
     host did not refuse."""
     hosted = answers[-1]
     return hosted if hosted.status and not hosted.ok else None
+
+
+def _held_anywhere(settled: Settled, answers: list[Answer]) -> Answer | None:
+    """An unregister's answer: the regions a request holds in any process (each
+    process answers those it holds), so that none drops a region another still uses."""
+    held = {name for answer in answers if answer.ok for name in decode_value(answer.body) or ()}
+    assert settled.answer is not None
+    return dataclasses.replace(settled.answer, body=encode(sorted(held)))
 
 
 def _held_nothing(answer: Answer, body: bytes = b"") -> Answer:

@@ -13,9 +13,11 @@ key, in the order they were last applied:
   starts loads such a model on its own first request for it, as the others did;
 - the log settings in force, as a whole (Triton's fields): each change applies to
   what is in force, so only the last answer says what the changes came to;
+- the trace settings of the server and of each model: the fields set for each, as
+  a whole (those not set keep following the server's, or its start);
 - each shared memory region still registered; an unregister forgets the region
-  (a process that starts has none), and unregistering every region of a kind
-  forgets every one of that kind.
+  (a process that starts has none, not even one that still drains elsewhere), and
+  unregistering every region of a kind forgets every one of that kind.
 
 Keys are independent of each other (a model, the logging, a region), so replaying
 the last operation of each, in the order they were last applied, gives the state
@@ -30,6 +32,8 @@ import msgspec
 
 from inferd.serving.operations import (
     ChangeLogSettings,
+    ChangeTraceSettings,
+    DropMemory,
     LoadOnRequest,
     Operation,
     RegisterCudaMemory,
@@ -42,9 +46,10 @@ from inferd.triton.shm import CUDA, SYSTEM
 
 MODEL = "model"
 LOGGING = "logging"
+TRACING = "tracing"
 
-# What a journal entry is about: (MODEL, name), (LOGGING, ""), or (kind, region) with
-# kind triton.shm's SYSTEM or CUDA.
+# What a journal entry is about: (MODEL, name), (LOGGING, ""), (TRACING, model or ""),
+# or (kind, region) with kind triton.shm's SYSTEM or CUDA.
 Key = tuple[str, str]
 
 
@@ -59,6 +64,9 @@ class Journal:
         match operation:
             case ChangeLogSettings():
                 self._record((LOGGING, ""), ChangeLogSettings(value))  # the whole, in force
+            case ChangeTraceSettings(scope):
+                # The fields set for that scope, as a whole: unset ones keep following.
+                self._record((TRACING, scope), ChangeTraceSettings(scope, value["set"], True))
             case LoadOnRequest():
                 pass  # loaded again by a process that starts, on its own first request
             case RepositoryReload():
@@ -69,6 +77,8 @@ class Journal:
                 self._record((SYSTEM, name), operation)
             case RegisterCudaMemory(name):
                 self._record((CUDA, name), operation)
+            case UnregisterMemory(_, _, True) | DropMemory():
+                pass  # the region was forgotten when it was unregistered
             case UnregisterMemory(kind, None):
                 for key in [key for key in self._operations if key[0] == kind]:
                     del self._operations[key]

@@ -5,7 +5,8 @@ instead of its values, the k largest as BYTES strings ``"value:index"`` or
 ``"value:index:label"``, largest first (ties: the lower index first). As in
 Triton, a model that batches is classified per row of the batch (shape
 ``[batch, k]``), any other over all its elements (shape ``[k]``); k is capped at
-the elements there are; only integer, FP32 and FP64 outputs can be classified;
+the elements there are; a row of more than MAX_ROW_ELEMENTS is refused, not
+sorted (Triton's bound); only integer, FP32 and FP64 outputs can be classified;
 values are written as C's ``std::to_string`` writes them (``0.500000``, ``3``).
 
 Labels come from the file a declared output names with the parameter
@@ -30,6 +31,9 @@ LABEL_FILENAME = "label_filename"
 _CLASSIFIABLE = frozenset(
     ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64")
 )
+
+# Triton's bound on the elements it sorts for one row's classes (classification.cc).
+MAX_ROW_ELEMENTS = 1_000_000
 
 
 class Classifier:
@@ -73,6 +77,12 @@ class Classifier:
             )
         batched = self.batched and data.ndim > 0
         rows = data.reshape(data.shape[0], -1) if batched else data.reshape(1, -1)
+        if rows.shape[1] > MAX_ROW_ELEMENTS:
+            raise InvalidRequest(
+                f"classification output tensor too large: output {tensor.name!r} has "
+                f"{rows.shape[1]} elements per {'batch row' if batched else 'answer'}, "
+                f"more than the {MAX_ROW_ELEMENTS} a classification sorts"
+            )
         count = min(count, rows.shape[1])
         order = _largest_first(rows)[:, :count]
         labels = self.labels.get(tensor.name, ())

@@ -11,11 +11,17 @@ regions (a POSIX shared memory object, :mod:`inferd.triton.shm_system`) and CUDA
 the main process, which checks every use against the region's bounds and writes
 every output. A request names a region without saying its kind; status and
 unregister act on one kind, as the extension's two APIs do.
+
+A request holds the regions it uses (:class:`RegionClaim`) from its decoding until
+its outputs are written. Unregistering a held region only marks it, as Triton does:
+it stays listed, usable, and its name taken, until its last holder lets go; then
+it goes (``on_drained``: through the server-wide operations, so that a region
+drains in every protocol process before any drops it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -73,6 +79,8 @@ class Region:
     byte_size: int
     memory: RegionMemory
     details: dict[str, Any]  # what its status shows besides the name and byte size
+    holders: int = 0  # the requests of this process that use it now
+    unregistered: bool = False  # unregistered while held: goes when its holders let go
 
     def span(self, offset: int, size: int, what: str) -> int:
         """Where ``size`` bytes at ``offset`` of the region start in its memory;
@@ -94,7 +102,9 @@ class Region:
 class SharedMemoryRegistry:
     """The regions clients registered, by name; one per server (REST and gRPC share it).
 
-    ``cuda`` gives the CUDA runtime, asked for at the first CUDA register."""
+    ``cuda`` gives the CUDA runtime, asked for at the first CUDA register.
+    ``on_drained(name, kind)`` is called when the last holder of an unregistered
+    region lets go (None: the region is dropped at once)."""
 
     def __init__(
         self, key_prefix: str | None = None, cuda: Callable[[], CudaBackend] = cuda_backend
@@ -102,6 +112,11 @@ class SharedMemoryRegistry:
         self.key_prefix = object_name(key_prefix) if key_prefix else None
         self._cuda = cuda
         self._regions: dict[str, Region] = {}
+        self.on_drained: Callable[[str, str], None] | None = None
+
+    def claim(self) -> RegionClaim:
+        """What a request looks its regions up through, holding each it finds."""
+        return RegionClaim(self)
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Register ``byte_size`` bytes from ``offset`` of the system shared memory
@@ -150,19 +165,56 @@ class SharedMemoryRegistry:
             )
 
     def unregister(self, name: str | None = None, kind: str = SYSTEM) -> None:
-        """Unregister one region of ``kind``, or every one when ``name`` is empty. A
-        name not registered as that kind is no error (as in Triton: a client's
-        clean-up may run twice, and clears both kinds whatever it registered)."""
-        for each in [name] if name else list(self._regions):
-            region = self._regions.get(each)
-            if region is not None and region.kind == kind:
-                del self._regions[each]
-                region.memory.close()
+        """Unregister one region of ``kind``, or every one when ``name`` is empty, in
+        this process alone: :meth:`mark_unregistered`, then :meth:`drop`."""
+        self.drop(name, kind, self.mark_unregistered(name, kind))
+
+    def mark_unregistered(
+        self, name: str | None = None, kind: str = SYSTEM, drained: bool = False
+    ) -> list[str]:
+        """Mark one region of ``kind``, or every one when ``name`` is empty, as
+        unregistered; the names of those a request here still holds (they go when
+        :meth:`drop` finds them let go). A name not registered as that kind is no
+        error (as in Triton: a client's clean-up may run twice, and clears both kinds
+        whatever it registered). ``drained``: mark nothing, only say which are held."""
+        held = []
+        for region in self._of_kind(name, kind):
+            if drained and not region.unregistered:
+                continue  # registered again since: not the region that drained
+            region.unregistered = True
+            if region.holders:
+                held.append(region.name)
+        return held
+
+    def drop(self, name: str | None, kind: str, keep: Collection[str] = ()) -> None:
+        """Drop the regions :meth:`mark_unregistered` marked (``name``'s, or every one of
+        ``kind``) but those in ``keep`` (held in some process) and those held here."""
+        for region in self._of_kind(name, kind):
+            if region.unregistered and not region.holders and region.name not in keep:
+                self._drop(region)
+
+    def _of_kind(self, name: str | None, kind: str) -> list[Region]:
+        chosen = [self._regions.get(name)] if name else list(self._regions.values())
+        return [region for region in chosen if region is not None and region.kind == kind]
+
+    def _drop(self, region: Region) -> None:
+        if self._regions.get(region.name) is region:
+            del self._regions[region.name]
+        region.memory.close()
+
+    def let_go(self, region: Region) -> None:
+        """A request that held ``region`` has ended (its outputs written, or failed)."""
+        region.holders -= 1
+        if region.unregistered and not region.holders:
+            if self.on_drained is None:
+                self._drop(region)
+            else:
+                self.on_drained(region.name, region.kind)
 
     def close(self) -> None:
-        """Unregister every region of both kinds (the server stops)."""
-        for kind in _KIND_NAMES:
-            self.unregister(None, kind)
+        """Drop every region of both kinds, held or not (the server stops)."""
+        for region in list(self._regions.values()):
+            self._drop(region)
 
     def status(self, name: str | None = None, kind: str = SYSTEM) -> list[dict[str, Any]]:
         """The regions of ``kind``, or the one named; RegionNotFound if it is not one."""
@@ -185,6 +237,32 @@ class SharedMemoryRegistry:
         return self._regions[name]
 
 
+class RegionClaim:
+    """The regions one request uses, each held (counted) from its first look-up until
+    :meth:`release`, which the edge calls once the request has ended. A claim dropped
+    unreleased (a server-sent event stream's, which ends with its encoder) releases then."""
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self.registry = registry
+        self._held: list[Region] = []
+
+    def region(self, name: Any, what: str) -> Region:
+        """The region ``name``, held by this claim; InvalidRequest if there is none."""
+        region = self.registry.region(name, what)
+        if not any(region is held for held in self._held):
+            region.holders += 1
+            self._held.append(region)
+        return region
+
+    def release(self) -> None:
+        held, self._held = self._held, []
+        for region in held:
+            self.registry.let_go(region)
+
+    def __del__(self) -> None:
+        self.release()
+
+
 # ---- tensors in shared memory ----------------------------------------------------------
 
 
@@ -201,7 +279,7 @@ def _location(parameters: dict[str, Any], what: str) -> tuple[Any, int, int]:
 
 
 def read_input(
-    regions: SharedMemoryRegistry | None,
+    regions: RegionClaim | None,
     name: str,
     datatype: str,
     shape: Any,
@@ -226,7 +304,7 @@ def read_input(
     return array_from_bytes(name, datatype, shape, region.memory.read(start, size))
 
 
-def check_outputs(regions: SharedMemoryRegistry | None, outputs: Any) -> bool:
+def check_outputs(regions: RegionClaim | None, outputs: Any) -> bool:
     """Whether any requested output goes to shared memory, checking (before the model
     runs) that its region is registered and its parameters make sense."""
     shared = False
@@ -243,7 +321,7 @@ def check_outputs(regions: SharedMemoryRegistry | None, outputs: Any) -> bool:
 
 
 def write_requested_outputs(
-    regions: SharedMemoryRegistry | None, request: Any, response: Any
+    regions: RegionClaim | None, request: Any, response: Any
 ) -> dict[str, dict[str, Any]] | None:
     """The outputs ``request`` asked for in shared memory written there (both edges);
     what their answer carries instead of data (None: shared memory off, or no outputs asked for)."""
@@ -252,9 +330,7 @@ def write_requested_outputs(
     return write_outputs(regions, request.outputs, response.outputs)
 
 
-def write_outputs(
-    regions: SharedMemoryRegistry, outputs: Any, tensors: Any
-) -> dict[str, dict[str, Any]]:
+def write_outputs(regions: RegionClaim, outputs: Any, tensors: Any) -> dict[str, dict[str, Any]]:
     """Write each output the request directs to shared memory into its region; the
     parameters its answer carries instead of data, by output name."""
     written: dict[str, dict[str, Any]] = {}

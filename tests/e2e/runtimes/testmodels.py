@@ -410,6 +410,21 @@ class AddSub(Model):
         )
 
 
+class GatedAddSub(AddSub):
+    """AddSub that, given request parameters ``started`` and ``gate`` (paths), creates
+    ``started`` and answers only once ``gate`` exists: a test holds it in flight."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        if "started" in request.parameters:
+            with open(str(request.parameters["started"]), "a"):
+                pass
+            gate = str(request.parameters["gate"])
+            deadline = time.monotonic() + 60
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return super().predict(request)
+
+
 # Runtime for the sequence batching tests (tests/e2e/test_sequences.py).
 
 

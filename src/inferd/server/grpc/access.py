@@ -32,6 +32,7 @@ from inferd.server.routes import (
     MODEL_REPOSITORY,
     SHARED_MEMORY,
     STATISTICS,
+    TRACE,
 )
 
 _INFERENCE_METHOD_GROUPS = {
@@ -53,6 +54,7 @@ _INFERENCE_METHOD_GROUPS = {
     },
     "ModelConfig": MODEL_CONFIG,
     "LogSettings": LOGGING,
+    "TraceSetting": TRACE,
 }
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
 

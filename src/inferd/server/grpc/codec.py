@@ -26,7 +26,7 @@ from inferd.tensors.datatypes import element_count, numpy_dtype
 from inferd.tensors.encoding import array_from_bytes, array_to_bytes, bytes_items, check_shape
 from inferd.triton.shm import (
     REGION,
-    SharedMemoryRegistry,
+    RegionClaim,
     check_outputs,
     read_input,
     without_location,
@@ -79,11 +79,11 @@ _SMALL_CONTENTS = 32
 
 
 def decode_infer_request(
-    message: pb.ModelInferRequest, regions: SharedMemoryRegistry | None = None
+    message: pb.ModelInferRequest, regions: RegionClaim | None = None
 ) -> tuple[InferenceRequest, OutputForm]:
     """The request, and the form its outputs are asked in (server/output_form.py: taken
-    out of their parameters); inputs in shared memory are read from ``regions``
-    (None: off)."""
+    out of their parameters); inputs in shared memory are read through ``regions``,
+    the request's claim (held until it ends; None: off)."""
     raw_contents = message.raw_input_contents
     if raw_contents and len(raw_contents) != len(message.inputs):
         _check_raw_count(message)  # unless inputs in shared memory make up the difference
@@ -138,7 +138,7 @@ def _check_raw_count(message: pb.ModelInferRequest) -> None:
 def _array_from_shared_memory(
     tensor: pb.ModelInferRequest.InferInputTensor,
     parameters: Parameters,
-    regions: SharedMemoryRegistry | None,
+    regions: RegionClaim | None,
 ) -> np.ndarray:
     if tensor.HasField("contents") and tensor.contents.ListFields():
         raise InvalidRequest(

@@ -40,7 +40,7 @@ from inferd.server.grpc.stream import StreamRequest, answer_stream
 from inferd.server.output_form import OutputForm
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.server_wide import LocalServerWide, ServerWide
-from inferd.triton.shm import write_requested_outputs
+from inferd.triton.shm import RegionClaim, write_requested_outputs
 from inferd.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -148,7 +148,10 @@ class GrpcEdge:
         if stats is not None:
             stats.started += 1
         tracing = self.tracing
-        opened = tracing.grpc_span(method, _metadata(call)) if tracing is not None else None
+        opened = None
+        if tracing is not None:  # a ModelInfer is traced as its model's trace settings say
+            model = request.model_name if isinstance(request, pb.ModelInferRequest) else None
+            opened = tracing.grpc_span(method, _metadata(call), model=model)
         code = grpc.StatusCode.OK
         try:
             self._check_access(method, call)
@@ -215,36 +218,47 @@ class GrpcEdge:
 
     async def infer(self, message: pb.ModelInferRequest, call: Any) -> pb.ModelInferResponse:
         """One ``ModelInfer`` (its access checked by :meth:`unary` already)."""
-        request, form = self._decoded(message)
-        name, version = message.model_name, message.model_version or None
-        context = self._context(name, version, call)
-        response = await self.dataplane.infer(name, version, request, context)
-        self._traced(context, response)
-        if context.response_headers:  # a runtime set some: MLServer trails them
-            call.set_trailing_metadata(_trailing(context.response_headers))
-        return self._encoded(message, request, form, response)
+        claim = self._claim()
+        try:
+            request, form = self._decoded(message, claim)
+            name, version = message.model_name, message.model_version or None
+            context = self._context(name, version, call)
+            response = await self.dataplane.infer(name, version, request, context)
+            self._traced(context, response)
+            if context.response_headers:  # a runtime set some: MLServer trails them
+                call.set_trailing_metadata(_trailing(context.response_headers))
+            return self._encoded(message, request, form, response, claim)
+        finally:
+            if claim is not None:
+                claim.release()
 
     async def infer_in_stream(
         self, message: pb.ModelInferRequest, call: Any, span: ServerSpan | None
     ) -> AsyncGenerator[tuple[list[pb.ModelStreamInferResponse], RequestContext], None]:
         """One request of a stream: its answers as soon as the model yields them, in
         lists of those ready together, each with the request's context."""
-        request, form = self._decoded(message)
-        name, version = message.model_name, message.model_version or None
-        context = self._context(name, version, call, span)
-        responses = self.dataplane.infer_stream(name, version, request, context)
-        last = None
-        async with contextlib.aclosing(responses):
-            async for ready in responses:
-                answers = []
-                for response in ready:
-                    answer = pb.ModelStreamInferResponse()
-                    self._encoded(message, request, form, response, answer.infer_response)
-                    answers.append(answer)
-                    last = response
-                yield answers, context
-        if last is not None:
-            self._traced(context, last)
+        claim = self._claim()
+        try:
+            request, form = self._decoded(message, claim)
+            name, version = message.model_name, message.model_version or None
+            context = self._context(name, version, call, span)
+            responses = self.dataplane.infer_stream(name, version, request, context)
+            last = None
+            async with contextlib.aclosing(responses):
+                async for ready in responses:
+                    answers = []
+                    for response in ready:
+                        answer = pb.ModelStreamInferResponse()
+                        into = answer.infer_response
+                        self._encoded(message, request, form, response, claim, into)
+                        answers.append(answer)
+                        last = response
+                    yield answers, context
+            if last is not None:
+                self._traced(context, last)
+        finally:
+            if claim is not None:
+                claim.release()
 
     def _context(
         self, name: str, version: str | None, call: Any, span: ServerSpan | None = None
@@ -268,10 +282,18 @@ class GrpcEdge:
         except InferdError:
             return False  # its error is answered in order
 
-    def _decoded(self, message: pb.ModelInferRequest) -> tuple[InferenceRequest, OutputForm]:
+    def _claim(self) -> RegionClaim | None:
+        """A request's claim on the shared memory regions, which holds those it uses
+        until it is released (None: the extension is off)."""
+        regions = self.dataplane.shared_memory
+        return regions.claim() if regions is not None else None
+
+    def _decoded(
+        self, message: pb.ModelInferRequest, claim: RegionClaim | None
+    ) -> tuple[InferenceRequest, OutputForm]:
         if not message.model_name:
             raise InvalidRequest("model_name is required")
-        return decode_infer_request(message, self.dataplane.shared_memory)
+        return decode_infer_request(message, claim)
 
     def _encoded(
         self,
@@ -279,6 +301,7 @@ class GrpcEdge:
         request: InferenceRequest,
         form: OutputForm,
         response: InferenceResponse,
+        claim: RegionClaim | None,
         into: pb.ModelInferResponse | None = None,
     ) -> pb.ModelInferResponse:
         """The answer: outputs asked for as classes classified, those the client asked
@@ -286,7 +309,7 @@ class GrpcEdge:
         rest encoded, the size checked."""
         if form.classes:
             response = self.dataplane.classified(response, form.classes)
-        shared = write_requested_outputs(self.dataplane.shared_memory, request, response)
+        shared = write_requested_outputs(claim, request, response)
         raw = wants_raw_output(request)
         answer = encode_infer_response(response, raw, into, shared)
         if self.max_answer_size is None:

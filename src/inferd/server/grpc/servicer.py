@@ -31,7 +31,7 @@ from google.protobuf import json_format
 
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb, pb_grpc
-from inferd.server import shm_api
+from inferd.server import shm_api, trace_api
 from inferd.server.codec_triton import (
     decode_grpc_log_settings,
     encode_grpc_log_settings,
@@ -207,6 +207,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not changes:  # a read, as REST's GET
             return encode_grpc_log_settings(self.dataplane.log_settings())
         return encode_grpc_log_settings(await self.server_wide.change_log_settings(changes))
+
+    # Triton's trace extension (server/trace_api.py)
+
+    @_through_edge
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Any
+    ) -> pb.TraceSettingResponse:
+        return await trace_api.grpc_trace_setting(self.dataplane, self.server_wide, request)
 
 
 def _repository_value(value: pb.ModelRepositoryParameter) -> Any:

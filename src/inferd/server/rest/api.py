@@ -34,6 +34,7 @@ from inferd.server.rest.fastpath import InferEndpoint, RestApp
 from inferd.server.rest.streaming import stream_endpoints
 from inferd.server.routes import API_ROUTES
 from inferd.server.shm_api import SharedMemoryEndpoints
+from inferd.server.trace_api import TraceEndpoints
 from inferd.serving import dependents
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.server_wide import LocalServerWide, ServerWide
@@ -187,6 +188,7 @@ def _routes(
     shared_memory = SharedMemoryEndpoints(
         endpoints.dataplane, endpoints.server_wide, endpoints.read_body
     )
+    trace = TraceEndpoints(endpoints.dataplane, endpoints.server_wide, endpoints.read_body)
     routes = []
     for route in API_ROUTES:
         endpoint = asgi_endpoints.get(route.handler)
@@ -194,6 +196,7 @@ def _routes(
             handler = (
                 getattr(endpoints, route.handler, None)
                 or getattr(shared_memory, route.handler, None)
+                or getattr(trace, route.handler, None)
                 or getattr(docs, route.handler)
             )
             endpoint = _handles_errors(handler)

@@ -27,7 +27,7 @@ from inferd.server.output_form import (
 from inferd.tensors.encoding import array_from_bytes, array_from_json, array_to_bytes, array_to_json
 from inferd.triton.shm import (
     REGION,
-    SharedMemoryRegistry,
+    RegionClaim,
     check_outputs,
     read_input,
     without_location,
@@ -92,10 +92,11 @@ def _decode(decoder: msgspec.json.Decoder[Body], body: bytes, what: str, hint: s
 
 
 def decode_infer_request(
-    body: bytes, header_length: str | None, regions: SharedMemoryRegistry | None = None
+    body: bytes, header_length: str | None, regions: RegionClaim | None = None
 ) -> tuple[InferenceRequest, OutputForm]:
     """Decode a JSON (or JSON + binary) inference request body; inputs in shared memory
-    are read from ``regions`` (None: the extension is off). The form its outputs are
+    are read through ``regions``, the request's claim (held until it ends; None: the
+    extension is off). The form its outputs are
     asked in is taken out of its parameters (server/output_form.py)."""
     json_part, binary_part = _split_body(body, header_length)
     if not json_part.strip():
@@ -178,7 +179,7 @@ def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryvi
 
 
 def _decode_inputs(
-    inputs: list[_InputBody], binary: memoryview | None, regions: SharedMemoryRegistry | None
+    inputs: list[_InputBody], binary: memoryview | None, regions: RegionClaim | None
 ) -> list[Tensor]:
     tensors = []
     offset = 0

@@ -12,8 +12,10 @@ into a core call here, so each gets the same treatment:
   built behind :meth:`RestEdge.guard` of its group (server/rest/api.py);
 - the request's context (:meth:`RestEdge.context`): its headers as a mapping, the
   client's disconnect, its trace under the request's span (server/traced.py);
-- shared memory (``shared_memory_enabled``): inputs read from the dataplane's
-  regions (:meth:`RestEdge.decode_v2`), outputs written (:meth:`RestEdge.shared_outputs`);
+- shared memory (``shared_memory_enabled``): a request's claim on the dataplane's
+  regions (:meth:`RestEdge.claim`, released by the caller once the request ends),
+  inputs read through it (:meth:`RestEdge.decode_v2`), outputs written
+  (:meth:`RestEdge.shared_outputs`);
 - the headers a runtime set, sent back (:meth:`RestEdge.response_headers`).
 
 It is a plain object, no layer of ASGI apps: the fast path calls it inline.
@@ -39,7 +41,7 @@ from inferd.server.rest.fastpath import (
 )
 from inferd.server.routes import INFERENCE
 from inferd.serving.dataplane import DataPlane
-from inferd.triton.shm import write_requested_outputs
+from inferd.triton.shm import RegionClaim, write_requested_outputs
 from inferd.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -105,20 +107,33 @@ class RestEdge:
         """The whole body, within max_request_size (gzip read too)."""
         return await self.body_reader.read(receive_chunks(receive), body_headers(headers))
 
+    def claim(self) -> RegionClaim | None:
+        """A request's claim on the shared memory regions (None: the extension is off):
+        the regions it uses are held until the caller releases it (triton/shm.py)."""
+        regions = self.dataplane.shared_memory
+        return regions.claim() if regions is not None else None
+
     def decode_v2(
-        self, body: bytes, headers: AsgiHeaders, name: str, version: str | None
+        self,
+        body: bytes,
+        headers: AsgiHeaders,
+        name: str,
+        version: str | None,
+        claim: RegionClaim | None,
     ) -> tuple[InferenceRequest, OutputForm]:
-        """A V2 request (JSON, or JSON and binary tensors), shared-memory inputs read,
-        and the form its outputs are asked in (server/output_form.py); a raw binary
-        request (its JSON header 0 bytes) as model ``name``'s one declared input."""
+        """A V2 request (JSON, or JSON and binary tensors), shared-memory inputs read
+        through ``claim``, and the form its outputs are asked in (server/output_form.py);
+        a raw binary request (its JSON header 0 bytes) as model ``name``'s one declared input."""
         header_length = headers.get(_HEADER_LENGTH)
         if header_length is not None and header_length.strip() == b"0":
             declared = self.dataplane.model_metadata(name, version).inputs  # 404/503 first
-            return decode_raw_request(body, name, declared, headers.get(b"content-type"))
+            batched = self.dataplane.model_config(name, version).get("max_batch_size", 0) > 0
+            content_type = headers.get(b"content-type")
+            return decode_raw_request(body, name, declared, content_type, batched)
         return decode_infer_request(
             body,
             header_length.decode("latin-1") if header_length is not None else None,
-            self.dataplane.shared_memory,
+            claim,
         )
 
     def context(
@@ -138,12 +153,16 @@ class RestEdge:
     # Answers
 
     def answered(
-        self, context: RequestContext, request: InferenceRequest, response: InferenceResponse
+        self,
+        context: RequestContext,
+        request: InferenceRequest,
+        response: InferenceResponse,
+        claim: RegionClaim | None,
     ) -> dict[str, dict[str, Any]] | None:
         """Note a request's answer (its model work under the request's span); its
         outputs in shared memory, as :meth:`shared_outputs`."""
         self.traced(context, response)
-        return self.shared_outputs(request, response)
+        return self.shared_outputs(request, response, claim)
 
     def traced(self, context: RequestContext, response: InferenceResponse) -> None:
         """Add the request's model work under its span (a stream: once, at its end)."""
@@ -151,12 +170,13 @@ class RestEdge:
         if trace is not None and tracing is not None:
             tracing.answered(trace, response)
 
+    @staticmethod
     def shared_outputs(
-        self, request: InferenceRequest, response: InferenceResponse
+        request: InferenceRequest, response: InferenceResponse, claim: RegionClaim | None
     ) -> dict[str, dict[str, Any]] | None:
-        """Write the outputs the client asked for in its shared memory regions there;
-        what the encoder says of them (None: none asked for)."""
-        return write_requested_outputs(self.dataplane.shared_memory, request, response)
+        """Write the outputs the client asked for in its shared memory regions there
+        (those ``claim`` holds); what the encoder says of them (None: none asked for)."""
+        return write_requested_outputs(claim, request, response)
 
     @staticmethod
     def response_headers(

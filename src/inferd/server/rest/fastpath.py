@@ -83,16 +83,17 @@ class InferEndpoint:
         whole body, read (and the request admitted) already by a route that answers
         as this one does (/generate with a V2 body)."""
         edge = self.edge
+        claim = edge.claim()  # the shared memory regions it uses, held until it ends
         try:
             if body is None:
                 edge.admit(headers)
                 body = await edge.read_body(headers, receive)
-            request, form = edge.decode_v2(body, headers, name, version)
+            request, form = edge.decode_v2(body, headers, name, version, claim)
             context = edge.context(name, version, headers, receive)
             response = await self.dataplane.infer(name, version, request, context)
             if form.classes:
                 response = self.dataplane.classified(response, form.classes)
-            shared = edge.answered(context, request, response)
+            shared = edge.answered(context, request, response, claim)
             content, json_length = encode_infer_response(response, form, shared)
         except Exception as error:
             status, content, answer_headers = http_error(error, f"inference on model {name!r}")
@@ -107,6 +108,8 @@ class InferEndpoint:
             if self.compress:
                 accept = headers.get(b"accept-encoding")
                 content = await compress_answer(content, accept, answer_headers)
+        if claim is not None:
+            claim.release()
         # As send_whole does, inline: one coroutine less on the hot path.
         answer_headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": answer_headers})

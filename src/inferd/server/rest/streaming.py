@@ -45,6 +45,7 @@ from inferd.server.rest.fastpath import (
 )
 from inferd.server.rest.sse import BodyEndpoint, Encoder, EventStreamEndpoint, model_of
 from inferd.serving.dataplane import DataPlane
+from inferd.triton.shm import RegionClaim
 from inferd.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -66,18 +67,31 @@ class StreamedV2Bodies:
     ) -> tuple[InferenceRequest, Encoder]:
         # Events are text: every output is answered in JSON, whatever binary_data asks
         # (tritonclient sets binary_data_output unless told not to).
-        request, form = self.edge.decode_v2(body, headers, name, version)
+        # The regions it uses are held as long as its encoder lives: the stream's.
+        claim = self.edge.claim()
+        try:
+            request, form = self.edge.decode_v2(body, headers, name, version, claim)
+        except Exception:
+            if claim is not None:
+                claim.release()
+            raise
         if form.classes:
-            return request, functools.partial(self.encode_classes, form.classes)
-        return request, self.encode
+            return request, functools.partial(self.encode_classes, claim, form.classes)
+        return request, functools.partial(self.encode, claim)
 
     def encode_classes(
-        self, classes: dict[str, int], response: InferenceResponse, request: InferenceRequest
+        self,
+        claim: RegionClaim | None,
+        classes: dict[str, int],
+        response: InferenceResponse,
+        request: InferenceRequest,
     ) -> bytes:
-        return self.encode(self.edge.dataplane.classified(response, classes), request)
+        return self.encode(claim, self.edge.dataplane.classified(response, classes), request)
 
-    def encode(self, response: InferenceResponse, request: InferenceRequest) -> bytes:
-        shared = self.edge.shared_outputs(request, response)
+    def encode(
+        self, claim: RegionClaim | None, response: InferenceResponse, request: InferenceRequest
+    ) -> bytes:
+        shared = self.edge.shared_outputs(request, response, claim)
         content, _ = encode_infer_response(response, PLAIN, shared)
         return content
 
