@@ -7,6 +7,10 @@ The model (testmodels.Accumulator) keeps a running sum per sequence in the proce
 that started it and fails a request of a sequence that process never started, so a
 right total on every answer means each sequence stayed on one worker and ran in
 order, as it does over unary calls.
+
+A model without ``sequence_batching`` (Triton's examples' model as a Triton user
+first writes it) keeps each sequence on one worker too, in every layout: the
+sequence id picks the worker, for unary calls and streams alike.
 """
 
 from __future__ import annotations
@@ -48,6 +52,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     )
     add_custom_model(repository, "stateless", "Accumulator")  # no sequence_batching
     with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
+
+
+# Layouts of a server whose model has no sequence_batching: one protocol process with
+# forked workers, three protocol processes (the model in the model host), spawned workers.
+LAYOUTS = [
+    pytest.param({}, id="forked"),
+    pytest.param({"protocol_processes": 3}, id="3-protocol-processes"),
+    pytest.param({"fork_workers": False}, id="spawned"),
+]
+
+
+@pytest.fixture(scope="module", params=LAYOUTS)
+def unrouted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """The example's model without sequence_batching, on 2 workers."""
+    repository: Path = tmp_path_factory.mktemp("triton-sequence-stream-unrouted")
+    add_custom_model(repository, MODEL, "Accumulator", parameters={"extra": {"sleep": 0.005}})
+    with start_server(repository, settings={"parallel_workers": 2, **request.param}) as process:
         yield process
 
 
@@ -100,6 +124,20 @@ def _check_answers(answers: list[tuple[str, int, int]], sequences: Sequences, or
 
 def test_the_sync_clients_stream_keeps_each_sequence_on_its_worker(server: ServerProcess) -> None:
     """tritonclient.grpc: start_stream, then async_stream_infer for all 24 requests."""
+    _sync_stream(server)
+
+
+def test_without_sequence_batching_a_stream_keeps_each_sequence_on_one_worker(
+    unrouted: ServerProcess,
+) -> None:
+    """The examples unchanged against a model without sequence_batching: each
+    sequence's requests, sent over one stream without waiting, reach one worker (the
+    regression: they alternated between the two, while unary calls stayed on one)."""
+    _sync_stream(unrouted)
+    asyncio.run(asyncio.wait_for(_aio_stream(unrouted, _round_robin), timeout=60))
+
+
+def _sync_stream(server: ServerProcess) -> None:
     sequences = _sequences()
     order = _one_after_another(sequences)
     received: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -124,25 +162,25 @@ def test_the_asyncio_clients_stream_keeps_each_sequence_on_its_worker(
     server: ServerProcess, arrangement: Any
 ) -> None:
     """tritonclient.grpc.aio: stream_infer over an async iterator of the requests."""
+    asyncio.run(asyncio.wait_for(_aio_stream(server, arrangement), timeout=60))
+
+
+async def _aio_stream(server: ServerProcess, arrangement: Any) -> None:
     sequences = _sequences()
     order = arrangement(sequences)
+    async with triton_grpc_aio.InferenceServerClient(server.grpc_address) as client:
 
-    async def run() -> list[tuple[str, int, int]]:
-        async with triton_grpc_aio.InferenceServerClient(server.grpc_address) as client:
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            for request in _requests(triton_grpc_aio, sequences, order):
+                yield request
 
-            async def requests() -> AsyncIterator[dict[str, Any]]:
-                for request in _requests(triton_grpc_aio, sequences, order):
-                    yield request
-
-            answers = []
-            async for result, error in client.stream_infer(requests()):
-                assert error is None, str(error)
-                answers.append(_answer(result))
-                if len(answers) == len(order):
-                    break
-            return answers
-
-    _check_answers(asyncio.run(asyncio.wait_for(run(), timeout=60)), sequences, order)
+        answers = []
+        async for result, error in client.stream_infer(requests()):
+            assert error is None, str(error)
+            answers.append(_answer(result))
+            if len(answers) == len(order):
+                break
+    _check_answers(answers, sequences, order)
 
 
 def _answer(result: Any) -> tuple[str, int, int]:
