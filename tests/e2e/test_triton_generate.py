@@ -84,6 +84,7 @@ def test_a_model_failure_before_the_first_event_is_an_error_event(llm: ServerPro
 
 def test_a_request_refused_before_the_model_runs_is_an_ordinary_answer(llm: ServerProcess) -> None:
     with httpx.Client(base_url=llm.url, timeout=30) as rest:
-        response = rest.post("/v2/models/mock_llm/generate_stream", json={"count": 1})
+        body = {"PROMPT": "a", "count": 1, "parameters": 5}
+        response = rest.post("/v2/models/mock_llm/generate_stream", json=body)
     assert response.status_code == 400
-    assert "Input 'PROMPT' is missing" in response.json()["error"]
+    assert '"parameters" must be an object' in response.json()["error"]

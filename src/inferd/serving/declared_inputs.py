@@ -1,6 +1,6 @@
-"""A model's declared inputs, enforced before the model is called (as Triton does).
+"""A Triton model's declared inputs, enforced before the model is called (as Triton does).
 
-Where a model-settings file declares ``inputs``, a request must carry exactly
+Where a Triton model folder's ``config.pbtxt`` declares inputs, a request must carry exactly
 those inputs, each of its declared datatype and of a shape that fits its declared
 one: the same number of dimensions, each the declared size or any size where the
 declaration says ``-1``. (With batching, inferd's declared shapes include the
@@ -9,6 +9,11 @@ without it, inferd/triton/config.py.) Anything else is refused with
 InvalidRequest (400 / INVALID_ARGUMENT) naming the input, before the request
 queues, on every protocol and entry: the dataplane checks each request it is
 given (infer, streams, generate).
+
+The ``inputs`` of a ``model-settings.json`` are not enforced: MLServer reads them
+as metadata and codec hints (a custom codec may make the declared input out of
+another the request sends), never refusing a request by them, and a runtime
+written for MLServer must run here as it does there.
 
 The check is built once per model version (:func:`declared_inputs`) into plain
 tuples and a dictionary, so a request costs one lookup and a few integer
@@ -21,10 +26,12 @@ from collections.abc import Sequence
 
 from inferd.custom_calls import is_handler_call
 from inferd.errors import InvalidRequest
-from inferd.settings.model import MetadataTensorSettings
+from inferd.settings.model import MetadataTensorSettings, ModelSettings
 from inferd.types import InferenceRequest
 
 ANY_SIZE = -1
+# Where a Triton model folder's settings keep its config.pbtxt (triton/model_folder.py).
+TRITON_CONFIG = "triton_config"
 
 
 class DeclaredInputs:
@@ -86,3 +93,11 @@ def declared_inputs(
     """The check of a version that declares inputs; None when it declares none (its
     runtime takes whatever it is sent, as MLServer's do)."""
     return DeclaredInputs(model, declared) if declared else None
+
+
+def enforced_inputs(settings: ModelSettings) -> DeclaredInputs | None:
+    """The check of a Triton model folder's version (its config.pbtxt's inputs); None
+    for a model-settings.json's, whose inputs are metadata as in MLServer."""
+    if TRITON_CONFIG not in settings.extra:
+        return None
+    return declared_inputs(settings.name, settings.inputs)
