@@ -65,6 +65,7 @@ def test_more_or_no_responses_are_a_clear_400(
         response = rest.post("/v2/models/mock_llm/generate", json={"PROMPT": "a", "count": count})
     assert response.status_code == 400
     error = response.json()["error"]
+    assert error.startswith("generate expects model to produce exactly 1 response: ")  # Triton's
     assert fragment in error and "/v2/models/mock_llm/generate_stream" in error
 
 
