@@ -91,6 +91,14 @@ class Model(NamedBySettings):
         raise NotImplementedError(f"{type(self).__name__} does not implement predict_stream()")
 
     @property
+    def predicts(self) -> bool:
+        """Whether ``/infer`` and ``ModelInfer`` call ``predict`` (else the model only
+        streams: they refuse it, naming the streaming endpoints, and ``/generate``
+        answers its one streamed response). By default: whether the runtime implements
+        it; read once, after ``load``."""
+        return overrides(self, "predict")
+
+    @property
     def streams(self) -> bool:
         """Whether the streaming endpoints call ``predict_stream`` (else they answer with
         ``predict``'s one response). By default: whether the runtime implements it. A

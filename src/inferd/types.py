@@ -60,8 +60,13 @@ def refuse_repeated_outputs(names: list[str]) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise InvalidRequest(f"Output {name!r} appears more than once")
+            raise InvalidRequest(f"output '{name}' already requested (it appears more than once)")
         seen.add(name)
+
+
+def repeated_input(name: str) -> InvalidRequest:
+    """A request naming an input twice, in Triton's words (both codecs)."""
+    return InvalidRequest(f"input '{name}' already exists in request (it appears more than once)")
 
 
 @dataclass(slots=True)

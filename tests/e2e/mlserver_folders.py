@@ -6,7 +6,14 @@ import shutil
 from pathlib import Path
 
 FOLDERS = Path(__file__).parent / "mlserver_models"
-MODELS = ("numpy-model", "text-model", "pandas-model", "codec-model", "stream-model")
+MODELS = (
+    "numpy-model",
+    "text-model",
+    "pandas-model",
+    "codec-model",
+    "csv-codec",
+    "stream-model",
+)
 HANDLER_MODEL = "handler-model"
 # The README's example, served by the example command too.
 EXAMPLE = Path(__file__).parents[2] / "examples" / "models" / "mlserver-keywords"

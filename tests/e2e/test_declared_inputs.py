@@ -1,10 +1,12 @@
-"""Declared inputs are enforced before the model is called, on every protocol and entry.
+"""A Triton model's declared inputs are enforced before it is called, on every
+protocol and entry; a model-settings.json's are not (MLServer's metadata).
 
-A model whose model-settings declare ``inputs`` gets only requests that carry exactly
+A model whose config.pbtxt declares inputs gets only requests that carry exactly
 those, each of its datatype and of a shape that fits (``-1``: any size); anything
 else is a 400 / INVALID_ARGUMENT naming the input: tritonclient over HTTP and gRPC
 (sync and aio), raw HTTP on /infer, /infer_stream, /generate and /generate_stream,
-and gRPC ModelStreamInfer.
+and gRPC ModelStreamInfer. The same inputs declared in a model-settings.json are
+metadata and codec hints, as in MLServer: what the request sends reaches the runtime.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import tritonclient.http
 import tritonclient.http.aio
 from tritonclient.utils import InferenceServerException
 
-from tests.support.models import add_custom_model
+from tests.support.models import add_custom_model, add_triton_model
 from tests.support.serverproc import ServerProcess, start_server
 
 DECLARED = [
@@ -38,35 +40,65 @@ GOOD = {
     "INPUT2": np.array([b"x"], dtype=object),
 }
 # What is wrong -> the inputs sent and a fragment of the error.
+COUNT = "expected 3 inputs but got {} inputs for model 'declared'. Got input(s) "
 BAD: dict[str, tuple[dict[str, np.ndarray], str]] = {
-    "none": ({}, "Input 'INPUT0' is missing"),
+    "none": (
+        {},
+        COUNT.format(0) + "[], but missing required input(s) ['INPUT0','INPUT1','INPUT2']. "
+        "Please provide all required input(s).",
+    ),
     "missing": (
         {k: v for k, v in GOOD.items() if k != "INPUT1"},
-        "Input 'INPUT1' is missing",
+        COUNT.format(2) + "['INPUT0','INPUT2'], but missing required input(s) ['INPUT1']",
     ),
-    "unknown": (GOOD | {"INPUT9": np.zeros(1, np.float32)}, "'INPUT9' is not an input"),
-    "datatype": (GOOD | {"INPUT0": np.zeros(16, np.float64)}, "'INPUT0' is FP64, but"),
-    "shape": (GOOD | {"INPUT0": np.zeros((1, 4), np.float32)}, "'INPUT0' has shape [1, 4]"),
-    "fixed dim": (GOOD | {"INPUT1": np.ones((3, 3), np.int32)}, "'INPUT1' has shape [3, 3]"),
+    "unknown": (
+        GOOD | {"INPUT9": np.zeros(1, np.float32)},
+        COUNT.format(4) + "['INPUT0','INPUT1','INPUT2','INPUT9'], but missing required "
+        "input(s) []. Please provide all required input(s). Not inputs of the model: ['INPUT9']",
+    ),
+    "renamed": (
+        {"INPUT0": GOOD["INPUT0"], "INPUT1": GOOD["INPUT1"], "INPUT9": GOOD["INPUT2"]},
+        "unexpected inference input 'INPUT9' for model 'declared'",
+    ),
+    "datatype": (
+        GOOD | {"INPUT0": np.zeros(16, np.float64)},
+        "inference input 'INPUT0' data-type is 'FP64', but model 'declared' expects 'FP32'",
+    ),
+    "shape": (
+        GOOD | {"INPUT0": np.zeros((1, 4), np.float32)},
+        "unexpected shape for input 'INPUT0' for model 'declared'. Expected [16], got [1,4]",
+    ),
+    "fixed dim": (
+        GOOD | {"INPUT1": np.ones((3, 3), np.int32)},
+        "unexpected shape for input 'INPUT1' for model 'declared'. Expected [-1,2], got [3,3]",
+    ),
 }
 DATATYPE = {np.float32: "FP32", np.float64: "FP64", np.int32: "INT32", np.object_: "BYTES"}
+
+
+DECLARED_PBTXT = """
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ -1, 2 ] },
+  { name: "INPUT2" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+BATCHED_PBTXT = """
+max_batch_size: 4
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 3 ] } ]
+"""
+LLM_PBTXT = 'input [ { name: "PROMPT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
 
 
 @pytest.fixture(scope="module")
 def declaring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repository: Path = tmp_path_factory.mktemp("declared")
-    add_custom_model(repository, "declared", "Echo", inputs=DECLARED)
-    add_custom_model(
-        repository,
-        "batched",
-        "Echo",
-        max_batch_size=4,
-        max_batch_time=0.001,
-        inputs=[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}],
-    )
-    prompt = [{"name": "PROMPT", "datatype": "BYTES", "shape": [1]}]
-    add_custom_model(repository, "llm", "Tokens", inputs=prompt)
+    add_triton_model(repository, "declared", DECLARED_PBTXT)
+    add_triton_model(repository, "batched", BATCHED_PBTXT)
+    add_triton_model(repository, "llm", LLM_PBTXT)
     add_custom_model(repository, "free_llm", "Tokens")
+    add_custom_model(repository, "settings_declared", "Echo", inputs=DECLARED)
     with start_server(repository) as process:
         yield process
 
@@ -153,7 +185,19 @@ def test_grpc_stream_answers_the_error_in_the_stream(declaring: ServerProcess) -
         client.async_stream_infer("llm", _inputs(tritonclient.grpc, {}))
         result, error = answers.get(timeout=30)
         client.stop_stream()
-    assert result is None and "Input 'PROMPT' is missing" in error.message()
+    assert result is None and "missing required input(s) ['PROMPT']" in error.message()
+
+
+def test_model_settings_inputs_are_metadata_as_in_mlserver(declaring: ServerProcess) -> None:
+    """The same inputs in a model-settings.json refuse nothing: an input it does not
+    declare, another datatype or shape, one missing all reach the runtime."""
+    with httpx.Client(base_url=declaring.url, timeout=30) as rest:
+        for case in ("unknown", "renamed", "datatype", "shape", "missing"):
+            body = {"inputs": _json_inputs(BAD[case][0])}
+            response = rest.post("/v2/models/settings_declared/infer", json=body)
+            assert response.status_code == 200, (case, response.text)
+            names = [output["name"] for output in response.json()["outputs"]]
+            assert names == list(BAD[case][0]), case
 
 
 @pytest.mark.parametrize("route", ["infer", "infer_stream", "generate", "generate_stream"])
@@ -170,7 +214,8 @@ def test_batch_dimension_is_any_size_but_the_rest_is_declared(declaring: ServerP
         tensor = {"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [0.0] * 8}
         response = rest.post("/v2/models/batched/infer", json={"inputs": [tensor]})
     assert response.status_code == 400
-    assert "Input 'x' has shape [2, 4], which does not fit the shape [-1, 3]" in response.text
+    expected = "unexpected shape for input 'x' for model 'batched'. Expected [-1,3], got [2,4]"
+    assert expected in response.text
 
 
 @pytest.mark.parametrize(
@@ -186,5 +231,9 @@ def test_an_empty_generate_body_is_400(declaring: ServerProcess, model: str, rou
     with httpx.Client(base_url=declaring.url, timeout=30) as rest:
         response = rest.post(f"/v2/models/{model}/{route}", json={})
     assert response.status_code == 400, response.text
-    expected = "Input 'PROMPT' is missing" if model == "llm" else "gives no inputs"
+    expected = (
+        "expected 1 inputs but got 0 inputs for model 'llm'"
+        if model == "llm"
+        else "gives no inputs"
+    )
     assert expected in response.text

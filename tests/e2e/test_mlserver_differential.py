@@ -54,6 +54,14 @@ CSV = {
     "data": ["1,2", "3,4.5"],
     "parameters": {"content_type": "csv"},
 }
+# Sent as "line" to a model that declares "rows": its codec makes one from the other.
+LINES = {
+    "name": "line",
+    "datatype": "BYTES",
+    "shape": [1],
+    "data": ["1,2\n3,4.5"],
+    "parameters": {"content_type": "csv-lines"},
+}
 REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
     "numpy": ("numpy-model", {"inputs": [NUMPY]}),
     "numpy-ints": ("numpy-model", {"inputs": [{**NUMPY, "datatype": "INT32"}]}),
@@ -61,6 +69,7 @@ REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
     "pandas": ("pandas-model", {"inputs": FRAME}),
     "pandas-tagged": ("pandas-model", {"inputs": FRAME, "parameters": {"content_type": "pd"}}),
     "codec": ("codec-model", {"inputs": [CSV]}),
+    "codec-declared": ("csv-codec", {"inputs": [LINES]}),
     "handler": ("handler-model", {"inputs": [{**NUMPY, "name": "n"}]}),
     "example": ("mlserver-keywords", {"inputs": [{**TEXT, "data": ["a fast server", "no"]}]}),
 }

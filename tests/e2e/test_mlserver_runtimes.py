@@ -156,6 +156,27 @@ def test_registered_input_codec_decodes_its_content_type(
     assert grpc_client.infer("codec-model", [grpc_rows]).as_numpy("sums").tolist() == [[3.0]]
 
 
+def test_a_codec_makes_the_declared_input_from_the_one_sent(
+    rest: httpx.Client, grpc_client: triton_grpc.InferenceServerClient
+) -> None:
+    """The model declares ``rows`` (FP64); the request sends ``line`` (BYTES) that its
+    codec decodes into them. MLServer reads declared inputs as metadata and codec
+    hints, so the input reaches the runtime (it was refused: 'line' is not an input)."""
+    line = {
+        "name": "line",
+        "datatype": "BYTES",
+        "shape": [1],
+        "data": ["1,2\n3,4.5"],
+        "parameters": {"content_type": "csv-lines"},
+    }
+    (sums,) = infer(rest, "csv-codec", line)["outputs"]
+    assert sums["data"] == [3.0, 7.5] and sums["shape"] == [2, 1]
+    grpc_line = triton_grpc.InferInput("line", [1], "BYTES")
+    grpc_line.set_data_from_numpy(np.array([b"1,1,1"], dtype=object))
+    grpc_line._get_tensor().parameters["content_type"].string_param = "csv-lines"
+    assert grpc_client.infer("csv-codec", [grpc_line]).as_numpy("sums").tolist() == [[3.0]]
+
+
 def test_predict_stream_over_server_sent_events(rest: httpx.Client) -> None:
     text = {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["one two three"]}
     with rest.stream("POST", "/v2/models/stream-model/infer_stream", json={"inputs": [text]}) as r:

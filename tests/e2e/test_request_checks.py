@@ -76,6 +76,10 @@ def test_data_nested_as_its_shape_or_flat_is_served(
     assert response.json()["outputs"][0]["shape"] == [shape[0], 1]
 
 
+# Triton's words, then inferd's.
+TWICE = "output 'predict' already requested (it appears more than once)"
+
+
 def test_an_output_asked_for_twice_is_400_over_rest(
     triton_http: tritonclient.http.InferenceServerClient, rest: httpx.Client
 ) -> None:
@@ -85,7 +89,7 @@ def test_an_output_asked_for_twice_is_400_over_rest(
     with pytest.raises(InferenceServerException) as refused:
         triton_http.infer("iris", [features], outputs=outputs)
     assert refused.value.status() == "400"
-    assert refused.value.message() == "Output 'predict' appears more than once"
+    assert refused.value.message() == TWICE
     # Named once, it is answered once.
     answer = triton_http.infer("iris", [features], outputs=outputs[:1])
     assert answer.get_response()["outputs"][0]["name"] == "predict"
@@ -96,7 +100,7 @@ def test_an_output_asked_for_twice_is_400_over_rest(
     )
     assert (plain.status_code, plain.json()) == (
         400,
-        {"error": "Output 'predict' appears more than once"},
+        {"error": TWICE},
     )
 
 
@@ -109,6 +113,6 @@ def test_an_output_asked_for_twice_is_invalid_argument_over_grpc(
     with pytest.raises(InferenceServerException) as refused:
         triton_grpc.infer("iris", [features], outputs=outputs)
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert refused.value.message() == "Output 'predict' appears more than once"
+    assert refused.value.message() == TWICE
     answer = triton_grpc.infer("iris", [features], outputs=outputs[:1])
     assert [output.name for output in answer.get_response().outputs] == ["predict"]

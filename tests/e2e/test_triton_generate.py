@@ -65,6 +65,7 @@ def test_more_or_no_responses_are_a_clear_400(
         response = rest.post("/v2/models/mock_llm/generate", json={"PROMPT": "a", "count": count})
     assert response.status_code == 400
     error = response.json()["error"]
+    assert error.startswith("generate expects model to produce exactly 1 response: ")  # Triton's
     assert fragment in error and "/v2/models/mock_llm/generate_stream" in error
 
 
@@ -84,6 +85,7 @@ def test_a_model_failure_before_the_first_event_is_an_error_event(llm: ServerPro
 
 def test_a_request_refused_before_the_model_runs_is_an_ordinary_answer(llm: ServerProcess) -> None:
     with httpx.Client(base_url=llm.url, timeout=30) as rest:
-        response = rest.post("/v2/models/mock_llm/generate_stream", json={"count": 1})
+        body = {"PROMPT": "a", "count": 1, "parameters": 5}
+        response = rest.post("/v2/models/mock_llm/generate_stream", json=body)
     assert response.status_code == 400
-    assert "Input 'PROMPT' is missing" in response.json()["error"]
+    assert '"parameters" must be an object' in response.json()["error"]

@@ -7,6 +7,11 @@ The model (testmodels.Accumulator) keeps a running sum per sequence in the proce
 that started it and fails a request of a sequence that process never started, so a
 right total on every answer means each sequence stayed on one worker and ran in
 order, as it does over unary calls.
+
+A model without ``sequence_batching`` (Triton's examples' model as a Triton user
+first writes it) keeps each sequence on one worker too, in every layout: the
+sequence id picks the worker, for unary calls and streams alike. A Triton
+Python-backend folder gets Triton's sequence batcher from its config.pbtxt.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
 
-from tests.support.models import add_custom_model
+from tests.support.models import TEST_RUNTIMES, add_custom_model, add_triton_model
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
@@ -51,18 +56,62 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield process
 
 
+# Layouts of a server whose model has no sequence_batching: one protocol process with
+# forked workers, three protocol processes (the model in the model host), spawned workers.
+LAYOUTS = [
+    pytest.param({}, id="forked"),
+    pytest.param({"protocol_processes": 3}, id="3-protocol-processes"),
+    pytest.param({"fork_workers": False}, id="spawned"),
+]
+
+
+@pytest.fixture(scope="module", params=LAYOUTS)
+def unrouted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """The example's model without sequence_batching, on 2 workers."""
+    repository: Path = tmp_path_factory.mktemp("triton-sequence-stream-unrouted")
+    add_custom_model(repository, MODEL, "Accumulator", parameters={"extra": {"sleep": 0.005}})
+    with start_server(repository, settings={"parallel_workers": 2, **request.param}) as process:
+        yield process
+
+
+TRITON_SEQUENCE_PBTXT = """
+sequence_batching { max_sequence_idle_microseconds: 5000000 direct { } }
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def triton_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The examples' model as a Triton Python-backend folder, sequence_batching in its
+    config.pbtxt, two instances (worker processes)."""
+    repository: Path = tmp_path_factory.mktemp("triton-sequence-folder")
+    model_py = TEST_RUNTIMES.with_name("triton_accumulator.py")
+    add_triton_model(repository, MODEL, TRITON_SEQUENCE_PBTXT, model_py)
+    with start_server(repository, settings={"parallel_workers": 2}) as process:
+        yield process
+
+
 def _sequences() -> Sequences:
     """The example's three sequences: id -> the values it sends, in order."""
     negated = [-value for value in VALUES]
     return {1000: [0, *VALUES], 1001: [100, *negated], str(uuid.uuid4()): [20, *negated]}
 
 
-def _requests(module: Any, sequences: Sequences, order: Order) -> Iterator[dict[str, Any]]:
-    """The keyword arguments of each request, in ``order``."""
+def _requests(
+    module: Any, sequences: Sequences, order: Order, name: str = "x", datatype: str = "INT64"
+) -> Iterator[dict[str, Any]]:
+    """The keyword arguments of each request, in ``order``; its one input ``name``."""
     for sequence_id, step in order:
         values = sequences[sequence_id]
-        x = module.InferInput("x", [1], "INT64")
-        x.set_data_from_numpy(np.array([values[step]], dtype=np.int64))
+        x = module.InferInput(name, [1], datatype)
+        x.set_data_from_numpy(np.array([values[step]], dtype=f"{datatype.lower()}"))
         yield {
             "model_name": MODEL,
             "inputs": [x],
@@ -100,6 +149,20 @@ def _check_answers(answers: list[tuple[str, int, int]], sequences: Sequences, or
 
 def test_the_sync_clients_stream_keeps_each_sequence_on_its_worker(server: ServerProcess) -> None:
     """tritonclient.grpc: start_stream, then async_stream_infer for all 24 requests."""
+    _sync_stream(server)
+
+
+def test_without_sequence_batching_a_stream_keeps_each_sequence_on_one_worker(
+    unrouted: ServerProcess,
+) -> None:
+    """The examples unchanged against a model without sequence_batching: each
+    sequence's requests, sent over one stream without waiting, reach one worker (the
+    regression: they alternated between the two, while unary calls stayed on one)."""
+    _sync_stream(unrouted)
+    asyncio.run(asyncio.wait_for(_aio_stream(unrouted, _round_robin), timeout=60))
+
+
+def _sync_stream(server: ServerProcess) -> None:
     sequences = _sequences()
     order = _one_after_another(sequences)
     received: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -124,25 +187,25 @@ def test_the_asyncio_clients_stream_keeps_each_sequence_on_its_worker(
     server: ServerProcess, arrangement: Any
 ) -> None:
     """tritonclient.grpc.aio: stream_infer over an async iterator of the requests."""
+    asyncio.run(asyncio.wait_for(_aio_stream(server, arrangement), timeout=60))
+
+
+async def _aio_stream(server: ServerProcess, arrangement: Any) -> None:
     sequences = _sequences()
     order = arrangement(sequences)
+    async with triton_grpc_aio.InferenceServerClient(server.grpc_address) as client:
 
-    async def run() -> list[tuple[str, int, int]]:
-        async with triton_grpc_aio.InferenceServerClient(server.grpc_address) as client:
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            for request in _requests(triton_grpc_aio, sequences, order):
+                yield request
 
-            async def requests() -> AsyncIterator[dict[str, Any]]:
-                for request in _requests(triton_grpc_aio, sequences, order):
-                    yield request
-
-            answers = []
-            async for result, error in client.stream_infer(requests()):
-                assert error is None, str(error)
-                answers.append(_answer(result))
-                if len(answers) == len(order):
-                    break
-            return answers
-
-    _check_answers(asyncio.run(asyncio.wait_for(run(), timeout=60)), sequences, order)
+        answers = []
+        async for result, error in client.stream_infer(requests()):
+            assert error is None, str(error)
+            answers.append(_answer(result))
+            if len(answers) == len(order):
+                break
+    _check_answers(answers, sequences, order)
 
 
 def _answer(result: Any) -> tuple[str, int, int]:
@@ -201,3 +264,36 @@ def test_a_model_without_sequence_batching_that_gets_sequences_says_so_once(
     wait_for(lambda: warning in server.log(), "the warning")
     assert server.log().count(warning) == 1
     assert 'Give its model-settings.json "sequence_batching": {}' in server.log()
+
+
+def test_a_triton_folders_sequence_batching_keeps_each_sequence_on_its_instance(
+    triton_folder: ServerProcess,
+) -> None:
+    """config.pbtxt's sequence_batching is Triton's sequence batcher here too: the
+    example's three sequences over one stream, each on one instance, and the
+    configuration reports the block."""
+    sequences = _sequences()
+    order = _round_robin(sequences)
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = triton_grpc.InferenceServerClient(triton_folder.grpc_address)
+    try:
+        config = client.get_model_config(MODEL, as_json=True)["config"]
+        assert config["sequence_batching"]["max_sequence_idle_microseconds"] == "5000000"
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        for request in _requests(triton_grpc, sequences, order, "INPUT", "INT32"):
+            client.async_stream_infer(**request)
+        answers = []
+        for _ in order:
+            result, error = received.get(timeout=30)
+            assert error is None, str(error)
+            answers.append(
+                (
+                    result.get_response().id,
+                    int(result.as_numpy("OUTPUT")[0]),
+                    int(result.as_numpy("PID")[0]),
+                )
+            )
+    finally:
+        client.stop_stream()
+        client.close()
+    _check_answers(answers, sequences, order)

@@ -170,8 +170,8 @@ def test_binary_answers_per_output_and_by_default() -> None:
             {"outputs": [{"name": "o", "parameters": {"classification": True}}]},
             "'classification' must be an integer >= 1",
         ),
-        ({"outputs": [{"name": "o"}, {"name": "p"}, {"name": "o"}]}, "'o' appears more than once"),
-        ({"outputs": [{"name": "o"}, {"name": "o", "parameters": {}}]}, "'o' appears more than"),
+        ({"outputs": [{"name": "o"}, {"name": "p"}, {"name": "o"}]}, "'o' already requested (it"),
+        ({"outputs": [{"name": "o"}, {"name": "o", "parameters": {}}]}, "'o' already requested"),
     ],
 )
 def test_output_choices_are_checked_before_the_model_runs(

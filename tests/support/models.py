@@ -29,6 +29,7 @@ IRIS_FILE = "model.joblib"
 # The runtimes the end-to-end tests serve, copied into each model's folder.
 TEST_RUNTIMES = Path(__file__).resolve().parents[1] / "e2e" / "runtimes" / "testmodels.py"
 TAGGED_RUNTIME = TEST_RUNTIMES.with_name("tagged.py")
+TRITON_ECHO = TEST_RUNTIMES.with_name("triton_echo.py")
 
 # What a model folder holds besides its settings: a file to copy, or text/bytes to write.
 Content = Path | str | bytes
@@ -69,6 +70,18 @@ def add_custom_model(repository: Path, folder: str, runtime: str, **settings: An
     copied in: the server imports it from the model's folder)."""
     files = {TEST_RUNTIMES.name: TEST_RUNTIMES}
     return write_model_folder(repository, folder, f"testmodels.{runtime}", files=files, **settings)
+
+
+def add_triton_model(
+    repository: Path, name: str, config: str, model_py: Path = TRITON_ECHO
+) -> Path:
+    """A Triton Python-backend folder: ``name/config.pbtxt`` holding ``config`` (after
+    the name and backend, written here) and ``name/1/model.py`` copied from ``model_py``."""
+    folder = repository / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{config}')
+    shutil.copy(model_py, folder / "1" / "model.py")
+    return folder
 
 
 def add_tagged_model(repository: Path, folder: str = "tagged") -> Path:

@@ -84,6 +84,10 @@ def test_ensemble_steps_keep_their_maps() -> None:
         ('input { name: "A"', "'}' missing for the block opened on line 1"),
         ("model_transaction_policy { decoupled: maybe }", "must be true or false"),
         ('input { name: "A" } ]', "line 1: a field name expected, got ']'"),
+        (
+            'sequence_batching { control_input [ { name: "START" } ] }',
+            "field 'sequence_batching.control_input' is not supported",
+        ),
     ],
 )
 def test_what_is_not_understood_is_an_error_naming_it(text: str, message: str) -> None:
@@ -122,6 +126,14 @@ def test_a_python_model_becomes_settings_of_its_latest_version(tmp_path: Path) -
         ("B", "BYTES", [-1, -1, 2]),
     ]
     assert model_config(settings, 2, 0)["parameters"]["k1"] == {"string_value": "v1"}
+
+
+def test_sequence_batching_is_tritons_sequence_batcher(tmp_path: Path) -> None:
+    config = 'backend: "python" sequence_batching { max_sequence_idle_microseconds: 7 direct {} }'
+    (settings,) = read_model(write_model(tmp_path, "m", config))
+    assert settings.sequence_batching is not None
+    assert settings.sequence_batching.max_sequence_idle_microseconds == 7
+    assert settings.sequence_batching.direct == {}
 
 
 def test_without_dynamic_batching_triton_does_not_batch(tmp_path: Path) -> None:

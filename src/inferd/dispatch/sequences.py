@@ -46,14 +46,15 @@ REMEMBERED = 4096
 
 def warn_unrouted(label: str) -> bool:
     """Log that ``label``, which has no sequence batching, got a request naming a
-    sequence: nothing keeps that sequence on one worker, so a stateful runtime sees
-    requests of sequences it never started (calls sent one at a time may all land on
-    one idle worker by luck; a stream's requests in flight spread). True: logged."""
+    sequence: the pool keeps each sequence on the worker its id picks, but nothing
+    else of sequence batching applies (one request of a sequence at a time, in order;
+    idle expiry; the runtime's ``sequence_end``). True: logged."""
     logger.warning(
-        "%s got a request with a sequence_id but has no sequence_batching: requests of "
-        "one sequence may run in different worker processes and out of order. Give its "
-        'model-settings.json "sequence_batching": {} to keep each sequence on one '
-        "worker, in order (Triton's sequence batcher)",
+        "%s got a request with a sequence_id but has no sequence_batching: each "
+        "sequence's requests go to one worker process, but with threads_per_worker > 1 "
+        "they may run at the same time, and its runtime's sequence_end is never called. "
+        'Give its model-settings.json "sequence_batching": {} to run each sequence\'s '
+        "requests one at a time, in order (Triton's sequence batcher)",
         label[0].upper() + label[1:],
     )
     return True

@@ -383,8 +383,10 @@ def _failed_load(name: str, error: InferdError) -> InferdError:
 
 
 def _only_streams(name: str) -> str:
+    """Triton's words for a decoupled model called for one answer, then where to call it."""
     return (
-        f"Model {name!r} answers only by streaming: use POST /v2/models/{name}/infer_stream "
+        "The infer endpoint doesn't support models with decoupled transaction policy: "
+        f"model {name!r} answers only by streaming; use POST /v2/models/{name}/infer_stream "
         "or /generate_stream (REST), or ModelStreamInfer (gRPC)"
     )
 

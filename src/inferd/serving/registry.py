@@ -33,7 +33,7 @@ from inferd.errors import (
 )
 from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.backends import Backend, BackendChoice, VersionCalls
-from inferd.serving.declared_inputs import DeclaredInputs, declared_inputs
+from inferd.serving.declared_inputs import DeclaredInputs, enforced_inputs
 from inferd.serving.local_backend import LocalBackend
 from inferd.serving.response_cache import ResponseCache, VersionCache
 from inferd.settings import ModelSettings
@@ -265,7 +265,7 @@ class Registry:
         new.calls, new.scheduler = opened.calls, opened.scheduler
         new.stats, new.cache = opened.stats, opened.cache
         new.reason = opened.instance.reason  # where it runs, a failed reload's (kept serving)
-        new.declared = declared_inputs(settings.name, settings.inputs)
+        new.declared = enforced_inputs(settings)
         new.load_seconds = time.perf_counter() - started
         new.stats.loaded(new.load_seconds)  # model_load_seconds
         return new, old

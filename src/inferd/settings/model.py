@@ -117,7 +117,8 @@ class ModelSettings(EnvFirstSettings):
     """Versions of the libraries the model was trained with, reported in metadata."""
 
     inputs: list[MetadataTensorSettings] = []
-    """Declared inputs, reported in metadata."""
+    """Declared inputs, reported in metadata and read by codecs (as MLServer does: a request
+    is not refused by them; a Triton config.pbtxt's inputs are enforced)."""
 
     outputs: list[MetadataTensorSettings] = []
     """Declared outputs, reported in metadata."""

@@ -68,6 +68,26 @@ DYNAMIC_BATCHING: Schema = {
     "default_priority_level": Field("int"),
     "default_queue_policy": Field(QUEUE_POLICY),
 }
+# Triton's sequence batcher: the idle timeout is inferd's; the strategies' blocks are
+# accepted and not used (each request of a sequence runs alone, on its holder); control
+# inputs and implicit state are not served, so they are load errors.
+SEQUENCE_BATCHING: Schema = {
+    "max_sequence_idle_microseconds": Field("int"),
+    "direct": Field(
+        {
+            "max_queue_delay_microseconds": Field("int"),
+            "minimum_slot_utilization": Field("float"),
+        }
+    ),
+    "oldest": Field(
+        {
+            "max_candidate_sequences": Field("int"),
+            "preferred_batch_size": Field("int", repeated=True),
+            "max_queue_delay_microseconds": Field("int"),
+            "preserve_ordering": Field("bool"),
+        }
+    ),
+}
 STEP: Schema = {
     "model_name": Field("str"),
     "model_version": Field("int"),
@@ -92,6 +112,7 @@ MODEL_CONFIG: Schema = {
     "output": Field(OUTPUT, repeated=True),
     "instance_group": Field(INSTANCE_GROUP, repeated=True),
     "dynamic_batching": Field(DYNAMIC_BATCHING),
+    "sequence_batching": Field(SEQUENCE_BATCHING),
     "parameters": Field("map", value=Field({"string_value": Field("str")})),
     "model_transaction_policy": Field({"decoupled": Field("bool")}),
     "ensemble_scheduling": Field({"step": Field(STEP, repeated=True)}),

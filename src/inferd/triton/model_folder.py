@@ -202,6 +202,8 @@ def _settings(
     }
     if batching is not None:
         data.update(_batching(batching))
+    if "sequence_batching" in config:  # each sequence on one holder, in order
+        data["sequence_batching"] = config["sequence_batching"]
     instances = sum(group.get("count", 1) for group in config.get("instance_group", []))
     if instances > 1:
         # More than Triton's default of one: that many worker processes hold it. One

@@ -140,7 +140,7 @@ class LoadedModel:
         streams = model.streams
         return LoadedInstance(
             model.metadata(),
-            predicts=overrides(model, "predict"),
+            predicts=model.predicts,
             streams=streams,
             interleaved_streams=streams and self.interleaved_streams,
             wants_headers=bool(getattr(model, "wants_headers", False)),

@@ -195,7 +195,7 @@ class ProcessPool:
         instance = self._serving(call.instance_id)
         if call.holder is not None:
             return self._predict_on(instance, call)
-        worker = pick(call.instance_id, instance)
+        worker = pick(call.instance_id, instance, call.request)
         if worker is None:
             raise self._unavailable_error(instance)
         settings = instance.settings
@@ -226,9 +226,9 @@ class ProcessPool:
         if call.holder is not None:
             worker: WorkerProcess | None = self._holding(instance_id, call.holder)
         elif interleaved:
-            worker = pick_for_stream(instance_id, instance)
+            worker = pick_for_stream(instance_id, instance, call.request)
         else:
-            worker = pick(instance_id, instance)
+            worker = pick(instance_id, instance, call.request)
         if worker is None:
             raise self._unavailable_error(instance)
         return worker.stream(call, holds_slot=not interleaved)

@@ -5,15 +5,23 @@ new instance is loaded into (the live ones holding the fewest models), the
 worker a call goes to (the least loaded holder with a free slot) or an
 interleaved stream (the holder with the fewest open streams), and the rules for
 workers that die (:class:`RestartPolicy`).
+
+A request naming a sequence (Triton's ``sequence_id``) of a model without
+sequence batching goes to the holder its id picks, whether it came alone or over
+a stream: a stateful runtime then finds each sequence where it started, as it
+would in Triton's one instance, whatever the number of workers. (A model with
+sequence batching names its sequence's holder in the call itself.)
 """
 
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from inferd.settings import ModelSettings
+from inferd.types import InferenceRequest
 from inferd.workers.process import WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -89,8 +97,16 @@ def choose_holders(
     return sorted(alive, key=lambda worker: (models_held(worker), worker.index))[:wanted]
 
 
-def pick(instance_id: int, instance: Instance) -> WorkerProcess | None:
-    """The least loaded live worker holding the instance, with a free slot if any has."""
+def pick(
+    instance_id: int, instance: Instance, request: InferenceRequest | None = None
+) -> WorkerProcess | None:
+    """The worker the request's sequence goes to, if it names one and that worker
+    serves; else the least loaded live worker holding the instance, with a free slot
+    if any has."""
+    if request is not None and request.parameters:
+        worker = _sequence_holder(instance_id, instance, request)
+        if worker is not None:
+            return worker
     best: WorkerProcess | None = None
     best_free = False
     for worker in instance.holders:
@@ -106,7 +122,32 @@ def pick(instance_id: int, instance: Instance) -> WorkerProcess | None:
     return best
 
 
-def pick_for_stream(instance_id: int, instance: Instance) -> WorkerProcess | None:
-    """The live worker holding the instance with the fewest open interleaved streams."""
+def pick_for_stream(
+    instance_id: int, instance: Instance, request: InferenceRequest
+) -> WorkerProcess | None:
+    """The worker the request's sequence goes to, if it names one and that worker
+    serves; else the live worker holding the instance with the fewest open
+    interleaved streams."""
+    if request.parameters:
+        worker = _sequence_holder(instance_id, instance, request)
+        if worker is not None:
+            return worker
     serving = [worker for worker in instance.holders if worker.serves(instance_id)]
     return min(serving, key=lambda worker: worker.open_streams, default=None)
+
+
+def _sequence_holder(
+    instance_id: int, instance: Instance, request: InferenceRequest
+) -> WorkerProcess | None:
+    """The holder the request's ``sequence_id`` picks among all the instance's holders
+    (live or not, so a death moves only the sequences of the worker that died); None
+    if it names no sequence or that holder does not serve now (its state is gone:
+    anywhere will do). Whole numbers go round the holders (ids 1000 and 1001 differ),
+    strings by their CRC-32. The call may wait there for a slot, as a sequence's does."""
+    sequence_id = request.parameters.get("sequence_id")
+    if not sequence_id or not instance.holders:
+        return None
+    is_number = isinstance(sequence_id, int)
+    spread = sequence_id if is_number else zlib.crc32(str(sequence_id).encode())
+    worker = instance.holders[spread % len(instance.holders)]
+    return worker if worker.serves(instance_id) else None

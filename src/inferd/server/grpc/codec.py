@@ -42,6 +42,7 @@ from inferd.types import (
     ServerMetadata,
     Tensor,
     refuse_repeated_outputs,
+    repeated_input,
 )
 
 # Request parameter that picks the output encoding: true (default) = raw bytes.
@@ -93,7 +94,7 @@ def decode_infer_request(
     for tensor in message.inputs:
         name = tensor.name
         if name in seen:
-            raise InvalidRequest(f"Input {name!r} appears more than once")
+            raise repeated_input(name)
         seen.add(name)
         parameters = decode_parameters(tensor.parameters) if tensor.parameters else {}
         if REGION in parameters:

@@ -38,6 +38,7 @@ from inferd.types import (
     RequestedOutput,
     Tensor,
     refuse_repeated_outputs,
+    repeated_input,
 )
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -186,7 +187,7 @@ def _decode_inputs(
     seen: set[str] = set()
     for item in inputs:
         if item.name in seen:
-            raise InvalidRequest(f"Input {item.name!r} appears more than once")
+            raise repeated_input(item.name)
         seen.add(item.name)
         parameters = item.parameters or {}
         if parameters:

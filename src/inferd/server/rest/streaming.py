@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
+# Triton's words for a /generate whose model sent more or fewer than one response.
+_EXACTLY_ONE = "generate expects model to produce exactly 1 response"
 
 
 class StreamedV2Bodies:
@@ -176,13 +178,13 @@ class GenerateEndpoint(BodyEndpoint):
                 answers += ready
                 if len(answers) > 1:
                     raise InvalidRequest(
-                        f"Model {name!r} sent more than one response, and /generate answers "
-                        f"with exactly one: use POST /v2/models/{name}/generate_stream"
+                        f"{_EXACTLY_ONE}: model {name!r} sent more than one response; use "
+                        f"POST /v2/models/{name}/generate_stream"
                     )
         if not answers:
             raise InvalidRequest(
-                f"Model {name!r} sent no response, and /generate answers with exactly one: "
-                f"use POST /v2/models/{name}/generate_stream to stream what it sends"
+                f"{_EXACTLY_ONE}: model {name!r} sent no response; use "
+                f"POST /v2/models/{name}/generate_stream to stream what it sends"
             )
         return answers[0]
 

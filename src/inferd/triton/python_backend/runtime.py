@@ -67,6 +67,10 @@ class PythonBackendModel(Model):
             self._threads.shutdown(wait=False)
 
     @property
+    def predicts(self) -> bool:
+        return not self.decoupled  # a decoupled model answers through its streams only
+
+    @property
     def streams(self) -> bool:
         return self.decoupled
 
