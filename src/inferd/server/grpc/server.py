@@ -41,7 +41,7 @@ class GrpcServer:
         guards (as the settings say, access.py). ``reuse_port``: share the port with
         the other protocol processes (SO_REUSEPORT; server/protocol_role.py)."""
         self.settings = settings
-        self.address = _address(settings.host, settings.grpc_port)
+        self.address = grpc_address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
         dataplane = edge.dataplane
         self._shutdown = ShutdownSignal()
@@ -85,7 +85,7 @@ class GrpcServer:
         await self._server.stop(grace)
 
 
-def _address(host: str, port: int) -> str:
+def grpc_address(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"  # an IPv6 literal
     return f"{host}:{port}"
