@@ -11,7 +11,11 @@ lone server does while it loads (those loaded at start ``LOADING``, the others
 ``UNAVAILABLE``); anything else 503 saying the server is loading. On the gRPC
 port (:class:`LoadingGrpc`, shared the same way) the health service answers as a
 lone server's does while it loads: ``liveness`` SERVING, readiness (``""``, the
-inference service) NOT_SERVING; any other method is UNIMPLEMENTED.
+inference service) NOT_SERVING; any other method is UNIMPLEMENTED. That server
+runs in a process of its own, forked from the supervisor before its event loop as
+the protocol fork parent is (:func:`fork_grpc_health`): once gRPC's threads run in
+a process, each later fork of it (the supervisor spawns the model host and
+restarted processes) makes gRPC log that it skipped its fork handlers.
 Both stop when every protocol process has loaded its start-up models (the
 coordinator's barrier, before any says ready; each opened the ports before it
 loaded, and one whose model failed reaches the barrier too).
@@ -19,9 +23,13 @@ loaded, and one whose model failed reaches the barrier too).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import re
+import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +53,10 @@ from inferd.server.transport import (
 from inferd.serving.repository import ModelRepository, RepositoryScan
 from inferd.serving.repository_index import NOT_LOADED
 from inferd.settings import ServerSettings
+from inferd.supervisor.protocol_forks import EarlyParent
 from inferd.types import ModelState, RepositoryEntry
+from inferd.workers.fork_safety import fork_hazards
+from inferd.workers.worker import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -171,3 +182,77 @@ class LoadingGrpc:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(0)
+
+
+# How long the gRPC health process may take to exit once told to.
+HEALTH_EXIT_SECONDS = 2.0
+_GO = b"g"
+
+
+class GrpcHealthProcess:
+    """The supervisor's handle on the process serving :class:`LoadingGrpc`."""
+
+    def __init__(self, process: EarlyParent) -> None:
+        self._process = process
+
+    def start(self) -> None:
+        """Listen now (the public ports were checked free)."""
+        self._process.sock.send(_GO)
+
+    async def stop(self) -> None:
+        """It stops listening and exits (killed if it takes too long)."""
+        self._process.sock.close()
+        try:
+            await asyncio.wait_for(self._process.wait(), HEALTH_EXIT_SECONDS)
+        except TimeoutError:
+            self._process.kill()
+            await self._process.wait()
+
+
+def fork_grpc_health(settings: ServerSettings) -> GrpcHealthProcess | None:
+    """Fork the process that answers gRPC health while the models load (from the
+    supervisor, before any event loop or thread); None when forking is not safe."""
+    if fork_hazards():
+        return None
+    mine, theirs = socket.socketpair()
+    supervisor = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as error:
+        logger.debug("No gRPC health while the models load: %s", error)
+        mine.close()
+        theirs.close()
+        return None
+    if pid == 0:  # never returns into the supervisor's code
+        code = 1
+        try:
+            mine.close()
+            die_with_parent(supervisor)
+            _serve_health(settings, theirs)
+            code = 0
+        except BaseException:
+            logger.exception("The gRPC health process failed")
+        finally:
+            logging.shutdown()
+            os._exit(code)
+    theirs.close()
+    return GrpcHealthProcess(EarlyParent(pid, mine))
+
+
+def _serve_health(settings: ServerSettings, sock: socket.socket) -> None:
+    """Wait for the word, serve until the supervisor closes its end."""
+    # A Ctrl-C reaches the whole group, a service manager's SIGTERM every process:
+    # the supervisor stops it.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    if sock.recv(1) != _GO:
+        return
+
+    async def serve() -> None:
+        server = LoadingGrpc(settings)
+        await server.start()
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_recv(sock, 1)  # b"": the supervisor closed it
+        await server.stop()
+
+    asyncio.run(serve())

@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.errors import ConfigurationError
+from inferd.observability.logs import SERVER_EVENT
 from inferd.protocol import pb
 from inferd.server.grpc.access import access_interceptors
 from inferd.server.grpc.edge import GrpcEdge
@@ -77,7 +78,7 @@ class GrpcServer:
                 "available here; set grpc_port (or host) to a free one"
             )
         await self._server.start()
-        logger.info("gRPC server listening on %s", self.address)
+        logger.info("gRPC server listening on %s", self.address, extra=SERVER_EVENT)
 
     async def stop(self, grace: float) -> None:
         """Refuse new calls; let those in flight finish within ``grace`` seconds."""
