@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from inferd.errors import ConfigurationError
-from inferd.observability.logs import configure_logging
+from inferd.observability.logs import configure_logging, speak_for_server
 from inferd.server.app import InferenceServer
 from inferd.server.shutdown import exit_stopped
 from inferd.serving.repository import ModelRepository
@@ -135,6 +135,7 @@ def start(
             status = 0
         else:
             command_line.export()  # the processes the supervisor starts read it
+            speak_for_server(True)  # its services' uvicorn lines are detail too
             supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
             # Not 0 when a protocol process did not drain by its deadline.
             status = run_supervisor(supervisor)

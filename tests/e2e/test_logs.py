@@ -15,6 +15,7 @@ import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess
 
 X = {"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
@@ -117,3 +118,39 @@ def test_model_load_and_unload_are_logged_at_info(
     assert re.search(tag + "Loaded model 'echo' in ", server.log())
     assert re.search(tag + "Unloaded model 'echo'", server.log())
     assert not text_lines(server, f"[{REQUEST_LOGGER}]")
+
+
+def info_count(log: str, needle: str) -> int:
+    return sum(" INFO " in line and needle in line for line in log.splitlines())
+
+
+def test_a_server_of_three_processes_logs_each_server_event_once(
+    repository: Path, start: Callable[..., ServerProcess]
+) -> None:
+    """Its events at INFO once (process 0 tells them); each process's own at DEBUG."""
+    add_custom_model(repository, "hosted", "Echo", max_queue_size=4)  # runs in the model host
+    server = start(repository, settings={"protocol_processes": 3, "debug": True})
+    assert httpx.post(f"{server.url}/v2/repository/models/echo/unload").status_code == 200
+    assert httpx.post(f"{server.url}/v2/repository/models/echo/load").status_code == 200
+    serving = "inferd is serving with 3 protocol processes"
+    wait_for(lambda: serving in server.log(), server.log)  # once every process answered ready
+    log = server.log()
+    for event in (
+        f"REST server listening on 127.0.0.1:{server.http_port}",
+        f"gRPC server listening on 127.0.0.1:{server.grpc_port}",
+        "Loading model 'hosted' (in the model host)",
+        "Loaded model 'hosted'",
+        "Loaded model 'fails'",
+        "inferd is ready",
+        serving,
+        "Unloading model 'echo'",
+        "Unloaded model 'echo'",
+    ):
+        assert info_count(log, event) == 1, (event, log)
+    assert info_count(log, "Loading model 'echo'") == 2, log  # at start, and loaded again
+    assert info_count(log, "Started server process") == 0, log  # uvicorn's, per process
+    assert info_count(log, "Private REST server listening") == 0, log
+    # Each process's own lines are there at DEBUG, named.
+    for index in (1, 2):
+        assert f"DEBUG [protocol process {index}] [inferd.server.parts] inferd is ready" in log
+    assert "DEBUG [model host 3] [inferd.serving.registry] Loaded model 'hosted'" in log

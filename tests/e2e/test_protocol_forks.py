@@ -21,10 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import joblib
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sklearn.ensemble import RandomForestClassifier
 
 from tests.support.models import SKLEARN, add_custom_model, write_model_folder
@@ -212,6 +214,12 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_process(tmp_path: 
         assert parent is not None and len(children(parent)) == 2  # still forked
 
 
+def _grpc_health(server: ServerProcess, service: str) -> int:
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        return int(check(health_pb2.HealthCheckRequest(service=service), timeout=5).status)
+
+
 def test_the_server_is_live_while_the_parent_loads(tmp_path: Path) -> None:
     inputs = {"x": {"data_type": "TYPE_FP64", "dims": [1, HEAVY_WIDTH], "zero_data": True}}
     add_custom_model(
@@ -239,7 +247,15 @@ def test_the_server_is_live_while_the_parent_loads(tmp_path: Path) -> None:
         index = httpx.post(f"{server.url}/v2/repository/index", json={}, timeout=2)
         assert index.status_code == 200, index.text
         assert [(e["name"], e["state"]) for e in index.json()] == [("heavy", "LOADING")]
+        # gRPC health as a lone server's while it loads: live, not ready (not refused).
+        assert _grpc_health(server, "liveness") == health_pb2.HealthCheckResponse.SERVING
+        assert _grpc_health(server, "") == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert "Protocol fork parent (pid" not in server.log()  # still loading meanwhile
         server.wait_until("/v2/health/ready")
+        assert _grpc_health(server, "") == health_pb2.HealthCheckResponse.SERVING
+        # The process that answered gRPC health meanwhile has exited.
+        supervisor = server.process.pid
+        assert children(supervisor) == {protocol_parent(supervisor)}
         # Ready: the supervisor stopped answering, every connection reaches a process.
         assert all(_infer_pid(server) is not None for _ in range(8))
 

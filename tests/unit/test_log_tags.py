@@ -1,4 +1,5 @@
-"""A protocol process's lines say which process wrote them (observability/logs.py)."""
+"""A protocol process's lines say which process wrote them, and the server's events are
+written once: by the process that speaks for the server (observability/logs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from inferd.observability.logs import FORMAT, JSONFormatter, tag_process
+from inferd.observability.logs import (
+    FORMAT,
+    SERVER_EVENT,
+    JSONFormatter,
+    speak_for_server,
+    tag_process,
+)
 
 
 @pytest.fixture
@@ -43,3 +50,37 @@ def test_json_lines_carry_it_as_a_field(
     logging.getLogger("inferd.test").info("inferd is ready")
     entry = json.loads(root_handler.stream.getvalue())
     assert (entry["protocol_process"], entry["message"]) == (1, "inferd is ready")
+
+
+def _lines(handler: logging.StreamHandler[io.StringIO]) -> list[str]:
+    return handler.stream.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("speaks", [True, False])
+def test_only_the_process_that_speaks_writes_the_servers_events_at_info(
+    root_handler: logging.StreamHandler[io.StringIO], speaks: bool
+) -> None:
+    root_handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    speak_for_server(speaks)
+    logging.getLogger("inferd.test").info("Loaded model 'x'", extra=SERVER_EVENT)
+    logging.getLogger("inferd.test").info("its own line")
+    logging.getLogger("uvicorn.error").info("Started server process [1]")
+    logging.getLogger("inferd.test").warning("Loading model 'y' failed", extra=SERVER_EVENT)
+    told = ["INFO Loaded model 'x'"] if speaks else []
+    assert _lines(root_handler) == [*told, "INFO its own line", "WARNING Loading model 'y' failed"]
+
+
+def test_at_debug_every_process_writes_them_as_detail(
+    root_handler: logging.StreamHandler[io.StringIO],
+) -> None:
+    root_handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    second = logging.StreamHandler(io.StringIO())
+    second.setFormatter(root_handler.formatter)
+    logging.getLogger().addHandler(second)
+    logging.getLogger().setLevel(logging.DEBUG)
+    speak_for_server(False)
+    logging.getLogger("inferd.test").info("Loaded model 'x'", extra=SERVER_EVENT)
+    logging.getLogger("uvicorn.error").info("Started server process [1]")
+    expected = ["DEBUG Loaded model 'x'", "DEBUG Started server process [1]"]
+    assert _lines(root_handler) == expected
+    assert _lines(second) == expected  # each handler writes it once, as detail

@@ -13,11 +13,18 @@ from inferd.settings import ServerSettings
 
 FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 ACCESS_LOGGER = "uvicorn.access"
+# uvicorn's own lines of each of a process's servers (started, shutting down, finished).
+UVICORN_LOGGER = "uvicorn.error"
+# The ``extra`` of a line that tells one of the server's events (a model loading, loaded,
+# unloading, unloaded; a public port listening; ready; stopping). A server of several
+# processes tells each once: the process that speaks for it (``speak_for_server``) at
+# the line's level, the others at DEBUG, as detail of each process.
+SERVER_EVENT = {"server_event": True}
 # What every LogRecord carries; anything else was passed as ``extra`` and becomes a
 # field of its own in JSON logs (e.g. model_name and duration_ms in request logs).
 _RECORD_ATTRIBUTES = frozenset(
     (*vars(logging.LogRecord("", 0, "", 0, "", (), None)), "message", "asctime", "taskName")
-)
+) | {"_shown"}  # _ServerEventsAsDetail's note on the record
 # uvicorn's access log arguments, as fields of JSON logs.
 _ACCESS_FIELDS = ("client", "method", "path", "http_version", "status_code")
 
@@ -107,6 +114,38 @@ def tag_process(name: str, value: int) -> None:
         formatter = handler.formatter
         if formatter is not None and getattr(formatter, "_fmt", None) == FORMAT:
             handler.setFormatter(logging.Formatter(tagged_format))
+
+
+class _ServerEventsAsDetail(logging.Filter):
+    """In one process of a server of several: lowers to DEBUG the INFO lines that are
+    its own detail (uvicorn's, of each of its servers) and, unless it speaks for the
+    server, the server's events, which one process tells."""
+
+    def __init__(self, speaks: bool) -> None:
+        super().__init__()
+        self.speaks = speaks
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shown = getattr(record, "_shown", None)  # decided by another handler already
+        if shown is not None:
+            return bool(shown)
+        detail = record.levelno == logging.INFO and (
+            record.name == UVICORN_LOGGER
+            or (not self.speaks and getattr(record, "server_event", False))
+        )
+        shown = True
+        if detail:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            shown = logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        record._shown = shown
+        return shown
+
+
+def speak_for_server(speaks: bool) -> None:
+    """This process is one of a server's several: whether it tells the server's events
+    (one does; :data:`SERVER_EVENT`). Every process's own detail goes to DEBUG."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_ServerEventsAsDetail(speaks))
 
 
 def _logging_dict(value: str | dict[str, Any]) -> dict[str, Any]:

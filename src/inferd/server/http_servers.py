@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from inferd.observability.logs import SERVER_EVENT
 from inferd.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,11 @@ async def wait_started(
             await task  # re-raises why it stopped
             raise RuntimeError(f"The {what} on {where} stopped")
         await asyncio.sleep(0.01)
-    logger.info("%s listening on %s", what, where)
+    # A private socket (a protocol process's) is its own detail; a public port the server's.
+    if config.uds:
+        logger.debug("%s listening on %s", what, where)
+    else:
+        logger.info("%s listening on %s", what, where, extra=SERVER_EVENT)
 
 
 async def stop_servers(servers: Sequence[Running]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 
+from inferd.observability.logs import SERVER_EVENT
 from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.on_demand_metrics import OnDemandCollector
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
@@ -189,7 +190,7 @@ class ServerParts:
                 ", ".join(sorted(set(failed))),
             )
         else:
-            logger.info("inferd is ready")
+            logger.info("inferd is ready", extra=SERVER_EVENT)
 
     def stop(self) -> None:
         self._stop.set()

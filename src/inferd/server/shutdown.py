@@ -39,6 +39,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
+from inferd.observability.logs import SERVER_EVENT
 from inferd.serving.drain import Drain
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class Shutdown:
             why,
             self._in_flight(),
             self._grace,
+            extra=SERVER_EVENT,
         )
         delay = max(0.0, begun + cut_after(self._grace) - time.monotonic())
         loop = asyncio.get_running_loop()
@@ -189,9 +191,8 @@ class Shutdown:
         if self._cut_timer is not None:
             self._cut_timer.cancel()
         if self._begun is not None:
-            logger.info(
-                "inferd stopped %.2fs after shutting down began", time.monotonic() - self._begun
-            )
+            took = time.monotonic() - self._begun
+            logger.info("inferd stopped %.2fs after shutting down began", took, extra=SERVER_EVENT)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Runs in the main thread between two bytecodes, wherever the event loop was

@@ -31,6 +31,7 @@ from inferd.errors import (
     ModelNotFound,
     ModelNotReady,
 )
+from inferd.observability.logs import SERVER_EVENT
 from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.backends import Backend, BackendChoice, VersionCalls
 from inferd.serving.declared_inputs import DeclaredInputs, enforced_inputs
@@ -231,7 +232,8 @@ class Registry:
         for new, _ in loaded:
             new.state = ModelState.READY
             model.versions[new.settings.version] = new
-            logger.info("Loaded %s in %.2fs", new.settings.label, new.load_seconds)
+            seconds = new.load_seconds
+            logger.info("Loaded %s in %.2fs", new.settings.label, seconds, extra=SERVER_EVENT)
         for _, old in loaded:
             if old is not None and old.calls is not None:
                 await self._retire(old)
@@ -253,7 +255,7 @@ class Registry:
         instance_id = next(self._instance_ids)
         backend = self._backend_of(settings)
         where = f" ({backend.where})" if backend.where else ""
-        logger.info("Loading %s%s", new.settings.label, where)
+        logger.info("Loading %s%s", new.settings.label, where, extra=SERVER_EVENT)
         started = time.perf_counter()
         try:
             opened = await backend.load(instance_id, settings)
@@ -327,10 +329,10 @@ class Registry:
     async def _unload_version(self, model: _Model, version: str | None) -> None:
         found = model.versions[version]
         found.state = ModelState.UNLOADING
-        logger.info("Unloading %s", found.settings.label)
+        logger.info("Unloading %s", found.settings.label, extra=SERVER_EVENT)
         await self._retire(found)
         del model.versions[version]
-        logger.info("Unloaded %s", found.settings.label)
+        logger.info("Unloaded %s", found.settings.label, extra=SERVER_EVENT)
 
     async def _retire(self, version: ModelVersion) -> None:
         cache, version.cache = version.cache, None

@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
-from inferd.observability.logs import configure_logging, tag_process
+from inferd.observability.logs import configure_logging, speak_for_server, tag_process
 from inferd.server.protocol_role import ProtocolProcess
 from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer, RoleServer
 from inferd.server.shutdown import exit_stopped
@@ -154,6 +154,9 @@ def serve_role(repository: Path) -> None:
             tag_process("model host", role.index)
         else:
             tag_process("protocol process", role.index)
+        # The server's events are told once, by protocol process 0 (a hosted model's
+        # too: it binds every one); the others' lines of them are detail (DEBUG).
+        speak_for_server(role.index == 0 and not role.is_host)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         server: RoleServer = (

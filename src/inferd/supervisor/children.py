@@ -134,12 +134,12 @@ class Child:
         while not self._stopping.is_set():
             started = time.monotonic()
             process = self.process = await self._start(restarted)
+            announced = asyncio.create_task(self._announce_ready(process, restarted))
             restarted = True
             if self._stopping.is_set():  # stopped while it was starting
                 self.signal(signal.SIGTERM)
-            waiting = asyncio.create_task(self._announce_ready(process))
             returncode = await process.wait()
-            waiting.cancel()
+            announced.cancel()
             self.ready.clear()
             if self._stopping.is_set():
                 self.stopped_with = returncode
@@ -194,10 +194,11 @@ class Child:
         logger.debug("Started %s (pid %d)", self.label.lower(), process.pid)
         return process
 
-    async def _announce_ready(self, process: ChildProcess) -> None:
-        """Poll the process's private socket until it answers ready; then say so. The
-        polls slow down to one a second: a model that failed to load keeps a process
-        serving but not ready, maybe for good."""
+    async def _announce_ready(self, process: ChildProcess, restarted: bool) -> None:
+        """Poll the process's private socket until it answers ready; then say so (at
+        the server's start the supervisor says it once for all: detail). The polls
+        slow down to one a second: a model that failed to load keeps a process serving
+        but not ready, maybe for good."""
         socket = self._paths.rest(self.index)
         pause = READY_POLL_SECONDS
         while True:
@@ -210,7 +211,8 @@ class Child:
             pause = min(pause * 2, SLOWEST_READY_POLL_SECONDS)
         self._has_served = True
         self.ready.set()
-        logger.info("%s (pid %d) is serving", self.label, process.pid)
+        level = logging.INFO if restarted else logging.DEBUG
+        logger.log(level, "%s (pid %d) is serving", self.label, process.pid)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -33,7 +33,7 @@ from inferd.server.listener import listen_tcp
 from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
-from inferd.supervisor.loading import loading_service_parts
+from inferd.supervisor.loading import GrpcHealthProcess, fork_grpc_health, loading_service_parts
 from inferd.supervisor.paths import (
     HOST_AT_START,
     HOST_LATER,
@@ -127,13 +127,16 @@ class Supervisor:
         self._paths: PrivatePaths | None = None
         self._forks: ProtocolForks | None = None
         self._loading: RunningService | None = None  # the REST port while loading
+        self._loading_grpc: GrpcHealthProcess | None = None  # the gRPC port's health meanwhile
         self._early: EarlyParent | None = None
 
     def fork_parent_early(self) -> None:
         """Fork the protocol fork parent now, before the event loop (protocol_forks.py):
-        it loads the models while the supervisor starts its services."""
+        it loads the models while the supervisor starts its services; and the process
+        answering gRPC health meanwhile (loading.py)."""
         if self.settings.fork_protocol_processes:
             self._early = fork_parent_early(str(self.repository))
+            self._loading_grpc = fork_grpc_health(self.settings)
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then stop every protocol process; the exit
@@ -182,6 +185,8 @@ class Supervisor:
         fork = forks.fork if forks is not None else None
         if forks is not None:  # no process has the ports while the parent loads: loading.py
             self._loading = serve_service(Service("Loading", *loading_service_parts(self.settings)))
+            if self._loading_grpc is not None:
+                self._loading_grpc.start()
         protocol = self._protocol = [
             Child(i, command, environment, paths, fork=fork) for i in range(self.count)
         ]
@@ -221,8 +226,11 @@ class Supervisor:
 
     async def _stop_loading(self) -> None:
         loading, self._loading = self._loading, None
+        loading_grpc, self._loading_grpc = self._loading_grpc, None
         if loading is not None:
             await stop_services([loading])
+        if loading_grpc is not None:
+            await loading_grpc.stop()
 
     def pids(self) -> list[tuple[str, int]]:
         """The server's processes now, by role (the model host's workers are its own)."""

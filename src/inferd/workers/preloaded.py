@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from inferd.model import Model
+from inferd.observability.logs import SERVER_EVENT
 from inferd.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
@@ -45,5 +46,6 @@ def take(settings: ModelSettings) -> Model | None:
             "The %s was not loaded before this protocol process was forked: it is loaded in "
             "each protocol process (one copy of its memory per process)",
             settings.label,
+            extra=SERVER_EVENT,
         )
     return None

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferd.server.grpc.registration import SERVICE
-from inferd.serving.dataplane import DataPlane
 
 INFERENCE_SERVICE = SERVICE.full_name
 LIVENESS_SERVICE = "liveness"
@@ -42,10 +41,19 @@ class ShutdownSignal:
             reader.cancel()
 
 
+class Probed(Protocol):
+    """What the health service asks at each call: a DataPlane, or the supervisor's
+    stand-in while the protocol fork parent loads (supervisor/loading.py)."""
+
+    def ready(self) -> bool: ...
+
+    def live(self) -> bool: ...
+
+
 class HealthServicer(health_pb2_grpc.HealthServicer):
     """grpc.health.v1, answered from the DataPlane at the time of each call."""
 
-    def __init__(self, dataplane: DataPlane, shutdown: ShutdownSignal) -> None:
+    def __init__(self, dataplane: Probed, shutdown: ShutdownSignal) -> None:
         self.dataplane = dataplane
         self.shutdown = shutdown
 

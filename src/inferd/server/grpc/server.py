@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.errors import ConfigurationError
+from inferd.observability.logs import SERVER_EVENT
 from inferd.protocol import pb
 from inferd.server.grpc.access import access_interceptors
 from inferd.server.grpc.edge import GrpcEdge
@@ -41,7 +42,7 @@ class GrpcServer:
         guards (as the settings say, access.py). ``reuse_port``: share the port with
         the other protocol processes (SO_REUSEPORT; server/protocol_role.py)."""
         self.settings = settings
-        self.address = _address(settings.host, settings.grpc_port)
+        self.address = grpc_address(settings.host, settings.grpc_port)
         self.max_message_length = settings.grpc_max_message_length or settings.max_request_size
         dataplane = edge.dataplane
         self._shutdown = ShutdownSignal()
@@ -77,7 +78,7 @@ class GrpcServer:
                 "available here; set grpc_port (or host) to a free one"
             )
         await self._server.start()
-        logger.info("gRPC server listening on %s", self.address)
+        logger.info("gRPC server listening on %s", self.address, extra=SERVER_EVENT)
 
     async def stop(self, grace: float) -> None:
         """Refuse new calls; let those in flight finish within ``grace`` seconds."""
@@ -85,7 +86,7 @@ class GrpcServer:
         await self._server.stop(grace)
 
 
-def _address(host: str, port: int) -> str:
+def grpc_address(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"  # an IPv6 literal
     return f"{host}:{port}"
