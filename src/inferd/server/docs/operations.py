@@ -159,6 +159,52 @@ def _update_log_settings(operation_id: str, example: Schema) -> Schema:
     )
 
 
+# ---- Triton's trace extension (observability/trace_settings.py) ----
+
+# What parse_changes takes: a number as a string (Triton's form) or an integer, or a
+# one-element list of either (gRPC's form); null sets the field back.
+_ONE_NUMBER: list[Schema] = [{"type": "string"}, {"type": "integer"}]
+_TRACE_NUMBER: Schema = {
+    "anyOf": [*_ONE_NUMBER, {"type": "array", "items": {"anyOf": _ONE_NUMBER}}, {"type": "null"}]
+}
+_LEVEL: Schema = {"type": "string", "enum": ["OFF", "TIMESTAMPS", "TENSORS"]}
+_TRACE_SETTINGS: Schema = {
+    "type": "object",
+    "properties": {
+        "trace_level": {"anyOf": [_LEVEL, {"type": "array", "items": _LEVEL}, {"type": "null"}]},
+        "trace_rate": _TRACE_NUMBER,
+        "trace_count": _TRACE_NUMBER,
+        "log_frequency": _TRACE_NUMBER,
+        "trace_file": {"type": ["string", "null"]},
+        # "opentelemetry" in an answer; a change may send it back as it came (ignored).
+        "trace_mode": {"description": "How inferd traces: opentelemetry; ignored in a change"},
+    },
+}
+
+
+def _trace_settings(operation_id: str, example: Schema) -> Schema:
+    # A model that is not ready is Triton's 400 ("Request for unknown model").
+    now = {"200": answer("The trace settings now", _TRACE_SETTINGS)}
+    return op(operation_id, "trace", "Trace settings", now | errors(400))
+
+
+def _update_trace_settings(operation_id: str, example: Schema) -> Schema:
+    # What Swagger UI sends: a change that leaves the server tracing as it starts.
+    media = {"schema": _TRACE_SETTINGS, "example": {"trace_rate": "1"}}
+    # No body, or {}, changes nothing: the settings are answered, as a GET.
+    body = {"required": False, "content": {JSON_CONTENT_TYPE: media}}
+    answers = {"200": answer("The trace settings now", _TRACE_SETTINGS)} | errors(400)
+    why = "Values are strings, as Triton's; null sets a field back (a model's to the server's)"
+    return op(
+        operation_id,
+        "trace",
+        "Change the trace settings",
+        answers,
+        description=why,
+        requestBody=body,
+    )
+
+
 _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = INFERENCE_OPERATIONS | {
     "server_live": _server_health("live", "Live"),
     "server_ready": _server_health("ready", "Ready"),
@@ -171,4 +217,8 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = INFERENCE_OPERATIONS | {
     "model_config": _model_config,
     "log_settings": _log_settings,
     "update_log_settings": _update_log_settings,
+    "trace_settings": _trace_settings,
+    "update_trace_settings": _update_trace_settings,
+    "model_trace_settings": _trace_settings,
+    "update_model_trace_settings": _update_trace_settings,
 }
