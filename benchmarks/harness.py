@@ -16,6 +16,7 @@ from .repository import settings_json, write_json
 from .results import RunRecord, alternate, format_run
 from .scenarios.base import Case, Scenario
 from .servers import (
+    AS_OPTION,
     Contender,
     group_cpu_seconds,
     main_thread_cpu_seconds,
@@ -66,7 +67,9 @@ def run_one(
     )
     write_json(repo / "settings.json", settings_json(ports, *layers))
     scenario.write_repository(repo, contender, case)
-    server = start(contender, options.programs, repo, ports, options.protocol_processes)
+    processes = contender.protocol_processes
+    processes = options.protocol_processes if processes == AS_OPTION else processes
+    server = start(contender, options.programs, repo, ports, processes)
     try:
         startup = server.wait_until(
             ready_path(contender), timeout=options.ready_timeout, port=ready_port(contender, ports)

@@ -199,6 +199,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         check_executable("--inferd-python", args.inferd_python)
         check_executable("--litserve-python", getattr(args, "litserve_python", None))
         check_executable("--vllm-python", getattr(args, "vllm_python", None))
+        check_executable("--triton-python", getattr(args, "triton_python", None))
         inferd_src = resolve_source(args.inferd_src)
         baseline = resolve_source(args.baseline_src) if args.baseline_src else None
         check_counts(args, spec_of(specs, args.scenario).load_tool)
@@ -211,6 +212,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         pyvoy=getattr(args, "envoy_floor", None),
         litserve_python=getattr(args, "litserve_python", None),
         vllm_python=getattr(args, "vllm_python", None),
+        triton_python=getattr(args, "triton_python", None),
     )
     return Options(
         scenario=args.scenario,

@@ -8,8 +8,10 @@ environment variables), never from this file.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +23,7 @@ INFERD = "inferd"
 MLSERVER = "mlserver"
 FLOOR = "floor"
 ENVOY_FLOOR = "envoy-floor"
+TRITON = "triton"
 LITSERVE = "litserve"
 VLLM = "vllm"
 BASELINE_SUFFIX = "@baseline"
@@ -38,16 +41,21 @@ VLLM_MODEL = "vllm-model"
 MLSERVER_MAIN = "import sys; from mlserver.cli import main; sys.exit(main())"
 
 
+AS_OPTION = 0  # Contender.protocol_processes: what --protocol-processes says
+
+
 @dataclass(frozen=True)
 class Contender:
     """One server in a comparison."""
 
     label: str  # its name in tables and ratios
-    kind: str  # INFERD, MLSERVER, FLOOR, ENVOY_FLOOR, LITSERVE or VLLM
+    kind: str  # INFERD, MLSERVER, FLOOR, ENVOY_FLOOR, TRITON, LITSERVE or VLLM
     settings: Mapping[str, Any] = field(default_factory=dict)  # added to settings.json
     model: str | None = None  # the model its load targets (VLLM: serves); None: the scenario's
     source: Path | None = None  # inferd's source tree; None: Programs.inferd_src
     ca_file: Path | None = None  # it serves REST over TLS, with a certificate this CA signed
+    # inferd's protocol_processes: a count, None (its default: the CPUs), or AS_OPTION.
+    protocol_processes: int | None = AS_OPTION
 
     @property
     def slug(self) -> str:
@@ -63,6 +71,7 @@ class Programs:
     inferd_src: Path = CHECKOUT_SRC
     mlserver_python: str | None = None
     pyvoy: str | None = None
+    triton_python: str | None = None  # a Python with nvidia-pytriton (its tritonserver)
     litserve_python: str | None = None
     vllm_python: str | None = None
 
@@ -130,6 +139,9 @@ def command_and_env(
                    "grpc_floor_asgi:app"]  # fmt: skip
         path = os.pathsep.join([str(BENCHMARKS_DIR), source])
         return command, env | {"PYTHONPATH": path, "INFERD_FLOOR_REPO": str(repo)}
+    if contender.kind == TRITON:
+        command = triton_command(programs, repo, grpc_port)
+        return command, triton_environment(env, programs.triton_python or "")
     if contender.kind == LITSERVE:
         if programs.litserve_python is None:
             raise ValueError("LitServe's Python is not known: pass --litserve-python")
@@ -155,6 +167,34 @@ def vllm_command(contender: Contender, programs: Programs, repo: Path) -> list[s
             "--model", str(repo / VLLM_MODEL), "--served-model-name", contender.model,
             "--host", "127.0.0.1", "--port", str(repo_http_port(repo)),
             "--dtype", "float32", "--disable-uvicorn-access-log"]  # fmt: skip
+
+
+def triton_command(programs: Programs, repo: Path, grpc_port: int) -> list[str]:
+    """Triton on the repository's model folders (settings.json is a file: it skips it),
+    on the ports settings.json gives: the ``tritonserver`` nvidia-pytriton bundles in
+    ``--triton-python``'s environment, its backends beside its binary."""
+    if programs.triton_python is None:
+        raise ValueError("Triton's Python is not known: pass --triton-python")
+    home = pytriton_server_home(programs.triton_python)
+    settings = json.loads((repo / "settings.json").read_text())
+    return [str(home / "bin" / "tritonserver"), f"--model-repository={repo}",
+            f"--backend-directory={home / 'backends'}", f"--http-port={settings['http_port']}",
+            f"--grpc-port={grpc_port}", f"--metrics-port={settings['metrics_port']}",
+            "--allow-metrics=false"]  # fmt: skip
+
+
+def triton_environment(env: dict[str, str], python: str) -> dict[str, str]:
+    """Its Python backend's stub finds its packages (numpy, the model's) in the first
+    environment on PATH, as nvidia-pytriton starts it."""
+    return env | {"PATH": os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])}
+
+
+@functools.cache
+def pytriton_server_home(python: str) -> Path:
+    """The folder of the Triton server nvidia-pytriton installs (bin/, backends/)."""
+    find = "import pathlib, pytriton; print(pathlib.Path(pytriton.__file__).parent)"
+    package = subprocess.run([python, "-c", find], capture_output=True, text=True, check=True)
+    return Path(package.stdout.strip()) / "tritonserver"
 
 
 def repo_http_port(repo: Path) -> int:

@@ -7,6 +7,7 @@ from .cache import Cache
 from .composition import Composition
 from .fairness import Fairness
 from .grpc import Grpc
+from .grpc_floor import GrpcFloor
 from .metrics import Metrics
 from .mlmodel import MLModelIris
 from .openai import OpenAIChat
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
     for scenario in (
         Rest,
         Grpc,
+        GrpcFloor,
         Workers,
         Batching,
         Fairness,

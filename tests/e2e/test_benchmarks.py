@@ -1,4 +1,4 @@
-"""``python -m benchmarks`` end to end, briefly: the rest, shm, scale and memory commands
+"""``python -m benchmarks`` end to end, briefly: the rest, grpc-floor, shm, scale and memory
 against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn), and
 ``python -m benchmarks.batching_processes`` and ``benchmarks.host_ceiling``."""
 
@@ -36,6 +36,25 @@ def test_the_rest_scenario_measures_inferd_and_writes_its_figures(tmp_path: Path
     assert run["requests"] > 0 and run["requests_per_s"] > 0
     assert figures["summary"]["c2"]["inferd"]["runs"] == 1
     assert figures["failures"] == []
+
+
+@pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (nghttp2-client) is missing")
+def test_the_grpc_floor_scenario_measures_inferd_beside_grpcio_alone(tmp_path: Path) -> None:
+    """The unary floor (grpcio alone) and inferd, each answer checked, CPU per call read."""
+    out = tmp_path / "grpc-floor.json"
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "2"]
+    command = [sys.executable, "-m", "benchmarks", "grpc-floor", *brief, "--no-default",
+               "--json-out", str(out)]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    runs = {run["label"]: run for run in figures["runs"]}
+    assert set(runs) == {"floor", "inferd"} and figures["failures"] == []
+    for run in runs.values():
+        assert run["requests"] > 0 and run["errors"] == 0 and run["cpu_us_per_request"] > 0
+    assert "inferd/floor: req/s x" in done.stdout
 
 
 def test_the_shm_scenario_compares_the_three_ways_to_send_a_tensor(tmp_path: Path) -> None:

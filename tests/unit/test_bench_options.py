@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.options import MLSERVER_PYTHON_ENV, Options, parse_options
 from benchmarks.scenarios import SCENARIOS
-from benchmarks.servers import CHECKOUT_SRC
+from benchmarks.servers import AS_OPTION, CHECKOUT_SRC
 
 SPECS = list(SCENARIOS.values())
 
@@ -25,10 +25,28 @@ def no_mlserver_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_scenario_is_offered() -> None:
     assert list(SCENARIOS) == [
-        "rest", "grpc", "workers", "batching", "fairness", "overload", "metrics",
+        "rest", "grpc", "grpc-floor", "workers", "batching", "fairness", "overload", "metrics",
         "sklearn-onnx", "streaming", "tls", "cache", "shm", "tracing", "mlmodel",
         "openai", "composition",
     ]  # fmt: skip
+
+
+def test_grpc_floor_runs_the_floor_inferd_at_1_and_its_default_and_triton_when_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from benchmarks.scenarios.grpc_floor import TRITON_PYTHON_ENV, GrpcFloor
+
+    monkeypatch.delenv(TRITON_PYTHON_ENV, raising=False)
+    alone = GrpcFloor(parse("grpc-floor"))
+    assert alone.options.connections == (32,) and alone.options.args.streams == 4
+    contenders = {c.label: c.protocol_processes for c in alone.contenders()}
+    assert contenders == {"floor": AS_OPTION, "inferd": 1, "inferd default": None}
+    monkeypatch.setenv(TRITON_PYTHON_ENV, sys.executable)
+    with_triton = GrpcFloor(parse("grpc-floor"))
+    assert with_triton.options.programs.triton_python == sys.executable
+    labels = [c.label for c in with_triton.contenders()]
+    assert labels[-1] == "triton"
+    assert ("inferd", "triton") in with_triton.comparisons(labels)
 
 
 def test_openai_measures_1_and_16_streams_and_takes_the_peers_pythons_from_the_env(

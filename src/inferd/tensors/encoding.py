@@ -33,20 +33,21 @@ size overflows, even with a 0 elsewhere in them."""
 
 
 def check_shape(name: str, shape: Sequence[Any]) -> tuple[int, ...]:
+    dims = tuple(shape)  # read once: a protobuf repeated field makes an int per read
     extent = 1
-    for dim in shape:
+    for dim in dims:
         if type(dim) is not int or dim < 0:
             raise InvalidRequest(
-                f"Input {name!r}: shape {list(shape)} must be a list of non-negative integers"
+                f"Input {name!r}: shape {list(dims)} must be a list of non-negative integers"
             )
         extent *= dim or 1
-    if len(shape) > MAX_DIMENSIONS:
+    if len(dims) > MAX_DIMENSIONS:
         raise InvalidRequest(
-            f"Input {name!r}: shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS}"
+            f"Input {name!r}: shape has {len(dims)} dimensions; at most {MAX_DIMENSIONS}"
         )
     if extent > MAX_EXTENT:
-        raise InvalidRequest(f"Input {name!r}: shape {list(shape)} is too large for a tensor")
-    return tuple(shape)
+        raise InvalidRequest(f"Input {name!r}: shape {list(dims)} is too large for a tensor")
+    return dims
 
 
 def array_from_json(

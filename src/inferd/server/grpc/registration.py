@@ -6,11 +6,19 @@ protobuf fails inside grpcio, which answers UNKNOWN with a Python exception name
 and logs a traceback. Here the deserializer hands the servicer a
 :class:`MalformedMessage` instead, which it answers with INVALID_ARGUMENT (and,
 inside a stream, with that request's ``error_message``).
+
+Every service is served by generic handlers only, none as registered methods: grpcio's
+asyncio server (1.75.1 and later, grpc/grpc issue 43092) waits for each call on one
+future per registered method, so the ~22 methods of the V2, health and reflection
+services cost every call more than the handler lookup they save (a dict lookup by the
+method's name). Measured on ModelInfer under callgrind: 7% fewer instructions per call
+registering none than registering all, ModelInfer alone registered the same as none
+(benchmarks/README.md, "gRPC: the unary floor").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,10 +76,24 @@ def add_inference_service(servicer: Any, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
     )
-    # Registered methods skip the generic lookup per call; grpcio before 1.63 has only
-    # the generic handlers above, which serve the same methods.
-    if hasattr(server, "add_registered_method_handlers"):
-        server.add_registered_method_handlers(SERVICE.full_name, handlers)
+
+
+class GenericOnly:
+    """A server as the generated ``add_*Servicer_to_server`` functions (health,
+    reflection) see it: the generic handlers they add reach the server, the
+    registered methods they add as well are left out (the generic handlers serve
+    the same methods; see the module's docstring for why)."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Served by the generic handlers already."""
 
 
 def request_parsers() -> dict[str, Callable[[bytes], Any]]:

@@ -17,7 +17,7 @@ from inferd.protocol import pb
 from inferd.server.grpc.access import access_interceptors
 from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.health import INFERENCE_SERVICE, HealthServicer, ShutdownSignal
-from inferd.server.grpc.registration import add_inference_service
+from inferd.server.grpc.registration import GenericOnly, add_inference_service
 from inferd.server.grpc.servicer import InferenceServicer
 from inferd.server.transport import add_grpc_port, grpc_options, grpc_port_credentials
 from inferd.settings import ServerSettings
@@ -58,12 +58,13 @@ class GrpcServer:
             ],
         )
         add_inference_service(InferenceServicer(edge, self._shutdown), self._server)
+        generic = GenericOnly(self._server)  # no registered methods (registration.py)
         health_pb2_grpc.add_HealthServicer_to_server(
-            HealthServicer(dataplane, self._shutdown), self._server
+            HealthServicer(dataplane, self._shutdown), generic
         )
         services = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         reflection.enable_server_reflection(
-            (*services, reflection.SERVICE_NAME), self._server, pool=_reflection_pool()
+            (*services, reflection.SERVICE_NAME), generic, pool=_reflection_pool()
         )
 
     async def start(self) -> None:
