@@ -15,11 +15,16 @@ CHAT_TEMPLATE = (
 )
 
 
-def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
+def save_tiny_chat_lm(
+    folder: Path, *, seed: int = 0, heads: int = 2, positions: int = 256, endless: bool = False
+) -> None:
     """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template.
 
     ``heads``: attention heads over the 32 wide embedding; 1 gives a head size of 32, which
-    vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python)."""
+    vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python).
+    ``positions``: its context, in tokens. ``endless``: the end token's embedding (tied to
+    the output layer) zeroed, so its logit is 0, below the best word's: greedy decoding
+    runs to ``max_tokens``."""
     torch = require_module("torch", "huggingface")
     transformers = require_module("transformers", "huggingface")
     tokenizers = require_module("tokenizers", "huggingface")
@@ -39,7 +44,7 @@ def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
     tokenizer.chat_template = CHAT_TEMPLATE
     config = transformers.GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=256,
+        n_positions=positions,
         n_embd=32,
         n_layer=2,
         n_head=heads,
@@ -49,5 +54,9 @@ def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
         initializer_range=0.5,  # varied words, not one word over and over
     )
     torch.manual_seed(seed)
-    transformers.GPT2LMHeadModel(config).eval().save_pretrained(str(folder))
+    model = transformers.GPT2LMHeadModel(config).eval()
+    if endless:
+        with torch.no_grad():
+            model.transformer.wte.weight[words.index(END)] = 0.0
+    model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
