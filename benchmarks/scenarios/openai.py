@@ -66,7 +66,7 @@ inter-token latency. --model gpt2-small serves a GPT-2-small-sized LM instead (1
 layers, 768 wide, 124M parameters, random weights from a config, a word-level
 vocabulary of 50257: no download). --batching-off adds inferd with the Hugging Face
 runtime's continuous batching off (parameters.extra.continuous_batching: false),
-in the same rounds."""
+in the same rounds; --intra-op-threads sets inferd's torch threads."""
     defaults = {"duration": 10.0, "warmup": 2.0, "rounds": 2, "connections": [1, 16]}
     compares_mlserver = False
     load_tool = "chat streams"
@@ -92,6 +92,11 @@ in the same rounds."""
         parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens per stream")
         parser.add_argument(
             "--model", choices=sorted(SHAPES), default="tiny", help="the LM's shape"
+        )
+        parser.add_argument(
+            "--intra-op-threads",
+            type=int,
+            help="inferd's torch threads (parameters.extra.intra_op_threads; default: torch's)",
         )
         parser.add_argument(
             "--batching-off",
@@ -144,6 +149,8 @@ in the same rounds."""
         extra: dict[str, object] = {"task": "text-generation"}
         if contender.label == BATCHING_OFF:
             extra["continuous_batching"] = False
+        if self.options.args.intra_op_threads:
+            extra["intra_op_threads"] = self.options.args.intra_op_threads
         folder = write_model_folder(
             repo, MODEL, HF, parameters={"uri": "./weights", "extra": extra}
         )
