@@ -39,7 +39,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # A long context and no end token: a stream runs as long as max_tokens asks.
     save_tiny_chat_lm(weights, positions=4096, endless=True)
     extra = {"task": "text-generation", "max_running_sequences": 16}
-    write_model_folder(repository, LM, HF, parameters={"uri": str(weights), "extra": extra})
+    parameters = {"uri": str(weights), "extra": extra}
+    write_model_folder(repository, LM, HF, max_concurrent_streams=16, parameters=parameters)
     off = {"task": "text-generation", "continuous_batching": False}
     write_model_folder(repository, OFF, HF, parameters={"uri": str(weights), "extra": off})
     return repository
@@ -180,6 +181,28 @@ def test_off_is_the_runtimes_own_loop(server: ServerProcess, reference: Any) -> 
         ]
     assert answer.choices[0].text == greedy(reference, "a plot", 12)
     assert seeded[0] == seeded[1]
+
+
+def test_past_the_streams_bound_a_completion_is_a_429_with_retry_after(
+    server: ServerProcess,
+) -> None:
+    clients = [client_of(server) for _ in range(16)]
+    streams = []
+    try:
+        for client in clients:  # 16 streams in the engine: its max_concurrent_streams
+            stream = client.completions.create(
+                model=LM, prompt="a", max_tokens=4000, temperature=0, stream=True
+            )
+            next(iter(stream))
+            streams.append(stream)
+        with client_of(server) as late, pytest.raises(openai.RateLimitError) as refused:
+            late.completions.create(model=LM, prompt="a", max_tokens=4, stream=True)
+        assert refused.value.response.headers["retry-after"]
+    finally:
+        for stream in streams:
+            stream.close()
+        for client in clients:
+            client.close()
 
 
 def test_bad_input_is_a_400_in_openais_shape(server: ServerProcess) -> None:
