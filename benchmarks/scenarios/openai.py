@@ -15,7 +15,7 @@ import httpx
 
 from tests.support.models import write_model_folder
 from tests.support.serverproc import ServerProcess
-from tests.support.tiny_llm import save_tiny_chat_lm
+from tests.support.tiny_llm import GPT2_SMALL, LmShape, save_tiny_chat_lm
 
 from ..chatload import ChatLoad, ChatStreamError, chat_body, one_stream
 from ..loadgen import Load, Target
@@ -35,6 +35,9 @@ MODEL = "chat-lm"
 LITSERVE_PYTHON_ENV = "INFERD_BENCH_LITSERVE_PYTHON"
 VLLM_PYTHON_ENV = "INFERD_BENCH_VLLM_PYTHON"
 PEERS = (LITSERVE, VLLM)
+BATCHING_OFF = "inferd-batching-off"
+SHAPES = {"tiny": (LmShape(), 1, 256), "gpt2-small": (GPT2_SMALL, 12, 1024)}
+"""--model: the LM's shape, its heads (vLLM on CPU: no head of 16) and context."""
 HF = "inferd.runtimes.huggingface.HuggingFaceModel"
 PROMPT = "tell me a story"
 CHAT_PATH = "/v1/chat/completions"
@@ -59,7 +62,11 @@ temperature 0, --max-tokens), each asking again when its stream ends; every
 stream is checked (200, chunks, finish_reason, data: [DONE]). tok/s counts the
 tokens the usage chunk reports (text chunks where it reports none); the p50/p99
 columns are time to first token; each run's line adds streams/s and per-stream
-inter-token latency."""
+inter-token latency. --model gpt2-small serves a GPT-2-small-sized LM instead (12
+layers, 768 wide, 124M parameters, random weights from a config, a word-level
+vocabulary of 50257: no download). --batching-off adds inferd with the Hugging Face
+runtime's continuous batching off (parameters.extra.continuous_batching: false),
+in the same rounds; --intra-op-threads sets inferd's torch threads."""
     defaults = {"duration": 10.0, "warmup": 2.0, "rounds": 2, "connections": [1, 16]}
     compares_mlserver = False
     load_tool = "chat streams"
@@ -83,10 +90,25 @@ inter-token latency."""
             help=f"a Python with vLLM, e.g. its CPU build (or ${VLLM_PYTHON_ENV})",
         )
         parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens per stream")
+        parser.add_argument(
+            "--model", choices=sorted(SHAPES), default="tiny", help="the LM's shape"
+        )
+        parser.add_argument(
+            "--intra-op-threads",
+            type=int,
+            help="inferd's torch threads (parameters.extra.intra_op_threads; default: torch's)",
+        )
+        parser.add_argument(
+            "--batching-off",
+            action="store_true",
+            help="add inferd with continuous batching off (the runtime's own loop)",
+        )
 
     def contenders(self) -> list[Contender]:
         args = self.options.args
         contenders = [Contender(INFERD, INFERD)]
+        if args.batching_off:
+            contenders.append(Contender(BATCHING_OFF, INFERD))
         if args.litserve_python:
             contenders.append(Contender(LITSERVE, LITSERVE))
         if args.vllm_python:
@@ -106,14 +128,16 @@ inter-token latency."""
             )
             if not given
         ]
-        return "; ".join([f"{super().describe()}, max_tokens {args.max_tokens}", *left_out])
+        described = f"{super().describe()}, model {args.model}, max_tokens {args.max_tokens}"
+        return "; ".join([described, *left_out])
 
     def weights(self) -> Path:
-        """The tiny LM's folder, built on first use and removed at exit."""
+        """The LM's folder, built on first use and removed at exit."""
         if self._weights is None:
-            folder = Path(tempfile.mkdtemp(prefix="inferd-bench-tiny-lm-"))
+            folder = Path(tempfile.mkdtemp(prefix="inferd-bench-lm-"))
             atexit.register(shutil.rmtree, folder, True)
-            save_tiny_chat_lm(folder / "weights", heads=1)  # vLLM on CPU: no head of 16
+            shape, heads, positions = SHAPES[self.options.args.model]
+            save_tiny_chat_lm(folder / "weights", heads=heads, positions=positions, shape=shape)
             self._weights = folder / "weights"
         return self._weights
 
@@ -122,8 +146,13 @@ inter-token latency."""
         if peer_folder is not None:  # the weights folder as it is, no settings of inferd's
             (repo / peer_folder).symlink_to(self.weights(), target_is_directory=True)
             return
+        extra: dict[str, object] = {"task": "text-generation"}
+        if contender.label == BATCHING_OFF:
+            extra["continuous_batching"] = False
+        if self.options.args.intra_op_threads:
+            extra["intra_op_threads"] = self.options.args.intra_op_threads
         folder = write_model_folder(
-            repo, MODEL, HF, parameters={"uri": "./weights", "extra": {"task": "text-generation"}}
+            repo, MODEL, HF, parameters={"uri": "./weights", "extra": extra}
         )
         (folder / "weights").symlink_to(self.weights(), target_is_directory=True)
 
@@ -139,7 +168,8 @@ inter-token latency."""
         return Target(url, body)
 
     def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
-        pairs = [(INFERD, peer) for peer in PEERS if {INFERD, peer} <= set(labels)]
+        peers = (*PEERS, BATCHING_OFF)
+        pairs = [(INFERD, peer) for peer in peers if {INFERD, peer} <= set(labels)]
         return pairs + baseline_pairs(labels)
 
 

@@ -135,6 +135,14 @@ def _unpacked(request: InferenceRequest, kind: str, decoder: msgspec.msgpack.Dec
         raise InvalidRequest(f"Not a generation call: its body does not decode ({error})") from None
 
 
+def read_generation(request: InferenceRequest) -> GenerationRequest:
+    """The ``generate`` call :func:`generation_request` packed into ``request``
+    (InvalidRequest if it is not one)."""
+    call = _unpacked(request, "generate", _generation_decoder)
+    assert isinstance(call, GenerationRequest)
+    return call
+
+
 def piece_response(piece: TextPiece) -> InferenceResponse:
     """One piece as a streamed response (its fields as the response's parameters)."""
     parameters = {field: getattr(piece, field) for field in TextPiece.__struct_fields__}
@@ -189,9 +197,7 @@ class GenerativeModel(Model):
 
     def answer_generation(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
         """The responses of a ``generate`` call (the request :func:`generation_request` made)."""
-        call = _unpacked(request, "generate", _generation_decoder)
-        assert isinstance(call, GenerationRequest)
-        for piece in self.generate(call):
+        for piece in self.generate(read_generation(request)):
             yield piece_response(piece)
 
     def answer_embedding(self, request: InferenceRequest) -> InferenceResponse:
@@ -227,9 +233,7 @@ class AsyncGenerativeModel(Model):
         return embeddings_response(await self.embed(call))
 
     async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        call = _unpacked(request, "generate", _generation_decoder)
-        assert isinstance(call, GenerationRequest)
-        pieces = self.generate(call)
+        pieces = self.generate(read_generation(request))
         try:
             async for piece in pieces:
                 yield piece_response(piece)

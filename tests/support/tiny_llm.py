@@ -3,6 +3,7 @@ built from random seeded weights and saved as save_pretrained does: no download.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.frameworks import TINY_VOCABULARY, require_module
@@ -15,16 +16,43 @@ CHAT_TEMPLATE = (
 )
 
 
-def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
-    """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template.
+@dataclass(frozen=True)
+class LmShape:
+    """The size of a random GPT-2 (the tiny one by default)."""
+
+    layers: int = 2
+    width: int = 32
+    words: int = 0  # the vocabulary padded with filler words to this many; 0: not padded
+    initializer_range: float = 0.5  # 0.5: varied words, not one word over and over
+
+
+# GPT-2 small's shape (124M parameters): random weights, the benchmarks' real-shaped model.
+GPT2_SMALL = LmShape(layers=12, width=768, words=50257, initializer_range=0.02)
+
+
+def save_tiny_chat_lm(
+    folder: Path,
+    *,
+    seed: int = 0,
+    heads: int = 2,
+    positions: int = 256,
+    endless: bool = False,
+    shape: LmShape = LmShape(),
+) -> None:
+    """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template
+    (``shape``: another size, e.g. :data:`GPT2_SMALL`).
 
     ``heads``: attention heads over the 32 wide embedding; 1 gives a head size of 32, which
-    vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python)."""
+    vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python).
+    ``positions``: its context, in tokens. ``endless``: the end token's embedding (tied to
+    the output layer) zeroed, so its logit is 0, below the best word's: greedy decoding
+    runs to ``max_tokens``."""
     torch = require_module("torch", "huggingface")
     transformers = require_module("transformers", "huggingface")
     tokenizers = require_module("tokenizers", "huggingface")
     folder.mkdir(parents=True, exist_ok=True)
     words = ["[PAD]", "[UNK]", END, *ROLES, *TINY_VOCABULARY]
+    words += [f"w{i}" for i in range(len(words), shape.words)]
     backend = tokenizers.Tokenizer(
         tokenizers.models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]")
     )
@@ -39,15 +67,19 @@ def save_tiny_chat_lm(folder: Path, *, seed: int = 0, heads: int = 2) -> None:
     tokenizer.chat_template = CHAT_TEMPLATE
     config = transformers.GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=256,
-        n_embd=32,
-        n_layer=2,
+        n_positions=positions,
+        n_embd=shape.width,
+        n_layer=shape.layers,
         n_head=heads,
         bos_token_id=None,
         eos_token_id=words.index(END),
         pad_token_id=0,
-        initializer_range=0.5,  # varied words, not one word over and over
+        initializer_range=shape.initializer_range,
     )
     torch.manual_seed(seed)
-    transformers.GPT2LMHeadModel(config).eval().save_pretrained(str(folder))
+    model = transformers.GPT2LMHeadModel(config).eval()
+    if endless:
+        with torch.no_grad():
+            model.transformer.wte.weight[words.index(END)] = 0.0
+    model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))

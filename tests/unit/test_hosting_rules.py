@@ -61,6 +61,33 @@ def test_what_keeps_a_model_to_one_copy(settings: dict[str, Any], reason: str) -
     assert why is not None and reason in why
 
 
+@pytest.mark.parametrize(
+    ("implementation", "extra", "hosted"),
+    [
+        ("inferd.runtimes.huggingface.HuggingFaceModel", {"task": "text-generation"}, True),
+        ("mlserver_huggingface.HuggingFaceRuntime", {"task": "text-generation"}, True),
+        (
+            "inferd.runtimes.huggingface.HuggingFaceModel",
+            {"task": "text-generation", "continuous_batching": False},
+            False,
+        ),
+        (
+            "inferd.runtimes.huggingface.HuggingFaceModel",
+            {"task": "text-generation", "openai": False},
+            False,
+        ),
+        ("inferd.runtimes.huggingface.HuggingFaceModel", {"task": "feature-extraction"}, False),
+    ],
+)
+def test_a_continuously_batching_generator_runs_once(
+    implementation: str, extra: dict[str, Any], hosted: bool
+) -> None:
+    settings = ModelSettings(name="lm", implementation=implementation, parameters={"extra": extra})
+    why = why_not_replicated(settings, DEFAULTS)
+    assert (why is not None) == hosted
+    assert why is None or "its concurrent streams must meet in one engine" in why
+
+
 def test_a_cached_model_runs_once_for_one_cache() -> None:
     cached = ServerSettings(cache_enabled=True)
     why = why_not_replicated(model(cache_enabled=True), cached)

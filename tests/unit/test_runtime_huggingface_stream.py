@@ -1,4 +1,5 @@
-"""HuggingFaceModel.predict_stream: a tiny random GPT-2 streams its text piece by piece."""
+"""HuggingFaceModel.plain_stream (what predict_stream steps in a thread): a tiny random GPT-2
+streams its text piece by piece."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def test_pieces_arrive_one_by_one_and_join_into_what_predict_generates(
     model: HuggingFaceModel,
 ) -> None:
     greedy = {"max_new_tokens": 16, "do_sample": False}
-    responses = list(model.predict_stream(request(*prompt(PROMPT, **greedy))))
+    responses = list(model.plain_stream(request(*prompt(PROMPT, **greedy))))
     pieces = [piece(response) for response in responses]
     assert len(pieces) >= 4, pieces
     assert all(pieces), "every response holds some text"
@@ -128,7 +129,7 @@ def test_pieces_arrive_one_by_one_and_join_into_what_predict_generates(
 def test_closing_the_stream_stops_generation(
     model: HuggingFaceModel, forward_passes: list[int]
 ) -> None:
-    stream = model.predict_stream(request(*prompt(PROMPT, max_new_tokens=1000, do_sample=False)))
+    stream = model.plain_stream(request(*prompt(PROMPT, max_new_tokens=1000, do_sample=False)))
     first, second = next(stream), next(stream)
     assert piece(first) and piece(second)
     stream.close()  # the client left
@@ -148,7 +149,7 @@ def test_a_failure_mid_stream_reaches_the_reader_after_the_pieces_before_it(
     calls: list[int] = []
     hook = model._pipeline.model.register_forward_hook(fail_at_the_sixth_token)
     try:
-        stream = model.predict_stream(request(*prompt(PROMPT, max_new_tokens=50, do_sample=False)))
+        stream = model.plain_stream(request(*prompt(PROMPT, max_new_tokens=50, do_sample=False)))
         pieces = []
         with pytest.raises(RuntimeError, match="device lost"):  # the pool makes it a 500
             for response in stream:
@@ -213,7 +214,7 @@ async def test_through_the_dataplane_a_closed_stream_stops_and_gives_its_slot_ba
 def test_requests_that_cannot_stream_are_a_400(
     model: HuggingFaceModel, inputs: list[Tensor], message: str
 ) -> None:
-    stream = model.predict_stream(request(*inputs))
+    stream = model.plain_stream(request(*inputs))
     with pytest.raises(InvalidRequest, match=message):
         next(stream)
     assert not generator_threads()
@@ -229,10 +230,10 @@ def test_a_task_that_cannot_stream_is_a_400(folder: Path, model: HuggingFaceMode
     with pytest.raises(
         InvalidRequest, match=r"cannot stream: its task is 'text-classification', and only"
     ):
-        next(classifier.predict_stream(request(*prompt("good"))))
+        next(classifier.plain_stream(request(*prompt("good"))))
 
 
 def test_an_unloaded_model_does_not_stream(folder: Path) -> None:
     unloaded = HuggingFaceModel(serve(folder))
     with pytest.raises(ModelNotReady):
-        next(unloaded.predict_stream(request(*prompt(PROMPT))))
+        next(unloaded.plain_stream(request(*prompt(PROMPT))))

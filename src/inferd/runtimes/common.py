@@ -9,8 +9,9 @@ and the server and its other models carry on.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -210,3 +211,37 @@ def short_error(error: BaseException | str, limit: int = 400) -> str:
     """A framework's error message on one line and cut short: some repeat the input."""
     text = " ".join(str(error).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_END = object()
+
+
+async def stepped_in_thread(
+    iterator: Iterator[InferenceResponse], slots: asyncio.Semaphore
+) -> AsyncIterator[InferenceResponse]:
+    """A compute-bound plain generator as an async one: each step in a thread off the
+    event loop, one of ``slots`` held for the generator's life. Closed early, the
+    generator is closed too (in a thread, once its step under way has returned)."""
+    async with slots:
+        step: concurrent.futures.Future[Any] | None = None
+        try:
+            while True:
+                step = _THREADS.submit(next, iterator, _END)
+                item = await asyncio.wrap_future(step)
+                if item is _END:
+                    return
+                yield item
+        finally:
+            await asyncio.to_thread(_close_after, step, iterator)
+
+
+def _close_after(step: concurrent.futures.Future[Any] | None, iterator: Iterator[Any]) -> None:
+    if step is not None:
+        concurrent.futures.wait([step])
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+# The streams' steps: as many threads as streams may hold slots across models.
+_THREADS = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="inferd-stream-step")

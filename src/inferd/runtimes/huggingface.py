@@ -52,20 +52,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import orjson
 
 from inferd.errors import InvalidRequest, ModelNotReady
-from inferd.generation import is_generation_call
+from inferd.generation import is_generation_call, piece_response, read_generation
 from inferd.runtimes import common
 from inferd.runtimes.common import import_framework, response, short_error, with_derived_metadata
+from inferd.runtimes.huggingface_batching import (
+    ContinuousEngine,
+    EngineSettings,
+    batches_continuously,
+)
 from inferd.runtimes.huggingface_generation import PipelineGeneration
+from inferd.runtimes.huggingface_stream import generated_pieces
 from inferd.tensors import codecs
 from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, ModelMetadata, Tensor
 
@@ -90,6 +94,9 @@ KNOWN_SETTINGS = (
     "intra_op_threads",
     "optimum_model",
     "openai",
+    "continuous_batching",
+    "max_running_sequences",
+    "kv_cache_tokens",
 )
 TEXT_TASKS = (
     "text-classification",
@@ -113,12 +120,17 @@ class HuggingFaceModel(PipelineGeneration):
 
     _pipeline: Any = None
     _batch_size = 1
+    _slots: asyncio.Semaphore | None = None
 
     async def load(self) -> bool:
         options = self._checked_options()
         # Importing torch and reading the weights take seconds.
         self._pipeline = await asyncio.to_thread(self._build_pipeline, options)
         self._batch_size = self._usable_batch_size()
+        if batches_continuously(self.settings) and self.openai_endpoints:
+            engine = EngineSettings.of(self.name, options)
+            eos = self._pipeline.tokenizer.eos_token_id
+            self._engine = ContinuousEngine(self.name, self._pipeline.model, eos, engine)
         return True
 
     def _checked_options(self) -> dict[str, Any]:
@@ -203,6 +215,9 @@ class HuggingFaceModel(PipelineGeneration):
         return 1
 
     async def unload(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.stop)
         pipeline, self._pipeline = self._pipeline, None
         device = getattr(pipeline, "device", None)
         if device is not None and device.type == "cuda":
@@ -239,17 +254,44 @@ class HuggingFaceModel(PipelineGeneration):
         with predict's one response."""
         return self.settings.extra.get("task") in STREAMING_TASKS
 
-    # A plain generator, not an async one: generate() is compute-bound (CPU or GPU),
-    # so each stream holds one of the model's slots (threads_per_worker) for its
-    # life, as a predict does, rather than letting any number of generations share
-    # the device at once (an async generator's streams hold no slot).
-    def predict_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+    # An async generator: a generation in the continuous batching engine holds no
+    # slot (the engine batches every stream, up to max_concurrent_streams). The
+    # others (a pipeline's stream; a generation with continuous batching off) are
+    # compute-bound plain generators, stepped in a thread, each holding one of the
+    # model's threads_per_worker slots for its life.
+    async def predict_stream(  # type: ignore[override]  # async: see above
+        self, request: InferenceRequest
+    ) -> AsyncIterator[InferenceResponse]:
+        engine = self._engine
+        if engine is not None and is_generation_call(request):
+            pieces = self.generate_batched(read_generation(request), engine)
+            try:
+                async for piece in pieces:
+                    yield piece_response(piece)
+            finally:  # closed early (the client left): the engine drops the sequence now
+                await pieces.aclose()  # type: ignore[attr-defined]
+            return
+        if self._slots is None:  # made here: it belongs to the loop that serves
+            self._slots = asyncio.Semaphore(self.settings.threads_per_worker)
+        responses = common.stepped_in_thread(self.plain_stream(request), self._slots)
+        try:
+            async for response in responses:
+                yield response
+        finally:
+            await responses.aclose()  # type: ignore[attr-defined]
+
+    def plain_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        """A stream made in the calling thread: a pipeline's, or a generation in the
+        runtime's own loop."""
         if is_generation_call(request):
             yield from self.answer_generation(request)
             return
         prompt, arguments = self._stream_arguments(request)
-        for piece in self._generated_pieces(prompt, arguments, request):
-            yield response(self, request, [text_output(piece)])
+        try:
+            for piece in generated_pieces(self.name, self._pipeline, prompt, arguments):
+                yield response(self, request, [text_output(piece)])
+        except (TypeError, ValueError) as error:  # how pipelines refuse their arguments
+            raise self._refusal(request, error) from error
 
     def _stream_arguments(self, request: InferenceRequest) -> tuple[str, dict[str, Any]]:
         """The prompt and the generation arguments of a streaming request."""
@@ -286,40 +328,6 @@ class HuggingFaceModel(PipelineGeneration):
             f"one text in input {ARGS_INPUT!r} (got {got})"
         )
 
-    def _generated_pieces(
-        self, prompt: str, arguments: dict[str, Any], request: InferenceRequest
-    ) -> Iterator[str]:
-        """The new text, piece by piece, from a generate() run in a thread of its own
-        (the streamer hands it over); closing this generator stops that thread."""
-        transformers = import_framework("transformers", type(self).__name__, EXTRA)
-        stop = StopWhenClosed(import_framework("torch", type(self).__name__, EXTRA))
-        pipeline = self._pipeline
-        streamer = transformers.TextIteratorStreamer(
-            pipeline.tokenizer, skip_prompt=True, skip_special_tokens=True
-        )
-        failures: list[Exception] = []
-
-        def generate() -> None:
-            try:
-                pipeline(prompt, **arguments, streamer=streamer, stopping_criteria=[stop])
-            except Exception as error:  # raised to the reader after the pieces before it
-                failures.append(error)
-            finally:  # generate() ends the streamer, unless it failed first: never hang the reader
-                streamer.on_finalized_text("", stream_end=True)
-
-        # A daemon: a stream nobody closed must not keep the process from exiting.
-        thread = threading.Thread(target=generate, name=f"inferd-generate-{self.name}", daemon=True)
-        thread.start()
-        try:
-            yield from (piece for piece in streamer if piece)  # tokens may decode to ""
-        finally:  # also when the stream is closed early: stop at the next token, not the last
-            stop.closed.set()
-            thread.join()
-        if failures:
-            if isinstance(failures[0], TypeError | ValueError):
-                raise self._refusal(request, failures[0]) from failures[0]
-            raise failures[0]
-
     def _argument(self, tensor: Tensor, request: InferenceRequest) -> Any:
         request_default = request.content_type
         if request_default == REQUEST_CONTENT_TYPE:  # "decode each input by its own type"
@@ -344,20 +352,6 @@ class HuggingFaceModel(PipelineGeneration):
             inputs = []
         outputs = [MetadataTensor(OUTPUT_NAME, "BYTES", [-1, 1], {"content_type": JSON_LIST})]
         return with_derived_metadata(metadata, inputs, outputs)
-
-
-class StopWhenClosed:
-    """A ``generate()`` stopping criterion: stop once ``closed`` is set (from another
-    thread). It is checked after each new token."""
-
-    def __init__(self, torch: ModuleType) -> None:
-        self._torch = torch
-        self.closed = threading.Event()
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        done = self.closed.is_set()
-        torch = self._torch
-        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
 def text_output(text: str) -> Tensor:

@@ -25,9 +25,9 @@ to ``dimensions``: server/openai/answers.py ``shortened``).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidParameter, InvalidRequest, ModelNotReady
 from inferd.generation import (
@@ -43,6 +43,9 @@ from inferd.generation import (
 )
 from inferd.runtimes.common import import_framework
 
+if TYPE_CHECKING:
+    from inferd.runtimes.huggingface_batching import ContinuousEngine
+
 EXTRA = "huggingface"
 GENERATION_TASK = "text-generation"
 EMBEDDING_TASK = "feature-extraction"
@@ -50,18 +53,33 @@ EMBEDDING_TASK = "feature-extraction"
 
 class PipelineGeneration(GenerativeModel):
     """The OpenAI-compatible side of HuggingFaceModel (runtimes/huggingface.py), which
-    sets ``_pipeline`` when it loads."""
+    sets ``_pipeline`` (and ``_engine``, with continuous batching) when it loads."""
 
     _pipeline: Any = None
+    _engine: ContinuousEngine | None = None
 
     @property
     def openai_endpoints(self) -> tuple[str, ...]:
         return served_endpoints(self.settings.extra, self._pipeline)
 
     def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
+        """One sequence in the runtime's own loop (continuous batching off)."""
         self._check_serves(COMPLETIONS)
         torch = import_framework("torch", type(self).__name__, EXTRA)
         return Generation(self.name, self._pipeline, torch).generate(request)
+
+    async def generate_batched(
+        self, request: GenerationRequest, engine: ContinuousEngine
+    ) -> AsyncIterator[TextPiece]:
+        """The sequence in the continuous batching engine, with the others."""
+        self._check_serves(COMPLETIONS)
+        torch = import_framework("torch", type(self).__name__, EXTRA)
+        pieces = Generation(self.name, self._pipeline, torch).generate_batched(request, engine)
+        try:
+            async for piece in pieces:
+                yield piece
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
 
     def embed(self, request: EmbeddingRequest) -> Embeddings:
         self._check_serves(EMBEDDINGS)
@@ -157,30 +175,34 @@ class Generation:
         return room if max_tokens is None else max_tokens
 
     def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
+        """The completion from the runtime's own decoding loop, one sequence."""
         prompt = self.prompt_ids(request)
-        limit = self.limit(request, len(prompt))
-        stops = StopStrings(request.stop)
-        generated: list[int] = []
-        sent = 0  # characters of the decoded text yielded so far
-        reason: FinishReason = "length"
-        text = ""
-        for token in self._tokens(prompt, request, limit):
-            if token in self.ends:
-                reason = "stop"
+        text = CompletionText(self, request, len(prompt))
+        for token in self._tokens(prompt, request, text.limit):
+            piece = text.add(token)
+            if piece:
+                yield TextPiece(piece)
+            if text.ended:
                 break
-            generated.append(token)
-            text = self.tokenizer.decode(generated, skip_special_tokens=True)
-            if text.endswith("\ufffd"):  # a character split over tokens: wait for the rest
-                continue
-            found = stops.find(text, sent)
-            if found is not None:
-                text, reason = text[: max(found, sent)], "stop"
-                break
-            ready = len(text) - stops.held_back(text)
-            if ready > sent:
-                yield TextPiece(text[sent:ready])
-                sent = ready
-        yield TextPiece(text[sent:], reason, len(prompt), len(generated))
+        yield text.last()
+
+    async def generate_batched(
+        self, request: GenerationRequest, engine: ContinuousEngine
+    ) -> AsyncIterator[TextPiece]:
+        """The completion from the continuous batching engine, beside the others."""
+        prompt = self.prompt_ids(request)
+        text = CompletionText(self, request, len(prompt))
+        tokens = engine.tokens(prompt, text.limit, request)
+        try:
+            async for token in tokens:
+                piece = text.add(token)
+                if piece:
+                    yield TextPiece(piece)
+                if text.ended:
+                    break
+        finally:  # a stop string or the client: the engine drops the sequence now
+            await tokens.aclose()  # type: ignore[attr-defined]
+        yield text.last()
 
     def _tokens(self, prompt: list[int], request: GenerationRequest, limit: int) -> Iterator[int]:
         """The model's next token, ``limit`` times at most (a forward pass each, on
@@ -216,6 +238,46 @@ class Generation:
             logits = torch.full_like(logits, float("-inf")).scatter(0, order, ordered)
         probabilities = torch.softmax(logits, dim=-1)
         return int(torch.multinomial(probabilities, 1, generator=generator))
+
+
+class CompletionText:
+    """The text of one completion as its tokens come: what is ready to send, when it
+    ends (an end token, a stop string) and why; its last piece counts the tokens."""
+
+    def __init__(self, generation: Generation, request: GenerationRequest, prompt: int) -> None:
+        self.tokenizer = generation.tokenizer
+        self.ends = generation.ends
+        self.limit = generation.limit(request, prompt)
+        self.prompt = prompt
+        self.stops = StopStrings(request.stop)
+        self.generated: list[int] = []
+        self.sent = 0  # characters of the decoded text sent so far
+        self.text = ""
+        self.reason: FinishReason = "length"
+        self.ended = False
+
+    def add(self, token: int) -> str:
+        """The new text ``token`` makes ready to send ("" if none)."""
+        if token in self.ends:
+            self.reason, self.ended = "stop", True
+            return ""
+        self.generated.append(token)
+        text = self.text = self.tokenizer.decode(self.generated, skip_special_tokens=True)
+        if text.endswith("\ufffd"):  # a character split over tokens: wait for the rest
+            return ""
+        found = self.stops.find(text, self.sent)
+        if found is not None:
+            self.text, self.reason, self.ended = text[: max(found, self.sent)], "stop", True
+            return ""
+        ready = len(text) - self.stops.held_back(text)
+        if ready <= self.sent:
+            return ""
+        piece, self.sent = text[self.sent : ready], ready
+        return piece
+
+    def last(self) -> TextPiece:
+        """What is left of the text, why it ended, and the token counts."""
+        return TextPiece(self.text[self.sent :], self.reason, self.prompt, len(self.generated))
 
 
 class StopStrings:

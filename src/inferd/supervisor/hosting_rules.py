@@ -17,7 +17,9 @@ core"); setting -> where the model runs: why.
 3. A cuda device (``devices``, or ``parameters.extra.device``) -> the host: one
    copy of its weights and one CUDA context on the GPU.
 4. ``sequence_batching`` -> the host: a sequence's state lives in one copy.
-5. ``max_batch_size`` > 1 -> the host: its requests meet in one batcher.
+5. ``max_batch_size`` > 1 -> the host: its requests meet in one batcher. A Hugging
+   Face ``text-generation`` model with continuous batching (its default) too: its
+   streams meet in one engine.
 6. ``inference_timeout`` -> the host: a call is stopped by killing its worker.
 7. ``environment_path``/``environment_tarball`` -> the host: it runs in a worker
    of that environment's interpreter.
@@ -45,6 +47,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from inferd.runtimes.huggingface_batching import batches_continuously
 from inferd.settings import ModelSettings, ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -83,6 +86,11 @@ def _one_copy(model: ModelSettings) -> str | None:
         return (
             f"it batches adaptively (max_batch_size: {model.max_batch_size}): its "
             "concurrent requests must meet in one batcher"
+        )
+    if batches_continuously(model):
+        return (
+            "it batches its generations continuously: its concurrent streams must meet in "
+            "one engine (parameters.extra.continuous_batching: false copies it instead)"
         )
     if model.inference_timeout:
         return "it sets inference_timeout (a call is stopped by killing its worker process)"
