@@ -10,6 +10,8 @@ what was killed is replaced before the next:
   own connections (reset); its fork parent loses nothing;
 - ``parallel_workers: 2`` (a lone server, the model's 2 workers forked from their
   parent): a worker loses at most the one request it ran; their fork parent nothing;
+  a model's only worker (``workers: 1``) loses at most the one request it ran too:
+  the others wait for its restart;
 - a hosted model (``workers: 1``) under 3 protocol processes: as the default layout.
 
 No request is ever refused a connection after a kill.
@@ -129,6 +131,7 @@ def hosted_layout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 def forked_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("workers")
     add_custom_model(root, "echo", "SlowEcho")
+    add_custom_model(root, "alone", "SlowEcho", workers=1)  # in one of the server's own
     settings = {"protocol_processes": 1, "parallel_workers": 2, "shutdown_grace_seconds": 2}
     with start_server(root, settings) as server:
         yield server
@@ -199,3 +202,16 @@ def test_forked_workers_their_fork_parent(forked_workers: ServerProcess) -> None
     assert _forked_workers(server) == workers  # none died with it
     wait_for(lambda: "Loaded model 'echo' in its fork parent" in server.log().split(
         "The fork parent of model 'echo' died")[-1], server.log, 30)  # fmt: skip
+
+
+def test_a_models_only_worker(forked_workers: ServerProcess) -> None:
+    server = forked_workers
+    spawned = {pid for pid in children(server.process.pid) if not is_forked_worker(pid)}
+    restarts = server.log().count("Restarted ")
+    failed = kill_under_load(server, "alone", _last_served)
+    # The one request it ran (alone: the suspect of its death, not retried); the others
+    # waited for the restart instead of 503 "No worker process holding model".
+    assert len(failed) <= 1, describe(failed)
+    assert all(isinstance(o, httpx.Response) and o.status_code == 503 for o in failed)
+    assert server.log().count("Restarted ") > restarts
+    assert spawned - children(server.process.pid)  # it was killed, and is back
