@@ -33,12 +33,13 @@ from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.procstat import (
     children,
+    environment,
     forked_protocol_processes,
     is_fork_parent,
     is_forked_worker,
     protocol_parent,
 )
-from tests.support.serverproc import ServerProcess, start_server
+from tests.support.serverproc import LEFT_OUT, ServerProcess, start_server
 
 CLIENTS = 4
 REQUESTS = 150  # per client: a few seconds of load on 2 busy cores
@@ -124,7 +125,9 @@ def default_layout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
 @pytest.fixture(scope="module")
 def hosted_layout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("hosted")
-    yield from _protocol_layout(root, {"protocol_processes": 3}, workers=1)
+    # The server's default parallel_workers (1): the host runs the model in one worker.
+    settings = {"protocol_processes": 3, "parallel_workers": LEFT_OUT}
+    yield from _protocol_layout(root, settings, workers=1)
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +218,37 @@ def test_a_models_only_worker(forked_workers: ServerProcess) -> None:
     assert all(isinstance(o, httpx.Response) and o.status_code == 503 for o in failed)
     assert server.log().count("Restarted ") > restarts
     assert spawned - children(server.process.pid)  # it was killed, and is back
+
+
+def _oom_score(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+
+
+def test_the_oom_killer_takes_what_is_cheapest_to_replace_first(
+    hosted_layout: ServerProcess, forked_workers: ServerProcess
+) -> None:
+    # workers/oom_score.py: forked processes first, then spawned ones, then the model
+    # host; fork parents, the supervisor and a lone server last (their base).
+    supervisor = hosted_layout.process.pid
+    base = _oom_score(supervisor)
+    parent, forked = protocol_parent(supervisor), forked_protocol_processes(supervisor)
+    # The host: the one spawned process (a parent started afresh has its environment too).
+    host = [
+        pid
+        for pid in children(supervisor) - forked - {parent}
+        if "INFERD_MODEL_HOST" in environment(pid)
+    ]
+    (host_worker,) = children(host[0])
+    expected = {
+        parent: base,
+        **{pid: base + 600 for pid in forked},
+        host[0]: base + 200,
+        host_worker: base + 400,
+    }
+    lone = forked_workers.process.pid
+    for pid in children(lone):
+        expected[pid] = base + (600 if is_forked_worker(pid) else 0 if is_fork_parent(pid) else 400)
+    expected[lone] = base
+    assert {pid: _oom_score(pid) for pid in expected} == {
+        pid: min(score, 1000) for pid, score in expected.items()
+    }

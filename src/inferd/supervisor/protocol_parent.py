@@ -55,7 +55,7 @@ from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
 from inferd.supervisor.hosting_rules import copied
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
-from inferd.workers import preloaded
+from inferd.workers import oom_score, preloaded
 from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.fork_safety import (
     OMP_NUM_THREADS,
@@ -146,7 +146,7 @@ class ProtocolForkServer(ForkServer):
             # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says which.
             name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
             preloaded.offer(self._preloaded)
-            child.serve_role(self._repository)
+            child.serve_role(self._repository, forked=True)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
             if isinstance(exit_.code, str):
@@ -219,6 +219,7 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
     before its event loop started (protocol_forks.fork_parent_early): then the
     imports are the supervisor's, shared with it, and no interpreter starts."""
     die_with_parent(supervisor_pid)
+    oom_score.take_role(oom_score.PARENT)
     # The supervisor decides when it stops (by closing its socket), after its children.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

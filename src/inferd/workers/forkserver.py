@@ -45,7 +45,7 @@ from inferd import custom_metrics
 from inferd.model import Model, WorkerContext
 from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.workers import ipc
+from inferd.workers import ipc, oom_score
 from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.base import LoadedInstance
 from inferd.workers.fork_safety import (
@@ -156,6 +156,7 @@ class ForkServer:
         try:
             self._control.close()  # the main process must see EOF when the parent dies
             name_process(WORKER_NAME)  # its command line is the parent's
+            oom_score.take_role(oom_score.FORKED)
             reseed_numpy()
             release_openmp(self._openmp)
             sock = socket.socket(fileno=fd)
@@ -213,6 +214,7 @@ def reseed_numpy() -> None:
 def main(argv: list[str] | None = None) -> None:
     fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
     die_with_parent(parent_pid)
+    oom_score.take_role(oom_score.PARENT)  # its spawner's score may be higher
     # The main process decides when the fork parent stops (by closing its socket).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
