@@ -12,7 +12,10 @@ what was killed is replaced before the next:
   parent): a worker loses at most the one request it ran; their fork parent nothing;
   a model's only worker (``workers: 1``) loses at most the one request it ran too:
   the others wait for its restart;
-- a hosted model (``workers: 1``) under 3 protocol processes: as the default layout.
+- a hosted model (``workers: 1``) under 3 protocol processes: as the default layout;
+  the model host loses at most the requests it held (one per client: 503), and its
+  one worker at most the one it ran: the requests sent meanwhile wait for the
+  restart.
 
 No request is ever refused a connection after a kill.
 """
@@ -220,6 +223,38 @@ def test_a_models_only_worker(forked_workers: ServerProcess) -> None:
     assert spawned - children(server.process.pid)  # it was killed, and is back
 
 
+def _model_host(supervisor: int) -> int:
+    """The model host: the one spawned process (a parent started afresh has its
+    environment too)."""
+    parent, forked = protocol_parent(supervisor), forked_protocol_processes(supervisor)
+    spawned = children(supervisor) - forked - {parent}
+    (host,) = [pid for pid in spawned if "INFERD_MODEL_HOST" in environment(pid)]
+    return host
+
+
+def test_hosted_model_the_hosts_one_worker(hosted_layout: ServerProcess) -> None:
+    server = hosted_layout
+    (worker,) = children(_model_host(server.process.pid))
+    failed = kill_under_load(server, "echo", lambda _: worker)
+    # The one request it ran; the others waited in the host's queue for the restart.
+    assert len(failed) <= 1, describe(failed)
+    assert all(isinstance(o, httpx.Response) and o.status_code == 503 for o in failed)
+    wait_for(lambda: children(_model_host(server.process.pid)) - {worker}, server.log, 30)
+
+
+def test_hosted_model_the_model_host(hosted_layout: ServerProcess) -> None:
+    server = hosted_layout
+    host = _model_host(server.process.pid)
+    failed = kill_under_load(server, "echo", lambda _: host)
+    # What it held (one request per client at most, 503); the requests sent while it
+    # was restarted waited for it in the protocol processes.
+    assert len(failed) <= CLIENTS, describe(failed)
+    assert all(isinstance(o, httpx.Response) and o.status_code == 503 for o in failed), describe(
+        failed
+    )
+    assert _model_host(server.process.pid) != host
+
+
 def _oom_score(pid: int) -> int:
     return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
 
@@ -232,17 +267,12 @@ def test_the_oom_killer_takes_what_is_cheapest_to_replace_first(
     supervisor = hosted_layout.process.pid
     base = _oom_score(supervisor)
     parent, forked = protocol_parent(supervisor), forked_protocol_processes(supervisor)
-    # The host: the one spawned process (a parent started afresh has its environment too).
-    host = [
-        pid
-        for pid in children(supervisor) - forked - {parent}
-        if "INFERD_MODEL_HOST" in environment(pid)
-    ]
-    (host_worker,) = children(host[0])
+    host = _model_host(supervisor)
+    (host_worker,) = children(host)
     expected = {
         parent: base,
         **{pid: base + 600 for pid in forked},
-        host[0]: base + 200,
+        host: base + 200,
         host_worker: base + 400,
     }
     lone = forked_workers.process.pid

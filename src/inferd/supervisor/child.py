@@ -100,7 +100,9 @@ def protocol_backends(settings: ServerSettings, role: ProtocolRole) -> BackendCh
     def here(model: ModelSettings) -> bool:
         return copied(model, settings)
 
-    host = HostClient(role.paths.host, role.host_at_start)
+    # As many calls may wait for a restarting host as requests may wait here.
+    waiting = queue_share(settings.max_queue_size, settings.protocol_processes) or None
+    host = HostClient(role.paths.host, role.host_at_start, most_waiting=waiting)
     return BackendChoice(here=here, elsewhere=HostBackend(host))
 
 
