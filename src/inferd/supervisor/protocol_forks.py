@@ -135,6 +135,7 @@ class ProtocolForks:
         self._reaping: set[asyncio.Task[int]] = set()
         self._replacing: asyncio.Task[bool] | None = None
         self._old_pids: set[int] = set()  # parents that died, until reaped
+        self._adopted: dict[int, AdoptedChild] = {}  # forked: ours to reap, not a stray
         # Its children must be ours, to outlive it: else each is spawned instead.
         self._adopting = become_subreaper()
         if not self._adopting:
@@ -147,8 +148,9 @@ class ProtocolForks:
         return process.pid if process is not None else None
 
     def own_pids(self) -> set[int]:
-        """The parents this supervisor started and has not reaped yet."""
-        return {*self._old_pids, *([self.pid] if self.pid is not None else [])}
+        """The parents and forked processes not reaped yet (their handles reap them)."""
+        self._adopted = {p: c for p, c in self._adopted.items() if c.returncode is None}
+        return {*self._old_pids, *self._adopted, *([self.pid] if self.pid is not None else [])}
 
     async def fork(self, environment: Mapping[str, str]) -> AdoptedChild | None:
         """A protocol process forked with ``environment``; None when it cannot be
@@ -251,7 +253,8 @@ class ProtocolForks:
             self._ready.set_result(labels)
         elif kind == protocol_parent.FORKED:
             _, token, pid = message
-            self._resolve(token, AdoptedChild(pid))
+            self._adopted[pid] = child = AdoptedChild(pid)
+            self._resolve(token, child)
         elif kind == protocol_parent.FORK_FAILED:
             _, token, why = message
             logger.warning("Could not fork a protocol process (%s): starting one afresh", why)
