@@ -165,7 +165,7 @@ class Supervisor:
         return exit_status(children)
 
     async def _close_forks(self) -> None:
-        """The protocol fork parent exits (after its children: they die with it)."""
+        """The protocol fork parent exits (once the protocol processes have)."""
         forks, self._forks = self._forks, None
         if forks is not None:
             await forks.close()
