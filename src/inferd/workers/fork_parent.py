@@ -63,6 +63,7 @@ class ForkParent:
         self._restart_lock = asyncio.Lock()
         self._closing = False  # stopping, or stopped: its death is not news
         self._released = False  # closed for good: no fork starts a new parent
+        self._loaded_once = False  # this parent loaded the model: its death is replaced
         # Reaping a parent that died unasked, and starting the next (held: the loop
         # keeps only weak references).
         self._reaping: asyncio.Future[None] | None = None
@@ -106,6 +107,7 @@ class ForkParent:
         if kind == forkserver.UNFORKABLE:
             await self._stop()
             return str(detail)
+        self._loaded_once = True
         logger.info("Loaded model %r in its fork parent (pid %s) in %.2fs",
                     self.settings.name, self.pid, time.monotonic() - begun)  # fmt: skip
         return ""
@@ -214,7 +216,9 @@ class ForkParent:
             _settle(future, lambda waiting: waiting.set_exception(error))
         if self._process is not None and not self._closing:
             self._reaping = asyncio.ensure_future(_reap(self._process, EXIT_GRACE))
-            self._replacing = asyncio.ensure_future(self._replace())
+            if self._loaded_once:  # not one that died loading: start() says why
+                self._replacing = asyncio.ensure_future(self._replace())
+        self._loaded_once = False
 
     async def _replace(self) -> None:
         """Start the next fork parent now, so that a worker that dies later is forked
