@@ -26,6 +26,7 @@ from inferd.supervisor.main import Supervisor, run_supervisor
 from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune
 from inferd.version import __version__
+from inferd.workers import oom_score
 from inferd.workers.environments import refuse_in_process_environment
 from inferd.workers.inprocess import refuse_unstoppable
 
@@ -125,6 +126,7 @@ def start(
     and where each came from.
     """
     repository, _, command_line = _given(model_repository, repository_flag, settings_file, flags)
+    oom_score.mark_base()  # every process of the server scores above it (workers/oom_score.py)
     try:
         settings = _load(repository, command_line)
         configure_logging(settings)

@@ -27,7 +27,13 @@ from sklearn.ensemble import RandomForestClassifier
 
 from tests.support.models import SKLEARN, add_custom_model, write_model_folder
 from tests.support.polling import wait_for
-from tests.support.procstat import children, descendants, tree_pss_mib
+from tests.support.procstat import (
+    children,
+    descendants,
+    is_fork_parent,
+    is_forked_worker,
+    tree_pss_mib,
+)
 from tests.support.serverproc import ServerProcess, start_server
 
 from .test_environments import add_probe_model, make_environment, seen
@@ -169,39 +175,44 @@ def _infer_pid(server: ServerProcess) -> int | None:
 
 
 def _fork_parent(server: ServerProcess) -> int:
-    """The server's one fork parent: its child that has children of its own."""
-    parents = [pid for pid in children(server.process.pid) if children(pid)]
+    """The server's one fork parent."""
+    parents = [pid for pid in children(server.process.pid) if is_fork_parent(pid)]
     assert len(parents) == 1, parents
     return parents[0]
+
+
+def _forked(server: ServerProcess) -> set[int]:
+    """The server's forked workers (adopted by it: its children, not their parent's)."""
+    return {pid for pid in children(server.process.pid) if is_forked_worker(pid)}
 
 
 def test_one_worker_is_spawned_by_default_and_forked_when_fork_workers_is_true(
     heavy: Measured, tmp_path: Path
 ) -> None:
     server = heavy[1][0]  # by default: a parent would be one process more, sharing nothing
-    assert [pid for pid in children(server.process.pid) if children(pid)] == []
+    assert not any(is_fork_parent(pid) for pid in children(server.process.pid))
     assert _infer_pid(server) in children(server.process.pid)
     repository = _heavy_repository(tmp_path, load_seconds=0)
     settings = {"parallel_workers": 1, "fork_workers": True}
     with start_server(repository, settings, log_dir=repository) as forked:
-        assert _infer_pid(forked) in children(_fork_parent(forked))
+        _fork_parent(forked)
+        assert _infer_pid(forked) in _forked(forked)
 
 
 def test_a_killed_worker_serves_again_within_a_second(heavy: Measured) -> None:
     server = heavy[4][0]
-    parent = _fork_parent(server)
     killed = _infer_pid(server)
-    before = children(parent)
+    before = _forked(server)
     assert killed is not None and killed in before
     restarted = server.log().count("Restarted ")
     begun = time.monotonic()
     os.kill(killed, signal.SIGKILL)
     # Forked again from the same parent (no load), its model adopted and warmed up.
-    (new,) = wait_for(lambda: (children(parent) - before) or None, server.log, 10, 0.005)
+    (new,) = wait_for(lambda: (_forked(server) - before) or None, server.log, 10, 0.005)
     wait_for(lambda: server.log().count("Restarted ") > restarted, server.log, 10, 0.005)
     took = time.monotonic() - begun
     assert took < 1.0, took
-    assert children(parent) == before - {killed} | {new}
+    assert _forked(server) == before - {killed} | {new}
     assert all(_infer_pid(server) is not None for _ in range(8))
 
 
@@ -212,8 +223,8 @@ def test_a_reloaded_model_gets_a_new_fork_parent(heavy: Measured) -> None:
     assert response.status_code == 200, response.text
     wait_for(lambda: before not in descendants(server.process.pid), server.log, 10)
     after = _fork_parent(server)
-    assert after != before and len(children(after)) == 4
-    assert _infer_pid(server) in children(after)
+    assert after != before and len(_forked(server)) == 4
+    assert _infer_pid(server) in _forked(server)
 
 
 def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_worker(
@@ -229,7 +240,7 @@ def assert_loaded_in_each_worker(server: ServerProcess, model: str, why: str) ->
     assert "not forked from one parent" in server.log()
     assert why in server.log()
     workers = children(server.process.pid)
-    assert len(workers) == 2 and not any(children(pid) for pid in workers)
+    assert len(workers) == 2 and not any(is_fork_parent(pid) for pid in workers)
     body = {"inputs": [{"name": "x", "datatype": "INT32", "shape": [1], "data": [7]}]}
     response = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
@@ -250,16 +261,18 @@ def test_a_model_whose_load_keeps_a_connection_is_loaded_in_each_worker(
         assert_loaded_in_each_worker(server, "connected", "socket(s) it opened are still open")
 
 
-def test_a_dead_fork_parent_is_replaced_and_its_model_served_again(forest: Measured) -> None:
+def test_a_dead_fork_parent_is_replaced_while_its_workers_serve_on(forest: Measured) -> None:
     server = forest[4][0]
     parent = _fork_parent(server)
-    os.kill(parent, signal.SIGKILL)  # its workers die with it (PR_SET_PDEATHSIG)
-
-    def serving_from_a_new_parent() -> bool:
-        parents = [pid for pid in children(server.process.pid) if children(pid)]
-        return parents not in ([], [parent]) and len(children(parents[0])) == 4
-
-    wait_for(serving_from_a_new_parent, server.log, 30)
+    workers = _forked(server)
+    os.kill(parent, signal.SIGKILL)  # its workers are the server's: they serve on
+    parents = lambda: [pid for pid in children(server.process.pid) if is_fork_parent(pid)]  # noqa: E731
+    wait_for(lambda: parents() not in ([], [parent]), server.log, 30)
+    assert _forked(server) == workers
+    wait_for(lambda: "Loaded model 'forest' in its fork parent" in server.log().split(
+        "The fork parent of model 'forest' died")[-1], server.log, 30)  # fmt: skip
+    os.kill(min(workers), signal.SIGKILL)  # forked again, from the new parent
+    wait_for(lambda: len(_forked(server) - workers) == 1, server.log, 30)
     body = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, 4], "data": [0.5] * 4}]}
     response = httpx.post(f"{server.url}/v2/models/forest/infer", json=body, timeout=10)
     assert response.status_code == 200, response.text
@@ -289,4 +302,4 @@ def test_a_model_with_its_own_environment_is_forked_from_that_interpreter(
     parent = _fork_parent(server)
     command = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
     assert command[0].decode() == str(environment / "bin" / "python")
-    assert len(children(parent)) == 2
+    assert len(_forked(server)) == 2

@@ -31,7 +31,13 @@ from sklearn.ensemble import RandomForestClassifier
 
 from tests.support.models import SKLEARN, add_custom_model, write_model_folder
 from tests.support.polling import wait_for
-from tests.support.procstat import children, protocol_parent, served_by, tree_pss_mib
+from tests.support.procstat import (
+    children,
+    forked_protocol_processes,
+    protocol_parent,
+    served_by,
+    tree_pss_mib,
+)
 from tests.support.serverproc import LEFT_OUT, ServerProcess, start_server
 
 # What one more protocol process may add to the process tree's PSS (MiB).
@@ -134,9 +140,10 @@ def test_the_protocol_processes_are_forked_from_one_parent_holding_the_model(
     server = heavy[4][0]
     parent = protocol_parent(server.process.pid)
     assert parent is not None, server.log()
-    assert len(children(parent)) == 4
+    forked = forked_protocol_processes(server.process.pid)  # adopted by the supervisor
+    assert len(forked) == 4 and not children(parent)
     assert re.search(r"Protocol fork parent \(pid \d+\) loaded model 'heavy'", server.log())
-    assert _infer_pid(server) in children(parent)
+    assert _infer_pid(server) in forked
 
 
 def _per_added(measured: Measured, fewer: int) -> float:
@@ -184,19 +191,20 @@ def test_the_metrics_say_what_each_process_costs(heavy: Measured) -> None:
 
 def test_a_killed_protocol_process_is_forked_again_within_a_second(heavy: Measured) -> None:
     server = heavy[4][0]
-    parent = protocol_parent(server.process.pid)
-    assert parent is not None
-    before = children(parent)
+    supervisor = server.process.pid
+    before = forked_protocol_processes(supervisor)
     killed = min(before)
     begun = time.monotonic()
     os.kill(killed, signal.SIGKILL)
-    new = wait_for(lambda: (children(parent) - before) or None, server.log, 10, 0.005)
+    new = wait_for(
+        lambda: (forked_protocol_processes(supervisor) - before) or None, server.log, 10, 0.005
+    )
     (pid,) = new
     wait_for(lambda: f"(pid {pid}) is serving" in server.log(), server.log, 10, 0.01)
     took = time.monotonic() - begun
     assert took < 1.5, took
     assert "The model 'heavy'" not in server.log()  # adopted: not loaded again
-    assert served_by(server.process.pid) == children(parent)
+    assert served_by(supervisor) == forked_protocol_processes(supervisor)
 
 
 def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_process(tmp_path: Path) -> None:
@@ -210,8 +218,7 @@ def test_a_model_whose_load_leaves_a_thread_is_loaded_in_each_process(tmp_path: 
         }
         response = httpx.post(f"{server.url}/v2/models/threads/infer", json=body, timeout=10)
         assert response.status_code == 200, response.text
-        parent = protocol_parent(server.process.pid)
-        assert parent is not None and len(children(parent)) == 2  # still forked
+        assert len(forked_protocol_processes(server.process.pid)) == 2  # still forked
 
 
 def _grpc_health(server: ServerProcess, service: str) -> int:
@@ -260,17 +267,24 @@ def test_the_server_is_live_while_the_parent_loads(tmp_path: Path) -> None:
         assert all(_infer_pid(server) is not None for _ in range(8))
 
 
-def test_a_dead_fork_parent_is_replaced_and_the_processes_forked_again(tmp_path: Path) -> None:
+def test_a_dead_fork_parent_is_replaced_and_its_processes_serve_on(tmp_path: Path) -> None:
     add_custom_model(tmp_path, "heavy", "HeavyWeights", parameters={"extra": {"megabytes": 8}})
     with start_server(tmp_path, {**DEFAULTS, "protocol_processes": 2}) as server:
-        parent = protocol_parent(server.process.pid)
-        assert parent is not None
-        os.kill(parent, signal.SIGKILL)  # its protocol processes die with it
+        supervisor = server.process.pid
+        parent = protocol_parent(supervisor)
+        forked = forked_protocol_processes(supervisor)
+        assert parent is not None and len(forked) == 2
+        os.kill(parent, signal.SIGKILL)  # its protocol processes are the supervisor's
 
-        def forked_by_a_new_parent() -> bool:
-            now = protocol_parent(server.process.pid)
-            return now not in (None, parent) and len(children(now)) == 2  # type: ignore[arg-type]
+        def replaced() -> bool:
+            return protocol_parent(supervisor) not in (None, parent)
 
-        wait_for(forked_by_a_new_parent, server.log, 30)
-        assert "The protocol fork parent exited" in server.log()
+        wait_for(replaced, server.log, 30)
+        wait_for(lambda: "Protocol fork parent (pid" in server.log().split("exited")[-1],
+                 server.log, 30)  # fmt: skip
+        assert forked_protocol_processes(supervisor) == forked  # none died with it
+        assert "The protocol fork parent exited; its protocol processes serve on" in server.log()
+        # A process that dies now is forked from the new parent.
+        os.kill(min(forked), signal.SIGKILL)
+        wait_for(lambda: len(forked_protocol_processes(supervisor) - forked) == 1, server.log, 30)
         wait_for(lambda: _infer_pid(server) is not None, server.log, 30)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.support.models import write_model_folder
-from tests.support.procstat import children, protocol_parent, served_by
+from tests.support.procstat import forked_protocol_processes, protocol_parent, served_by
 from tests.support.serverproc import LEFT_OUT, start_server
 
 FEATURES = 4
@@ -73,9 +73,9 @@ def test_xgboost_and_lightgbm_are_shared_and_answer_right_from_every_process(
                 assert response.status_code == 200, response.text
                 answer = response.json()["outputs"][0]["data"]
                 np.testing.assert_allclose(answer, predicted, rtol=1e-5)
-        parent = protocol_parent(server.process.pid)
-        assert parent is not None and len(children(parent)) == 2  # still forked
-        assert served_by(server.process.pid) == children(parent)
+        assert protocol_parent(server.process.pid) is not None
+        forked = forked_protocol_processes(server.process.pid)
+        assert len(forked) == 2 and served_by(server.process.pid) == forked  # still forked
 
 
 def test_xgboost_and_lightgbm_workers_are_forked_by_default_and_answer_right(

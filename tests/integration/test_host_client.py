@@ -112,18 +112,36 @@ async def test_a_load_fails_at_once_when_no_host_ever_ran(host: Host) -> None:
         await pool.close()
 
 
-async def test_a_host_gone_fails_calls_at_once_and_its_return_binds_them_again(
+async def test_a_call_while_the_host_is_gone_waits_for_its_return_which_binds_again(
     host: Host, pool: HostClient
 ) -> None:
     await host.serve()
     await pool.bind(1, *ECHO)
     host.stop()
     await asyncio.sleep(0.05)  # the pool sees its connection close
-    with pytest.raises((ModelNotReady, WorkerLost)) as failed:
-        await asyncio.wait_for(echoed(pool), 2)
-    assert isinstance(failed.value, InferdError) and failed.value.code.name == "UNAVAILABLE"
-    await host.serve()  # restarted: the next call connects and binds instance 1 again
-    assert np.array_equal(await echoed(pool), ROW)
+    waiting = asyncio.ensure_future(echoed(pool))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # not ModelNotReady at once: the host is being restarted
+    await host.serve()  # restarted: the call connects and binds instance 1 again
+    assert np.array_equal(await asyncio.wait_for(waiting, 10), ROW)
+
+
+async def test_calls_past_those_that_may_wait_for_the_host_fail_at_once(host: Host) -> None:
+    pool = HostClient(host.path, host_at_start=True, most_waiting=1)
+    try:
+        await host.serve()
+        await pool.bind(1, *ECHO)
+        host.stop()
+        await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(echoed(pool))
+        await asyncio.sleep(0.05)
+        with pytest.raises((ModelNotReady, WorkerLost)) as failed:
+            await asyncio.wait_for(echoed(pool), 2)  # a second: beyond the bound
+        assert isinstance(failed.value, InferdError) and failed.value.code.name == "UNAVAILABLE"
+        await host.serve()
+        assert np.array_equal(await asyncio.wait_for(waiting, 10), ROW)
+    finally:
+        await pool.close()
 
 
 async def test_a_load_outlives_a_host_that_dies_while_it_binds(

@@ -43,6 +43,9 @@ class HolderPool:
     def capacity(self, instance_id: int) -> int:
         return 2 * len(self.alive)
 
+    def restarting(self, instance_id: int) -> bool:
+        return False
+
     def holders(self, instance_id: int) -> list[Holder]:
         return list(self.alive)
 

@@ -111,28 +111,46 @@ def _started_as(pid: int, module: bytes) -> bool:
         return False
 
 
+FORKED_WORKER_NAME = "inferd-worker"  # a forked worker's comm (its cmdline is its parent's)
+FORKED_PROTOCOL_PREFIX = "inferd-proto-"  # a forked protocol process's comm, then its index
+
+
+def _name(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def is_fork_parent(pid: int) -> bool:
-    """Whether ``pid`` is a model's fork parent (``fork_workers``), not a worker."""
-    return _started_as(pid, FORK_PARENT_MODULE)
+    """Whether ``pid`` is a model's fork parent (``fork_workers``), not a worker forked
+    from one (which the server adopted: its command line is the parent's)."""
+    return _started_as(pid, FORK_PARENT_MODULE) and _name(pid) != FORKED_WORKER_NAME
+
+
+def is_forked_worker(pid: int) -> bool:
+    """Whether ``pid`` is a worker forked from a model's fork parent."""
+    return _name(pid) == FORKED_WORKER_NAME
 
 
 def is_supervised(pid: int) -> bool:
-    """Whether ``pid`` is a protocol process or the model host a supervisor started."""
-    return _started_as(pid, SUPERVISED_MODULE)
+    """Whether ``pid`` is a protocol process or the model host a supervisor started
+    (spawned: its module; or forked by the protocol fork parent: its name)."""
+    return _started_as(pid, SUPERVISED_MODULE) or _name(pid).startswith(FORKED_PROTOCOL_PREFIX)
 
 
 def workers(server_pid: int) -> set[int]:
-    """The server's live worker processes, spawned or forked, in either layout: the
-    children of the server (or, under a supervisor, of its processes: the model host's)
-    that are not fork parents, and the children of its fork parents (``fork_workers``)."""
+    """The server's live worker processes, spawned or forked (``fork_workers``: the
+    server adopts them), in either layout: the children of the server (or, under a
+    supervisor, of its processes: the model host's) that are not fork parents."""
     found = set()
     for child in children(server_pid):
-        if is_protocol_parent(child):
-            continue  # its children are protocol processes, which run no workers
+        if is_protocol_parent(child) or is_fork_parent(child):
+            continue
         if is_supervised(child):
             found |= workers(child)
         else:
-            found |= children(child) if is_fork_parent(child) else {child}
+            found.add(child)
     return found
 
 
@@ -143,13 +161,12 @@ PROTOCOL_PARENT_NAME = "inferd-protopar"
 
 def is_protocol_parent(pid: int) -> bool:
     """Whether ``pid`` is a supervisor's protocol fork parent (``fork_protocol_processes``):
-    forked from the supervisor (named so), or started afresh (its module)."""
-    try:
-        if (PROC / str(pid) / "comm").read_text().strip() == PROTOCOL_PARENT_NAME:
-            return True
-        return PROTOCOL_PARENT_MODULE in (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return False
+    forked from the supervisor (named so), or started afresh (its module, which the
+    protocol processes it forks show too: they are named)."""
+    name = _name(pid)
+    if name == PROTOCOL_PARENT_NAME:
+        return True
+    return not name.startswith(FORKED_PROTOCOL_PREFIX) and _started_as(pid, PROTOCOL_PARENT_MODULE)
 
 
 def protocol_parent(supervisor_pid: int) -> int | None:
@@ -157,17 +174,18 @@ def protocol_parent(supervisor_pid: int) -> int | None:
     return next((pid for pid in children(supervisor_pid) if is_protocol_parent(pid)), None)
 
 
+def forked_protocol_processes(supervisor_pid: int) -> set[int]:
+    """The protocol processes forked by the protocol fork parent (the supervisor adopts
+    them: they are its children, not the parent's)."""
+    return {
+        pid for pid in children(supervisor_pid) if _name(pid).startswith(FORKED_PROTOCOL_PREFIX)
+    }
+
+
 def served_by(supervisor_pid: int) -> set[int]:
     """A supervisor's protocol processes and its model host, spawned or forked: its
-    children it started as such, and the protocol fork parent's children (none for a
-    lone server, whose children are workers)."""
-    found = set()
-    for child in children(supervisor_pid):
-        if is_protocol_parent(child):
-            found |= children(child)
-        elif is_supervised(child):
-            found.add(child)
-    return found
+    children (none for a lone server, whose children are workers)."""
+    return {pid for pid in children(supervisor_pid) if is_supervised(pid)}
 
 
 def serving_processes(server_pid: int) -> set[int]:

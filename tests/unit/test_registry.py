@@ -61,6 +61,9 @@ class FakePool:
     def capacity(self, instance_id: int) -> int:
         return 1 if instance_id in self.loaded else 0
 
+    def restarting(self, instance_id: int) -> bool:
+        return False
+
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         """Capacity never changes here."""
 

@@ -22,6 +22,7 @@ class GatedPool:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
+        self.restarts = False  # whether a capacity of 0 is a restart (worth a wait)
         self.listener: Callable[[], None] | None = None
         self.running: list[tuple[int, asyncio.Event]] = []
         self.started: list[int] = []
@@ -29,6 +30,9 @@ class GatedPool:
 
     def capacity(self, instance_id: int) -> int:
         return self._capacity
+
+    def restarting(self, instance_id: int) -> bool:
+        return self.restarts
 
     def set_capacity(self, capacity: int) -> None:
         self._capacity = capacity
@@ -150,6 +154,42 @@ async def test_with_no_capacity_left_waiting_requests_get_the_pools_error() -> N
     pool.finish(0)
     await tasks[0]
     assert (scheduler.in_flight, scheduler.waiting) == (0, 0)
+
+
+async def test_with_no_capacity_while_restarting_requests_wait_for_the_restart() -> None:
+    # The last worker died and is restarted: its requests wait as for a busy pool,
+    # not 503 by the thousand (issue #43).
+    pool = GatedPool(capacity=1)
+    scheduler = Scheduler(pool, 1)
+    tasks = await submit_all(scheduler, range(2))
+    pool.restarts = True
+    pool.set_capacity(0)
+    later = asyncio.create_task(scheduler.submit(request(9)))  # parked, not refused
+    await settle()
+    assert not any(task.done() for task in [*tasks[1:], later])
+    assert scheduler.waiting == 2
+    pool.set_capacity(1)  # back
+    pool.finish(0)
+    for number in (1, 9):
+        await settle()
+        pool.finish(number)
+    await asyncio.gather(*tasks, later)
+
+
+async def test_a_restart_that_takes_too_long_lets_the_waiters_get_the_pools_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("inferd.dispatch.queued.RESTART_WAIT_SECONDS", 0.05)
+    pool = GatedPool(capacity=0)
+    pool.restarts = True
+    scheduler = Scheduler(pool, 1)
+    waiting = asyncio.create_task(scheduler.submit(request(1)))
+    await settle()
+    assert not waiting.done()
+    with pytest.raises(WorkerLost, match="no worker"):
+        await asyncio.wait_for(waiting, 5)
+    with pytest.raises(WorkerLost):
+        await scheduler.submit(request(2))  # still down: refused at once now
 
 
 async def test_a_cancelled_waiter_gives_its_place_back() -> None:

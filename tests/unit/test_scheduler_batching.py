@@ -29,6 +29,9 @@ class BatchPool:
     def capacity(self, instance_id: int) -> int:
         return 1
 
+    def restarting(self, instance_id: int) -> bool:
+        return False
+
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         """Capacity never changes here."""
 

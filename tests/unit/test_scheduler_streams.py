@@ -50,6 +50,9 @@ class StreamPool:
     def capacity(self, instance_id: int) -> int:
         return self._capacity
 
+    def restarting(self, instance_id: int) -> bool:
+        return False
+
     def watch(self, instance_id: int, on_capacity_change: Callable[[], None]) -> None:
         """Capacity never changes here."""
 

@@ -18,6 +18,11 @@ run, a partial batch may wait ``max_batch_time`` for company.
 
 The slot contract with the pool is :class:`~inferd.workers.base.Execution`: each
 request started holds one slot until its execution says the slot is free.
+
+A capacity of 0 while the pool restarts the instance's workers (its last worker
+died) is waited for as a busy pool is: requests queue, within the bound and their
+timeouts, for at most :data:`RESTART_WAIT_SECONDS` from the start of that wait; an
+instance the pool gave up (or never had) refuses them at once with the pool's reason.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.base import Call, Execution, ResponseStream
 
+# Longest requests wait for a restarting instance's first worker, as a retried request
+# waits for a free slot (workers/worker_assignment.py RETRY_WAIT): then, refused.
+RESTART_WAIT_SECONDS = 30.0
+
 
 class QueuedDispatch:
     """The queue, the batch policy and the slot count of one model version."""
@@ -63,6 +72,11 @@ class QueuedDispatch:
         self._launcher = launcher
         # The pool's own method, not the launcher's: read on every request's path.
         self._capacity = launcher.pool.capacity
+        self._restarting = launcher.pool.restarting
+        # When requests began to wait for a restart (None: capacity, or no wait), and
+        # the timer that lets them through to the pool's refusal once that is too long.
+        self._restart_wait_began: float | None = None
+        self._restart_overdue: asyncio.TimerHandle | None = None
         self._instance_id = launcher.instance_id
         self._notify = notify  # when it may have become idle
         self._in_flight = 0
@@ -111,7 +125,7 @@ class QueuedDispatch:
             queued = dispatched = time.perf_counter_ns()
             execution = self._launcher.predict_one(request, trace)
             response = await run_in_slot(execution, self._release_slot)
-        elif capacity == 0:
+        elif capacity == 0 and not self._waits_for_restart():
             # No worker can run it now: the pool refuses it with the reason.
             call = Call(self._instance_id, request)
             return await self._launcher.predict(call).result()
@@ -148,6 +162,7 @@ class QueuedDispatch:
 
     def closed(self) -> None:
         """Nothing kept past the last request."""
+        self._restart_wait_ended()
 
     async def _stream_in_slot(
         self, request: InferenceRequest, context: RequestContext
@@ -162,7 +177,7 @@ class QueuedDispatch:
             except BaseException:
                 self._release_slot()
                 raise
-        if capacity == 0:
+        if capacity == 0 and not self._waits_for_restart():
             return self._launcher.stream(request)  # refused, with the reason
         grant = await self._wait_for_slot(request, context.disconnected, streams=True)
         assert grant.stream is not None  # a stream's grant carries it
@@ -249,7 +264,7 @@ class QueuedDispatch:
 
     def _hand_out_slots(self) -> None:
         capacity = self._capacity(self._instance_id)
-        if capacity == 0:
+        if capacity == 0 and not self._waits_for_restart():
             # Nothing will free a slot: let every waiter through to get the pool's error.
             capacity = self._in_flight + len(self._queue)
         for pending in self._queue.pop_expired():
@@ -304,8 +319,30 @@ class QueuedDispatch:
         pending.waiter.set_result(Grant(None, owns_slot=True, stream=responses))
 
     def _capacity_changed(self) -> None:
+        if self._capacity(self._instance_id):
+            self._restart_wait_ended()
         if self._queue:
             self._hand_out_slots()
+
+    def _waits_for_restart(self) -> bool:
+        """With no capacity: whether requests wait for the instance's workers to come
+        back (the pool restarts them, and the wait is not too long yet)."""
+        if not self._restarting(self._instance_id):
+            self._restart_wait_ended()
+            return False
+        now = time.monotonic()
+        if self._restart_wait_began is None:
+            self._restart_wait_began = now
+            self._restart_overdue = asyncio.get_running_loop().call_later(
+                RESTART_WAIT_SECONDS, self._capacity_changed
+            )
+        return now - self._restart_wait_began < RESTART_WAIT_SECONDS
+
+    def _restart_wait_ended(self) -> None:
+        self._restart_wait_began = None
+        if self._restart_overdue is not None:
+            self._restart_overdue.cancel()
+            self._restart_overdue = None
 
 
 def _still_waiting(pending: Pending) -> bool:

@@ -45,6 +45,7 @@ from inferd.supervisor.forwarding import (
 )
 from inferd.supervisor.hosting_rules import copied, queue_share
 from inferd.supervisor.paths import ProtocolRole, protocol_role
+from inferd.workers import oom_score
 from inferd.workers.host_client import HostClient
 from inferd.workers.worker import die_with_parent
 
@@ -99,7 +100,9 @@ def protocol_backends(settings: ServerSettings, role: ProtocolRole) -> BackendCh
     def here(model: ModelSettings) -> bool:
         return copied(model, settings)
 
-    host = HostClient(role.paths.host, role.host_at_start)
+    # As many calls may wait for a restarting host as requests may wait here.
+    waiting = queue_share(settings.max_queue_size, settings.protocol_processes) or None
+    host = HostClient(role.paths.host, role.host_at_start, most_waiting=waiting)
     return BackendChoice(here=here, elsewhere=HostBackend(host))
 
 
@@ -139,14 +142,16 @@ def main(argv: list[str] | None = None) -> None:
     exit_stopped(0)  # a spawned model host or protocol process: no slow finalization
 
 
-def serve_role(repository: Path) -> None:
+def serve_role(repository: Path, forked: bool = False) -> None:
     """Serve in the role the environment gives (a process spawned by the supervisor,
-    or forked by the protocol fork parent); exits when the server stops."""
+    or ``forked`` by the protocol fork parent); exits when the server stops."""
     # A Ctrl-C reaches the whole process group: the supervisor forwards it as SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     role = protocol_role()
     if role is None:
         sys.exit("inferd.supervisor.child is started by `inferd start`, which sets its role")
+    spawned = oom_score.FORKED if forked else oom_score.SPAWNED
+    oom_score.take_role(oom_score.MODEL_HOST if role.is_host else spawned)
     try:
         settings = load_server_settings(repository, command_line=CommandLine.from_environment())
         configure_logging(settings)

@@ -53,7 +53,7 @@ CONFIGURATION_EXIT_STATUS = 78
 
 class ChildProcess(Protocol):
     """What is watched of a protocol process: a spawned one (asyncio's Process) or
-    one forked by the protocol fork parent (protocol_forks.ForkedProcess)."""
+    one forked by the protocol fork parent and adopted here (adoption.AdoptedChild)."""
 
     @property
     def pid(self) -> int: ...

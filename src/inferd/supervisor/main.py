@@ -49,6 +49,7 @@ from inferd.supervisor.served import (
     serve_service,
     stop_services,
 )
+from inferd.supervisor.strays import keep_reaping_strays
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Supervisor:
         return exit_status(children)
 
     async def _close_forks(self) -> None:
-        """The protocol fork parent exits (after its children: they die with it)."""
+        """The protocol fork parent exits (once the protocol processes have)."""
         forks, self._forks = self._forks, None
         if forks is not None:
             await forks.close()
@@ -198,6 +199,8 @@ class Supervisor:
             loop.add_signal_handler(signum, self._on_signal, signum)
         announced = asyncio.create_task(self._announce(protocol))
         stopping = asyncio.create_task(self._stopping.wait())
+        # A subreaper (forks adopts the protocol processes) adopts every orphan below.
+        strays = asyncio.create_task(keep_reaping_strays(self._own_pids, self._stopping))
         try:
             await asyncio.wait([stopping, *kept], return_when=asyncio.FIRST_COMPLETED)
             # None, unless one could not start with these settings (or a bug).
@@ -220,6 +223,7 @@ class Supervisor:
         finally:
             stopping.cancel()
             announced.cancel()
+            strays.cancel()
             await self._stop_loading()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
@@ -240,6 +244,11 @@ class Supervisor:
         found += [("protocol_process", c.process.pid) for c in self._protocol if c.process]
         found.append(("model_host", host.process.pid if host and host.process else None))
         return [(role, pid) for role, pid in found if pid is not None]
+
+    def _own_pids(self) -> set[int]:
+        """The processes this supervisor started (waited for by their handles)."""
+        forks = self._forks
+        return {pid for _, pid in self.pids()} | (forks.own_pids() if forks else set())
 
     def _start_host_child(self, when: str) -> asyncio.Task[None]:
         """Start the model host (process ``count``) and keep it running; its watch."""

@@ -2,10 +2,12 @@
 
 :class:`ProtocolForks` starts the parent (supervisor/protocol_parent.py), waits
 until it has loaded the copied models, and asks it for protocol processes;
-:class:`ForkedProcess` is a forked one's handle, which children.py's ``Child``
-watches as it watches a spawned process. The parent is started again (and loads
-the models again) when a fork is asked after it died; its children die with it
-(``PR_SET_PDEATHSIG``). When the parent cannot start or cannot fork, :meth:`fork`
+:class:`~inferd.workers.adoption.AdoptedChild` is a forked one's handle, which
+children.py's ``Child`` watches as it watches a spawned process: a forked process is
+the supervisor's child (adopted: the supervisor is a subreaper), not the parent's,
+so the parent's death takes none of them. A parent that died is replaced at once,
+in the background (a fresh interpreter that loads the models again), while its
+processes serve on. When the parent cannot start or cannot fork, :meth:`fork`
 returns None and the process is spawned as a fresh interpreter instead: a start
 never fails for want of the parent.
 
@@ -33,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inferd.supervisor import protocol_parent
+from inferd.workers.adoption import AdoptedChild, become_subreaper, name_process
 from inferd.workers.fork_safety import fork_hazards
 
 logger = logging.getLogger(__name__)
@@ -41,32 +44,6 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE = 1 << 20
 # How long the parent may take to exit once its socket closed.
 EXIT_GRACE = 5.0
-# How an exit reads when the parent died and took its children (PR_SET_PDEATHSIG).
-KILLED_WITH_PARENT = -signal.SIGKILL
-
-
-class ForkedProcess:
-    """A protocol process forked by the parent: what ``Child`` uses of a process."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._exited = asyncio.Event()
-
-    async def wait(self) -> int:
-        await self._exited.wait()
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None:  # reaped: its pid may be someone else's by now
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signum)
-
-    def exited(self, returncode: int) -> None:
-        if self.returncode is None:
-            self.returncode = returncode
-            self._exited.set()
 
 
 class EarlyParent:
@@ -124,7 +101,7 @@ def fork_parent_early(repository: str) -> EarlyParent | None:
         code = 1
         try:
             mine.close()
-            protocol_parent.name_process(protocol_parent.PARENT_NAME)
+            name_process(protocol_parent.PARENT_NAME)
             protocol_parent.serve_parent(supervisor, repository, theirs)
             code = 0
         except BaseException:
@@ -149,14 +126,20 @@ class ProtocolForks:
         self._early = early
         self._sock: socket.socket | None = None
         self._ready: asyncio.Future[list[str]] | None = None
-        self._forks: dict[int, asyncio.Future[ForkedProcess | None]] = {}
-        self._children: dict[int, ForkedProcess] = {}
+        self._forks: dict[int, asyncio.Future[AdoptedChild | None]] = {}
         self._tokens = itertools.count()
         self._starting = asyncio.Lock()
         self._closed = False
         # It exited before it ever answered READY: every start would (the log says why).
         self._broken = False
         self._reaping: set[asyncio.Task[int]] = set()
+        self._replacing: asyncio.Task[bool] | None = None
+        self._old_pids: set[int] = set()  # parents that died, until reaped
+        self._adopted: dict[int, AdoptedChild] = {}  # forked: ours to reap, not a stray
+        # Its children must be ours, to outlive it: else each is spawned instead.
+        self._adopting = become_subreaper()
+        if not self._adopting:
+            logger.warning("Protocol processes are spawned: they cannot be adopted here")
 
     @property
     def pid(self) -> int | None:
@@ -164,10 +147,15 @@ class ProtocolForks:
         process = self._process or self._early
         return process.pid if process is not None else None
 
-    async def fork(self, environment: Mapping[str, str]) -> ForkedProcess | None:
+    def own_pids(self) -> set[int]:
+        """The parents and forked processes not reaped yet (their handles reap them)."""
+        self._adopted = {p: c for p, c in self._adopted.items() if c.returncode is None}
+        return {*self._old_pids, *self._adopted, *([self.pid] if self.pid is not None else [])}
+
+    async def fork(self, environment: Mapping[str, str]) -> AdoptedChild | None:
         """A protocol process forked with ``environment``; None when it cannot be
         (the caller spawns one instead: the reason is logged)."""
-        if self._closed or not await self._running():
+        if self._closed or not self._adopting or not await self._running():
             return None
         assert self._sock is not None
         token = next(self._tokens)
@@ -178,6 +166,8 @@ class ProtocolForks:
     async def close(self) -> None:
         """No more forks; the parent exits (call once its children have exited)."""
         self._closed = True
+        if self._replacing is not None:
+            self._replacing.cancel()
         self._drop_socket()
         early, self._early = self._early, None
         if early is not None:  # never asked for a fork: it sees EOF and exits
@@ -193,7 +183,7 @@ class ProtocolForks:
     async def _running(self) -> bool:
         """Start the parent unless it runs; whether it runs and has loaded."""
         async with self._starting:
-            if self._sock is None and not self._broken:
+            if self._sock is None and not self._broken and not self._closed:
                 await self._start()
             if self._ready is None:
                 return False
@@ -263,27 +253,26 @@ class ProtocolForks:
             self._ready.set_result(labels)
         elif kind == protocol_parent.FORKED:
             _, token, pid = message
-            self._children[pid] = child = ForkedProcess(pid)
+            self._adopted[pid] = child = AdoptedChild(pid)
             self._resolve(token, child)
         elif kind == protocol_parent.FORK_FAILED:
             _, token, why = message
             logger.warning("Could not fork a protocol process (%s): starting one afresh", why)
             self._resolve(token, None)
-        elif kind == protocol_parent.EXITED:
-            _, pid, returncode = message
-            exited = self._children.pop(pid, None)
-            if exited is not None:
-                exited.exited(returncode)
 
-    def _resolve(self, token: int, child: ForkedProcess | None) -> None:
+    def _resolve(self, token: int, child: AdoptedChild | None) -> None:
         forked = self._forks.pop(token, None)
         if forked is not None and not forked.done():
             forked.set_result(child)
 
     def _on_parent_gone(self) -> None:
-        """The parent exited: its children die with it; the next fork starts a new one."""
+        """The parent exited: its children serve on (they are ours); a new parent is
+        started at once, in the background, for the next fork."""
         if not self._closed:
-            logger.error("The protocol fork parent exited; its protocol processes die with it")
+            logger.error(
+                "The protocol fork parent exited; its protocol processes serve on, and a "
+                "new parent loads the models for the next one that must be forked"
+            )
         self._drop_socket()
         if self._ready is not None and not self._ready.done():
             self._broken = True
@@ -293,16 +282,16 @@ class ProtocolForks:
         self._ready = None
         for token in list(self._forks):
             self._resolve(token, None)
-        for child in list(self._children.values()):
-            child.send_signal(signal.SIGKILL)  # dying already; sure now
-            child.exited(KILLED_WITH_PARENT)
-        self._children.clear()
         if not self._closed:
             process, self._process = self._process, None
             if process is not None:  # reaped
                 reaping = asyncio.get_running_loop().create_task(process.wait())
                 self._reaping.add(reaping)
                 reaping.add_done_callback(self._reaping.discard)
+                self._old_pids.add(process.pid)
+                reaping.add_done_callback(lambda _: self._old_pids.discard(process.pid))
+            if not self._broken:
+                self._replacing = asyncio.get_running_loop().create_task(self._running())
 
     def _send(self, message: tuple[Any, ...]) -> None:
         if self._sock is not None:

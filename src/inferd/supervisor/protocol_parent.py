@@ -21,10 +21,11 @@ reports the failure as without this parent.
 
 Then it answers ``READY`` and serves ``FORK`` (the child's whole environment: its
 index, restart flag, the supervisor's private folder), each child becoming a
-protocol process that adopts the preloaded models (workers/preloaded.py), and
-reports each child's exit (``EXITED``) as :mod:`inferd.workers.forkserver` does:
-the supervisor cannot wait for its grandchildren. It ignores SIGTERM and SIGINT
-(its children drain on the supervisor's word) and exits when its socket closes.
+protocol process that adopts the preloaded models (workers/preloaded.py). A child
+is forked through a middle process that exits at once (workers/adoption.py): the
+supervisor, a subreaper, adopts and reaps it, so this parent's death takes no
+protocol process with it. It ignores SIGTERM and SIGINT (its children drain on the
+supervisor's word) and exits when its socket closes.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
 from inferd.supervisor.hosting_rules import copied
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
-from inferd.workers import preloaded
+from inferd.workers import oom_score, preloaded
+from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.fork_safety import (
     OMP_NUM_THREADS,
     fork_hazards,
@@ -75,7 +77,6 @@ FORK = "fork"  # (FORK, token, environment)
 READY = "ready"  # (READY, pid, labels of the models loaded here)
 FORKED = "forked"  # (FORKED, token, pid)
 FORK_FAILED = "fork-failed"  # (FORK_FAILED, token, why)
-EXITED = "exited"  # (EXITED, pid, exit code), as forkserver.EXITED
 # What a protocol process imports only once it serves (a lazy import of uvicorn's,
 # httpx's, asyncio's): imported here, their pages are shared instead of each process's.
 SERVING_MODULES = (
@@ -100,8 +101,10 @@ LEFT_OUT_ENV = "INFERD_FORK_LEFT_OUT"
 class ProtocolForkServer(ForkServer):
     """Forks protocol processes that adopt ``models``."""
 
-    def __init__(self, control: socket.socket, repository: Path, models: list[Model]) -> None:
-        super().__init__(control)
+    def __init__(
+        self, control: socket.socket, supervisor: int, repository: Path, models: list[Model]
+    ) -> None:
+        super().__init__(control, supervisor)
         self._repository = repository
         self._preloaded = models
 
@@ -122,26 +125,20 @@ class ProtocolForkServer(ForkServer):
             self._send((FORK_FAILED, token, "; ".join(hazards)))
             return
         try:
-            pid = os.fork()
+            pid = fork_adopted(self._adopter)
         except OSError as error:
             self._send((FORK_FAILED, token, f"fork failed: {error}"))
             return
         if pid == 0:
             self._become_protocol_process(environment)
-        self._children.add(pid)
         self._send((FORKED, token, pid))
 
     def _become_protocol_process(self, environment: dict[str, str]) -> None:
         """In the child: drop what is the parent's, serve as a protocol process, exit."""
         code = 0
         try:
-            signal.set_wakeup_fd(-1)
-            for signum in (signal.SIGCHLD, signal.SIGTERM):  # as a fresh interpreter has them
-                signal.signal(signum, signal.SIG_DFL)
-            os.close(self._wake_read)
-            os.close(self._wake_write)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a fresh interpreter has it
             self._control.close()  # the supervisor sees EOF when the parent dies
-            die_with_parent(os.getppid())
             reseed_numpy()
             os.environ.clear()
             os.environ.update(environment)
@@ -149,7 +146,7 @@ class ProtocolForkServer(ForkServer):
             # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says which.
             name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
             preloaded.offer(self._preloaded)
-            child.serve_role(self._repository)
+            child.serve_role(self._repository, forked=True)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
             if isinstance(exit_.code, str):
@@ -207,18 +204,6 @@ def _load_one(settings: ModelSettings) -> tuple[Model | None, str]:
     return model, "; ".join(hazards)
 
 
-PR_SET_NAME = 15  # prctl's option naming the calling thread (the process's comm)
-
-
-def name_process(name: str) -> None:
-    """Name this process (its main thread) as ps and /proc/PID/comm show it (Linux; at
-    most 15 bytes are kept)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15])
-
-
 def main(argv: list[str] | None = None) -> None:
     """The parent started afresh (``python -m``): by a supervisor whose early fork was
     not safe, or that replaces a parent that died, or by a parent starting over."""
@@ -234,6 +219,7 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
     before its event loop started (protocol_forks.fork_parent_early): then the
     imports are the supervisor's, shared with it, and no interpreter starts."""
     die_with_parent(supervisor_pid)
+    oom_score.take_role(oom_score.PARENT)
     # The supervisor decides when it stops (by closing its socket), after its children.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -259,7 +245,7 @@ def serve_parent(supervisor_pid: int, repository: str, control: socket.socket) -
             importlib.import_module(name)
     gc.collect()
     gc.freeze()  # the collector never writes to the models' objects: their pages stay shared
-    server = ProtocolForkServer(control, Path(repository), models)
+    server = ProtocolForkServer(control, supervisor_pid, Path(repository), models)
     server.announce_ready()
     server.serve()
     exit_stopped(0)  # the supervisor waits for this exit, after the grace: no finalization

@@ -297,6 +297,11 @@ class Pool(Protocol):
         """How many requests the instance can run at once right now; 0 if none."""
         ...
 
+    def restarting(self, instance_id: int) -> bool:
+        """Whether the instance may serve again though its capacity is 0 now: its
+        workers are being restarted (a request may wait for them, as for a busy one)."""
+        ...
+
     def holders(self, instance_id: int) -> list[Holder]:
         """The live holders serving the instance now (empty: none)."""
         ...

@@ -220,6 +220,9 @@ class EnvironmentPools:
     def capacity(self, instance_id: int) -> int:
         return self._pool(instance_id).capacity(instance_id)
 
+    def restarting(self, instance_id: int) -> bool:
+        return self._pool(instance_id).restarting(instance_id)
+
     def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
         self._pool(instance_id).watch(instance_id, on_change)
 

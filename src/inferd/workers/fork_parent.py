@@ -9,21 +9,20 @@ its restarts by the pool) is as for any worker.
 A worker's socket pair is made here, as for a spawned worker; its other end
 travels to the fork parent beside the FORK command and is closed here at once,
 so the worker's socket reaches end-of-file when the main process closes its end
-(or dies). The worker is the fork parent's child: the fork parent reaps it and
-reports its exit code (:class:`ForkedChild` holds it). If the fork parent itself
-dies, its workers die with it (``PR_SET_PDEATHSIG``) and the next fork starts a
-new fork parent, which loads the model again.
+(or dies). The worker is not the fork parent's child but this process's: forked
+through a middle process that exits at once, it is adopted here (this process is a
+subreaper, workers/adoption.py) and reaped here (:class:`AdoptedChild`). So when the
+fork parent dies its workers keep serving, and a new fork parent is started at once
+in the background (it loads the model again), for the next worker that must be
+forked.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
-import os
 import pickle
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 from inferd.errors import WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.workers import forkserver, ipc
+from inferd.workers.adoption import AdoptedChild, become_subreaper
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
 from inferd.workers.process import WorkerProcess
@@ -44,22 +44,6 @@ logger = logging.getLogger(__name__)
 # How long a fork parent whose socket closed may take to exit before it is killed.
 EXIT_GRACE = 2.0
 EXIT_POLL_INTERVAL = 0.005
-
-
-class ForkedChild:
-    """A worker forked by a fork parent: its pid, and its exit code once reported."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:  # reaped: its pid may be someone else's by now
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
 
 
 class ForkParent:
@@ -74,14 +58,16 @@ class ForkParent:
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._loaded: asyncio.Future[tuple[str, Any]] | None = None
-        self._forks: dict[int, asyncio.Future[ForkedChild]] = {}
-        self._children: dict[int, ForkedChild] = {}
+        self._forks: dict[int, asyncio.Future[AdoptedChild]] = {}
         self._tokens = itertools.count()
         self._restart_lock = asyncio.Lock()
         self._closing = False  # stopping, or stopped: its death is not news
         self._released = False  # closed for good: no fork starts a new parent
-        # Reaping a parent that died unasked (held: the loop keeps only weak references).
+        self._loaded_once = False  # this parent loaded the model: its death is replaced
+        # Reaping a parent that died unasked, and starting the next (held: the loop
+        # keeps only weak references).
         self._reaping: asyncio.Future[None] | None = None
+        self._replacing: asyncio.Future[None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -97,6 +83,8 @@ class ForkParent:
         ConfigurationError) after closing it."""
         begun = time.monotonic()
         self._closing = False  # a parent that failed to start before is started afresh
+        if not become_subreaper():  # its workers must be ours, to outlive it
+            raise WorkerLost("Workers cannot be adopted here (Linux's PR_SET_CHILD_SUBREAPER)")
         self._spawn()
         loop = asyncio.get_running_loop()
         self._loaded = loaded = loop.create_future()
@@ -119,6 +107,7 @@ class ForkParent:
         if kind == forkserver.UNFORKABLE:
             await self._stop()
             return str(detail)
+        self._loaded_once = True
         logger.info("Loaded model %r in its fork parent (pid %s) in %.2fs",
                     self.settings.name, self.pid, time.monotonic() - begun)  # fmt: skip
         return ""
@@ -139,12 +128,12 @@ class ForkParent:
         self._sock = ours
         asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)
 
-    async def fork(self, worker_socket: socket.socket) -> ForkedChild:
+    async def fork(self, worker_socket: socket.socket) -> AdoptedChild:
         """A new worker serving ``worker_socket``'s other end, the model adopted on its
         first LOAD; WorkerLost if no fork parent can give one."""
         await self._ensure_running()
         token = next(self._tokens)
-        future: asyncio.Future[ForkedChild] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[AdoptedChild] = asyncio.get_running_loop().create_future()
         self._forks[token] = future
         try:
             self._send((forkserver.FORK, token), worker_socket.fileno())
@@ -157,8 +146,8 @@ class ForkParent:
         async with self._restart_lock:
             if self.running or self._released:
                 return
-            logger.error("The fork parent of model %r died; starting a new one",
-                         self.settings.name)  # fmt: skip
+            logger.error("The fork parent of model %r died; starting a new one (its "
+                         "workers serve on)", self.settings.name)  # fmt: skip
             try:
                 why = await self.start()
             except WorkerLost:
@@ -207,20 +196,16 @@ class ForkParent:
         if kind in (forkserver.LOADED, forkserver.FAILED, forkserver.UNFORKABLE):
             _settle(self._loaded, lambda future: future.set_result((kind, message[1])))
         elif kind == forkserver.FORKED:
-            # Booked now: its EXITED may be read in this same pass, before fork() resumes.
-            child = self._children[message[2]] = ForkedChild(message[2])
+            child = AdoptedChild(message[2])
             _settle(self._forks.get(message[1]), lambda future: future.set_result(child))
         elif kind == forkserver.FORK_FAILED:
             name = self.settings.name
             error = WorkerLost(f"Cannot fork a worker of model {name!r}: {message[2]}")
             _settle(self._forks.get(message[1]), lambda future: future.set_exception(error))
-        elif kind == forkserver.EXITED:
-            exited = self._children.pop(message[1], None)
-            if exited is not None:
-                exited.returncode = message[2]
 
     def _lost(self) -> None:
-        """The fork parent's socket closed: it exited (or died), and its workers with it."""
+        """The fork parent's socket closed: it exited (or died); its workers serve on.
+        One that died unasked is replaced at once, in the background."""
         sock, self._sock = self._sock, None
         if sock is None:
             return
@@ -229,12 +214,20 @@ class ForkParent:
         error = WorkerLost(f"The fork parent of model {self.settings.name!r} stopped")
         for future in [self._loaded, *self._forks.values()]:
             _settle(future, lambda waiting: waiting.set_exception(error))
-        children, self._children = self._children, {}
-        for child in children.values():  # killed by the kernel with their parent
-            if child.returncode is None:
-                child.returncode = -signal.SIGKILL
         if self._process is not None and not self._closing:
-            self._reaping = asyncio.ensure_future(self._reap(EXIT_GRACE))
+            self._reaping = asyncio.ensure_future(_reap(self._process, EXIT_GRACE))
+            if self._loaded_once:  # not one that died loading: start() says why
+                self._replacing = asyncio.ensure_future(self._replace())
+        self._loaded_once = False
+
+    async def _replace(self) -> None:
+        """Start the next fork parent now, so that a worker that dies later is forked
+        again without waiting for a load; a failure is the next fork's to retry."""
+        await asyncio.sleep(0)  # after _lost's caller: its socket is dropped
+        try:
+            await self._ensure_running()
+        except WorkerLost as error:
+            logger.error("%s; the next worker restart tries again", error)
 
     async def close(self) -> None:
         """Stop the fork parent for good (its workers should have stopped first)."""
@@ -245,12 +238,12 @@ class ForkParent:
         """Stop this parent process; a later fork may start a new one unless released."""
         self._closing = True
         self._lost()
-        await self._reap(EXIT_GRACE)
+        await _reap(self._process, EXIT_GRACE)
 
-    async def _reap(self, grace: float) -> None:
-        process = self._process
-        if process is None:
-            return
+
+async def _reap(process: subprocess.Popen[bytes] | None, grace: float) -> None:
+    """Wait for a fork parent to exit; killed after ``grace``."""
+    if process is not None:
         deadline = time.monotonic() + grace
         while process.poll() is None:
             if time.monotonic() > deadline:

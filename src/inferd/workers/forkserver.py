@@ -7,9 +7,8 @@ message per packet, and a worker's socket travels as ``SCM_RIGHTS`` beside the
 command that forks it.
 
 The process stays clean so that forking it is safe (:mod:`.fork_safety`): one
-Python thread, no event loop running, no CUDA, no grpc core running. It blocks in
-``select`` on its socket and on the wake-up pipe of ``SIGCHLD``, and does three
-things:
+Python thread, no event loop running, no CUDA, no grpc core running. It blocks on
+its socket and does two things:
 
 - ``LOAD``: import and load the model (its ``load()`` runs to the end on an event
   loop that is closed afterwards), then ``gc.freeze()``, so the collector never
@@ -19,12 +18,14 @@ things:
 - ``FORK``: check again that forking is safe, fork; the child becomes a worker
   (:class:`PreloadedWorker`) on the socket that came with the command. Answered
   ``FORKED`` with the child's pid.
-- A child that exits is reaped and reported (``EXITED``: pid, exit code as
-  ``Popen.returncode`` gives it): the main process cannot wait for its grandchildren.
 
-It exits when its socket reaches end-of-file, and is killed by the kernel when
-the main process dies (``PR_SET_PDEATHSIG``); each child is likewise killed when
-its fork parent dies, so nothing outlives the server.
+A worker is not this process's child: it is forked through a middle process that
+exits at once (:func:`inferd.workers.adoption.fork_adopted`), so the main process,
+a subreaper, adopts it, reaps it, and keeps it when this process dies: a fork
+parent's death costs the next forks only, never the workers serving (the main
+process starts a new parent meanwhile). This process exits when its socket reaches
+end-of-file, and is killed by the kernel when the main process dies
+(``PR_SET_PDEATHSIG``), as each worker is, so nothing outlives the server.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import gc
 import logging
 import os
 import pickle
-import select
 import signal
 import socket
 import sys
@@ -45,7 +45,8 @@ from inferd import custom_metrics
 from inferd.model import Model, WorkerContext
 from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.workers import ipc
+from inferd.workers import ipc, oom_score
+from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.base import LoadedInstance
 from inferd.workers.fork_safety import (
     fork_hazards,
@@ -70,7 +71,8 @@ FAILED = "failed"  # (FAILED, ipc.WireError)
 UNFORKABLE = "unforkable"  # (UNFORKABLE, why)
 FORKED = "forked"  # (FORKED, token, pid)
 FORK_FAILED = "fork-failed"  # (FORK_FAILED, token, why)
-EXITED = "exited"  # (EXITED, pid, exit code: negative for a signal)
+# A forked worker's name (ps, /proc/PID/comm): its command line is its fork parent's.
+WORKER_NAME = "inferd-worker"
 # The largest message (a packet): settings and error messages are far smaller.
 MAX_MESSAGE = 1 << 20
 
@@ -78,34 +80,22 @@ MAX_MESSAGE = 1 << 20
 class ForkServer:
     """Serves the main process's commands until its socket closes."""
 
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, adopter: int) -> None:
+        """``adopter``: the main process, which adopts the forked children."""
         self._control = control
+        self._adopter = adopter
         self._model: Model | None = None
         self._openmp: str | None = None  # the OMP_NUM_THREADS the workers get back
-        self._children: set[int] = set()
-        # SIGCHLD wakes select() through this pipe; the handler itself does nothing.
-        self._wake_read, self._wake_write = os.pipe()
-        for fd in (self._wake_read, self._wake_write):
-            os.set_blocking(fd, False)
-        signal.signal(signal.SIGCHLD, _note_signal)
-        signal.set_wakeup_fd(self._wake_write, warn_on_full_buffer=False)
 
     def serve(self) -> None:
         while True:
-            waited: list[int] = [self._control.fileno(), self._wake_read]
-            readable, _, _ = select.select(waited, [], [])
-            if self._wake_read in readable:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_read, 4096)
-                self._reap()
-            if self._control.fileno() in readable:
-                try:
-                    data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
-                except ConnectionResetError:  # the main process died with data unread
-                    return
-                if not data:
-                    return  # the main process closed its end (or died)
-                self._handle(pickle.loads(data), fds)
+            try:
+                data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+            except ConnectionResetError:  # the main process died with data unread
+                return
+            if not data:
+                return  # the main process closed its end (or died)
+            self._handle(pickle.loads(data), fds)
 
     def _handle(self, message: tuple[Any, ...], fds: list[int]) -> None:
         if message[0] == LOAD:
@@ -152,25 +142,21 @@ class ForkServer:
             self._send((FORK_FAILED, token, why))
             return
         try:
-            pid = os.fork()
+            pid = fork_adopted(self._adopter)
         except OSError as error:  # out of processes or memory: the pool backs off
             self._send((FORK_FAILED, token, f"fork failed: {error}"))
             return
         if pid == 0:
             self._become_worker(fds.pop())
-        self._children.add(pid)
         self._send((FORKED, token, pid))
 
     def _become_worker(self, fd: int) -> None:
         """In the child: drop what is the fork parent's, serve the worker's socket, exit."""
         code = 0
         try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.close(self._wake_read)
-            os.close(self._wake_write)
             self._control.close()  # the main process must see EOF when the parent dies
-            die_with_parent(os.getppid())
+            name_process(WORKER_NAME)  # its command line is the parent's
+            oom_score.take_role(oom_score.FORKED)
             reseed_numpy()
             release_openmp(self._openmp)
             sock = socket.socket(fileno=fd)
@@ -182,18 +168,6 @@ class ForkServer:
             code = 1
         finally:
             os._exit(code)  # never back into the fork parent's loop, nor its atexit
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid in self._children:
-                self._children.discard(pid)
-                self._send((EXITED, pid, os.waitstatus_to_exitcode(status)))
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # the main process is gone: EOF ends the loop
@@ -230,10 +204,6 @@ class PreloadedWorker(Worker):
         return loaded.instance()
 
 
-def _note_signal(signum: int, frame: object) -> None:
-    """SIGCHLD's handler: the wake-up fd carries the news to select()."""
-
-
 def reseed_numpy() -> None:
     """Give each worker its own numpy global random state (a fork copies the parent's)."""
     numpy = sys.modules.get("numpy")
@@ -244,12 +214,13 @@ def reseed_numpy() -> None:
 def main(argv: list[str] | None = None) -> None:
     fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
     die_with_parent(parent_pid)
+    oom_score.take_role(oom_score.PARENT)  # its spawner's score may be higher
     # The main process decides when the fork parent stops (by closing its socket).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     control = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
-    ForkServer(control).serve()
+    ForkServer(control, parent_pid).serve()
     # Its socket closed: exit now. The interpreter's finalization would free the
     # model's objects one by one (a second or more for a big model) while the server's
     # own exit waits for this process.

@@ -21,7 +21,11 @@ too (workers/calls_client.py).
 
 When the host dies, what it was running fails (WorkerLost: 503), the supervisor
 starts it again, and the next call here connects again and binds every instance
-anew; while the host is down a call fails with ModelNotReady (503) at once.
+anew. While the host is down a call waits for it, as a request waits for a model's
+restarting last worker (dispatch/queued.py): at most :data:`RESTART_PATIENCE_SECONDS`,
+and no more calls at once than ``most_waiting`` (this process's share of the queue
+bound); past either, and while a host that never ran is not there, it fails with
+ModelNotReady (503) at once. A stream fails at once (the next call reconnects).
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ logger = logging.getLogger(__name__)
 CONNECT_PATIENCE_SECONDS = 120.0
 _CONNECT_POLL_SECONDS = 0.05
 CLIENT_LEFT = "The client disconnected while its request waited in the model host"
+# How long a call waits for a host that ran to be back (restarted by the supervisor: its
+# start, its models' loads, its catch-up), as a request waits for a restarting worker.
+RESTART_PATIENCE_SECONDS = 30.0
 # How long an answer may take before the client's disconnect is watched (_answer).
 WATCH_AFTER_SECONDS = 0.05
 
@@ -63,11 +70,18 @@ class HostClient:
     instance id of this process's choosing."""
 
     def __init__(
-        self, path: Path, host_at_start: bool = False, patience: float | None = None
+        self,
+        path: Path,
+        host_at_start: bool = False,
+        patience: float | None = None,
+        most_waiting: int | None = None,
     ) -> None:
         """``host_at_start``: the host starts with this process (wait for its socket);
-        ``patience``: how long a load waits for the socket (default: as said above)."""
+        ``patience``: how long a load waits for the socket (default: as said above);
+        ``most_waiting``: how many calls may wait for the host at once (None: any)."""
         self._path = path
+        self._most_waiting = most_waiting
+        self._waiting = 0  # calls waiting for the host to be back
         self._host_at_start = host_at_start
         self._patience = patience
         self._channel: Channel | None = None
@@ -139,9 +153,29 @@ class HostClient:
         run: BatchRun | None,
         disconnected: Disconnected | None,
     ) -> InferenceResponse:
-        channel = await self._connected(patience=0.0)
+        channel = await self._back()
         sent = self._send(channel, instance_id, request, run)
         return await _answer(channel, sent, disconnected)
+
+    async def _back(self) -> Channel:
+        """The channel, once the host answers: waited for while a host that ran is
+        restarted (:data:`RESTART_PATIENCE_SECONDS`, ``most_waiting`` calls at once)."""
+        if not self._path.exists():  # never ran (its socket stays once it ran)
+            return await self._connected(patience=0.0)
+        if self._most_waiting is not None and self._waiting >= self._most_waiting:
+            raise ModelNotReady(self._unreachable())  # those waiting are reconnecting
+        deadline = time.monotonic() + RESTART_PATIENCE_SECONDS
+        self._waiting += 1
+        try:
+            while True:  # an attempt under way may be one with less patience: again
+                try:
+                    return await self._connected(patience=deadline - time.monotonic())
+                except ModelNotReady:
+                    if self._closing or time.monotonic() >= deadline:
+                        raise
+                await asyncio.sleep(_CONNECT_POLL_SECONDS)
+        finally:
+            self._waiting -= 1
 
     def _send(
         self, channel: Channel, instance_id: int, request: InferenceRequest, run: BatchRun | None

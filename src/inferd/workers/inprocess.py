@@ -137,6 +137,9 @@ class InProcessPool:
         loaded = self._models.get(instance_id)
         return loaded.capacity if loaded is not None else 0
 
+    def restarting(self, instance_id: int) -> bool:
+        return False  # nothing here restarts: 0 is an unloaded instance
+
     def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
         """Capacity here is fixed at load time: there is nothing to report."""
 

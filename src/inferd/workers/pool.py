@@ -13,22 +13,21 @@ open streams. Its responses cross the IPC one by one as the model yields them
 
 A worker that dies is noticed at once (its socket closes): it is restarted
 (backing off if it keeps dying young) and the instances it held are loaded
-again, while the other workers keep serving. Its requests in flight are sent
-once more, each to a free slot of another worker holding its instance or of the
-restarted one, ahead of new requests (:mod:`inferd.workers.retry`), except one
-that was running there alone: the suspect of the death, it is not retried. Those
-not retried fail with WorkerLost (503) saying why. A stream running there fails
+again, while the other workers keep serving (new requests wait for it if it was
+the last). Its requests in flight are sent once more, each to a free slot of
+another worker holding its instance or of the restarted one, ahead of new
+requests (:mod:`inferd.workers.retry`), except one that was running there alone:
+the suspect of the death, it is not retried. Those not retried fail with
+WorkerLost (503) saying why. A stream running there fails
 with WorkerLost too (streams are never retried). An instance whose load crashes
 its worker ``MAX_LOAD_CRASHES`` times in a row is dropped from that worker; once
 no worker holds it, the registry is told to mark it UNAVAILABLE with the reason.
 
-A call naming its holder (a sequence's) goes to that worker, as long as it is
-the same process, and is never retried elsewhere.
-
-A call of a model with an ``inference_timeout`` that runs past it is answered
-with InferenceTimeout (504) and the worker running it is killed; its death then
-goes as above. Being killed so does not count as dying young: the process did
-not crash, and delaying its restart would only take capacity from its other models.
+A call naming its holder (a sequence's) goes to that worker, as long as it is the same
+process, and is never retried elsewhere. A call of a model with an ``inference_timeout``
+that runs past it is answered with InferenceTimeout (504) and the worker running it is
+killed; its death then goes as above. Being killed so does not count as dying young: the
+process did not crash, and delaying its restart would only take capacity from its models.
 """
 
 from __future__ import annotations
@@ -293,6 +292,9 @@ class ProcessPool:
         instance = self._instances.get(instance_id)
         return instance.capacity if instance is not None else 0
 
+    def restarting(self, instance_id: int) -> bool:  # its holders died (none if given up)
+        return self._unservable(instance_id) is None
+
     def watch(self, instance_id: int, on_change: Callable[[], None]) -> None:
         instance = self._instances.get(instance_id)
         if instance is not None:
@@ -306,7 +308,7 @@ class ProcessPool:
         if instance is None:
             return
         capacity = sum(worker.slots(instance_id) for worker in instance.holders)
-        if capacity != instance.capacity:
+        if capacity != instance.capacity or instance.failed:  # waiters for a restart: refused
             instance.capacity = capacity
             # Retries first: their requests hold their scheduler slots already.
             self._sent.send_retries(instance_id)

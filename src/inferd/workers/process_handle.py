@@ -1,9 +1,8 @@
 """What a worker's process is to the main process: a pid to signal and an exit to wait for.
 
 A worker spawned by the main process is a ``subprocess.Popen``; one forked from a
-model's fork parent (``fork_workers``) is the fork parent's child, not the main
-process's, so the main process learns its exit from the fork parent
-(:class:`inferd.workers.fork_parent.ForkedChild`). Both fit this protocol.
+model's fork parent (``fork_workers``) is adopted by the main process and reaped
+there (:class:`inferd.workers.adoption.AdoptedChild`). Both fit this protocol.
 """
 
 from __future__ import annotations

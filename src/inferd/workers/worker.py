@@ -55,7 +55,7 @@ from inferd.model import WorkerContext
 from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest
-from inferd.workers import calls_client, ipc, messages
+from inferd.workers import calls_client, ipc, messages, oom_score
 from inferd.workers.base import LoadedInstance
 from inferd.workers.command_server import CommandServer
 from inferd.workers.loaded_model import LoadedModel
@@ -331,6 +331,7 @@ def die_with_parent(parent_pid: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:]))
     die_with_parent(parent_pid)
+    oom_score.take_role(oom_score.SPAWNED)
     # Ctrl-C reaches the whole process group: the main process decides when workers
     # stop (it drains requests first), by closing their sockets.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
