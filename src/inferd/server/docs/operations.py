@@ -159,6 +159,49 @@ def _update_log_settings(operation_id: str, example: Schema) -> Schema:
     )
 
 
+# ---- Triton's trace extension (server/trace_api.py) ----
+
+_NUMBER_TEXT = {"type": ["string", "integer", "null"]}  # Triton's numbers as strings
+_TRACE_SETTINGS: Schema = {
+    "type": "object",
+    "properties": {
+        "trace_level": {"type": ["array", "string", "null"], "items": STRING},
+        "trace_rate": _NUMBER_TEXT,
+        "trace_count": _NUMBER_TEXT,
+        "log_frequency": _NUMBER_TEXT,
+        "trace_file": STRING,
+        "trace_mode": STRING,
+    },
+}
+_TRACE_SCOPE = "The model's settings (those it sets, else the server's) under /v2/models/{name}"
+
+
+def _trace_settings(operation_id: str, example: Schema) -> Schema:
+    answers = {"200": answer("The trace settings in force", _TRACE_SETTINGS)} | errors(400)
+    return op(operation_id, "trace", "Trace settings", answers, description=_TRACE_SCOPE)
+
+
+def _update_trace_settings(operation_id: str, example: Schema) -> Schema:
+    # What Swagger UI sends: tracing off, as the server runs by default.
+    # trace_mode, as a read answers it, may be sent back: any value, ignored.
+    ignored = {"description": "Ignored: inferd's mode is always opentelemetry"}
+    changes = _TRACE_SETTINGS | {
+        "properties": _TRACE_SETTINGS["properties"] | {"trace_mode": ignored}
+    }
+    media = {"schema": changes, "example": {"trace_level": ["OFF"]}}
+    body = {"content": {JSON_CONTENT_TYPE: media}}
+    answers = {"200": answer("The trace settings now", _TRACE_SETTINGS)} | errors(400)
+    why = "A setting given null is cleared (a model's then follows the server's)."
+    return op(
+        operation_id,
+        "trace",
+        "Change the trace settings",
+        answers,
+        description=f"{why} {_TRACE_SCOPE}.",
+        requestBody=body,
+    )
+
+
 _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = INFERENCE_OPERATIONS | {
     "server_live": _server_health("live", "Live"),
     "server_ready": _server_health("ready", "Ready"),
@@ -171,4 +214,8 @@ _BUILDERS: dict[str, Callable[[str, Schema], Schema]] = INFERENCE_OPERATIONS | {
     "model_config": _model_config,
     "log_settings": _log_settings,
     "update_log_settings": _update_log_settings,
+    "trace_settings": _trace_settings,
+    "update_trace_settings": _update_trace_settings,
+    "model_trace_settings": _trace_settings,
+    "update_model_trace_settings": _update_trace_settings,
 }
