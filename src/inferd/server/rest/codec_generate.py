@@ -191,8 +191,8 @@ def _decode_object(body: bytes) -> dict[str, Any]:
 def _refuse_repeated_keys(body: bytes, fields: dict[str, Any], declared: dict[str, Any]) -> None:
     """A key given twice is refused: the decoder would keep the last value quietly,
     where Triton refuses an input given twice (``input 'X' already exists in request``)."""
-    if b"\\" not in body and all(body.count(orjson.dumps(key)) == 1 for key in fields):
-        return  # each key is written once (and not escaped): none can repeat
+    if not _has_colons(body, len(fields) + 1):
+        return  # every colon is one of the decoded keys': no key was written twice
     seen: set[str] = set()
     for key in _top_level_keys(body):
         if key not in seen:
@@ -201,6 +201,17 @@ def _refuse_repeated_keys(body: bytes, fields: dict[str, Any], declared: dict[st
             raise repeated_input(key)
         else:
             raise InvalidRequest(f"Invalid generate request: key '{key}' appears more than once")
+
+
+def _has_colons(body: bytes, count: int) -> bool:
+    """Whether ``body`` holds at least ``count`` colons (find is memchr: bytes.count
+    takes ten times as long on a long prompt)."""
+    at = -1
+    for _ in range(count):
+        at = body.find(b":", at + 1)
+        if at < 0:
+            return False
+    return True
 
 
 def _top_level_keys(body: bytes) -> list[str]:
