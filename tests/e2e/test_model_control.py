@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.each_process import ask_each, protocol_sockets
-from tests.support.models import add_custom_model
+from tests.support.models import add_custom_model, add_triton_model
 from tests.support.serverproc import ServerProcess
 
 WRONG_FORMAT = '"parameters": {"config": {{"max_batch_size": "16"}}}'
@@ -197,5 +197,41 @@ def pid_of(server: ServerProcess) -> int:
         x = httpclient.InferInput("x", [1], "FP32")
         x.set_data_from_numpy(np.array([1.0], dtype=np.float32))
         return int(client.infer("simple", [x]).as_numpy("pid")[0])
+    finally:
+        client.close()
+
+
+# Triton's example model as a Python-backend folder (its config.pbtxt batches 8).
+SIMPLE_PBTXT = """max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_override_changes_a_triton_folders_config(
+    start: Callable[..., ServerProcess], tmp_path: Path, processes: int, protocol: str
+) -> None:
+    """The examples' override ``{"max_batch_size":"16"}`` on a folder with a
+    config.pbtxt: its configuration then says 16 in every process (it said the
+    config.pbtxt's 8: the examples stopped there), and 8 again once loaded as on disk."""
+    repository = tmp_path / "models"
+    add_triton_model(repository, "simple", SIMPLE_PBTXT)
+    server = start(repository, settings={"protocol_processes": processes})
+    client: Any
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    else:
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+    try:
+        client.load_model("simple", config=OVERRIDE)
+        config = client.get_model_config("simple")
+        assert (
+            config["max_batch_size"] if protocol == "http" else config.config.max_batch_size
+        ) == 16
+        assert batch_size_everywhere(server, "simple") == {16}
+        client.unload_model("simple")
+        client.load_model("simple")
+        assert batch_size_everywhere(server, "simple") == {8}
     finally:
         client.close()

@@ -21,12 +21,20 @@ import tritonclient.http
 import tritonclient.http.aio
 from tritonclient.utils import InferenceServerException
 
-from tests.support.models import add_custom_model
+from tests.support.models import add_custom_model, add_triton_model
 from tests.support.serverproc import ServerProcess, start_server
 
 LABELS = ["cat", "dog", "owl", "yak"]
 SCORES = np.array([[0.1, 0.7, 0.2, 0.5, 0.05, 0.9]], dtype=np.float32)
 TOP3 = [b"0.900000:5", b"0.700000:1:dog", b"0.500000:3:yak"]  # labels stop at index 3
+
+
+# Triton's image models as image_client.py reads them: a batch dimension without
+# dynamic_batching, the input's format, the output's labels (all in config.pbtxt).
+IMAGE_PBTXT = """max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 6 ] } ]
+output [ { name: "x" data_type: TYPE_FP32 dims: [ 6 ] label_filename: "labels.txt" } ]
+"""
 
 
 def _declared(shape: list[int]) -> dict[str, Any]:
@@ -42,6 +50,8 @@ def classifying(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
         folder = add_custom_model(repository, name, "Echo", **_declared([-1, 6]), **extra)
         (folder / "labels.txt").write_text("\n".join(LABELS) + "\n")
     add_custom_model(repository, "plain", "Echo")
+    folder = add_triton_model(repository, "image", IMAGE_PBTXT)  # echoes x
+    (folder / "labels.txt").write_text("\n".join(LABELS) + "\n")
     with start_server(repository) as process:
         yield process
 
@@ -173,3 +183,16 @@ def test_an_output_row_over_a_million_elements_is_not_classified(
         outputs = [tritonclient.http.InferRequestedOutput("x", class_count=1)]
         result = client.infer("plain", _inputs(tritonclient.http, big[:-1]), outputs=outputs)
         assert result.as_numpy("x").tolist() == [b"0.000000:0"]
+
+
+def test_a_triton_folder_as_tritons_image_client_reads_it(classifying: ServerProcess) -> None:
+    """Over gRPC the config carries the input's format and the output's labels (they
+    were dropped: image_client.py refused FORMAT_NONE); the classes come per batch
+    row, labelled from config.pbtxt's label_filename (they came as [k], unlabelled)."""
+    with tritonclient.grpc.InferenceServerClient(classifying.grpc_address) as client:
+        config = client.get_model_config("image").config
+        assert config.input[0].format == config.input[0].FORMAT_NHWC
+        assert config.output[0].label_filename == "labels.txt"
+        outputs = [tritonclient.grpc.InferRequestedOutput("x", class_count=3)]
+        result = client.infer("image", _inputs(tritonclient.grpc), outputs=outputs)
+    assert result.as_numpy("x").tolist() == [TOP3]

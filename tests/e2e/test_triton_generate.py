@@ -89,3 +89,12 @@ def test_a_request_refused_before_the_model_runs_is_an_ordinary_answer(llm: Serv
         response = rest.post("/v2/models/mock_llm/generate_stream", json=body)
     assert response.status_code == 400
     assert '"parameters" must be an object' in response.json()["error"]
+
+
+def test_an_input_given_twice_is_refused_in_tritons_words(llm: ServerProcess) -> None:
+    body = b'{"PROMPT": "a", "count": 1, "PROMPT": "b"}'
+    with httpx.Client(base_url=llm.url, timeout=30) as rest:
+        for route in ("generate", "generate_stream"):
+            response = rest.post(f"/v2/models/mock_llm/{route}", content=body)
+            assert response.status_code == 400
+            assert "input 'PROMPT' already exists in request" in response.json()["error"]

@@ -70,3 +70,28 @@ def test_a_missing_label_file_fails_the_load(tmp_path: Path) -> None:
     settings._source = tmp_path / "model-settings.json"
     with pytest.raises(ConfigurationError, match=r"gone\.txt"):
         Classifier(settings)
+
+
+@pytest.mark.parametrize("max_batch_size", [0, 4])
+def test_a_triton_folder_batches_and_labels_as_its_config_pbtxt_says(
+    tmp_path: Path, max_batch_size: int
+) -> None:
+    """As in Triton: rows when max_batch_size > 0 (with or without dynamic_batching),
+    labels from the output's label_filename in config.pbtxt (Triton's image_client.py
+    reads 'value:index:label' from a batched model's [1, k])."""
+    from inferd.triton.model_folder import read_model
+
+    folder = tmp_path / "m"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (folder / "labels.txt").write_text("zero\none\ntwo\n")
+    (folder / "config.pbtxt").write_text(
+        f'backend: "python" max_batch_size: {max_batch_size}\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] label_filename: "labels.txt" } ]\n'
+    )
+    (settings,) = read_model(folder)
+    data = np.array([[0.1, 0.7, 0.2]], dtype=np.float32)
+    top = Classifier(settings).top(Tensor("y", data if max_batch_size else data[0]), 2)
+    expected = [b"0.700000:1:one", b"0.200000:2:two"]
+    assert top.tolist() == ([expected] if max_batch_size else expected)

@@ -258,3 +258,35 @@ def test_an_output_that_is_not_text_is_refused() -> None:
 )
 def test_a_v2_body_is_one_whose_inputs_are_objects(body: bytes, binary: bool, v2: bool) -> None:
     assert is_v2_body(body, binary) is v2
+
+
+@pytest.mark.parametrize(
+    ("body", "declared", "message"),
+    [
+        (b'{"text_input": "a", "text_input": "b"}', None, "input 'text_input' already exists"),
+        (b'{"text_input": "a", "text_\\u0069nput": "b"}', None, "input 'text_input' already"),
+        (b'{"x": 1, "y": 2, "x": 3}', [], "input 'x' already exists in request"),
+        (
+            b'{"text_input": "a", "top_k": 1, "top_k": 2}',
+            None,
+            "key 'top_k' appears more than once",
+        ),
+        (
+            b'{"text_input": "a", "parameters": {}, "parameters": {}}',
+            None,
+            "key 'parameters' appears",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused(
+    body: bytes, declared: list[MetadataTensor] | None, message: str
+) -> None:
+    """Triton refuses an input given twice; a JSON decoder would keep the last quietly."""
+    with pytest.raises(InvalidRequest) as refused:
+        decode(body, declared)
+    assert message in refused.value.message
+
+
+def test_the_same_key_in_nested_objects_or_strings_is_no_repeat() -> None:
+    body = b'{"text_input": "\\"text_input\\"", "parameters": {"text_input": 1, "a": {"a": 1}}}'
+    assert inputs_of(decode(body))["text_input"][2] == [b'"text_input"']

@@ -146,6 +146,10 @@ def _fields(descriptor: Descriptor) -> dict[str, tuple[int, int, str]]:
         "ModelQueuePolicy",
         "ModelSequenceBatching",
         "ModelWarmup",
+        "ModelTensorReshape",
+        "ModelVersionPolicy",
+        "ModelTransactionPolicy",
+        "ModelEnsembling",
         "ModelConfigRequest",
         "ModelConfigResponse",
         "LogSettingsRequest",
@@ -307,3 +311,23 @@ def test_files_without_a_config_are_refused_saying_triton_needs_one() -> None:
     assert message.startswith("failed to load 'm', failed to poll from model repository: ")
     assert "file parameters (file:1/model.py) need a 'config' parameter" in message
     assert "They are refused in any case" in message
+
+
+def _missing_from_proto(schema: Any, descriptor: Descriptor, path: str) -> list[str]:
+    """The fields config.pbtxt may hold (config_schema) that the proto message lacks."""
+    missing = []
+    for name, spec in schema.items():
+        field = descriptor.fields_by_name.get(name)
+        if field is None:
+            missing.append(path + name)
+        elif isinstance(spec.kind, dict) and field.message_type is not None:
+            missing += _missing_from_proto(spec.kind, field.message_type, f"{path}{name}.")
+    return missing
+
+
+def test_grpc_model_config_carries_every_field_a_config_pbtxt_may_hold() -> None:
+    """gRPC ModelConfig answers what REST's /config does: a field the proto lacks was
+    dropped over gRPC (an input's format: Triton's image_client.py refused the model)."""
+    from inferd.triton.config_schema import MODEL_CONFIG
+
+    assert _missing_from_proto(MODEL_CONFIG, pb.ModelConfig.DESCRIPTOR, "") == []

@@ -12,6 +12,7 @@ from inferd.serving.repository import ModelRepository
 from inferd.triton.config import model_config
 from inferd.triton.config_schema import to_json
 from inferd.triton.model_folder import read_model
+from inferd.triton.override import apply_override
 from inferd.triton.pbtxt import parse
 
 FULL = """
@@ -143,6 +144,23 @@ def test_without_dynamic_batching_triton_does_not_batch(tmp_path: Path) -> None:
     assert settings.version == "1"
     assert settings.workers is None  # one instance (the default): inferd's placement
     assert settings.extra["triton_config"]["instance_group"][0]["count"] == 1
+
+
+@pytest.mark.parametrize(("batching", "batches"), [("", 0), ("dynamic_batching { }", 16)])
+def test_a_load_override_shows_in_the_folders_configuration(
+    tmp_path: Path, batching: str, batches: int
+) -> None:
+    """What get_model_config and initialize(args) read is the override's, and the
+    folder batches requests only with dynamic_batching, as when read from the file."""
+    text = f'backend: "python" max_batch_size: 8 {batching}'
+    (settings,) = read_model(write_model(tmp_path, "m", text))
+    override = '{"max_batch_size": "16", "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}'
+    changed = apply_override(settings, override, 1 << 20)
+    config = changed.extra["triton_config"]
+    assert config["max_batch_size"] == 16 and model_config(changed, 2, 0)["max_batch_size"] == 16
+    assert config["instance_group"] == [{"count": 2, "kind": "KIND_CPU"}]
+    assert changed.max_batch_size == batches and changed.workers == 2
+    assert settings.extra["triton_config"]["max_batch_size"] == 8  # the file's, untouched
 
 
 def test_version_policies(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ sorted (Triton's bound); only integer, FP32 and FP64 outputs can be classified;
 values are written as C's ``std::to_string`` writes them (``0.500000``, ``3``).
 
 Labels come from the file a declared output names with the parameter
-``label_filename`` in model-settings (Triton's ``label_filename``), one label per
-line, class index = line number; read once per model version
+``label_filename`` in model-settings (a Triton folder: its outputs'
+``label_filename`` in config.pbtxt, and it batches when ``max_batch_size`` > 0, as
+Triton reads it), one label per line, class index = line number; read once per model version
 (:class:`Classifier`), relative to the model's folder.
 """
 
@@ -42,12 +43,19 @@ class Classifier:
     __slots__ = ("batched", "labels")
 
     def __init__(self, settings: ModelSettings) -> None:
-        self.batched = batches(settings)
         self.labels: dict[str, list[str]] = {}
-        for output in settings.outputs:
-            filename = (output.parameters or {}).get(LABEL_FILENAME)
+        own = settings.extra.get("triton_config")
+        if own is not None:  # a Triton folder: its config.pbtxt says, as Triton reads it
+            self.batched = int(own.get("max_batch_size", 0)) > 0
+            files = {out["name"]: out.get(LABEL_FILENAME) for out in own.get("output", [])}
+        else:
+            self.batched = batches(settings)
+            files = {
+                out.name: (out.parameters or {}).get(LABEL_FILENAME) for out in settings.outputs
+            }
+        for name, filename in files.items():
             if filename:
-                self.labels[output.name] = _read_labels(settings.folder / str(filename))
+                self.labels[name] = _read_labels(settings.folder / str(filename))
 
     def classified(self, response: InferenceResponse, counts: dict[str, int]) -> InferenceResponse:
         """``response`` with each output named in ``counts`` replaced by its top classes

@@ -87,7 +87,32 @@ def apply_override(settings: ModelSettings, config: str, max_request_size: int) 
         updates.update(_translate(settings, key, value))
     changed = _validated(settings, updates)
     _check_warmup_sizes(changed, max_request_size)
-    return changed
+    return _with_triton_config(changed, parsed)
+
+
+# The override's keys that are Triton configuration fields: a Triton folder's
+# configuration (what /config answers and initialize(args) reads) shows them.
+TRITON_FIELDS = frozenset(
+    ("dynamic_batching", "instance_group", "sequence_batching", "model_warmup")
+)
+
+
+def _with_triton_config(settings: ModelSettings, parsed: dict[str, Any]) -> ModelSettings:
+    """A Triton model folder keeps its config.pbtxt's JSON form in its settings; the
+    override's Triton fields replace those there, as Triton serves the override's
+    configuration (else a load batching 16 would still say the file's 8)."""
+    own = settings.extra.get("triton_config")
+    if own is None or settings.parameters is None:
+        return settings
+    config = dict(own) | {key: parsed[key] for key in TRITON_FIELDS & parsed.keys()}
+    if "max_batch_size" in parsed:
+        config["max_batch_size"] = settings.max_batch_size  # validated: a whole number
+    extra = {**settings.extra, "triton_config": config}
+    parameters = settings.parameters.model_copy(update={"extra": extra})
+    # As when read from the folder: Triton batches requests only with dynamic_batching.
+    batches = config.get("dynamic_batching") is not None
+    max_batch_size = int(config.get("max_batch_size", 0)) if batches else 0
+    return settings.model_copy(update={"parameters": parameters, "max_batch_size": max_batch_size})
 
 
 def _check_warmup_sizes(settings: ModelSettings, max_request_size: int) -> None:

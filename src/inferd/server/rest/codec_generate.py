@@ -30,6 +30,7 @@ with binary tensor data, is a V2 request, answered with V2 responses.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from math import prod
 from typing import Any
@@ -44,7 +45,13 @@ from inferd.json_refusals import not_json_reason
 from inferd.server.rest.codec import check_parameters
 from inferd.server.rest.responses import Parameters
 from inferd.tensors.encoding import array_from_json, array_to_json
-from inferd.types import InferenceRequest, InferenceResponse, MetadataTensor, Tensor
+from inferd.types import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataTensor,
+    Tensor,
+    repeated_input,
+)
 
 PARAMETERS_KEY = "parameters"
 ID_KEY = "id"
@@ -89,10 +96,11 @@ def decode_generate_request(
 ) -> InferenceRequest:
     """The request a flat generate body stands for, given the model's declared inputs."""
     fields = _decode_object(body)
+    declared = {tensor.name: tensor for tensor in declared_inputs}
+    _refuse_repeated_keys(body, fields, declared)
     parameters = fields.pop(PARAMETERS_KEY, {})
     if not isinstance(parameters, dict):
         raise InvalidRequest(f'"parameters" must be an object, got {_json_type(parameters)}')
-    declared = {tensor.name: tensor for tensor in declared_inputs}
     request_id = None
     if ID_KEY not in declared and isinstance(fields.get(ID_KEY), str):
         request_id = fields.pop(ID_KEY)
@@ -178,6 +186,47 @@ def _decode_object(body: bytes) -> dict[str, Any]:
     except (msgspec.DecodeError, UnicodeDecodeError) as error:  # see json_refusals.py
         raise InvalidRequest(f"Invalid generate request: {not_json_reason(body, error)}") from None
     return fields
+
+
+def _refuse_repeated_keys(body: bytes, fields: dict[str, Any], declared: dict[str, Any]) -> None:
+    """A key given twice is refused: the decoder would keep the last value quietly,
+    where Triton refuses an input given twice (``input 'X' already exists in request``)."""
+    if not _has_colons(body, len(fields) + 1):
+        return  # every colon is one of the decoded keys': no key was written twice
+    seen: set[str] = set()
+    for key in _top_level_keys(body):
+        if key not in seen:
+            seen.add(key)
+        elif key in declared or not (declared or key in (PARAMETERS_KEY, ID_KEY)):
+            raise repeated_input(key)
+        else:
+            raise InvalidRequest(f"Invalid generate request: key '{key}' appears more than once")
+
+
+def _has_colons(body: bytes, count: int) -> bool:
+    """Whether ``body`` holds at least ``count`` colons (find is memchr: bytes.count
+    takes ten times as long on a long prompt)."""
+    at = -1
+    for _ in range(count):
+        at = body.find(b":", at + 1)
+        if at < 0:
+            return False
+    return True
+
+
+def _top_level_keys(body: bytes) -> list[str]:
+    """The keys of the body's object as written, repeats included (the body already
+    decoded once: this slower decode runs only when a key may repeat)."""
+    objects: list[list[str]] = []  # each object's keys, innermost first, the body's last
+
+    def keys_of(pairs: list[tuple[str, Any]]) -> None:
+        objects.append([key for key, _ in pairs])
+
+    try:
+        json.loads(body, object_pairs_hook=keys_of)
+    except (ValueError, RecursionError):
+        return []  # what msgspec took and json does not (NaN aside, none known): no check
+    return objects[-1] if objects else []
 
 
 def _declared_input(spec: MetadataTensor, value: Any) -> Tensor:
