@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http
+from tritonclient.utils import InferenceServerException
 
 from inferd.protocol import pb, pb_grpc
 from tests.support.serverproc import ServerProcess
@@ -22,24 +23,41 @@ from tests.support.serverproc import ServerProcess
 VALUES = np.array([[0.5, -1.25, 256.0], [-3.0, 0.0, 1 / 64]], dtype=np.float32)
 
 
+def set_bf16(
+    tensor: tritonclient.http.InferInput | triton_grpc.InferInput, **options: bool
+) -> None:
+    """VALUES into a BF16 input as the installed tritonclient takes them: since r26.06
+    (tritonclient 2.6x) as an ml_dtypes.bfloat16 array, before as float32 it truncates."""
+    try:
+        tensor.set_data_from_numpy(VALUES.astype(ml_dtypes.bfloat16), **options)
+    except InferenceServerException:  # an older client: "expected BF16, got BFLOAT16"
+        tensor.set_data_from_numpy(VALUES, **options)
+
+
+def as_float32(array: np.ndarray | None) -> np.ndarray:
+    """An answer as float32 (a newer client gives bfloat16, an older one float32)."""
+    assert array is not None
+    return array.astype(np.float32)
+
+
 def test_tritonclient_http_binary_round_trip(
     triton_http: tritonclient.http.InferenceServerClient,
 ) -> None:
     tensor = tritonclient.http.InferInput("x", list(VALUES.shape), "BF16")
-    tensor.set_data_from_numpy(VALUES, binary_data=True)
+    set_bf16(tensor, binary_data=True)
     output = tritonclient.http.InferRequestedOutput("x", binary_data=True)
     result = triton_http.infer("echo", [tensor], outputs=[output])
     assert result.get_output("x")["datatype"] == "BF16"
-    np.testing.assert_array_equal(result.as_numpy("x"), VALUES)
+    np.testing.assert_array_equal(as_float32(result.as_numpy("x")), VALUES)
 
 
 def test_tritonclient_grpc_round_trip(server: ServerProcess) -> None:
     with triton_grpc.InferenceServerClient(server.grpc_address) as client:
         tensor = triton_grpc.InferInput("x", list(VALUES.shape), "BF16")
-        tensor.set_data_from_numpy(VALUES)
+        set_bf16(tensor)
         result = client.infer("echo", [tensor])
     assert result.get_output("x").datatype == "BF16"
-    np.testing.assert_array_equal(result.as_numpy("x"), VALUES)
+    np.testing.assert_array_equal(as_float32(result.as_numpy("x")), VALUES)
 
 
 def test_json_data_is_rounded_to_bf16_and_written_as_numbers(rest: httpx.Client) -> None:
