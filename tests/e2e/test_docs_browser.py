@@ -231,8 +231,7 @@ def test_every_operation_renders_and_runs_from_swagger_ui(
         assert sorted(map(tuple, rendered)) == sorted((id_, path) for id_, _, path in operations)
         statuses = try_every_operation(page, document)
     assert statuses == {
-        f"{method.upper()} {path}": expected_status(path)
-        for _, method, path in tried(operations)
+        f"{method.upper()} {path}": expected_status(path) for _, method, path in tried(operations)
     }
 
 
