@@ -260,9 +260,12 @@ def test_the_server_is_live_while_the_parent_loads(tmp_path: Path) -> None:
         assert "Protocol fork parent (pid" not in server.log()  # still loading meanwhile
         server.wait_until("/v2/health/ready")
         assert _grpc_health(server, "") == health_pb2.HealthCheckResponse.SERVING
-        # The process that answered gRPC health meanwhile has exited.
+        # The process that answered gRPC health meanwhile has exited: the supervisor's
+        # children are the fork parent and the protocol processes it adopted.
         supervisor = server.process.pid
-        assert children(supervisor) == {protocol_parent(supervisor)}
+        forked = forked_protocol_processes(supervisor)
+        assert len(forked) == 2
+        assert children(supervisor) == {protocol_parent(supervisor), *forked}
         # Ready: the supervisor stopped answering, every connection reaches a process.
         assert all(_infer_pid(server) is not None for _ in range(8))
 
