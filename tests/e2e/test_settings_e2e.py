@@ -116,6 +116,8 @@ def test_start_serves_the_current_folder_by_default_with_structured_logs(
             "grpc_port": ports[1],
             "metrics_port": ports[2],
             "use_structured_logging": True,
+            # uvicorn's own lines are per-process detail, written at debug level only.
+            "log_level": "debug",
         },
     )
     server = launch(["start"], cwd=tmp_path, log_dir=tmp_path, ports=ports)
