@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.procstat import Usage, children, usage
+from tests.support.procstat import Usage, children, is_fork_parent, usage
 from tests.support.serverproc import ServerProcess, start_server
 
 from .options import command_parser
@@ -142,8 +142,12 @@ def _batches(total: int, every: int) -> list[int]:
 
 
 def _processes(server: ServerProcess) -> dict[str, int]:
-    workers = sorted(children(server.process.pid))
+    """The server and its children by role: the models' fork parents and the workers
+    (forked workers are the server's children too: it adopts them)."""
     labels = {"server": server.process.pid}
+    parents = sorted(pid for pid in children(server.process.pid) if is_fork_parent(pid))
+    labels.update({f"fork parent {i}": pid for i, pid in enumerate(parents)})
+    workers = sorted(set(children(server.process.pid)) - set(parents))
     labels.update({f"worker {i}": pid for i, pid in enumerate(workers)})
     return labels
 
