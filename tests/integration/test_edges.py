@@ -24,6 +24,7 @@ import grpc
 import httpx
 import pytest
 
+from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracing
 from inferd.protocol import pb, pb_grpc
 from inferd.server import parts as parts_module
@@ -94,7 +95,13 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(parts_module, "start_tracing", lambda settings: Tracing(provider))
+    monkeypatch.setattr(
+        parts_module,
+        "start_tracing",
+        # Every request traced, as a server with tracing on starts (its settings' own
+        # trace settings start OFF: no tracing_server is set here).
+        lambda settings, trace_settings: Tracing(provider, TraceSettings(tracing=True)),
+    )
     return exporter
 
 
