@@ -6,10 +6,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 
 import pytest
 
-from inferd.server.shutdown import Shutdown, close_ends_after, cut_after, servers_stop_after
+from inferd.runtimes.common import release_idle_step_threads, stepped_in_thread
+from inferd.server.shutdown import (
+    Shutdown,
+    close_ends_after,
+    cut_after,
+    model_threads_running,
+    servers_stop_after,
+)
 from tests.support.polling import wait_for_async
 
 
@@ -56,3 +64,15 @@ async def test_a_signal_repeated_within_the_same_stop_window_does_not_cut(
 class _NoDrain:
     def close(self) -> None:
         pass
+
+
+@pytest.mark.anyio
+async def test_stream_step_threads_left_idle_do_not_read_as_model_code_running() -> None:
+    """A stepped stream (a plain generator run a step at a time in a thread) leaves its
+    pool's threads idle but alive: the stop lets them go, instead of taking them for
+    model code still running and exiting 1 (not drained)."""
+    steps = [item async for item in stepped_in_thread(iter([1, 2]), asyncio.Semaphore(1))]
+    assert steps == [1, 2]
+    assert any(thread.name.startswith("inferd-stream-step") for thread in threading.enumerate())
+    release_idle_step_threads()
+    assert model_threads_running() == []

@@ -226,7 +226,7 @@ async def stepped_in_thread(
         step: concurrent.futures.Future[Any] | None = None
         try:
             while True:
-                step = _THREADS.submit(next, iterator, _END)
+                step = _step_threads().submit(next, iterator, _END)
                 item = await asyncio.wrap_future(step)
                 if item is _END:
                     return
@@ -243,5 +243,23 @@ def _close_after(step: concurrent.futures.Future[Any] | None, iterator: Iterator
         close()
 
 
-# The streams' steps: as many threads as streams may hold slots across models.
-_THREADS = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="inferd-stream-step")
+# The streams' steps: as many threads as streams may hold slots across models. Made on
+# first use and let go at shutdown (release_idle_step_threads): its idle threads are
+# alive, and the shutdown takes a live "inferd-" thread for model code still running.
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _step_threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _threads
+    if _threads is None:
+        _threads = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="inferd-stream-step")
+    return _threads
+
+
+def release_idle_step_threads() -> None:
+    """Let the stream steps' idle threads end (a step still running ends when its model
+    code returns, and is then waited for as model code): called as the server stops."""
+    global _threads
+    pool, _threads = _threads, None
+    if pool is not None:
+        pool.shutdown(wait=False)

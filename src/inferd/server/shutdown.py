@@ -40,6 +40,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from inferd.observability.logs import SERVER_EVENT
+from inferd.runtimes.common import release_idle_step_threads
 from inferd.serving.drain import Drain
 
 logger = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ class Shutdown:
         still runs in a thread of its model (a plain predict or generator run off the
         event loop, its client answered at the cut): the interpreter would wait for it
         at exit, past the deadline, so the process exits now, status 1 (not drained)."""
+        release_idle_step_threads()  # idle, they would read as model code still running
         running = model_threads_running()
         if running:
             logger.error(
