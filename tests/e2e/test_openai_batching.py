@@ -107,6 +107,10 @@ def test_concurrent_greedy_streams_are_generates_own(server: ServerProcess, refe
         assert text == greedy(reference, prompt, length), prompt
 
 
+# Long: it reads interleaving from client-side arrival times, which a busy 2-core
+# machine skews (a client thread may send only after another stream ended); the
+# engine's interleaving is checked in CI by the greedy-equality and bound tests.
+@pytest.mark.long
 def test_sixteen_streams_interleave(server: ServerProcess) -> None:
     def one(index: int) -> list[tuple[float, str]]:
         with client_of(server) as client:
@@ -186,18 +190,21 @@ def test_off_is_the_runtimes_own_loop(server: ServerProcess, reference: Any) -> 
 def test_past_the_streams_bound_a_completion_is_a_429_with_retry_after(
     server: ServerProcess,
 ) -> None:
-    clients = [client_of(server) for _ in range(16)]
+    """Streams are opened until one is refused: at most max_concurrent_streams (16) are
+    admitted (fewer where an earlier test's stream is still closing in the engine),
+    and the one past them is a 429 with Retry-After."""
+    clients = [client_of(server) for _ in range(17)]
     streams = []
     try:
-        for client in clients:  # 16 streams in the engine: its max_concurrent_streams
-            stream = client.completions.create(
-                model=LM, prompt="a", max_tokens=4000, temperature=0, stream=True
-            )
-            next(iter(stream))
-            streams.append(stream)
-        with client_of(server) as late, pytest.raises(openai.RateLimitError) as refused:
-            late.completions.create(model=LM, prompt="a", max_tokens=4, stream=True)
+        with pytest.raises(openai.RateLimitError) as refused:
+            for client in clients:  # the 17th is past the bound, if none came before
+                stream = client.completions.create(
+                    model=LM, prompt="a", max_tokens=4000, temperature=0, stream=True
+                )
+                next(iter(stream))
+                streams.append(stream)
         assert refused.value.response.headers["retry-after"]
+        assert 1 <= len(streams) <= 16
     finally:
         for stream in streams:
             stream.close()
