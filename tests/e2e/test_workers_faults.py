@@ -108,7 +108,9 @@ def test_a_worker_killed_under_16_clients_loses_no_request(
     wrong = [(sent, echoed(a)) for sent, a in answered if echoed(a)[0] != sent]
     assert wrong == [], "every answer is the right one"
     retried = "stopped while running a request of model 'echo'; sending it again"
-    assert server.log().count(retried) == 4, "the four requests it was running"
+    # Each request it was running was sent again: at most its four slots' (fewer when the
+    # main process had not yet handed it a fourth within the 0.2 s it was stopped).
+    assert 1 <= server.log().count(retried) <= 4, "the requests it was running, sent again"
 
 
 # inference_timeout
