@@ -36,6 +36,7 @@ from inferd.serving.operations import (
 )
 from inferd.supervisor.coordinator import build_coordinator_app
 from inferd.supervisor.forwarding import call_coordinator
+from inferd.supervisor.messages import CatchUp
 from inferd.supervisor.paths import PrivatePaths
 from tests.support.polling import wait_for_async
 
@@ -91,6 +92,9 @@ async def setup(folder: Path) -> AsyncIterator[tuple[Path, Recorder]]:
         )
         servers.append((server, asyncio.create_task(server.serve())))
         await wait_for_async(lambda server=server: server.started, f"uvicorn on {socket}")
+    # A host catches up from the journal as it starts, and a load waits for that
+    # (HOST_CATCH_UP_WAIT_SECONDS) before it is applied; so does this one.
+    await call_coordinator(paths.coordinator, CatchUp(HOST))
     yield paths.coordinator, recorder
     for server, _ in servers:
         server.should_exit = True
