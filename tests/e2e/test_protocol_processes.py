@@ -364,6 +364,14 @@ def test_a_killed_process_is_restarted_and_serves_again(
     assert len(served_by(two.process.pid)) == 2
     outcomes = load.stop()
     assert set(outcomes) <= {"200", "connection error"}, outcomes
+    # Process 0 (forked first: the lowest pid) speaks for the server; restarted, it
+    # tells nothing of its own start (the server served all along): the supervisor
+    # says it is back.
+    (new,) = restarted
+    assert f"Protocol process 0 (pid {new}) is serving" in two.log()
+    told = [line for line in two.log().splitlines() if " INFO " in line]
+    assert sum("inferd is ready" in line for line in told) == 1, told
+    assert sum("Loading model 'slow'" in line for line in told) == 1, told
 
 
 def test_a_taken_port_is_a_clear_error_before_any_process_starts(

@@ -14,6 +14,7 @@ from inferd.observability.logs import (
     FORMAT,
     SERVER_EVENT,
     JSONFormatter,
+    now_ready,
     speak_for_server,
     tag_process,
 )
@@ -84,3 +85,15 @@ def test_at_debug_every_process_writes_them_as_detail(
     expected = ["DEBUG Loaded model 'x'", "DEBUG Started server process [1]"]
     assert _lines(root_handler) == expected
     assert _lines(second) == expected  # each handler writes it once, as detail
+
+
+def test_a_restarted_speaker_speaks_once_it_is_ready(
+    root_handler: logging.StreamHandler[io.StringIO],
+) -> None:
+    root_handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    speak_for_server(True, once_ready=True)
+    logging.getLogger("inferd.test").info("Loading model 'x'", extra=SERVER_EVENT)
+    logging.getLogger("inferd.test").info("inferd is ready", extra=SERVER_EVENT)
+    now_ready()
+    logging.getLogger("inferd.test").info("Unloading model 'x'", extra=SERVER_EVENT)
+    assert _lines(root_handler) == ["INFO Unloading model 'x'"]

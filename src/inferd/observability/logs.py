@@ -141,11 +141,29 @@ class _ServerEventsAsDetail(logging.Filter):
         return shown
 
 
-def speak_for_server(speaks: bool) -> None:
+# The filters of a speaker that speaks once it is ready (speak_for_server's once_ready).
+_SPEAKERS_ONCE_READY: list[_ServerEventsAsDetail] = []
+
+
+def speak_for_server(speaks: bool, once_ready: bool = False) -> None:
     """This process is one of a server's several: whether it tells the server's events
-    (one does; :data:`SERVER_EVENT`). Every process's own detail goes to DEBUG."""
+    (one does; :data:`SERVER_EVENT`). Every process's own detail goes to DEBUG.
+
+    ``once_ready``: it speaks only from :func:`now_ready` on. The speaker restarted
+    after a death: its own start (loading, catching up, listening, ready) is detail,
+    for the server served all along, and the supervisor tells that it is back."""
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_ServerEventsAsDetail(speaks))
+        speaker = _ServerEventsAsDetail(speaks and not once_ready)
+        handler.addFilter(speaker)
+        if speaks and once_ready:
+            _SPEAKERS_ONCE_READY.append(speaker)
+
+
+def now_ready() -> None:
+    """This process is ready: a speaker held back until then speaks from now on."""
+    for speaker in _SPEAKERS_ONCE_READY:
+        speaker.speaks = True
+    _SPEAKERS_ONCE_READY.clear()
 
 
 def _logging_dict(value: str | dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import uvicorn
 
-from inferd.observability.logs import SERVER_EVENT
+from inferd.observability.logs import SERVER_EVENT, now_ready
 from inferd.observability.metrics import Sources, build_registry, metrics_app
 from inferd.observability.on_demand_metrics import OnDemandCollector
 from inferd.observability.stats import GrpcStats, HttpStats, ModelStatsTable
@@ -191,6 +191,7 @@ class ServerParts:
             )
         else:
             logger.info("inferd is ready", extra=SERVER_EVENT)
+        now_ready()
 
     def stop(self) -> None:
         self._stop.set()

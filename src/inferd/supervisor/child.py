@@ -161,7 +161,8 @@ def serve_role(repository: Path, forked: bool = False) -> None:
             tag_process("protocol process", role.index)
         # The server's events are told once, by protocol process 0 (a hosted model's
         # too: it binds every one); the others' lines of them are detail (DEBUG).
-        speak_for_server(role.index == 0 and not role.is_host)
+        # Restarted, it tells nothing of its own start: the others served meanwhile.
+        speak_for_server(role.index == 0 and not role.is_host, once_ready=role.restarted)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         server: RoleServer = (
