@@ -238,3 +238,15 @@ def test_a_streamed_tool_call_is_one_delta_per_call() -> None:
     (call,) = delta["tool_calls"]
     assert call["index"] == 0 and call["id"].startswith("call_")
     assert call["function"]["name"] == "weather"
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
+    answer = Completion("m", chat=True, single_call=True)
+    choice = answer.choice(0, tools=True)
+    choice.text = [HERMES.replace("Paris", "Oslo") + HERMES]
+    message = orjson.loads(answer.whole([choice], Usage()))["choices"][0]["message"]
+    (call,) = message["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Oslo"}
+    streamed = ToolCallText(single=True)
+    streamed.add(HERMES + HERMES)
+    assert len(streamed.end()[1]) == 1

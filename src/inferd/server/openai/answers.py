@@ -29,7 +29,7 @@ import orjson
 from inferd.errors import ErrorCode, InferdError, InvalidParameter, Overloaded, PermissionDenied
 from inferd.generation import TokenLogprob
 from inferd.server.errors import CLIENT_DISCONNECTED, INTERNAL_ERROR, http_error
-from inferd.server.openai.tool_calls import ParsedCall, ToolCallText, parse_tool_calls
+from inferd.server.openai.tool_calls import ParsedCall, ToolCallText
 
 DONE = b"data: [DONE]\n\n"
 OWNER = "inferd"
@@ -79,8 +79,9 @@ class Choice:
 class Completion:
     """One answer of either completion route: its identity, and how it is written."""
 
-    def __init__(self, model: str, chat: bool, n: int = 1) -> None:
+    def __init__(self, model: str, chat: bool, n: int = 1, *, single_call: bool = False) -> None:
         self.chat = chat
+        self.single_call = single_call  # parallel_tool_calls false: one call at most
         self.n = n  # choices of each prompt
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -96,7 +97,7 @@ class Completion:
             index,
             counts_prompt=index % self.n == 0,
             logprobs=[] if logprobs else None,
-            tools=ToolCallText() if tools and self.chat else None,
+            tools=ToolCallText(self.single_call) if tools and self.chat else None,
             offset=offset,
         )
 
@@ -119,7 +120,7 @@ class Completion:
         answer: dict[str, Any] = {"index": choice.index}
         finish_reason = choice.finish_reason or "stop"
         if self.chat:
-            content, calls = parse_tool_calls(text) if choice.tools else (text, [])
+            content, calls = choice.tools.parsed(text) if choice.tools else (text, [])
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = [call.to_dict() for call in calls]

@@ -137,7 +137,8 @@ class OpenAIEndpoints:
         version = self._check_serves(name, kind)
         runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
         stats = self.dataplane.model_stats.of(name, version)
-        answer = Completion(name, chat=kind == CHAT, n=n)
+        single = isinstance(body, wire.ChatCompletionBody) and body.parallel_tool_calls is False
+        answer = Completion(name, chat=kind == CHAT, n=n, single_call=single)
         # A context (and trace) per choice: each is a request of its own to the core.
         contexts = [self.edge.context(name, None, call.headers, None) for _ in runs]
         if body.stream:

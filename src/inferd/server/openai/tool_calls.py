@@ -85,10 +85,12 @@ def _call(item: Any) -> ParsedCall | None:
 
 
 class ToolCallText:
-    """One streamed choice's text, when its model may call tools: what can be sent
-    as content now, and at the end the calls (or the rest as content)."""
+    """One choice's text, when its model may call tools: streamed, what can be sent
+    as content now, and at the end the calls (or the rest as content); ``single``
+    (``parallel_tool_calls: false``): the first call only."""
 
-    def __init__(self) -> None:
+    def __init__(self, single: bool = False) -> None:
+        self.single = single
         self.held = ""  # text not sent: it may be (the start of) a call
         self.calling = False  # a call began (or the text began as JSON): hold the rest
         self.began = False  # some non-blank text came
@@ -115,11 +117,16 @@ class ToolCallText:
         self.held = held[len(held) - keep :] if keep else ""
         return held[: len(held) - keep]
 
+    def parsed(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        """A whole text's content and calls."""
+        content, calls = parse_tool_calls(text)
+        return content, calls[:1] if self.single else calls
+
     def end(self) -> tuple[str, list[ParsedCall]]:
         """The content left to send, and the calls."""
         held, self.held = self.held, ""
         if self.calling:  # held: from <tool_call> on, or the whole text (JSON)
-            _, calls = parse_tool_calls(held)
+            _, calls = self.parsed(held)
             if calls:
                 return "", calls
         return held, []
