@@ -37,12 +37,12 @@ model's tokenizer does (usage); a stream that ends without saying counts as
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 import numpy as np
 
-from inferd.errors import InvalidRequest
+from inferd.errors import InvalidParameter, InvalidRequest
 from inferd.model import Model
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -53,11 +53,50 @@ EMBEDDING = "embedding"
 COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat", "embeddings"
 """What a runtime serves (:attr:`GenerativeModel.openai_endpoints`)."""
 FinishReason = Literal["stop", "length"]
+LOGPROBS, TOOLS, RESPONSE_FORMAT, PRIORITY = "logprobs", "tools", "response_format", "priority"
+"""The optional fields of :class:`GenerationRequest` a runtime honours only if it says
+so (:attr:`GenerativeModel.generation_features`); else a request that uses one is a 400
+naming it (:func:`refuse_unhonoured`)."""
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """A function call the assistant made (OpenAI's ``tool_calls[i]``)."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
 
 
 class ChatMessage(msgspec.Struct, frozen=True):
     role: str  # system, user, assistant (developer and tool are passed on as they are)
     content: str  # text parts joined
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, frozen=True):
+    """OpenAI's ``response_format``: ``json_object`` (any JSON object) or ``json_schema``
+    (``schema``: a JSON Schema the answer must match)."""
+
+    type: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+
+class TopLogprob(msgspec.Struct, frozen=True, array_like=True):
+    token: str  # the token's text
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """A generated token's log probability under the model (its raw logits' log-softmax,
+    before temperature and top_p), and the likeliest tokens at its place."""
+
+    token: str
+    logprob: float
+    top: list[TopLogprob] = []
 
 
 class GenerationRequest(msgspec.Struct, kw_only=True):
@@ -72,10 +111,45 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     seed: int | None = None
     stop: list[str] = msgspec.field(default_factory=list)
     user: str | None = None
+    # None: no log probabilities; k: each token's, with its k likeliest alternatives.
+    logprobs: int | None = None
+    # OpenAI's tool definitions ({"type": "function", "function": {"name",
+    # "description", "parameters"}}), for the chat template; the server parses the
+    # calls out of the text (server/openai/tool_calls.py).
+    tools: list[dict[str, Any]] | None = None
+    response_format: ResponseFormat | None = None  # None: free text
+    priority: int = 0  # lower runs first (vLLM's meaning); 0: the default
 
     @property
     def chat(self) -> bool:
         return self.messages is not None
+
+    def asks_for(self) -> list[str]:
+        """The optional features (LOGPROBS, TOOLS...) this request uses."""
+        asked = [
+            (LOGPROBS, self.logprobs is not None),
+            (TOOLS, bool(self.tools)),
+            (RESPONSE_FORMAT, self.response_format is not None),
+            (PRIORITY, self.priority != 0),
+        ]
+        return [name for name, used in asked if used]
+
+
+def refuse_unhonoured(request: GenerationRequest, honoured: frozenset[str], model: Model) -> None:
+    """A 400 naming the first field of ``request`` that ``model`` does not honour
+    (``honoured``: the features its runtime does): never silently ignored."""
+    runtime = f"model {model.name!r} ({type(model).__name__})"
+    for name in request.asks_for():
+        if name in honoured:
+            continue
+        what = name
+        if name == RESPONSE_FORMAT and request.response_format is not None:
+            what = f"response_format {request.response_format.type}"
+        raise InvalidParameter(
+            f"Unsupported parameter: {what} is not supported by {runtime}.",
+            name,
+            "unsupported_parameter",
+        )
 
 
 class TextPiece(msgspec.Struct):
@@ -86,6 +160,9 @@ class TextPiece(msgspec.Struct):
     finish_reason: FinishReason | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # The tokens this piece's text came from (asked by ``logprobs``), in order; a
+    # piece may carry tokens whose text comes later (held back), the last one the rest.
+    logprobs: list[TokenLogprob] | None = None
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
@@ -143,19 +220,27 @@ def read_generation(request: InferenceRequest) -> GenerationRequest:
     return call
 
 
+_logprobs_decoder = msgspec.json.Decoder(list[TokenLogprob])
+
+
 def piece_response(piece: TextPiece) -> InferenceResponse:
-    """One piece as a streamed response (its fields as the response's parameters)."""
+    """One piece as a streamed response (its fields as the response's parameters; its
+    log probabilities as JSON text, a parameter every transport carries)."""
     parameters = {field: getattr(piece, field) for field in TextPiece.__struct_fields__}
+    if piece.logprobs is not None:
+        parameters[LOGPROBS] = msgspec.json.encode(piece.logprobs).decode()
     return InferenceResponse([], parameters={k: v for k, v in parameters.items() if v is not None})
 
 
 def read_piece(response: InferenceResponse) -> TextPiece:
     parameters = response.parameters
+    logprobs = parameters.get(LOGPROBS)
     return TextPiece(
         str(parameters.get("text", "")),
         parameters.get("finish_reason"),
         parameters.get("prompt_tokens"),
         parameters.get("completion_tokens"),
+        None if logprobs is None else _logprobs_decoder.decode(logprobs),
     )
 
 
@@ -174,6 +259,10 @@ def read_embeddings(response: InferenceResponse) -> Embeddings:
 class GenerativeModel(Model):
     """A runtime for the OpenAI-compatible endpoints: implement ``generate``, ``embed``
     or both (see the module's doc)."""
+
+    generation_features: ClassVar[frozenset[str]] = frozenset()
+    """The optional fields of GenerationRequest it honours (LOGPROBS, TOOLS,
+    RESPONSE_FORMAT, PRIORITY); a request using another is refused before ``generate``."""
 
     def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
         """The text of one completion, piece by piece, as the model makes it."""
@@ -197,7 +286,9 @@ class GenerativeModel(Model):
 
     def answer_generation(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
         """The responses of a ``generate`` call (the request :func:`generation_request` made)."""
-        for piece in self.generate(read_generation(request)):
+        call = read_generation(request)
+        refuse_unhonoured(call, self.generation_features, self)
+        for piece in self.generate(call):
             yield piece_response(piece)
 
     def answer_embedding(self, request: InferenceRequest) -> InferenceResponse:
@@ -214,6 +305,8 @@ class AsyncGenerativeModel(Model):
     the worker's event loop and hold no slot (up to ``max_concurrent_streams``), so
     the engine sees every request at once and can batch them; ``generate`` must
     never block the loop."""
+
+    generation_features: ClassVar[frozenset[str]] = frozenset()  # as GenerativeModel's
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TextPiece]:
         """The text of one completion, piece by piece, as the engine makes it."""
@@ -233,7 +326,9 @@ class AsyncGenerativeModel(Model):
         return embeddings_response(await self.embed(call))
 
     async def predict_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        pieces = self.generate(read_generation(request))
+        call = read_generation(request)
+        refuse_unhonoured(call, self.generation_features, self)
+        pieces = self.generate(call)
         try:
             async for piece in pieces:
                 yield piece_response(piece)

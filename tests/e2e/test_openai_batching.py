@@ -176,6 +176,47 @@ def test_seeded_sampling_is_reproducible_beside_other_streams(server: ServerProc
     assert texts[3] == texts[4] != texts[0]
 
 
+def test_concurrent_logprobs_are_each_sequences_own(server: ServerProcess) -> None:
+    """The engine scores the rows of a shared forward pass: each stream gets its own
+    tokens' scores (as the runtime's own loop gives them alone), beside sampling rows
+    and rows that ask for none, across processes too (a piece's scores travel as text)."""
+    lengths = [9, 4, 14, 6, 10, 7]
+
+    def scored(model: str, index: int, **options: Any) -> list[tuple[str, float]]:
+        with client_of(server) as client:
+            stream = client.completions.create(
+                model=model,
+                prompt=PROMPTS[index],
+                max_tokens=lengths[index],
+                stream=True,
+                **options,
+            )
+            return [
+                (token, logprob)
+                for chunk in stream
+                if chunk.choices and chunk.choices[0].logprobs
+                for token, logprob in zip(
+                    chunk.choices[0].logprobs.tokens,
+                    chunk.choices[0].logprobs.token_logprobs,
+                    strict=True,
+                )
+            ]
+
+    def one(index: int) -> list[tuple[str, float]]:
+        if index % 3 == 2:  # beside them: a sampling row, and a row that asks for none
+            return scored(LM, index, seed=index, logprobs=0 if index == 2 else None)
+        return scored(LM, index, temperature=0, logprobs=1)
+
+    found = concurrently(len(PROMPTS), one)
+    for index, tokens in enumerate(found):
+        if index % 3 == 2:
+            assert len(tokens) == (lengths[index] if index == 2 else 0)
+            continue
+        alone = scored(OFF, index, temperature=0, logprobs=1)
+        assert [token for token, _ in tokens] == [token for token, _ in alone]
+        assert [lp for _, lp in tokens] == pytest.approx([lp for _, lp in alone], abs=1e-3)
+
+
 def test_off_is_the_runtimes_own_loop(server: ServerProcess, reference: Any) -> None:
     with client_of(server) as client:
         answer = client.completions.create(model=OFF, prompt="a plot", max_tokens=12, temperature=0)

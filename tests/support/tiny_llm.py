@@ -10,7 +10,11 @@ from tests.frameworks import TINY_VOCABULARY, require_module
 
 ROLES = ["<|system|>", "<|user|>", "<|assistant|>"]
 END = "<|end|>"
+# Tools (OpenAI's tool definitions) as a system turn of their names, as a real template
+# shows them to its model.
 CHAT_TEMPLATE = (
+    "{% if tools %}<|system|> {% for tool in tools %}{{ tool.function.name }} {% endfor %}"
+    "{% endif %}"
     "{% for message in messages %}<|{{ message.role }}|> {{ message.content }} {% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )

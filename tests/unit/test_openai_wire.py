@@ -302,19 +302,26 @@ def test_choices_of_all_prompts_together_are_bounded() -> None:
 @pytest.mark.parametrize(
     ("body", "kind", "param", "code"),
     [
-        (completion(logprobs=2), wire.CompletionBody, "logprobs", "unsupported_parameter"),
+        (completion(logprobs=6), wire.CompletionBody, "logprobs", "integer_above_max_value"),
         (completion(echo=True), wire.CompletionBody, "echo", "unsupported_parameter"),
         (completion(suffix="z"), wire.CompletionBody, "suffix", "unsupported_parameter"),
         (completion(best_of=3), wire.CompletionBody, "best_of", "unsupported_parameter"),
         (chat(presence_penalty=1), wire.ChatCompletionBody, "presence_penalty", None),
         (chat(logit_bias={"1": 2}), wire.ChatCompletionBody, "logit_bias", None),
-        (chat(tools=[{"type": "function"}]), wire.ChatCompletionBody, "tools", None),
-        (chat(top_logprobs=2), wire.ChatCompletionBody, "top_logprobs", None),
         (
-            chat(response_format={"type": "json_object"}),
+            chat(tools=[{"type": "retrieval"}]),
+            wire.ChatCompletionBody,
+            "tools.[0].type",
+            "unsupported_value",
+        ),
+        (chat(tool_choice="required"), wire.ChatCompletionBody, "tool_choice", "unsupported_value"),
+        (chat(functions=[{"name": "f"}]), wire.ChatCompletionBody, "functions", None),
+        (chat(top_logprobs=2), wire.ChatCompletionBody, "top_logprobs", "invalid_value"),
+        (
+            chat(response_format={"type": "xml"}),
             wire.ChatCompletionBody,
             "response_format.type",
-            "unsupported_value",
+            "invalid_value",
         ),
         (completion(prompt=[[1, 2]]), wire.CompletionBody, "prompt", "unsupported_value"),
         (embedding(input=[1, 2]), wire.EmbeddingBody, "input", "unsupported_value"),
@@ -492,13 +499,13 @@ def test_whole_answers_and_chunks_have_openai_shapes() -> None:
         }
     ]
     assert whole["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
-    first = answer.chunk(0, "a", None, first=True, usage=True)
+    first = answer.chunk(Choice(0), "a", None, first=True, usage=True)
     assert first.startswith(b"data: ") and first.endswith(b"\n\n")
     chunk = orjson.loads(first[6:])
     assert chunk["object"] == "chat.completion.chunk" and chunk["usage"] is None
     assert chunk["choices"][0]["delta"] == {"role": "assistant", "content": "a"}
     text = orjson.loads(
-        Completion("m", chat=False).chunk(1, "x", "stop", first=False, usage=False)[6:]
+        Completion("m", chat=False).chunk(Choice(1), "x", "stop", first=False, usage=False)[6:]
     )
     assert text["choices"] == [{"index": 1, "text": "x", "logprobs": None, "finish_reason": "stop"}]
     assert "usage" not in text

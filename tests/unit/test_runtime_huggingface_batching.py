@@ -73,3 +73,19 @@ def test_engine_settings_must_be_whole_numbers_above_zero(value: Any) -> None:
     with pytest.raises(ValueError, match="kv_cache_tokens must be a whole number above 0"):
         EngineSettings.of("lm", {"kv_cache_tokens": value})
     assert EngineSettings.of("lm", {}) == EngineSettings(32, 8192)
+
+
+def test_rows_that_ask_are_scored_with_the_token_the_engine_picks() -> None:
+    processor = PerRequestSampling(torch)
+    greedy = RequestSampling(0.0, 1.0, None, logprobs=2)
+    sampled = seeded(5.0, seed=1)
+    sampled.logprobs = 0
+    rows = [row(greedy), row(None), row(sampled)]
+    tokens = picked(processor, rows, SCORES)
+    expected = torch.log_softmax(SCORES, dim=-1)  # the raw logits', before sampling
+    (scored,) = greedy.scored
+    assert scored.logprob == pytest.approx(float(expected[0, tokens[0]]))
+    assert scored.top_ids == [1, 3]
+    assert scored.top_logprobs == pytest.approx(expected[0, [1, 3]].tolist())
+    (drawn,) = sampled.scored
+    assert drawn.logprob == pytest.approx(float(expected[2, tokens[2]])) and drawn.top_ids == []

@@ -20,6 +20,8 @@ from inferd.runtimes.huggingface_generation import (
 from tests.frameworks import require_module, save_tiny_text_classifier
 from tests.support.tiny_llm import save_tiny_chat_lm
 
+CHAT_TEMPLATE_WITHOUT_TOOLS = "{% for m in messages %}{{ m.content }} {% endfor %}"
+
 transformers = require_module("transformers", "huggingface")
 torch = require_module("torch", "huggingface")
 
@@ -63,6 +65,38 @@ def test_seeded_sampling_repeats_and_seeds_differ(lm: Any) -> None:
 def test_top_p_near_zero_is_greedy(lm: Any) -> None:
     greedy = text(generate(lm, prompt="the plot", max_tokens=8, temperature=0))
     assert text(generate(lm, prompt="the plot", max_tokens=8, top_p=1e-6, seed=3)) == greedy
+
+
+def test_logprobs_are_the_models_raw_log_softmax(lm: Any) -> None:
+    pieces = generate(lm, prompt="the movie was", max_tokens=5, temperature=0, logprobs=2)
+    scored = [token for piece in pieces for token in piece.logprobs or []]
+    assert len(scored) == pieces[-1].completion_tokens == 5
+    ids = lm.tokenizer("the movie was", return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        logits = lm.model(ids).logits[0, -1]
+    expected = torch.log_softmax(logits, dim=-1)
+    first = int(expected.argmax())
+    assert scored[0].token == lm.tokenizer.decode([first])
+    assert scored[0].logprob == pytest.approx(float(expected[first]), abs=1e-5)
+    assert scored[0].top[0].token == scored[0].token  # greedy: the likeliest
+    assert len(scored[0].top) == 2
+    assert all(piece.logprobs is None for piece in generate(lm, prompt="a", max_tokens=2))
+
+
+def test_tools_go_to_a_template_that_takes_them(lm: Any) -> None:
+    messages = [ChatMessage("user", "good film")]
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {}}}
+    plain = generate(lm, messages=messages, max_tokens=1, temperature=0)[-1].prompt_tokens
+    tooled = generate(lm, messages=messages, tools=[tool], max_tokens=1, temperature=0)
+    assert tooled[-1].prompt_tokens == plain + 2  # <|system|> and the tool's name
+    template = lm.tokenizer.chat_template
+    lm.tokenizer.chat_template = CHAT_TEMPLATE_WITHOUT_TOOLS
+    try:
+        with pytest.raises(InvalidParameter, match="does not take tools") as refused:
+            generate(lm, messages=messages, tools=[tool])
+        assert refused.value.param == "tools"
+    finally:
+        lm.tokenizer.chat_template = template
 
 
 def test_chat_uses_the_template_and_needs_one(lm: Any) -> None:

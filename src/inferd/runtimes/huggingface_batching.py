@@ -23,9 +23,13 @@ A logits processor of its own (:class:`PerRequestSampling`) leaves greedy rows t
 engine's argmax and, for a row that samples, draws its token from the softmax of the
 logits over ``temperature``, cut to the ``top_p`` nucleus, with a uniform number from
 that request's generator (seeded by ``seed``: reproducible), and makes it the row's
-argmax. Stop strings and the text are the runtime's (huggingface_generation.py), and a
-stream closed early cancels its sequence in the engine (``cancel_request``): it leaves
-the batch at the next step and its cache blocks are freed.
+argmax. The same processor scores the tokens of a request that asks for
+``logprobs``: the log-softmax of the row's raw logits, before it samples, and the
+token the engine then picks (the row's argmax after sampling), queued for that
+request (huggingface_scores.py). Stop strings and the text are the runtime's
+(huggingface_generation.py), and a stream closed early cancels its sequence in the
+engine (``cancel_request``): it leaves the batch at the next step and its cache
+blocks are freed.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ import asyncio
 import itertools
 import logging
 import threading
+from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -43,6 +48,7 @@ from inferd import custom_metrics
 from inferd.errors import ModelError, ModelNotReady
 from inferd.generation import GenerationRequest
 from inferd.runtimes.common import import_framework
+from inferd.runtimes.huggingface_scores import TokenScores, scores_of
 from inferd.settings import ModelSettings
 from inferd.settings.runtime_names import HUGGINGFACE, MLSERVER_RUNTIMES
 
@@ -93,11 +99,16 @@ class EngineSettings:
 
 @dataclass
 class RequestSampling:
-    """How one request picks its tokens: ``temperature`` 0 is greedy."""
+    """How one request picks its tokens (``temperature`` 0 is greedy), and whether
+    they are scored (``logprobs``: how many alternatives; None: not scored)."""
 
     temperature: float
     top_p: float
-    generator: Any  # torch.Generator, seeded by the request's seed
+    generator: Any  # torch.Generator, seeded by the request's seed (None: greedy)
+    logprobs: int | None = None
+    # Each generated token's scores, in order: the engine's thread appends, the
+    # request's reader takes them as its tokens come.
+    scored: deque[TokenScores] = field(default_factory=deque)
 
 
 class PerRequestSampling:
@@ -112,6 +123,7 @@ class PerRequestSampling:
         self.torch = torch
         self.generated = 0  # tokens the engine made, every request's (its thread only writes)
         self._sampling = False  # whether a row of the batch being prepared samples
+        self._rows: list[RequestSampling | None] = []  # the batch's, by row of its logits
 
     def check_kwargs(self, kwargs: dict[str, Any]) -> None:
         unknown = set(kwargs) - {SAMPLING}
@@ -125,6 +137,7 @@ class PerRequestSampling:
         rows = [r.state.logit_processor_kwargs.get(SAMPLING) for r in requests_in_batch]
         rows = [row for r, row in zip(requests_in_batch, rows, strict=True) if r.has_new_token]
         self.generated += len(rows)
+        self._rows = rows
         self._sampling = any(row is not None and row.temperature > 0 for row in rows)
         if not self._sampling:
             return arg_storage
@@ -138,8 +151,21 @@ class PerRequestSampling:
         return arg_storage
 
     def __call__(self, input_ids: Any, scores: Any, arguments: Any) -> Any:
-        if not self._sampling:
-            return scores
+        wanted = [(i, row) for i, row in enumerate(self._rows) if row and row.logprobs is not None]
+        indices = [i for i, _ in wanted]
+        raw = scores[indices].clone() if wanted else None  # before sampling changes them
+        if self._sampling:
+            scores = self._sample(scores, arguments)
+        if raw is not None:
+            picked = scores[indices].argmax(dim=-1)  # what the engine's argmax then picks
+            ks = [row.logprobs or 0 for _, row in wanted]
+            noted = scores_of(self.torch, raw, picked, ks)
+            for (_, row), scored in zip(wanted, noted, strict=True):
+                row.scored.append(scored)
+        return scores
+
+    def _sample(self, scores: Any, arguments: Any) -> Any:
+        """Each sampling row's token drawn, made the row's only finite score."""
         torch = self.torch
         count = scores.size(0)
         temperature, top_p, draw = arguments[:3, :count].view(torch.float32)
@@ -214,31 +240,36 @@ class ContinuousEngine:
 
     def sampling(self, request: GenerationRequest) -> RequestSampling | None:
         if request.temperature == 0:
-            return None
+            if request.logprobs is None:
+                return None  # the engine's own argmax, nothing to note
+            return RequestSampling(0.0, 1.0, None, request.logprobs)
         torch = _import("torch")
         generator = torch.Generator()
         if request.seed is not None:
             generator.manual_seed(request.seed)
         else:
             generator.seed()
-        return RequestSampling(float(request.temperature), float(request.top_p), generator)
+        temperature, top_p = float(request.temperature), float(request.top_p)
+        return RequestSampling(temperature, top_p, generator, request.logprobs)
 
     async def tokens(
         self, prompt: list[int], limit: int, request: GenerationRequest
-    ) -> AsyncIterator[int]:
-        """The sequence's tokens as the engine makes them; closing this early cancels
-        the sequence in the engine."""
+    ) -> AsyncIterator[tuple[int, TokenScores | None]]:
+        """The sequence's tokens as the engine makes them (scored if ``logprobs``
+        asks); closing this early cancels the sequence in the engine."""
         manager = await asyncio.to_thread(self._started)  # the first start builds the cache
         request_id = f"inferd-{next(self._ids)}"
         outputs: asyncio.Queue[Any] = asyncio.Queue()
         manager.register_result_handler(request_id, outputs.put_nowait)
+        sampling = self.sampling(request)
+        scored = sampling.scored if sampling is not None and sampling.logprobs is not None else None
         added = manager.add_request(
             prompt,
             request_id=request_id,
             max_new_tokens=limit,
             streaming=True,
             eos_token_id=self.eos,
-            **{SAMPLING: self.sampling(request)},
+            **{SAMPLING: sampling},
         )
         if added is None:
             self._forget(manager, request_id)
@@ -252,7 +283,7 @@ class ContinuousEngine:
                     raise ModelError(f"Model {self.name!r} failed to generate: {output.error}")
                 finished = output.is_finished()
                 for token in output.generated_tokens[sent:]:
-                    yield int(token)
+                    yield int(token), (scored.popleft() if scored else None)
                 sent = len(output.generated_tokens)
         finally:
             if not finished:  # the client left, or a stop string ended it: free its place

@@ -17,6 +17,14 @@ an unfinished UTF-8 character, is held back until the next token settles it.
 Tokens are counted by the model's tokenizer (usage). One sequence per call: no
 batching across streams (each holds one of the model's slots while it runs).
 
+Also honoured, in both paths (with continuous batching or without): ``logprobs``
+(huggingface_scores.py) and ``tools``, given to the chat template
+(``apply_chat_template(..., tools=...)``; a template that does not mention tools
+refuses them: the model would never see them); an assistant's ``tool_calls`` reach
+the template with their arguments as objects, as transformers' templates expect.
+``response_format`` (no constrained decoding here) and ``priority`` (the engine
+serves first come first served) are refused with a 400 naming them.
+
 Embeddings: the mean of the last hidden states over each text's tokens (the
 attention mask), float32, the model's full width (the OpenAI endpoint shortens them
 to ``dimensions``: server/openai/answers.py ``shortened``).
@@ -34,14 +42,20 @@ from inferd.generation import (
     CHAT,
     COMPLETIONS,
     EMBEDDINGS,
+    LOGPROBS,
+    TOOLS,
     EmbeddingRequest,
     Embeddings,
     FinishReason,
     GenerationRequest,
     GenerativeModel,
     TextPiece,
+    TokenLogprob,
+    refuse_unhonoured,
 )
 from inferd.runtimes.common import import_framework
+from inferd.runtimes.huggingface_chat import chat_prompt
+from inferd.runtimes.huggingface_scores import TokenScores, scores_of, token_logprob
 
 if TYPE_CHECKING:
     from inferd.runtimes.huggingface_batching import ContinuousEngine
@@ -57,6 +71,7 @@ class PipelineGeneration(GenerativeModel):
 
     _pipeline: Any = None
     _engine: ContinuousEngine | None = None
+    generation_features = frozenset({LOGPROBS, TOOLS})
 
     @property
     def openai_endpoints(self) -> tuple[str, ...]:
@@ -73,6 +88,7 @@ class PipelineGeneration(GenerativeModel):
     ) -> AsyncIterator[TextPiece]:
         """The sequence in the continuous batching engine, with the others."""
         self._check_serves(COMPLETIONS)
+        refuse_unhonoured(request, self.generation_features, self)
         torch = import_framework("torch", type(self).__name__, EXTRA)
         pieces = Generation(self.name, self._pipeline, torch).generate_batched(request, engine)
         try:
@@ -134,14 +150,7 @@ class Generation:
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         tokenizer = self.tokenizer
         if request.messages is not None:
-            if getattr(tokenizer, "chat_template", None) is None:
-                raise InvalidRequest(
-                    f"Model {self.name!r} has no chat template; use /v1/completions"
-                )
-            messages = [{"role": m.role, "content": m.content} for m in request.messages]
-            text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
+            text = chat_prompt(self.name, tokenizer, request)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer(request.prompt or "")["input_ids"]
@@ -178,10 +187,10 @@ class Generation:
         """The completion from the runtime's own decoding loop, one sequence."""
         prompt = self.prompt_ids(request)
         text = CompletionText(self, request, len(prompt))
-        for token in self._tokens(prompt, request, text.limit):
-            piece = text.add(token)
+        for token, scores in self._tokens(prompt, request, text.limit):
+            piece = text.add(token, scores)
             if piece:
-                yield TextPiece(piece)
+                yield TextPiece(piece, logprobs=text.taken())
             if text.ended:
                 break
         yield text.last()
@@ -194,19 +203,21 @@ class Generation:
         text = CompletionText(self, request, len(prompt))
         tokens = engine.tokens(prompt, text.limit, request)
         try:
-            async for token in tokens:
-                piece = text.add(token)
+            async for token, scores in tokens:
+                piece = text.add(token, scores)
                 if piece:
-                    yield TextPiece(piece)
+                    yield TextPiece(piece, logprobs=text.taken())
                 if text.ended:
                     break
         finally:  # a stop string or the client: the engine drops the sequence now
             await tokens.aclose()  # type: ignore[attr-defined]
         yield text.last()
 
-    def _tokens(self, prompt: list[int], request: GenerationRequest, limit: int) -> Iterator[int]:
-        """The model's next token, ``limit`` times at most (a forward pass each, on
-        the key/value cache of the ones before)."""
+    def _tokens(
+        self, prompt: list[int], request: GenerationRequest, limit: int
+    ) -> Iterator[tuple[int, TokenScores | None]]:
+        """The model's next token (scored if ``logprobs`` asks), ``limit`` times at
+        most (a forward pass each, on the key/value cache of the ones before)."""
         torch = self.torch
         device = self.model.device
         generator = torch.Generator(device=device)
@@ -220,8 +231,13 @@ class Generation:
             for _ in range(limit):
                 out = self.model(input_ids=ids, use_cache=True, **{self.cache_name: past})
                 past = getattr(out, self.cache_name)
-                token = self._pick(out.logits[0, -1], request, generator)
-                yield token
+                logits = out.logits[0, -1]
+                token = self._pick(logits, request, generator)
+                scores = None
+                if request.logprobs is not None:
+                    chosen = torch.tensor([token], device=device)
+                    (scores,) = scores_of(torch, logits[None], chosen, [request.logprobs])
+                yield token, scores
                 ids = torch.tensor([[token]], device=device)
 
     def _pick(self, logits: Any, request: GenerationRequest, generator: Any) -> int:
@@ -255,13 +271,17 @@ class CompletionText:
         self.text = ""
         self.reason: FinishReason = "length"
         self.ended = False
+        # Asked for: the log probabilities of tokens not yet sent with a piece.
+        self.logprobs: list[TokenLogprob] | None = [] if request.logprobs is not None else None
 
-    def add(self, token: int) -> str:
+    def add(self, token: int, scores: TokenScores | None = None) -> str:
         """The new text ``token`` makes ready to send ("" if none)."""
-        if token in self.ends:
+        if token in self.ends:  # not part of the text: not scored either
             self.reason, self.ended = "stop", True
             return ""
         self.generated.append(token)
+        if self.logprobs is not None and scores is not None:
+            self.logprobs.append(token_logprob(self.tokenizer, token, scores))
         text = self.text = self.tokenizer.decode(self.generated, skip_special_tokens=True)
         if text.endswith("\ufffd"):  # a character split over tokens: wait for the rest
             return ""
@@ -275,9 +295,18 @@ class CompletionText:
         piece, self.sent = text[self.sent : ready], ready
         return piece
 
+    def taken(self) -> list[TokenLogprob] | None:
+        """The log probabilities noted since the last piece (None: not asked for)."""
+        if self.logprobs is None:
+            return None
+        taken, self.logprobs = self.logprobs, []
+        return taken
+
     def last(self) -> TextPiece:
-        """What is left of the text, why it ended, and the token counts."""
-        return TextPiece(self.text[self.sent :], self.reason, self.prompt, len(self.generated))
+        """What is left of the text, why it ended, the token counts (and the rest of
+        the log probabilities)."""
+        rest = self.text[self.sent :]
+        return TextPiece(rest, self.reason, self.prompt, len(self.generated), self.taken())
 
 
 class StopStrings:

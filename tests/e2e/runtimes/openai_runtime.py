@@ -5,7 +5,8 @@ copied into its model's folder by tests/e2e/test_openai_*.py.
 last message) word by word, ``extra.delay`` seconds apart, and embeds each text as
 [characters, words]. A stream of ``Words`` closed before its end creates the file
 ``extra.closed_marker`` names, so a test can see the generation stop when its client
-left.
+left. ``Words`` takes ``tools`` (its echo of a call, parsed by the server, is how the
+tests see tool calls end to end); neither takes ``logprobs``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.generation import (
+    TOOLS,
     AsyncGenerativeModel,
     EmbeddingRequest,
     Embeddings,
@@ -28,6 +30,8 @@ from inferd.generation import (
 
 
 class Words(GenerativeModel):
+    generation_features = frozenset({TOOLS})
+
     def generate(self, request: GenerationRequest) -> Iterator[TextPiece]:
         source = request.prompt if request.messages is None else request.messages[-1].content
         words = (source or "").split()

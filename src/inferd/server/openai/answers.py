@@ -5,6 +5,14 @@ Shapes as OpenAI's API reference gives them: a completion is ``text_completion``
 / ``chat.completion.chunk`` objects as server-sent events, every chunk of one
 answer with the same ``id`` and ``created``, and ends with ``data: [DONE]``.
 Errors are ``{"error": {"message", "type", "param", "code"}}``.
+
+Log probabilities (``logprobs``): a chat choice's ``{"content": [{"token", "logprob",
+"bytes", "top_logprobs"}]}``, a completion's ``{"tokens", "token_logprobs",
+"top_logprobs" (a dict per token: the likeliest and the chosen one), "text_offset"
+(from the prompt's end, as OpenAI counts with echo off: the prompt's length on)}``;
+a stream's chunk holds those of the tokens whose text it carries. Tool calls
+(tool_calls.py): a chat message's ``tool_calls`` with ``finish_reason``
+``tool_calls``; a stream sends each call whole in one delta, after the content.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ import numpy as np
 import orjson
 
 from inferd.errors import ErrorCode, InferdError, InvalidParameter, Overloaded, PermissionDenied
+from inferd.generation import TokenLogprob
 from inferd.server.errors import CLIENT_DISCONNECTED, INTERNAL_ERROR, http_error
+from inferd.server.openai.tool_calls import ParsedCall, ToolCallText
 
 DONE = b"data: [DONE]\n\n"
 OWNER = "inferd"
@@ -61,13 +71,17 @@ class Choice:
     usage: Usage = field(default_factory=Usage)
     # The first choice of its prompt: the answer's usage counts each prompt once.
     counts_prompt: bool = True
+    logprobs: list[TokenLogprob] | None = None  # asked for: the tokens' so far
+    tools: ToolCallText | None = None  # its model may call tools: what a stream holds
+    offset: int = 0  # a completion's text_offset of its first token: the prompt's length
 
 
 class Completion:
     """One answer of either completion route: its identity, and how it is written."""
 
-    def __init__(self, model: str, chat: bool, n: int = 1) -> None:
+    def __init__(self, model: str, chat: bool, n: int = 1, *, single_call: bool = False) -> None:
         self.chat = chat
+        self.single_call = single_call  # parallel_tool_calls false: one call at most
         self.n = n  # choices of each prompt
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -76,8 +90,16 @@ class Completion:
         self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
         self.usage = Usage()  # of the choices that ended
 
-    def choice(self, index: int) -> Choice:
-        return Choice(index, counts_prompt=index % self.n == 0)
+    def choice(
+        self, index: int, *, logprobs: bool = False, tools: bool = False, offset: int = 0
+    ) -> Choice:
+        return Choice(
+            index,
+            counts_prompt=index % self.n == 0,
+            logprobs=[] if logprobs else None,
+            tools=ToolCallText(self.single_call) if tools and self.chat else None,
+            offset=offset,
+        )
 
     def ended(self, choice: Choice) -> None:
         """Count a choice that ended in the answer's usage."""
@@ -96,31 +118,68 @@ class Completion:
     def _whole_choice(self, choice: Choice) -> dict[str, Any]:
         text = "".join(choice.text)
         answer: dict[str, Any] = {"index": choice.index}
+        finish_reason = choice.finish_reason or "stop"
         if self.chat:
-            answer["message"] = {"role": "assistant", "content": text}
+            content, calls = choice.tools.parsed(text) if choice.tools else (text, [])
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = [call.to_dict() for call in calls]
+                finish_reason = "tool_calls"
+            answer["message"] = message
         else:
             answer["text"] = text
-        answer["logprobs"] = None
-        answer["finish_reason"] = choice.finish_reason or "stop"
+        answer["logprobs"] = self.logprobs(choice, choice.logprobs)
+        answer["finish_reason"] = finish_reason
         return answer
 
-    def chunk(
-        self, index: int, text: str, finish_reason: str | None, *, first: bool, usage: bool
-    ) -> bytes:
-        """One event of a stream: new text of choice ``index`` (a chat's first chunk
-        says the role), or its end. ``usage``: the stream will end with the usage, so
-        every chunk says ``"usage": null`` (as OpenAI's)."""
-        choice: dict[str, Any] = {"index": index}
+    def logprobs(self, choice: Choice, tokens: list[TokenLogprob] | None) -> Any:
+        """The ``logprobs`` of ``tokens`` of ``choice`` (None: not asked for)."""
+        if tokens is None:
+            return None
         if self.chat:
-            delta: dict[str, str] = {"role": "assistant"} if first else {}
-            if text or (first and finish_reason is None):
+            return {"content": [_chat_token(token) for token in tokens], "refusal": None}
+        offsets, offset = [], choice.offset
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token.token)
+        choice.offset = offset  # a stream's next chunk goes on from here
+        return {
+            "tokens": [token.token for token in tokens],
+            "token_logprobs": [token.logprob for token in tokens],
+            "top_logprobs": [_top_dict(token) for token in tokens],
+            "text_offset": offsets,
+        }
+
+    def chunk(
+        self,
+        choice: Choice,
+        text: str,
+        finish_reason: str | None,
+        *,
+        first: bool,
+        usage: bool,
+        logprobs: list[TokenLogprob] | None = None,
+        calls: list[ParsedCall] | None = None,
+    ) -> bytes:
+        """One event of a stream: new text of ``choice`` (a chat's first chunk says the
+        role), its tool calls, or its end. ``usage``: the stream will end with the
+        usage, so every chunk says ``"usage": null`` (as OpenAI's)."""
+        index = choice.index
+        answer: dict[str, Any] = {"index": index}
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant"} if first else {}
+            if text or (first and finish_reason is None and not calls):
                 delta["content"] = text
-            choice["delta"] = delta
+            if calls:
+                delta["tool_calls"] = [
+                    {"index": i} | call.to_dict() for i, call in enumerate(calls)
+                ]
+            answer["delta"] = delta
         else:
-            choice["text"] = text
-        choice["logprobs"] = None
-        choice["finish_reason"] = finish_reason
-        data = self._head(self.chunk_object) | {"choices": [choice]}
+            answer["text"] = text
+        answer["logprobs"] = None if choice.logprobs is None else self.logprobs(choice, logprobs)
+        answer["finish_reason"] = finish_reason
+        data = self._head(self.chunk_object) | {"choices": [answer]}
         if usage:
             data["usage"] = None
         return b"data: " + orjson.dumps(data) + b"\n\n"
@@ -132,6 +191,26 @@ class Completion:
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def _chat_token(token: TokenLogprob) -> dict[str, Any]:
+    top = [
+        {"token": t.token, "logprob": t.logprob, "bytes": list(t.token.encode())} for t in token.top
+    ]
+    return {
+        "token": token.token,
+        "logprob": token.logprob,
+        "bytes": list(token.token.encode()),
+        "top_logprobs": top,
+    }
+
+
+def _top_dict(token: TokenLogprob) -> dict[str, float]:
+    """A completion token's likeliest alternatives, and itself (OpenAI: "up to
+    logprobs+1 elements")."""
+    top = {t.token: t.logprob for t in token.top}
+    top.setdefault(token.token, token.logprob)
+    return top
 
 
 def shortened(model: str, vectors: np.ndarray, dimensions: int | None) -> np.ndarray:

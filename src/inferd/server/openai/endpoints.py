@@ -42,16 +42,15 @@ from inferd.server.openai.answers import (
     Choice,
     Completion,
     embeddings_answer,
-    error_event,
     model_entry,
     models_answer,
-    openai_error,
     shortened,
 )
+from inferd.server.openai.calls import Call, ChoiceChunks
 from inferd.server.rest.codec import JSON_CONTENT_TYPE
 from inferd.server.rest.edge import RestEdge
 from inferd.server.rest.fastpath import Receive, Scope, Send, send_whole
-from inferd.server.rest.sse import EVENT_STREAM_TYPE, run_until_disconnect
+from inferd.server.rest.sse import run_until_disconnect
 from inferd.server.routes import INFERENCE, METADATA
 from inferd.types import ModelState
 
@@ -60,37 +59,8 @@ if TYPE_CHECKING:
     from inferd.observability.stats import ModelStats
 
 _JSON_TYPE = (b"content-type", JSON_CONTENT_TYPE.encode())
-_EVENT_STREAM_HEADERS = (
-    (b"content-type", EVENT_STREAM_TYPE.encode()),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),  # nginx: pass each chunk on as it comes
-)
 _WHAT = {COMPLETIONS: "completions", CHAT: "chat completions", EMBEDDINGS: "embeddings"}
-Handler = Callable[["_Call"], Awaitable[None]]
-
-
-class _Call:
-    """One request: its headers, body, and how to answer."""
-
-    def __init__(self, scope: Scope, receive: Receive, send: Send, serving: str) -> None:
-        self.scope, self.receive, self.send, self.serving = scope, receive, send, serving
-        self.headers: dict[bytes, bytes] = dict(scope["headers"])
-        self.started = False
-
-    async def start(self, headers: list[tuple[bytes, bytes]]) -> None:
-        self.started = True
-        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
-
-    async def chunk(self, body: bytes) -> None:
-        await self.send({"type": "http.response.body", "body": body, "more_body": True})
-
-    async def fail(self, error: Exception) -> None:
-        if self.started:  # a stream: one last event says what went wrong
-            await self.chunk(error_event(error, self.serving))
-            await self.send({"type": "http.response.body", "body": b""})
-            return
-        status, body, headers = openai_error(error, self.serving)
-        await send_whole(self.send, status, headers, body)
+Handler = Callable[[Call], Awaitable[None]]
 
 
 class OpenAIEndpoints:
@@ -133,11 +103,11 @@ class OpenAIEndpoints:
             )
         return found.version
 
-    async def models(self, call: _Call) -> None:
+    async def models(self, call: Call) -> None:
         entries = [model_entry(name, self.created) for name in sorted(self.served())]
         await send_whole(call.send, 200, [_JSON_TYPE], models_answer(entries))
 
-    async def model(self, call: _Call) -> None:
+    async def model(self, call: Call) -> None:
         name = call.scope["path_params"]["model"]
         if name not in self.served():
             raise ModelNotFound(name, hint=" (GET /v1/models lists the models served here)")
@@ -146,18 +116,18 @@ class OpenAIEndpoints:
 
     # Completions
 
-    async def completions(self, call: _Call) -> None:
+    async def completions(self, call: Call) -> None:
         body = wire.decode(await self._body(call), wire.CompletionBody)
         calls = wire.completion_calls(body)
         await self._complete(call, body, calls, wire.model_of(body), COMPLETIONS)
 
-    async def chat(self, call: _Call) -> None:
+    async def chat(self, call: Call) -> None:
         body = wire.decode(await self._body(call), wire.ChatCompletionBody)
         await self._complete(call, body, [wire.chat_call(body)], wire.model_of(body), CHAT)
 
     async def _complete(
         self,
-        call: _Call,
+        call: Call,
         body: wire.CompletionBody | wire.ChatCompletionBody,
         prompts: list[GenerationRequest],
         name: str,
@@ -167,7 +137,8 @@ class OpenAIEndpoints:
         version = self._check_serves(name, kind)
         runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
         stats = self.dataplane.model_stats.of(name, version)
-        answer = Completion(name, chat=kind == CHAT, n=n)
+        single = isinstance(body, wire.ChatCompletionBody) and body.parallel_tool_calls is False
+        answer = Completion(name, chat=kind == CHAT, n=n, single_call=single)
         # A context (and trace) per choice: each is a request of its own to the core.
         contexts = [self.edge.context(name, None, call.headers, None) for _ in runs]
         if body.stream:
@@ -183,13 +154,13 @@ class OpenAIEndpoints:
 
     async def _whole(
         self,
-        call: _Call,
+        call: Call,
         answer: Completion,
         stats: ModelStats,
         runs: list[GenerationRequest],
         contexts: list[RequestContext],
     ) -> None:
-        choices = [answer.choice(index) for index in range(len(runs))]
+        choices = [_choice(answer, index, run) for index, run in enumerate(runs)]
         # Concurrently: the queue and the model's slots decide how many run at once.
         tasks = [
             asyncio.ensure_future(self._generate(answer, stats, run, choice, context))
@@ -210,22 +181,26 @@ class OpenAIEndpoints:
         run: GenerationRequest,
         choice: Choice,
         context: RequestContext,
-        on_text: Callable[[list[str]], Awaitable[None]] | None = None,
+        on_text: Callable[[list[TextPiece]], Awaitable[None]] | None = None,
     ) -> None:
-        """Run one choice to its end, noting its text, finish and usage (added to the
-        answer's) and its token timings; ``on_text`` gets the new pieces as soon as
-        they are ready (a stream)."""
+        """Run one choice to its end, noting its text, log probabilities, finish and
+        usage (added to the answer's) and its token timings; ``on_text`` gets the new
+        pieces as soon as they are ready (a stream)."""
         request = generation_request(run)
         responses = self.dataplane.infer_stream(answer.model, None, request, context)
         pieces, counted, last = 0, False, None
         started = previous = time.perf_counter_ns()
         async with contextlib.aclosing(responses):
             async for ready in responses:
-                texts = []
+                texts, new = [], []
                 for last in ready:
                     piece = read_piece(last)
                     if piece.text:
                         texts.append(piece.text)
+                    if piece.text or piece.logprobs:
+                        new.append(piece)
+                    if choice.logprobs is not None and piece.logprobs:
+                        choice.logprobs += piece.logprobs
                     counted |= _note_end(choice, piece)
                 if texts:  # a piece of text is a token (the HF runtime's and most runtimes')
                     now = time.perf_counter_ns()
@@ -235,8 +210,8 @@ class OpenAIEndpoints:
                         stats.tokens_came(gaps, now - previous if pieces else 0)
                     pieces, previous = pieces + len(texts), now
                 choice.text += texts
-                if on_text is not None and texts:
-                    await on_text(texts)
+                if on_text is not None and new:
+                    await on_text(new)
         if not counted:  # the runtime did not count: a token per piece of text
             choice.usage.completion_tokens = pieces
         stats.completion_ended(choice.usage.completion_tokens, previous - started)
@@ -246,7 +221,7 @@ class OpenAIEndpoints:
 
     async def _stream(
         self,
-        call: _Call,
+        call: Call,
         answer: Completion,
         stats: ModelStats,
         runs: list[GenerationRequest],
@@ -257,7 +232,7 @@ class OpenAIEndpoints:
         sent as soon as it is made. The answer starts with the first piece, so an
         error before it is an ordinary error answer."""
         for index, (run, context) in enumerate(zip(runs, contexts, strict=True)):
-            chunks = _ChoiceChunks(call, answer, answer.choice(index), context, include_usage)
+            chunks = ChoiceChunks(call, answer, _choice(answer, index, run), context, include_usage)
             await self._generate(answer, stats, run, chunks.choice, context, chunks.send_text)
             await chunks.end()
         if include_usage:
@@ -267,7 +242,7 @@ class OpenAIEndpoints:
 
     # Embeddings
 
-    async def embeddings(self, call: _Call) -> None:
+    async def embeddings(self, call: Call) -> None:
         body = wire.decode(await self._body(call), wire.EmbeddingBody)
         name = wire.model_of(body)
         request = wire.embedding_call(body)
@@ -285,7 +260,7 @@ class OpenAIEndpoints:
         content = embeddings_answer(name, vectors, embeddings.prompt_tokens, body.encoding_format)
         await send_whole(call.send, 200, self.edge.response_headers(context, [_JSON_TYPE]), content)
 
-    async def _body(self, call: _Call) -> bytes:
+    async def _body(self, call: Call) -> bytes:
         return await self.edge.read_body(call.headers, call.receive)
 
 
@@ -303,50 +278,12 @@ class _Endpoint:
         self.handler = handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        call = _Call(scope, receive, send, self.what)
+        call = Call(scope, receive, send, self.what)
         try:
             check_bearer(self.owner.edge.guard(self.group), call.headers)
             await self.handler(call)
         except Exception as error:
             await call.fail(error)
-
-
-class _ChoiceChunks:
-    """The chunks of one choice of a stream: its text as it comes, then its end."""
-
-    def __init__(
-        self,
-        call: _Call,
-        answer: Completion,
-        choice: Choice,
-        context: RequestContext,
-        include_usage: bool,
-    ) -> None:
-        self.call, self.answer, self.choice = call, answer, choice
-        self.context = context
-        self.include_usage = include_usage
-        self.first = True
-
-    async def _start(self) -> None:
-        if not self.call.started:  # the headers a runtime set go with the first chunk
-            headers = RestEdge.response_headers(self.context, list(_EVENT_STREAM_HEADERS))
-            await self.call.start(headers)
-
-    async def send_text(self, texts: list[str]) -> None:
-        await self._start()
-        chunks = []
-        for text in texts:
-            chunks.append(self._chunk(text, None))
-        await self.call.chunk(b"".join(chunks))
-
-    async def end(self) -> None:
-        await self._start()  # nothing generated: the answer starts here
-        await self.call.chunk(self._chunk("", self.choice.finish_reason or "stop"))
-
-    def _chunk(self, text: str, finish_reason: str | None) -> bytes:
-        index, first = self.choice.index, self.first
-        self.first = False
-        return self.answer.chunk(index, text, finish_reason, first=first, usage=self.include_usage)
 
 
 def _note_end(choice: Choice, piece: TextPiece) -> bool:
@@ -359,6 +296,15 @@ def _note_end(choice: Choice, piece: TextPiece) -> bool:
         choice.usage.completion_tokens = piece.completion_tokens
         return True
     return False
+
+
+def _choice(answer: Completion, index: int, run: GenerationRequest) -> Choice:
+    return answer.choice(
+        index,
+        logprobs=run.logprobs is not None,
+        tools=run.tools is not None,
+        offset=len(run.prompt or ""),
+    )
 
 
 def _seeded(run: GenerationRequest, choice: int) -> GenerationRequest:

@@ -1,11 +1,14 @@
 """OpenAI's request bodies, decoded with msgspec and checked into the runtime's calls
 (inferd/generation.py).
 
-The fields people use are read as OpenAI's API reference defines them; fields a
-runtime here cannot honour are refused with a 400 that names them when they ask
-for something (``logprobs``, ``echo``, ``tools``...: ``unsupported_parameter``), and
-ignored at their defaults, so an SDK that sends them as nulls still works. Unknown
-fields are ignored, as OpenAI's clients add new ones.
+The fields people use are read as OpenAI's API reference defines them (the chat's
+own: chat_fields.py); fields this server cannot honour are refused with a 400 that
+names them when they ask for something (``echo``, penalties...:
+``unsupported_parameter``), and ignored at their defaults, so an SDK that sends them
+as nulls still works. Fields a runtime may or may not honour (``logprobs``,
+``tools``, ``response_format``, ``priority``) travel in the call, and the runtime
+refuses those it does not (generation.py ``refuse_unhonoured``). Unknown fields are
+ignored, as OpenAI's clients add new ones.
 
 Every refusal is an InvalidParameter with OpenAI's ``param``, ``code`` and wording,
 made here and nowhere else: a value out of its range (``in_range``:
@@ -23,8 +26,15 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from inferd.errors import InvalidParameter
-from inferd.generation import ChatMessage, EmbeddingRequest, GenerationRequest
+from inferd.generation import EmbeddingRequest, GenerationRequest
 from inferd.json_refusals import ShapeFault, not_json_reason, shape_fault
+from inferd.server.openai import chat_fields
+from inferd.server.openai.chat_fields import (
+    MessageBody,
+    ResponseFormatBody,
+    ToolBody,
+    unsupported,
+)
 
 MAX_STOP = 4  # as OpenAI
 # Choices of one request, all prompts' together: each is a generation of its own
@@ -32,6 +42,7 @@ MAX_STOP = 4  # as OpenAI
 MAX_CHOICES = 128
 MAX_INPUTS = 2048  # texts of one embeddings request, as OpenAI
 MAX_TOP_LOGPROBS = 20  # as OpenAI
+MAX_LOGPROBS = 5  # of a completion's, as OpenAI
 INT32_MAX = 2**31 - 1  # token counts and dimensions beyond it are no count at all
 SEED_RANGE = (-(2**63), 2**63 - 1)  # what a 64-bit generator's seed holds
 ENCODINGS = ("float", "base64")
@@ -39,17 +50,6 @@ ENCODINGS = ("float", "base64")
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
-
-
-class TextPart(msgspec.Struct):
-    type: str
-    text: str | None = None
-
-
-class MessageBody(msgspec.Struct):
-    role: str
-    content: str | list[TextPart] | None = None
-    name: str | None = None
 
 
 class _Sampling(msgspec.Struct, kw_only=True):
@@ -69,6 +69,7 @@ class _Sampling(msgspec.Struct, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    priority: int | None = None  # vLLM's extension: lower runs first
 
 
 class CompletionBody(_Sampling, kw_only=True):
@@ -85,9 +86,13 @@ class ChatCompletionBody(_Sampling, kw_only=True):
 
     messages: list[MessageBody]
     max_completion_tokens: int | None = None
-    response_format: dict[str, Any] | None = None
-    tools: list[Any] | None = None
+    response_format: ResponseFormatBody | None = None
+    tools: list[ToolBody] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     top_logprobs: int | None = None
+    functions: list[Any] | None = None  # OpenAI's deprecated form of tools: refused
+    function_call: Any = None
 
 
 class EmbeddingBody(msgspec.Struct, kw_only=True):
@@ -209,13 +214,7 @@ def _one_of(param: str, value: str, allowed: tuple[str, ...]) -> None:
         )
 
 
-def _unsupported(param: str) -> InvalidParameter:
-    """A field this server cannot honour, sent with a value that asks for something."""
-    return InvalidParameter(
-        f"Unsupported parameter: '{param}' is not supported by this server.",
-        param,
-        "unsupported_parameter",
-    )
+_unsupported = unsupported
 
 
 def stop_strings(stop: str | list[str] | None) -> list[str]:
@@ -227,8 +226,6 @@ def stop_strings(stop: str | list[str] | None) -> list[str]:
 
 
 def _refuse_unsupported(body: _Sampling) -> None:
-    if body.logprobs not in (None, False, 0):
-        raise _unsupported("logprobs")
     if body.logit_bias:
         raise _unsupported("logit_bias")
     for name in ("presence_penalty", "frequency_penalty"):
@@ -245,6 +242,7 @@ def _sampling(body: _Sampling, max_tokens: int | None) -> GenerationRequest:
     in_range("temperature", body.temperature, 0, 2, integer=False)
     in_range("top_p", body.top_p, 0, 1, integer=False)
     in_range("seed", body.seed, *SEED_RANGE, integer=True)
+    in_range("priority", body.priority, -INT32_MAX - 1, INT32_MAX, integer=True)
     _refuse_unsupported(body)
     return GenerationRequest(
         max_tokens=max_tokens,
@@ -253,6 +251,7 @@ def _sampling(body: _Sampling, max_tokens: int | None) -> GenerationRequest:
         seed=body.seed,
         stop=stop_strings(body.stop),
         user=body.user,
+        priority=body.priority or 0,
     )
 
 
@@ -299,6 +298,7 @@ def completion_calls(body: CompletionBody) -> list[GenerationRequest]:
         raise _unsupported("best_of")
     max_tokens = 16 if body.max_tokens is None else body.max_tokens  # OpenAI's default
     template = _sampling(body, max_tokens)
+    template.logprobs = completion_logprobs(body.logprobs)
     prompts = _texts(body.prompt, "prompt")
     _at_most("prompt", prompts, MAX_CHOICES)
     n = choices(body)
@@ -313,44 +313,36 @@ def completion_calls(body: CompletionBody) -> list[GenerationRequest]:
     return [msgspec.structs.replace(template, prompt=p) for p in prompts]
 
 
+def completion_logprobs(logprobs: Any) -> int | None:
+    """A completion's ``logprobs``: how many alternatives of each token (0: only the
+    token's own), None for none."""
+    if logprobs is None:
+        return None
+    if isinstance(logprobs, bool) or not isinstance(logprobs, int):
+        raise InvalidParameter(
+            f"Invalid type for 'logprobs': expected an integer, but got {logprobs!r} instead.",
+            "logprobs",
+            "invalid_type",
+        )
+    in_range("logprobs", logprobs, 0, MAX_LOGPROBS, integer=True)
+    return logprobs
+
+
 def chat_call(body: ChatCompletionBody) -> GenerationRequest:
     _not_empty("messages", body.messages)
-    if body.tools:
-        raise _unsupported("tools")
+    for legacy in ("functions", "function_call"):
+        if getattr(body, legacy) is not None:
+            raise _unsupported(legacy)
     in_range("top_logprobs", body.top_logprobs, 0, MAX_TOP_LOGPROBS, integer=True)
-    if body.top_logprobs:
-        raise _unsupported("top_logprobs")
-    kind = (body.response_format or {}).get("type", "text")
-    if kind != "text":
-        raise InvalidParameter(
-            f"Unsupported value: 'response_format.type' {kind!r} is not supported by this "
-            "server; send 'text'.",
-            "response_format.type",
-            "unsupported_value",
-        )
     limit = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
     call = _sampling(body, limit)
-    call.messages = [_message(message, i) for i, message in enumerate(body.messages)]
+    call.logprobs = chat_fields.chat_logprobs(body.logprobs, body.top_logprobs)
+    call.tools = chat_fields.chat_tools(body.tools, body.tool_choice)
+    call.response_format = chat_fields.response_format(body.response_format)
+    call.messages = chat_fields.chat_messages(body.messages)
     return call
-
-
-def _message(message: MessageBody, index: int) -> ChatMessage:
-    content = message.content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if part.type != "text" or part.text is None:
-                raise InvalidParameter(
-                    f"Unsupported value: messages[{index}]: content parts of type "
-                    f"{part.type!r} are not supported by this server; send text parts.",
-                    f"messages.[{index}].content",
-                    "unsupported_value",
-                )
-            texts.append(part.text)
-        content = "".join(texts)
-    return ChatMessage(message.role, content or "")
 
 
 def embedding_call(body: EmbeddingBody) -> EmbeddingRequest:
