@@ -9,7 +9,10 @@ compression): a measurement, not a server.
 
 Needs a virtualenv with pyvoy, numpy, scikit-learn, joblib and protobuf (the
 benchmark puts ``src/`` and ``benchmarks/`` on PYTHONPATH); the repository to
-serve comes in ``INFERD_FLOOR_REPO``.
+serve comes in ``INFERD_FLOOR_REPO``. A repository holding the file ``INFERD_MARKER``
+is served by inferd itself instead (``inferd.server.envoy_app``: the whole gRPC
+service on inferd's data plane, for ``grpc-floor``'s "inferd envoy"); that needs
+inferd's dependencies in the virtualenv too (``pip install -e '.[sklearn]' pyvoy``).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Any
 
 from grpc_floor_server import MODEL_INFER, answer, load_model
 
-_, ESTIMATOR = load_model(Path(os.environ["INFERD_FLOOR_REPO"]))
+REPO = Path(os.environ["INFERD_FLOOR_REPO"])
+INFERD_MARKER = "serve-with-inferd"
 GRPC_HEADERS = [(b"content-type", b"application/grpc")]
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
     body = bytearray()
@@ -44,3 +48,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     )
     await send({"type": "http.response.body", "body": struct.pack(">BI", 0, len(reply)) + reply})
     await send({"type": "http.response.trailers", "headers": [(b"grpc-status", b"0")]})
+
+
+app: Any
+if (REPO / INFERD_MARKER).exists():
+    from inferd.server.envoy_app import EnvoyApp
+
+    app = EnvoyApp(REPO)
+else:
+    _, ESTIMATOR = load_model(REPO)
+    app = floor_app

@@ -12,12 +12,15 @@ from typing import Any
 import joblib
 
 from ..repository import MODEL_FILE, write_sklearn_model
-from ..servers import FLOOR, INFERD, TRITON, Contender, baseline_pairs
+from ..servers import BENCHMARKS_DIR, ENVOY_FLOOR, FLOOR, INFERD, TRITON, Contender, baseline_pairs
 from .base import Case
 from .grpc import INPUT_NAME, Grpc
 
 TRITON_PYTHON_ENV = "INFERD_BENCH_TRITON_PYTHON"
 INFERD_DEFAULT = "inferd default"  # inferd's own protocol_processes (the CPUs)
+INFERD_ENVOY = "inferd envoy"  # inferd's gRPC service in Envoy via pyvoy (server/envoy_app.py)
+# In a repository, the file that has grpc_floor_asgi.py serve inferd instead of the floor.
+INFERD_MARKER = "serve-with-inferd"
 
 # Triton's Python backend running the same estimator file: one predict per request,
 # as the floor and inferd call it (no dynamic batching: neither of them batches here).
@@ -83,12 +86,21 @@ backend stubs included). inferd/floor is what inferd keeps of grpcio's ceiling."
         parser.add_argument(
             "--no-default", action="store_true", help="leave out inferd at its default layout"
         )
+        parser.add_argument(
+            "--envoy-floor",
+            metavar="PYVOY",
+            help="also run the floor and inferd's gRPC service in Envoy, under this pyvoy "
+            "(a virtualenv with pyvoy and inferd: pip install -e '.[sklearn]' pyvoy)",
+        )
 
     def contenders(self) -> list[Contender]:
         args = self.options.args
         contenders = [Contender(FLOOR, FLOOR), Contender(INFERD, INFERD, protocol_processes=1)]
         if not args.no_default:
             contenders.append(Contender(INFERD_DEFAULT, INFERD, protocol_processes=None))
+        if args.envoy_floor:
+            contenders.append(Contender(ENVOY_FLOOR, ENVOY_FLOOR))
+            contenders.append(Contender(INFERD_ENVOY, ENVOY_FLOOR))
         if args.triton_python:
             contenders.append(Contender(TRITON, TRITON))
         return contenders
@@ -96,6 +108,8 @@ backend stubs included). inferd/floor is what inferd keeps of grpcio's ceiling."
     def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
         if contender.kind != TRITON:
             write_sklearn_model(repo, self.model, self.estimator)
+            if contender.label == INFERD_ENVOY:
+                (repo / INFERD_MARKER).write_text(str(BENCHMARKS_DIR / "grpc_floor_asgi.py"))
             return
         version = repo / self.model / "1"
         version.mkdir(parents=True)
@@ -113,7 +127,9 @@ backend stubs included). inferd/floor is what inferd keeps of grpcio's ceiling."
 
     def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
         pairs = [(INFERD, FLOOR), (INFERD_DEFAULT, FLOOR), (TRITON, FLOOR),
-                 (INFERD, TRITON), (INFERD_DEFAULT, TRITON)]  # fmt: skip
+                 (INFERD, TRITON), (INFERD_DEFAULT, TRITON), (ENVOY_FLOOR, FLOOR),
+                 (INFERD_ENVOY, ENVOY_FLOOR), (INFERD_ENVOY, INFERD),
+                 (INFERD_ENVOY, TRITON)]  # fmt: skip
         return [p for p in pairs if set(p) <= set(labels)] + baseline_pairs(labels)
 
     def notes(self, summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:

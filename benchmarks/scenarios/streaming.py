@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import grpc
 from tests.support.serverproc import ServerProcess
 
 from ..repository import write_count_model
-from ..servers import FLOOR, INFERD, MLSERVER, Contender, baseline_pairs, with_baseline
+from ..servers import FLOOR, INFERD, MLSERVER, TRITON, Contender, baseline_pairs, with_baseline
 from ..streamclient import GRPC, SSE, STREAM_INFER_PATH
 from ..streamload import TRANSPORTS, StreamLoad, StreamTarget
 from ..streamwire import EVENT_END, SSE_DATA, StreamError, grpc_reader, sse_value, stream_problem
@@ -24,6 +25,30 @@ MODEL = "count"
 ANCHOR = "mlserver pw=0"  # MLServer streams only in its main process
 TARGET_RATIO = 3.0  # what inferd is built to reach against MLServer here
 FINAL_RESPONSE_PARAMETER = "triton_enable_empty_final_response"
+# Triton's Python backend in decoupled mode (--triton-python): the count model, each
+# response sent as made, as inferd's ModelStreamInfer answers it.
+TRITON_CONFIG = """backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "n" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "i" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+TRITON_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            count = int(pb_utils.get_input_tensor_by_name(request, "n").as_numpy().reshape(-1)[0])
+            for index in range(count):
+                output = pb_utils.Tensor("i", np.array([index], np.int32))
+                sender.send(pb_utils.InferenceResponse([output]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
 
 
 class Streaming(Scenario):
@@ -69,6 +94,12 @@ most any such server can show against MLServer over gRPC."""
             help="also run grpc_floor_server.py (grpcio streaming alone) in the gRPC cases",
         )
         parser.add_argument(
+            "--triton-python",
+            default=os.environ.get("INFERD_BENCH_TRITON_PYTHON"),
+            help="also run Triton (decoupled Python backend) in the gRPC cases: a Python "
+            "with nvidia-pytriton (see grpc-floor)",
+        )
+        parser.add_argument(
             "--final-response",
             action="store_true",
             help=f"inferd's gRPC requests set {FINAL_RESPONSE_PARAMETER}",
@@ -87,6 +118,7 @@ most any such server can show against MLServer over gRPC."""
         contenders = tuple(with_baseline(self.contenders(), self.options.baseline_src))
         args = self.options.args
         floor = (Contender(FLOOR, FLOOR),) if args.reference else ()
+        floor += (Contender(TRITON, TRITON),) if args.triton_python else ()
         return [
             Case(
                 f"{transport} c{n}",
@@ -106,6 +138,11 @@ most any such server can show against MLServer over gRPC."""
         )
 
     def write_repository(self, repo: Path, contender: Contender, case: Case) -> None:
+        if contender.kind == TRITON:
+            (repo / MODEL / "1").mkdir(parents=True)
+            (repo / MODEL / "1" / "model.py").write_text(TRITON_MODEL)
+            (repo / MODEL / "config.pbtxt").write_text(TRITON_CONFIG)
+            return
         implementation = "CountMLServer" if contender.kind == MLSERVER else "CountInferd"
         write_count_model(repo, f"count.{implementation}", MODEL)
 
