@@ -27,7 +27,6 @@ import gc
 import itertools
 import logging
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -37,6 +36,7 @@ from typing import Any
 from inferd.supervisor import protocol_parent
 from inferd.workers.adoption import AdoptedChild, become_subreaper, name_process
 from inferd.workers.fork_safety import fork_hazards
+from inferd.workers.packets import receive_packets, send_packet
 
 logger = logging.getLogger(__name__)
 
@@ -228,18 +228,8 @@ class ProtocolForks:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        if sock is None:
-            return
-        try:
-            data = sock.recv(MAX_MESSAGE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
+        if sock is not None and not receive_packets(sock, MAX_MESSAGE, self._handle):
             self._on_parent_gone()
-            return
-        self._handle(pickle.loads(data))
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -296,7 +286,7 @@ class ProtocolForks:
     def _send(self, message: tuple[Any, ...]) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):  # gone: its EOF tells us
-                self._sock.send(pickle.dumps(message))
+                send_packet(self._sock, message)
 
     def _drop_socket(self) -> None:
         sock, self._sock = self._sock, None
