@@ -53,21 +53,24 @@ async def test_a_stop_ends_a_pump_waiting_for_credit() -> None:
     assert source.sent == [0]
 
 
-async def test_an_interruptible_pump_is_cancelled_where_it_awaits_the_next() -> None:
+async def hanging_pump(interruptible: bool) -> tuple[Source, asyncio.Future[None]]:
+    """A pump that sent one and awaits its next, stopped."""
     source, credit = Source(5, hang_at=1), CreditPump[int](10)
-    pumping = asyncio.ensure_future(credit.pump(source.pull, source.sent.extend, True))
+    pumping = asyncio.ensure_future(credit.pump(source.pull, source.sent.extend, interruptible))
     await settle()
     credit.stop()
+    await settle()
+    return source, pumping
+
+
+async def test_an_interruptible_pump_is_cancelled_where_it_awaits_the_next() -> None:
+    source, pumping = await hanging_pump(interruptible=True)
     with pytest.raises(asyncio.CancelledError):
         await pumping
     assert source.sent == [0]
 
 
 async def test_a_pump_that_is_not_interruptible_only_sees_the_flag() -> None:
-    source, credit = Source(5, hang_at=1), CreditPump[int](10)
-    pumping = asyncio.ensure_future(credit.pump(source.pull, source.sent.extend, False))
-    await settle()
-    credit.stop()
-    await settle()
+    _, pumping = await hanging_pump(interruptible=False)
     assert not pumping.done()  # its source is stopped by its owner (LocalStream.cancel)
     pumping.cancel()
