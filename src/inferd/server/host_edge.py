@@ -40,7 +40,7 @@ import socket
 import weakref
 from collections.abc import Coroutine
 from functools import partial
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from inferd.context import RequestContext
 from inferd.errors import InferdError, ModelNotFound
@@ -53,6 +53,7 @@ from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers import ipc, messages
 from inferd.workers.base import Pool
 from inferd.workers.command_server import CommandServer
+from inferd.workers.framed import FramedProtocol
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ _CONNECTIONS: weakref.WeakKeyDictionary[asyncio.Server, set[HostConnection]] = (
 )
 
 
-class HostConnection(CommandServer, asyncio.BufferedProtocol):
+class HostConnection(CommandServer, FramedProtocol[messages.WireCommand]):
     """One protocol process's connection: its bindings and its calls in flight."""
 
     def __init__(self, dataplane: DataPlane, connections: set[HostConnection]) -> None:
@@ -132,10 +133,11 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
                 messages.ApplyControl: lambda call_id, _, __: self.reply(call_id, None),
             }
         )
+        FramedProtocol.__init__(
+            self, logger, "Closing a protocol process's connection: a message cannot be read"
+        )
         self._dataplane = dataplane
         self._connections = connections
-        self._decoder: ipc.FrameDecoder[messages.WireCommand] = ipc.FrameDecoder()
-        self._transport: asyncio.Transport | None = None
         self._bindings: dict[int, Binding] = {}
         # Each call's task, by call id (held: the loop keeps weak references); a unary
         # call's Cancel cancels it.
@@ -150,28 +152,15 @@ class HostConnection(CommandServer, asyncio.BufferedProtocol):
             self._transport.close()
         self.connection_lost(None)
 
-    # asyncio.BufferedProtocol
+    # FramedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance.
-        self._transport = cast(asyncio.Transport, transport)
+        super().connection_made(transport)
         self._connections.add(self)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._decoder.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            commands = self._decoder.buffer_updated(nbytes)
-        except ipc.ProtocolError:
-            logger.exception("Closing a protocol process's connection: a message cannot be read")
-            self.close()
-            return
+    def received(self, commands: list[messages.WireCommand]) -> None:
         for wire in commands:
             self.handle(wire)
-
-    def eof_received(self) -> bool:
-        return False  # close our end too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:

@@ -3,12 +3,10 @@
 The host's side of :mod:`inferd.workers.remote_stream`, on the host's event loop
 (the worker's thread-based version is :mod:`inferd.workers.worker_streams`). A
 :class:`HostStream` pulls ``DataPlane.infer_stream`` and sends each list of
-responses it yields as one ``STREAMED`` reply while it holds credit: it starts
-with the window the client gave, each response sent spends one, a ``Credit``
-grant adds some; with none left it waits for a grant before reading on, so a slow
-reader pauses the model's generator here. A list is sent whole, so the credit may
-go below zero by the responses ready together with the last one it covered (the
-dispatch layer's own stream bounds how far the generator runs ahead).
+responses it yields as one ``STREAMED`` reply while it holds credit, through the
+:class:`~inferd.workers.stream_credit.CreditPump` that a worker's async streams
+use too: a slow reader pauses the model's generator here (the dispatch layer's
+own stream bounds how far the generator runs ahead).
 
 ``Cancel`` stops the generator (its ``finally`` runs) and answers ``ENDED``; the
 last reply, ``ENDED`` or ``ERROR``, is sent once the generator has stopped. When
@@ -21,13 +19,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
 
 from inferd.context import RequestContext
 from inferd.errors import ModelError
 from inferd.serving.runtime_headers import HEADERS
 from inferd.types import InferenceResponse
 from inferd.workers import ipc, messages
+from inferd.workers.stream_credit import CreditPump
 
 logger = logging.getLogger(__name__)
 
@@ -38,16 +36,7 @@ Send = Callable[[list[ipc.Buffer]], None]
 class HostStream:
     """One ``Stream`` call, by its call id; :meth:`run` is its task."""
 
-    __slots__ = (
-        "_call_id",
-        "_cancelled",
-        "_context",
-        "_credit",
-        "_more",
-        "_pulling",
-        "_reply_error",
-        "_send",
-    )
+    __slots__ = ("_call_id", "_context", "_credit", "_reply_error", "_send")
 
     def __init__(
         self,
@@ -59,41 +48,25 @@ class HostStream:
     ) -> None:
         self._call_id = call_id
         self._reply_error = reply_error
-        self._credit = credit
+        self._credit: CreditPump[InferenceResponse] = CreditPump(credit)
         self._context = context
         self._send = send
-        self._more: asyncio.Future[None] | None = None  # the task waits for credit
-        self._pulling: asyncio.Task[Any] | None = None  # set while it awaits the generator
-        self._cancelled = False  # Cancel came: stop and answer ENDED
 
     def grant(self, credit: int) -> None:
-        self._credit += credit
-        self._wake()
+        self._credit.grant(credit)
 
     def cancel(self) -> None:
-        """Cancel: stop the generator. Cancelling the task only while it awaits the
-        generator (so the generator gets CancelledError where it awaits); anywhere
-        else, including before the task first ran, the loop sees the flag."""
-        if self._cancelled:
-            return
-        self._cancelled = True
-        if self._pulling is not None:
-            self._pulling.cancel()
-        self._wake()
-
-    def _wake(self) -> None:
-        more = self._more
-        if more is not None and not more.done():
-            more.set_result(None)
+        """Cancel: stop the generator, where it awaits too (it gets CancelledError)."""
+        self._credit.stop()
 
     async def run(self, open_responses: Callable[[], Responses]) -> None:
         """Pull the responses, then send the stream's last reply. ``open_responses``
         is called here, so that what it raises ends the stream with an ERROR."""
         try:
             async with contextlib.aclosing(open_responses()) as responses:
-                await self._pump(responses)
+                await self._credit.pump(responses.__anext__, self._send_responses, True)
         except asyncio.CancelledError:
-            if not self._cancelled:
+            if not self._credit.cancelled:
                 raise  # the connection is gone: nobody to answer
             task = asyncio.current_task()
             if task is not None:
@@ -102,25 +75,6 @@ class HostStream:
             self._reply_error(self._call_id, error)
             return
         self._send(messages.encode_reply(messages.ENDED, self._call_id, None))
-
-    async def _pump(self, responses: Responses) -> None:
-        while not self._cancelled:
-            if self._credit <= 0:
-                self._more = asyncio.get_running_loop().create_future()
-                try:
-                    await self._more
-                finally:
-                    self._more = None
-                continue
-            self._pulling = asyncio.current_task()
-            try:
-                ready = await anext(responses)
-            except StopAsyncIteration:
-                return
-            finally:
-                self._pulling = None
-            self._credit -= len(ready)
-            self._send_responses(ready)
 
     def _send_responses(self, responses: list[InferenceResponse]) -> None:
         try:

@@ -1,17 +1,9 @@
-"""The shared memory extension's API over REST and gRPC: status, register, unregister.
+"""The shared memory extension's REST routes: status, register, unregister.
 
-System and CUDA shared memory regions live in the DataPlane's one
-:class:`~inferd.triton.shm.SharedMemoryRegistry` (None while ``shared_memory_enabled`` is
-false: as in Triton without the extension, the status calls then list no region,
-and register and unregister are refused with 403 / PERMISSION_DENIED, saying how to
-turn it on). Registering CUDA memory where the server has no GPU answers 400 /
-INVALID_ARGUMENT saying so (shm_cuda.py); its status and unregister calls work
-anywhere, as clients clear both kinds before they start.
-
-Registering and unregistering hold server-wide: they go through the
-:class:`~inferd.serving.server_wide.ServerWide` the edge was given, so a region
-registered through one protocol process is there in every one; the status is read
-in the process asked.
+Each handler translates its request to one call of
+:class:`~inferd.serving.shared_memory.SharedMemoryOperations` (which the gRPC
+servicer calls too) and the answer back to JSON; the operations, and what each
+refuses, are there.
 """
 
 from __future__ import annotations
@@ -21,16 +13,13 @@ import binascii
 from typing import Any
 
 import msgspec
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from inferd.errors import InvalidRequest
-from inferd.protocol import pb
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, _decode
-from inferd.serving.dataplane import DataPlane
-from inferd.serving.server_wide import ServerWide, shared_memory_of
-from inferd.triton.shm import CUDA, SYSTEM, SharedMemoryRegistry
+from inferd.serving.shared_memory import SharedMemoryOperations
+from inferd.triton.shm import CUDA, SYSTEM
 
 SYSTEM_PREFIX = "/v2/systemsharedmemory"
 CUDA_PREFIX = "/v2/cudasharedmemory"
@@ -43,13 +32,6 @@ class SystemSharedMemoryRegisterBody(msgspec.Struct):
     key: str
     byte_size: int
     offset: int = 0
-
-
-class SystemSharedMemoryRegionBody(msgspec.Struct):
-    name: str
-    key: str
-    offset: int
-    byte_size: int
 
 
 class CudaRawHandle(msgspec.Struct):
@@ -67,73 +49,58 @@ class CudaSharedMemoryRegisterBody(msgspec.Struct):
     byte_size: int
 
 
-class CudaSharedMemoryRegionBody(msgspec.Struct):
-    name: str
-    device_id: int
-    byte_size: int
-
-
 _register_decoder = msgspec.json.Decoder(SystemSharedMemoryRegisterBody)
 _cuda_register_decoder = msgspec.json.Decoder(CudaSharedMemoryRegisterBody)
+_EMPTY = b"{}"
 
 
-# What the status calls read while the extension is off: no region.
-_NONE_REGISTERED = SharedMemoryRegistry()
-
-
-def _listed(dataplane: DataPlane) -> SharedMemoryRegistry:
-    """The regions the status calls list: none while the extension is off (as Triton)."""
-    regions = dataplane.shared_memory
-    return regions if regions is not None else _NONE_REGISTERED
-
-
-def _json(content: Any) -> Response:
-    return Response(orjson.dumps(content), 200, media_type=JSON_CONTENT_TYPE)
+def _json(content: bytes) -> Response:
+    return Response(content, 200, media_type=JSON_CONTENT_TYPE)
 
 
 class SharedMemoryEndpoints:
-    """The REST handlers (routes.py names them): the status from one DataPlane,
-    changes through ``server_wide``."""
+    """The REST handlers (routes.py names them), each one call of ``operations``."""
 
-    def __init__(self, dataplane: DataPlane, server_wide: ServerWide, read_body: Any) -> None:
-        self.dataplane = dataplane
-        self.server_wide = server_wide
+    def __init__(self, operations: SharedMemoryOperations, read_body: Any) -> None:
+        self.operations = operations
         self.read_body = read_body
 
     async def shm_status(self, request: Request) -> Response:
-        region = request.path_params.get("region")
-        return _json(_listed(self.dataplane).status(region, SYSTEM))
+        regions = self.operations.system_status(request.path_params.get("region"))
+        return _json(msgspec.json.encode(regions))
 
     async def shm_register(self, request: Request) -> Response:
-        shared_memory_of(self.dataplane)  # off: 403 before the body is read, as before
+        self.operations.check_turned_on()  # off: 403 before the body is read
         body = await self.read_body(request)
         parsed = _decode(_register_decoder, body, "shared memory register request")
-        await self.server_wide.register_system_memory(
+        await self.operations.register_system(
             request.path_params["region"], parsed.key, parsed.offset, parsed.byte_size
         )
-        return _json({})
+        return _json(_EMPTY)
 
     async def shm_unregister(self, request: Request) -> Response:
-        await self.server_wide.unregister_memory(request.path_params.get("region"), SYSTEM)
-        return _json({})
+        await self.operations.unregister(SYSTEM, request.path_params.get("region"))
+        return _json(_EMPTY)
 
     async def cuda_shm_status(self, request: Request) -> Response:
-        region = request.path_params.get("region")
-        return _json(_listed(self.dataplane).status(region, CUDA))
+        regions = self.operations.cuda_status(request.path_params.get("region"))
+        return _json(msgspec.json.encode(regions))
 
     async def cuda_shm_register(self, request: Request) -> Response:
-        shared_memory_of(self.dataplane)  # off: 403 before the body is read, as before
+        self.operations.check_turned_on()  # off: 403 before the body is read
         body = await self.read_body(request)
         parsed = _decode(_cuda_register_decoder, body, "CUDA shared memory register request")
-        handle = _base64(parsed.raw_handle.b64)
-        await self.server_wide.register_cuda_memory(
-            request.path_params["region"], handle, parsed.device_id, parsed.byte_size
+        await self.operations.register_cuda(
+            request.path_params["region"],
+            _base64(parsed.raw_handle.b64),
+            parsed.device_id,
+            parsed.byte_size,
         )
-        return _json({})
+        return _json(_EMPTY)
 
     async def cuda_shm_unregister(self, request: Request) -> Response:
-        await self.server_wide.unregister_memory(request.path_params.get("region"), CUDA)
-        return _json({})
+        await self.operations.unregister(CUDA, request.path_params.get("region"))
+        return _json(_EMPTY)
 
 
 def _base64(text: str) -> bytes:
@@ -141,56 +108,3 @@ def _base64(text: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequest("raw_handle.b64 is not base64") from None
-
-
-# ---- gRPC ----
-
-
-def grpc_status(dataplane: DataPlane, name: str) -> pb.SystemSharedMemoryStatusResponse:
-    answer = pb.SystemSharedMemoryStatusResponse()
-    _fill_status(answer, _listed(dataplane).status(name, SYSTEM))
-    return answer
-
-
-def _fill_status(answer: Any, regions: list[dict[str, Any]]) -> None:
-    """A status answer (system or CUDA: the same map of regions) holding ``regions``."""
-    for region in regions:
-        answer.regions[region["name"]].CopyFrom(type(answer).RegionStatus(**region))
-
-
-async def grpc_register(
-    server_wide: ServerWide, request: pb.SystemSharedMemoryRegisterRequest
-) -> pb.SystemSharedMemoryRegisterResponse:
-    await server_wide.register_system_memory(
-        request.name, request.key, request.offset, request.byte_size
-    )
-    return pb.SystemSharedMemoryRegisterResponse()
-
-
-async def grpc_unregister(
-    server_wide: ServerWide, name: str
-) -> pb.SystemSharedMemoryUnregisterResponse:
-    await server_wide.unregister_memory(name, SYSTEM)
-    return pb.SystemSharedMemoryUnregisterResponse()
-
-
-def grpc_cuda_status(dataplane: DataPlane, name: str) -> pb.CudaSharedMemoryStatusResponse:
-    answer = pb.CudaSharedMemoryStatusResponse()
-    _fill_status(answer, _listed(dataplane).status(name, CUDA))
-    return answer
-
-
-async def grpc_cuda_register(
-    server_wide: ServerWide, request: pb.CudaSharedMemoryRegisterRequest
-) -> pb.CudaSharedMemoryRegisterResponse:
-    await server_wide.register_cuda_memory(
-        request.name, request.raw_handle, request.device_id, request.byte_size
-    )
-    return pb.CudaSharedMemoryRegisterResponse()
-
-
-async def grpc_cuda_unregister(
-    server_wide: ServerWide, name: str
-) -> pb.CudaSharedMemoryUnregisterResponse:
-    await server_wide.unregister_memory(name, CUDA)
-    return pb.CudaSharedMemoryUnregisterResponse()

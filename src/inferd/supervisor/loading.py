@@ -53,7 +53,7 @@ from inferd.server.transport import (
 from inferd.serving.repository import ModelRepository, RepositoryScan
 from inferd.serving.repository_index import NOT_LOADED
 from inferd.settings import ServerSettings
-from inferd.supervisor.protocol_forks import EarlyParent
+from inferd.supervisor.protocol_forks import EarlyParent, fork_early
 from inferd.types import ModelState, RepositoryEntry
 from inferd.workers.fork_safety import fork_hazards
 from inferd.workers.worker import die_with_parent
@@ -214,29 +214,17 @@ def fork_grpc_health(settings: ServerSettings) -> GrpcHealthProcess | None:
     supervisor, before any event loop or thread); None when forking is not safe."""
     if fork_hazards():
         return None
-    mine, theirs = socket.socketpair()
     supervisor = os.getpid()
+
+    def serve(theirs: socket.socket) -> None:
+        die_with_parent(supervisor)
+        _serve_health(settings, theirs)
+
     try:
-        pid = os.fork()
+        return GrpcHealthProcess(fork_early(serve, logger, "The gRPC health process failed"))
     except OSError as error:
         logger.debug("No gRPC health while the models load: %s", error)
-        mine.close()
-        theirs.close()
         return None
-    if pid == 0:  # never returns into the supervisor's code
-        code = 1
-        try:
-            mine.close()
-            die_with_parent(supervisor)
-            _serve_health(settings, theirs)
-            code = 0
-        except BaseException:
-            logger.exception("The gRPC health process failed")
-        finally:
-            logging.shutdown()
-            os._exit(code)
-    theirs.close()
-    return GrpcHealthProcess(EarlyParent(pid, mine))
 
 
 def _serve_health(settings: ServerSettings, sock: socket.socket) -> None:

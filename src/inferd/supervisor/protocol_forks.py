@@ -27,16 +27,16 @@ import gc
 import itertools
 import logging
 import os
-import pickle
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from inferd.supervisor import protocol_parent
 from inferd.workers.adoption import AdoptedChild, become_subreaper, name_process
 from inferd.workers.fork_safety import fork_hazards
+from inferd.workers.packets import receive_packets, send_packet
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,39 @@ class EarlyParent:
         return self.returncode is not None
 
 
+def fork_early(
+    serve: Callable[[socket.socket], None],
+    log: logging.Logger,
+    failed: str,
+    kind: socket.SocketKind = socket.SOCK_STREAM,
+) -> EarlyParent:
+    """Fork a process from this one (the supervisor, before any event loop or thread:
+    check :func:`fork_hazards` first) that runs ``serve`` on its end of a new socket
+    pair of ``kind`` and exits, never returning into the supervisor's code (``failed``:
+    what ``log`` says if ``serve`` raises); the handle on it, holding our end. OSError
+    if the fork failed (the sockets closed)."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, kind)
+    try:
+        pid = os.fork()
+    except OSError:
+        mine.close()
+        theirs.close()
+        raise
+    if pid == 0:
+        code = 1
+        try:
+            mine.close()
+            serve(theirs)
+            code = 0
+        except BaseException:
+            log.exception(failed)
+        finally:
+            logging.shutdown()
+            os._exit(code)
+    theirs.close()
+    return EarlyParent(pid, mine)
+
+
 def fork_parent_early(repository: str) -> EarlyParent | None:
     """Fork the protocol fork parent from this process (the supervisor, before any
     event loop or thread); None, logged, when forking is not safe or fails (the
@@ -87,30 +120,19 @@ def fork_parent_early(repository: str) -> EarlyParent | None:
     if hazards:
         logger.info("The protocol fork parent is started afresh: %s", "; ".join(hazards))
         return None
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     supervisor = os.getpid()
+
+    def serve(theirs: socket.socket) -> None:
+        name_process(protocol_parent.PARENT_NAME)
+        protocol_parent.serve_parent(supervisor, repository, theirs)
+
     gc.freeze()
+    failed = "The protocol fork parent failed"
     try:
-        pid = os.fork()
+        return fork_early(serve, logger, failed, socket.SOCK_SEQPACKET)
     except OSError as error:
         logger.warning("Could not fork the protocol fork parent (%s): starting it afresh", error)
-        mine.close()
-        theirs.close()
         return None
-    if pid == 0:  # never returns into the supervisor's code
-        code = 1
-        try:
-            mine.close()
-            name_process(protocol_parent.PARENT_NAME)
-            protocol_parent.serve_parent(supervisor, repository, theirs)
-            code = 0
-        except BaseException:
-            logger.exception("The protocol fork parent failed")
-        finally:
-            logging.shutdown()
-            os._exit(code)
-    theirs.close()
-    return EarlyParent(pid, mine)
 
 
 class ProtocolForks:
@@ -228,18 +250,8 @@ class ProtocolForks:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        if sock is None:
-            return
-        try:
-            data = sock.recv(MAX_MESSAGE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
+        if sock is not None and not receive_packets(sock, MAX_MESSAGE, self._handle):
             self._on_parent_gone()
-            return
-        self._handle(pickle.loads(data))
 
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -296,7 +308,7 @@ class ProtocolForks:
     def _send(self, message: tuple[Any, ...]) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):  # gone: its EOF tells us
-                self._sock.send(pickle.dumps(message))
+                send_packet(self._sock, message)
 
     def _drop_socket(self) -> None:
         sock, self._sock = self._sock, None

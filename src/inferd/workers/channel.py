@@ -15,18 +15,19 @@ import logging
 import socket
 from collections.abc import Callable
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from inferd import custom_metrics
 from inferd.errors import ModelError, WorkerLost, WorkerLostUnread
 from inferd.types import InferenceRequest
 from inferd.workers import ipc, messages
+from inferd.workers.framed import FramedProtocol
 from inferd.workers.remote_stream import STREAM_WINDOW, RemoteStream
 
 logger = logging.getLogger(__name__)
 
 
-class Channel(asyncio.BufferedProtocol):
+class Channel(FramedProtocol[messages.Reply]):
     """The main process's end of one worker's socket.
 
     Calls are multiplexed: each gets an id, its future is resolved when the reply
@@ -48,11 +49,13 @@ class Channel(asyncio.BufferedProtocol):
         describe_stream_loss: Callable[[], str] | None = None,
         reads_acknowledged: bool = False,
     ) -> None:
+        super().__init__(
+            logger, "Closing a worker's channel: it sent a message that cannot be read"
+        )
         self._reads_acknowledged = reads_acknowledged
         self._describe_loss = describe_loss
         self._describe_stream_loss = describe_stream_loss or describe_loss
         self._on_closed = on_closed
-        self._decoder: ipc.FrameDecoder[messages.Reply] = ipc.FrameDecoder()
         # Each call waiting for its reply: its future, what turns the reply into the
         # result (so a call's result is ready when its awaiter wakes up), and whether
         # it is a request (work a worker acknowledges reading).
@@ -65,7 +68,6 @@ class Channel(asyncio.BufferedProtocol):
         self.on_given_up: Callable[[int, str], None] | None = None
         self._streams: dict[int, RemoteStream] = {}  # open streams, by call id
         self._call_ids = itertools.count()
-        self._transport: asyncio.Transport | None = None
         self.closed = False
 
     @classmethod
@@ -156,22 +158,9 @@ class Channel(asyncio.BufferedProtocol):
         self.close()
         self.connection_lost(None)
 
-    # asyncio.BufferedProtocol
+    # FramedProtocol
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, hence no isinstance.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._decoder.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            replies = self._decoder.buffer_updated(nbytes)
-        except ipc.ProtocolError:
-            logger.exception("Closing a worker's channel: it sent a message that cannot be read")
-            self.close()
-            return
+    def received(self, replies: list[messages.Reply]) -> None:
         streams = self._streams
         for kind, call_id, body in replies:
             if kind == messages.STREAMED:
@@ -214,9 +203,6 @@ class Channel(asyncio.BufferedProtocol):
             future.set_exception(ModelError(f"The worker's answer cannot be read: {error}"))
         else:
             future.set_result(result)
-
-    def eof_received(self) -> bool:
-        return False  # close our end too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import pickle
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from inferd.workers import forkserver, ipc
 from inferd.workers.adoption import AdoptedChild, become_subreaper
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
+from inferd.workers.packets import receive_packets, send_packet
 from inferd.workers.process import WorkerProcess
 from inferd.workers.spawn import describe_exit, spawn_module
 
@@ -165,12 +165,8 @@ class ForkParent:
         sock = self._sock
         if sock is None:
             raise WorkerLost(f"The fork parent of model {self.settings.name!r} has stopped")
-        data = pickle.dumps(message)
         try:
-            if fd is None:
-                sock.send(data)
-            else:
-                socket.send_fds(sock, [data], [fd])
+            send_packet(sock, message, fd)
         except OSError as error:  # a full buffer too: it has stopped reading
             self._lost()
             raise WorkerLost(
@@ -179,17 +175,8 @@ class ForkParent:
 
     def _readable(self) -> None:
         sock = self._sock
-        while sock is not None:
-            try:
-                data = sock.recv(forkserver.MAX_MESSAGE)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._lost()
-                return
-            self._received(pickle.loads(data))
+        if sock is not None and not receive_packets(sock, forkserver.MAX_MESSAGE, self._received):
+            self._lost()
 
     def _received(self, message: tuple[Any, ...]) -> None:
         kind = message[0]

@@ -36,6 +36,7 @@ from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers import ipc, messages
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.local_stream import LocalStream
+from inferd.workers.stream_credit import CreditPump
 
 logger = logging.getLogger(__name__)
 
@@ -188,8 +189,9 @@ class _ThreadedStream:
 
 
 class _InterleavedStream:
-    """An async generator's stream: a task on the worker's loop pulls its LocalStream.
-    Its state is touched on the loop only; grant and cancel hop there."""
+    """An async generator's stream: a task on the worker's loop pulls its LocalStream
+    through a :class:`CreditPump`. Its state is touched on the loop only; grant and
+    cancel hop there."""
 
     def __init__(
         self,
@@ -199,13 +201,11 @@ class _InterleavedStream:
         end: End,
     ) -> None:
         self._loop = loop
-        self._credit = credit
+        self._credit: CreditPump[InferenceResponse] = CreditPump(credit)
         self._send_responses = send_responses
         self._end = end
         self._responses: LocalStream | None = None
         self._task: asyncio.Task[None] | None = None  # held: the loop keeps weak references
-        self._cancelled = False
-        self._more: asyncio.Future[None] | None = None  # the task waits for credit
 
     def grant(self, credit: int) -> None:
         self._loop.call_soon_threadsafe(self._granted, credit)
@@ -216,36 +216,27 @@ class _InterleavedStream:
     def start(self, loaded: LoadedModel, request: InferenceRequest) -> None:
         """Call ``predict_stream`` and start pulling it (on the loop)."""
         try:
-            # It runs ahead only as far as the credit covers (see _pump).
-            self._responses = LocalStream(loaded, request, read_ahead=self._credit)
+            # It runs ahead only as far as the credit covers (see _send).
+            self._responses = LocalStream(loaded, request, read_ahead=self._credit.credit)
         except Exception as error:  # predict_stream raised, or returned no generator
             self._end(error)
             return
         self._task = self._loop.create_task(self._run(self._responses))
 
     def _granted(self, credit: int) -> None:
-        self._credit += credit
         if self._responses is not None:
-            self._responses.allow_ahead(self._credit)
-        self._wake()
+            self._responses.allow_ahead(self._credit.credit + credit)
+        self._credit.grant(credit)
 
     def _cancel(self) -> None:
-        if self._cancelled or self._responses is None:
-            return  # cancelled already, or it never started
-        self._cancelled = True
-        # Its stepper task stops the generator, where it awaits too, and wakes the pump.
-        self._responses.cancel()
-        self._wake()
-
-    def _wake(self) -> None:
-        more = self._more
-        if more is not None and not more.done():
-            more.set_result(None)
+        # Its stepper task stops the generator, where it awaits too, and the pump stops.
+        if self._responses is not None and self._credit.stop():
+            self._responses.cancel()
 
     async def _run(self, responses: LocalStream) -> None:
         error: Exception | None = None
         try:
-            await self._pump(responses)
+            await self._credit.pump(responses.take, partial(self._send, responses), False)
         except asyncio.CancelledError:
             pass  # the loop is stopping: the generator is stopped below
         except Exception as raised:  # the model's error (an InferdError), or a send's
@@ -254,22 +245,8 @@ class _InterleavedStream:
         await responses.finished
         self._end(error)
 
-    async def _pump(self, responses: LocalStream) -> None:
-        """Send the responses as the generator yields them, those ready together in
-        one message, while there is credit. The stream never runs further ahead
-        than the credit left: what it made and what it may make fit in it."""
-        while not self._cancelled:
-            if self._credit <= 0:
-                self._more = self._loop.create_future()
-                try:
-                    await self._more
-                finally:
-                    self._more = None
-                continue
-            try:
-                ready = await responses.take()
-            except StopAsyncIteration:
-                return
-            self._credit -= len(ready)
-            responses.allow_ahead(self._credit)
-            self._send_responses(ready)
+    def _send(self, responses: LocalStream, ready: list[InferenceResponse]) -> None:
+        """Send the responses ready together in one message. The stream never runs
+        further ahead than the credit left: what it made and what it may make fit in it."""
+        responses.allow_ahead(self._credit.credit)
+        self._send_responses(ready)

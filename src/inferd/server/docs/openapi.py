@@ -29,12 +29,8 @@ from inferd.server.rest import codec as bodies
 from inferd.server.rest import responses
 from inferd.server.rest.codec_generate import GenerateRequestBody, GenerateResponseBody
 from inferd.server.routes import API_ROUTES, MODEL_DOCUMENT_OPERATIONS, MODEL_PREFIX, ApiRoute
-from inferd.server.shm_api import (
-    CudaSharedMemoryRegionBody,
-    CudaSharedMemoryRegisterBody,
-    SystemSharedMemoryRegionBody,
-    SystemSharedMemoryRegisterBody,
-)
+from inferd.server.shm_api import CudaSharedMemoryRegisterBody, SystemSharedMemoryRegisterBody
+from inferd.serving.shared_memory import CudaSharedMemoryRegion, SystemSharedMemoryRegion
 from inferd.tensors.datatypes import DATATYPES
 from inferd.types import MetadataTensor, ModelMetadata, ServerMetadata
 
@@ -63,9 +59,9 @@ _DOCUMENTED_STRUCTS: tuple[type, ...] = (
     GenerateRequestBody,
     GenerateResponseBody,
     SystemSharedMemoryRegisterBody,
-    SystemSharedMemoryRegionBody,
+    SystemSharedMemoryRegion,
     CudaSharedMemoryRegisterBody,
-    CudaSharedMemoryRegionBody,
+    CudaSharedMemoryRegion,
     CompletionBody,
     ChatCompletionBody,
     EmbeddingBody,

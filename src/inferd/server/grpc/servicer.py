@@ -24,14 +24,15 @@ inference; message conversion lives in :mod:`inferd.server.grpc.codec`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import msgspec
 from google.protobuf import json_format
 
 from inferd.errors import InvalidRequest
 from inferd.protocol import pb, pb_grpc
-from inferd.server import shm_api, trace_api
+from inferd.server import trace_api
 from inferd.server.codec_triton import (
     decode_grpc_log_settings,
     encode_grpc_log_settings,
@@ -47,6 +48,8 @@ from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.health import ShutdownSignal
 from inferd.server.grpc.stream import StreamRequest
 from inferd.serving import dependents
+from inferd.serving.shared_memory import SharedMemoryOperations
+from inferd.triton.shm import CUDA, SYSTEM
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -71,6 +74,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.edge = edge
         self.dataplane = edge.dataplane
         self.server_wide = edge.server_wide
+        self.shared_memory = SharedMemoryOperations(edge.dataplane, edge.server_wide)
         self.shutdown = shutdown
 
     @_through_edge
@@ -152,43 +156,55 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await dependents.unload(self.server_wide, registry, name, with_dependents)
         return pb.RepositoryModelUnloadResponse()
 
-    # Shared memory extension (server/shm_api.py)
+    # Shared memory extension: each call one operation of serving/shared_memory.py
 
     @_through_edge
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Any
     ) -> pb.SystemSharedMemoryStatusResponse:
-        return shm_api.grpc_status(self.dataplane, request.name)
+        answer = pb.SystemSharedMemoryStatusResponse()
+        _fill_status(answer, self.shared_memory.system_status(request.name))
+        return answer
 
     @_through_edge
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        return await shm_api.grpc_register(self.server_wide, request)
+        await self.shared_memory.register_system(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
 
     @_through_edge
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        return await shm_api.grpc_unregister(self.server_wide, request.name)
+        await self.shared_memory.unregister(SYSTEM, request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     @_through_edge
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Any
     ) -> pb.CudaSharedMemoryStatusResponse:
-        return shm_api.grpc_cuda_status(self.dataplane, request.name)
+        answer = pb.CudaSharedMemoryStatusResponse()
+        _fill_status(answer, self.shared_memory.cuda_status(request.name))
+        return answer
 
     @_through_edge
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        return await shm_api.grpc_cuda_register(self.server_wide, request)
+        await self.shared_memory.register_cuda(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_through_edge
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        return await shm_api.grpc_cuda_unregister(self.server_wide, request.name)
+        await self.shared_memory.unregister(CUDA, request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # Triton's model configuration and logging extensions
 
@@ -235,3 +251,11 @@ def _refuse_parameters(parameters: Any, ignored: set[str] | None = None) -> None
             f"Repository parameters ({', '.join(unsupported)}) are not supported; "
             "inferd loads models as model-settings.json describes them on disk"
         )
+
+
+def _fill_status(answer: Any, regions: Sequence[msgspec.Struct]) -> None:
+    """A shared memory status answer (system or CUDA: the same map of regions) holding
+    ``regions``."""
+    for region in regions:
+        fields = msgspec.structs.asdict(region)
+        answer.regions[fields["name"]].CopyFrom(type(answer).RegionStatus(**fields))

@@ -38,6 +38,7 @@ from inferd.server.trace_api import TraceEndpoints
 from inferd.serving import dependents
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.server_wide import LocalServerWide, ServerWide
+from inferd.serving.shared_memory import SharedMemoryOperations
 from inferd.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ def _routes(
         **OpenAIEndpoints(edge).endpoints(),
     }
     shared_memory = SharedMemoryEndpoints(
-        endpoints.dataplane, endpoints.server_wide, endpoints.read_body
+        SharedMemoryOperations(endpoints.dataplane, endpoints.server_wide), endpoints.read_body
     )
     trace = TraceEndpoints(endpoints.dataplane, endpoints.server_wide, endpoints.read_body)
     routes = []
