@@ -1,6 +1,6 @@
 """``python -m benchmarks <scenario> [options]``: run one scenario side by side, report.
 
-Run from the repository root (``tests.support.serverproc`` starts the servers).
+Run from the repository root (``benchmarks.common.serverproc`` starts the servers).
 Exit status: 0 ok, 1 a run did not complete, 2 errors during a measured run.
 """
 

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from benchmarks.common.models import write_model_folder
 from inferd.server.app import InferenceServer
 from inferd.server.parts import ServerParts
 from inferd.server.protocol_role import ProtocolProcess, private_rest_app
@@ -36,7 +37,6 @@ from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide
 from inferd.supervisor.paths import PrivatePaths
-from tests.support.models import write_model_folder
 
 ECHO = "tests.integration.runtimes.Echo"
 Operation = Callable[[httpx.AsyncClient], Awaitable[httpx.Response]]

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.models import add_sklearn_model
-from tests.support.procstat import descendants, tree_pss_mib
-from tests.support.serverproc import start_server
+from benchmarks.common.models import add_sklearn_model
+from benchmarks.common.procstat import descendants, tree_pss_mib
+from benchmarks.common.serverproc import start_server
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,15 @@ from typing import Any
 
 import httpx
 
+from benchmarks.common.polling import wait_for
+from benchmarks.common.procstat import tree_pss_mib
+from benchmarks.common.serverproc import ServerProcess, start_server
 from tests.e2e.test_fork_workers import (
     FOREST_FEATURES,
     HEAVY_WIDTH,
     _forest_repository,
     _heavy_repository,
 )
-from tests.support.polling import wait_for
-from tests.support.procstat import tree_pss_mib
-from tests.support.serverproc import ServerProcess, start_server
 
 WIDTHS = {"heavy": HEAVY_WIDTH, "forest": FOREST_FEATURES}
 

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.procstat import children, cpu_seconds, environment
+from benchmarks.common.serverproc import start_server
 from inferd.supervisor.paths import protocol_role
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
-from tests.support.procstat import children, cpu_seconds, environment
-from tests.support.serverproc import start_server
 
 from .scale.mlp import mlp_answer, mlp_row, write_mlp_model
 

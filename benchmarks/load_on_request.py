@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tests.support.models import add_sklearn_model, write_model_folder
-from tests.support.serverproc import start_server
+from benchmarks.common.models import add_sklearn_model, write_model_folder
+from benchmarks.common.serverproc import start_server
 
 BIG_RUNTIME = Path(__file__).resolve().parent / "runtimes" / "bigmodel.py"
 BODY = {

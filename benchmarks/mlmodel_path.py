@@ -36,6 +36,8 @@ import joblib
 import numpy as np
 import orjson
 
+from benchmarks.common.models import SKLEARN, train_iris, write_model_folder
+from benchmarks.common.procstat import cpu_seconds
 from inferd.context import RequestContext
 from inferd.model import WorkerContext
 from inferd.observability.stats import ModelStatsTable
@@ -49,8 +51,6 @@ from inferd.types import InferenceResponse
 from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.pool import ProcessPool
-from tests.support.models import SKLEARN, train_iris, write_model_folder
-from tests.support.procstat import cpu_seconds
 
 from .repository import MODEL_FILE, ROW, v2_request
 from .scenarios.mlmodel import IRIS_RUNTIME

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common.procstat import cpu_seconds, descendants, environment
+from benchmarks.common.serverproc import free_ports, server_environment, spawn
 from inferd.supervisor.paths import protocol_role
-from tests.support.procstat import cpu_seconds, descendants, environment
-from tests.support.serverproc import free_ports, server_environment, spawn
 
 from .scale.mlp import mlp_row, write_mlp_model
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common.models import write_model_folder
 from inferd.serving.repository_watch import fingerprint_repository
-from tests.support.models import write_model_folder
 
 TICK = 0.001
 

@@ -34,10 +34,10 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.models import add_sklearn_model, write_model_folder
-from tests.support.polling import wait_for
-from tests.support.procstat import workers as workers_of
-from tests.support.serverproc import ServerProcess, start_server
+from benchmarks.common.models import add_sklearn_model, write_model_folder
+from benchmarks.common.polling import wait_for
+from benchmarks.common.procstat import workers as workers_of
+from benchmarks.common.serverproc import ServerProcess, start_server
 
 from .openload import Drive, run_drive
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.support.serverproc import READY_PATH, ServerProcess, server_environment, spawn
+from benchmarks.common.serverproc import READY_PATH, ServerProcess, server_environment, spawn
 
 INFERD = "inferd"
 MLSERVER = "mlserver"

@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.procstat import Usage, children, is_fork_parent, usage
-from tests.support.serverproc import ServerProcess, start_server
+from benchmarks.common.procstat import Usage, children, is_fork_parent, usage
+from benchmarks.common.serverproc import ServerProcess, start_server
 
 from .options import command_parser
 from .servers import CHECKOUT_SRC, resolve_source

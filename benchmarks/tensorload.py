@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.support.triton_shm import shared_memory as shm
+from benchmarks.common.triton_shm import shared_memory as shm
 
 from .loadgen import LoadResult, Target
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.support.serverproc import ServerProcess, free_ports, spawn
+from benchmarks.common.serverproc import ServerProcess, free_ports, spawn
 
 from ..repository import settings_json, write_json
 from ..scale.fleet import Endpoint, post, stop_all

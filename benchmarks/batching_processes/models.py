@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.models import train_iris, write_model_folder
+from benchmarks.common.models import train_iris, write_model_folder
 
 from ..repository import ROW, predicted_class, v2_request, write_sklearn_model
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.models import write_model_folder
+from benchmarks.common.models import write_model_folder
 
 FEATURES = 2048  # the Linear 2048: one row of the request
 OUTPUTS = 16  # each the max of FEATURES / OUTPUTS consecutive inputs

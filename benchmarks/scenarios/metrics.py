@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.models import train_iris
+from benchmarks.common.models import train_iris
 
 from ..repository import write_sklearn_model
 from ..results import alternate

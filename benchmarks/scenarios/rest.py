@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tests.support.models import train_iris
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.models import train_iris
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Target
 from ..repository import ROW, predicted_class, v2_request, write_sklearn_model

@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..repository import write_count_model
 from ..servers import FLOOR, INFERD, MLSERVER, Contender, baseline_pairs, with_baseline

@@ -13,8 +13,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tests.support.models import train_iris
-from tests.support.serverproc import server_environment
+from benchmarks.common.models import train_iris
+from benchmarks.common.serverproc import server_environment
 
 from ..otlp_receiver import OtlpReceiver
 from ..repository import write_sklearn_model
