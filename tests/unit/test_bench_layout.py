@@ -1,0 +1,66 @@
+"""benchmarks/ as one tool: one table of commands, no import from the tests, and a
+``__main__`` only where the table says a helper process needs one."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from benchmarks import registry
+from benchmarks.__main__ import main
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+MODULES = sorted(BENCHMARKS.rglob("*.py"))
+
+
+def imported(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def runs_as_main(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body
+    )
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(BENCHMARKS)))
+def test_nothing_under_benchmarks_imports_the_tests(path: Path) -> None:
+    names = imported(ast.parse(path.read_text()))
+    assert not {name for name in names if name == "tests" or name.startswith("tests.")}
+
+
+def test_only_the_entry_point_and_the_helper_processes_run_as_main() -> None:
+    mains = {
+        path.relative_to(BENCHMARKS).with_suffix("").as_posix()
+        for path in MODULES
+        if runs_as_main(ast.parse(path.read_text()))
+    }
+    assert mains <= {"__main__", *registry.HELPER_PROCESSES}, mains
+    assert "__main__" in mains
+
+
+def test_every_command_is_listed_once_and_has_a_main() -> None:
+    names = [command.name for command in registry.COMMANDS]
+    assert len(names) == len(set(names))
+    for command in registry.COMMANDS:
+        assert callable(importlib.import_module(command.module).main), command.name
+
+
+def test_the_list_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == [command.name for command in registry.COMMANDS]
+
+
+def test_an_unknown_command_is_refused_with_the_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["no-such"]) == 2
+    assert "no command 'no-such'" in capsys.readouterr().out
