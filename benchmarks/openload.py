@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import uvloop
 
-from .loadgen import LoadResult, Target
+from .loadgen import LoadResult, Target, latency_figures
 from .servers import group_rss_bytes
 
 TICK_S = 0.001  # how often the pacer looks at the clock
@@ -165,18 +165,10 @@ def summarize_drive(
 ) -> OpenLoadResult:
     admitted = [a for a in run.answers if a.status == 200]
     refused = [a for a in run.answers if a.status == 503]
-    latencies = np.array([a.latency_s * 1e3 for a in admitted])
-    p50, p90, p99 = np.percentile(latencies, [50, 90, 99]) if latencies.size else (0, 0, 0)
+    latencies = [a.latency_s * 1e3 for a in admitted]
     refusals = np.array([a.latency_s * 1e3 for a in refused])
     return OpenLoadResult(
-        requests=len(admitted),
-        duration_s=run.duration_s,
-        requests_per_s=len(admitted) / run.duration_s if run.duration_s else 0.0,
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p99_ms=float(p99),
-        mean_ms=float(latencies.mean()) if latencies.size else 0.0,
-        max_ms=float(latencies.max()) if latencies.size else 0.0,
+        **latency_figures(latencies, len(admitted), run.duration_s),
         refused=len(refused),
         refused_without_retry_after=sum(a.retry_after is None for a in refused),
         refused_p50_ms=float(np.median(refusals)) if refusals.size else 0.0,
