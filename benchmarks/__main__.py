@@ -1,7 +1,8 @@
 """``python -m benchmarks <command> [options]`` (``--list``: every command, one line each).
 
 Run from the repository root. The commands are in one table, ``registry.COMMANDS``;
-``python -m benchmarks <command> --help`` gives a command's options.
+``python -m benchmarks <command> --help`` gives a command's options; every command
+also takes ``--baseline-src PATH`` (the same figures for another checkout).
 """
 
 from __future__ import annotations

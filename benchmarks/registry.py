@@ -18,6 +18,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .pertree import run_per_tree, split_baseline
 from .scenarios import SCENARIOS
 
 
@@ -26,6 +27,7 @@ class Command:
     name: str
     module: str  # holds main(argv) -> int | None
     summary: str
+    takes_source: bool = False  # has --inferd-src (else the tree on PYTHONPATH is measured)
 
 
 SIDE_BY_SIDE = "benchmarks.sidebyside"
@@ -35,9 +37,24 @@ COMMANDS: tuple[Command, ...] = (
         Command(name, SIDE_BY_SIDE, " ".join(scenario.description.split("\n\n")[0].split()))
         for name, scenario in SCENARIOS.items()
     ),
-    Command("soak", "benchmarks.soak", "inferd alone, long: nothing grows (memory, fds, threads)"),
-    Command("scale", "benchmarks.scale", "one server against K independent ones, pinned"),
-    Command("memory", "benchmarks.memory", "the PSS and start-up of each added worker"),
+    Command(
+        "soak",
+        "benchmarks.soak",
+        "inferd alone, long: nothing grows (memory, fds, threads)",
+        takes_source=True,
+    ),
+    Command(
+        "scale",
+        "benchmarks.scale",
+        "one server against K independent ones, pinned",
+        takes_source=True,
+    ),
+    Command(
+        "memory",
+        "benchmarks.memory",
+        "the PSS and start-up of each added worker",
+        takes_source=True,
+    ),
     Command(
         "host-ceiling",
         "benchmarks.host_ceiling",
@@ -87,6 +104,10 @@ def run(name: str, argv: Sequence[str]) -> int:
     command = find(name)
     if command is None:
         raise KeyError(name)
+    if command.module != SIDE_BY_SIDE:  # a scenario runs its baseline in its own rounds
+        baseline, rest = split_baseline(argv)
+        if baseline is not None:
+            return run_per_tree(name, rest, baseline, command.takes_source)
     main = importlib.import_module(command.module).main
     args = [name, *argv] if command.module == SIDE_BY_SIDE else list(argv)
     status = main(args)

@@ -73,3 +73,17 @@ def test_load_on_request_times_cold_and_warm_requests() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cold: " in done.stdout and "(3 requests)" in done.stdout, done.stdout
     assert "warm: " in done.stdout, done.stdout
+
+
+def test_a_command_runs_once_per_tree_with_baseline_src(tmp_path: Path) -> None:
+    """stream-path, in process and brief, on this tree and on a baseline (this one
+    again): a section per tree, each with its figures (~10 s)."""
+    command = [sys.executable, "-m", "benchmarks", "stream-path", "--responses", "20",
+               "--calls", "2", "--rounds", "1", "--baseline-src", str(ROOT)]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    sections = done.stdout.split("== stream-path on the ")[1:]
+    assert [section.split(" ")[0] for section in sections] == ["this", "baseline"], done.stdout
+    assert all("gRPC ModelStreamInfer" in section for section in sections), done.stdout

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import registry
 from benchmarks.__main__ import main
+from benchmarks.pertree import split_baseline, with_option
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 MODULES = sorted(BENCHMARKS.rglob("*.py"))
@@ -64,3 +65,21 @@ def test_the_list_names_every_command(capsys: pytest.CaptureFixture[str]) -> Non
 def test_an_unknown_command_is_refused_with_the_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["no-such"]) == 2
     assert "no command 'no-such'" in capsys.readouterr().out
+
+
+def test_baseline_src_is_taken_out_of_a_command_s_options() -> None:
+    assert split_baseline(["--rounds", "2", "--baseline-src", "/b", "--x"]) == (
+        Path("/b"),
+        ["--rounds", "2", "--x"],
+    )
+    assert split_baseline(["--rounds", "2"]) == (None, ["--rounds", "2"])
+
+
+def test_an_option_is_replaced_where_given_and_added_elsewhere() -> None:
+    assert with_option(["--json-out", "a.json", "-v"], "--json-out", "b") == [
+        "--json-out",
+        "b",
+        "-v",
+    ]
+    assert with_option(["--json-out=a.json"], "--json-out", "b") == ["--json-out=b"]
+    assert with_option(["-v"], "--inferd-src", "/s") == ["-v", "--inferd-src", "/s"]
