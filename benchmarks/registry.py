@@ -77,6 +77,7 @@ COMMANDS: tuple[Command, ...] = (
         "benchmarks.restart_overload",
         "overload after a worker restart: the queue bound still holds",
     ),
+    Command("plot", "benchmarks.plot", "a --json-out file drawn as inferd bench --plot draws"),
 )
 
 # Started by the scenarios as processes of their own (``python benchmarks/NAME.py`` or

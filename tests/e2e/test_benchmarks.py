@@ -1,6 +1,7 @@
-"""``python -m benchmarks`` end to end, briefly: the rest, grpc-floor, shm, scale and memory
-against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn), and
-``python -m benchmarks.batching_processes`` and ``benchmarks.host_ceiling``."""
+"""``python -m benchmarks`` end to end, briefly: the rest, grpc-floor, shm, openai and
+composition scenarios against inferd alone, the scale and memory commands (memory beside
+MLServer too where its venv has mlserver-sklearn), host-ceiling and process-cpu. The
+other scenarios' short modes: tests/e2e/test_benchmark_scenarios.py."""
 
 from __future__ import annotations
 

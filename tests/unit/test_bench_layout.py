@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from benchmarks import registry
 from benchmarks.__main__ import main
 from benchmarks.pertree import split_baseline, with_option
+from benchmarks.plot import points
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 MODULES = sorted(BENCHMARKS.rglob("*.py"))
@@ -83,3 +85,19 @@ def test_an_option_is_replaced_where_given_and_added_elsewhere() -> None:
     ]
     assert with_option(["--json-out=a.json"], "--json-out", "b") == ["--json-out=b"]
     assert with_option(["-v"], "--inferd-src", "/s") == ["-v", "--inferd-src", "/s"]
+
+
+def test_plot_draws_every_run_of_a_results_file(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    runs = [
+        {"label": label, "case": "c2", "round": 0, "requests_per_s": rate, "p99_ms": p99}
+        for label, rate, p99 in (("inferd", 900.0, 3.0), ("mlserver", 400.0, 9.0))
+    ]
+    results = tmp_path / "rest.json"
+    results.write_text(json.dumps({"setup": {"scenario": "rest"}, "runs": runs}))
+    assert main(["plot", str(results), str(tmp_path / "rest.png")]) == 0
+    assert (tmp_path / "rest.png").stat().st_size > 0
+    assert points(json.loads(results.read_text())) == [
+        ("inferd c2", 900.0, 3.0),
+        ("mlserver c2", 400.0, 9.0),
+    ]
