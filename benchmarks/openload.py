@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -24,6 +25,8 @@ import uvloop
 from .loadgen import LoadResult, Target, latency_figures
 from .servers import group_rss_bytes
 
+P = ParamSpec("P")
+R = TypeVar("R")
 TICK_S = 0.001  # how often the pacer looks at the clock
 
 
@@ -96,16 +99,16 @@ async def drive(
     return run
 
 
-def run_drive(
-    url: str,
-    body_of: Callable[[int], bytes],
-    rate: float,
-    seconds: float,
-    max_outstanding: int = 1000,
-    timeout_s: float = 30.0,
-) -> Drive:
-    """:func:`drive` on a loop of its own (for callers without one)."""
-    return uvloop.run(drive(url, body_of, rate, seconds, max_outstanding, timeout_s))
+def on_own_loop(function: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """``function`` run to its end on a uvloop of its own (for callers without one)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return uvloop.run(function(*args, **kwargs))
+
+    return run
+
+
+run_drive = on_own_loop(drive)  # :func:`drive` for callers without a loop
 
 
 # ------------------------------------------------------------- as a benchmark load
