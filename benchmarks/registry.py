@@ -28,6 +28,7 @@ class Command:
     module: str  # holds main(argv) -> int | None
     summary: str
     takes_source: bool = False  # has --inferd-src (else the tree on PYTHONPATH is measured)
+    own_baseline: bool = False  # alternates --baseline-src's tree itself (else pertree.py)
 
 
 SIDE_BY_SIDE = "benchmarks.sidebyside"
@@ -60,7 +61,12 @@ COMMANDS: tuple[Command, ...] = (
         "benchmarks.host_ceiling",
         "the model host's ceiling: pre-packed requests straight to its socket",
     ),
-    Command("process-cpu", "benchmarks.process_cpu", "a request's CPU, process by process"),
+    Command(
+        "process-cpu",
+        "benchmarks.process_cpu",
+        "a request's CPU, process by process",
+        own_baseline=True,
+    ),
     Command(
         "mlmodel-path",
         "benchmarks.mlmodel_path",
@@ -105,7 +111,7 @@ def run(name: str, argv: Sequence[str]) -> int:
     command = find(name)
     if command is None:
         raise KeyError(name)
-    if command.module != SIDE_BY_SIDE:  # a scenario runs its baseline in its own rounds
+    if command.module != SIDE_BY_SIDE and not command.own_baseline:  # else in its own rounds
         baseline, rest = split_baseline(argv)
         if baseline is not None:
             return run_per_tree(name, rest, baseline, command.takes_source)

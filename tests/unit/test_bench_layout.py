@@ -101,3 +101,14 @@ def test_plot_draws_every_run_of_a_results_file(tmp_path: Path) -> None:
         ("inferd c2", 900.0, 3.0),
         ("mlserver c2", 400.0, 9.0),
     ]
+
+
+def test_a_command_alternating_its_own_baseline_says_so_in_the_table() -> None:
+    """A command whose parser takes --baseline-src (process-cpu alternates the trees in
+    its rounds) is given the option; for the others pertree.py runs each tree."""
+    for command in registry.COMMANDS:
+        if command.module == registry.SIDE_BY_SIDE:
+            continue
+        module = importlib.import_module(command.module)
+        source = Path(module.__file__ or "").read_text()
+        assert ('"--baseline-src"' in source) == command.own_baseline, command.name
