@@ -1,133 +1,32 @@
-"""``python -m benchmarks <scenario> [options]``: run one scenario side by side, report.
+"""``python -m benchmarks <command> [options]`` (``--list``: every command, one line each).
 
-Run from the repository root (``tests.support.serverproc`` starts the servers).
-Exit status: 0 ok, 1 a run did not complete, 2 errors during a measured run.
+Run from the repository root. The commands are in one table, ``registry.COMMANDS``;
+``python -m benchmarks <command> --help`` gives a command's options; every command
+also takes ``--baseline-src PATH`` (the same figures for another checkout).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from . import memory, scale, soak
-from .harness import run_rounds
-from .options import MLSERVER_PYTHON_ENV, Options, parse_options
-from .results import (
-    RunRecord,
-    exit_status,
-    format_ratio,
-    format_table,
-    ratio,
-    summarize,
-    unit_of,
-)
-from .scenarios import SCENARIOS, Scenario
+from . import registry
 
-
-def use_inferd_source(src: Path) -> None:
-    """Measure ``src`` in this process too (in-process figures, worker processes it
-    starts), whatever inferd the interpreter has installed."""
-    if "inferd" in sys.modules:  # imported before this: it may be another tree
-        raise RuntimeError("inferd was imported before its source tree was chosen")
-    sys.path.insert(0, str(src))
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(src), os.environ.get("PYTHONPATH")) if p
-    )
-
-
-def processes_label(protocol_processes: int | None) -> str:
-    """What inferd runs, said with every result (--protocol-processes)."""
-    if protocol_processes is None:
-        return "its default protocol processes (the CPUs it may use)"
-    plural = "" if protocol_processes == 1 else "es"
-    return f"{protocol_processes} protocol process{plural}"
-
-
-def describe_setup(options: Options) -> dict[str, Any]:
-    programs = options.programs
-    return {
-        "scenario": options.scenario,
-        "argv": sys.argv[1:],
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "inferd_python": programs.inferd_python,
-        "inferd_src": str(programs.inferd_src),
-        "baseline_src": str(options.baseline_src) if options.baseline_src else None,
-        "protocol_processes": options.protocol_processes,  # None: the server's default
-        "mlserver_python": programs.mlserver_python,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "note": "servers and load generator share all CPUs; nothing is pinned",
-    }
-
-
-def report(
-    scenario: Scenario, records: list[RunRecord], failures: list[str], in_process: dict[str, Any]
-) -> dict[str, Any]:
-    """Print the tables and ratios; the JSON record of the whole run."""
-    summary = summarize(records)
-    ratios: dict[str, dict[str, Any]] = {}
-    for case, rows in summary.items():
-        unit = unit_of(records, case)
-        print(f"\n{case} (medians over rounds):")
-        print("\n".join(format_table(rows, unit)))
-        for a, b in scenario.comparisons(list(rows)):
-            values = ratio(records, rows, case, a, b)
-            if values is not None:
-                ratios.setdefault(case, {})[f"{a}/{b}"] = values
-                print(format_ratio(a, b, values, unit))
-    notes = scenario.notes(summary)
-    if notes:
-        print("\n" + "\n".join(notes))
-    return {
-        "setup": describe_setup(scenario.options),
-        "in_process": in_process,
-        "runs": [r.to_dict() for r in records],
-        "failures": failures,
-        "summary": summary,
-        "ratios": ratios,
-        "note": "medians over rounds (errors summed); ratios are a/b of those medians",
-    }
+USAGE = "usage: python -m benchmarks COMMAND [options]   (--list: the commands)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == [soak.NAME]:  # not a side-by-side comparison: a command of its own
-        soak_args = soak.parse(args[1:])
-        use_inferd_source(soak_args.inferd_src)
-        return soak.run(soak_args)
-    if args[:1] == [scale.NAME]:  # several servers per run, pinned: a command of its own
-        scale_options = scale.parse(args[1:])
-        use_inferd_source(scale_options.inferd_src)
-        return scale.run(scale_options)
-    if args[:1] == [memory.NAME]:  # one server per worker count, no load: its own command
-        memory_options = memory.parse(args[1:])
-        use_inferd_source(memory_options.inferd_src)
-        return memory.run(memory_options)
-    options = parse_options(list(SCENARIOS.values()), argv)
-    use_inferd_source(options.programs.inferd_src)
-    scenario = SCENARIOS[options.scenario](options)
-    print(scenario.describe())
-    print(f"servers and load share {os.cpu_count()} CPUs; nothing is pinned", flush=True)
-    print(f"inferd runs {processes_label(options.protocol_processes)}", flush=True)
-    if scenario.compares_mlserver and options.programs.mlserver_python is None:
-        print(f"MLServer left out: pass --mlserver-python or set ${MLSERVER_PYTHON_ENV}")
-    in_process = scenario.measure_in_process()
-    for line in scenario.report_in_process(in_process):
-        print(line, flush=True)
-    with tempfile.TemporaryDirectory(prefix=f"inferd-bench-{options.scenario}-") as tmp:
-        records, failures = run_rounds(scenario, options.work_dir or Path(tmp))
-    result = report(scenario, records, failures, in_process)
-    if options.json_out:
-        options.json_out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    return exit_status(records, failures)
+    if args[:1] == ["--list"]:
+        print(registry.listing())
+        return 0
+    if not args or args[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{registry.listing()}")
+        return 0 if args else 2
+    if registry.find(args[0]) is None:
+        print(f"{USAGE}\nno command {args[0]!r}; the commands:\n{registry.listing()}")
+        return 2
+    return registry.run(args[0], args[1:])
 
 
 if __name__ == "__main__":

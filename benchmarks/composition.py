@@ -13,15 +13,13 @@ tritonclient.http client; a request's latency is the whole pipeline's.
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .loadgen import LoadResult, Target
-from .tensorload import TensorLoadResult, _result
+from .tensorload import Client, run_clients
 
 DIRECT, BLS, ENSEMBLE, CLIENT_TWO = "direct", "bls", "ensemble", "client-two"
 WAYS = (DIRECT, BLS, ENSEMBLE, CLIENT_TWO)
@@ -93,39 +91,9 @@ class CompositionLoad:
 
     def run(self, target: Target, seconds: float, rate_hint: float | None) -> LoadResult:
         assert isinstance(target, CompositionTarget)
-        latencies: list[float] = []
-        failures: list[BaseException] = []
-        deadline = time.perf_counter() + seconds
-        started = time.perf_counter()
-        threads = [
-            threading.Thread(target=_client, args=(target, deadline, latencies, failures))
-            for _ in range(self.connections)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if failures and not latencies:
-            raise RuntimeError(f"{target.way}: every request failed: {failures[0]}")
-        result: TensorLoadResult = _result(latencies, time.perf_counter() - started, len(failures))
-        return result
 
+        def client() -> Client:
+            pipeline = Pipeline(target)
+            return pipeline.run, pipeline.close
 
-def _client(
-    target: CompositionTarget,
-    deadline: float,
-    latencies: list[float],
-    failures: list[BaseException],
-) -> None:
-    pipeline = Pipeline(target)
-    try:
-        while time.perf_counter() < deadline:
-            began = time.perf_counter()
-            try:
-                pipeline.run()
-            except Exception as error:  # counted; the run goes on
-                failures.append(error)
-                continue
-            latencies.append(time.perf_counter() - began)
-    finally:
-        pipeline.close()
+        return run_clients(client, self.connections, seconds, target.way)

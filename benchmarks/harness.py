@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.support.serverproc import ServerProcess, free_ports
+from benchmarks.common.serverproc import ServerProcess, free_ports
 
 from .loadgen import LoadResult
 from .repository import settings_json, write_json

@@ -13,7 +13,7 @@ to the host's socket, as protocol processes would, many in flight each, checking
 every answer. The host's own CPU over the window (its workers apart) gives its CPU
 per request and ``1e6 / that``, the requests per second one core of host can take.
 
-    python -m benchmarks.host_ceiling --duration 5 --clients 1 --in-flight 64
+    python -m benchmarks host-ceiling --duration 5 --clients 1 --in-flight 64
 """
 
 from __future__ import annotations
@@ -24,17 +24,19 @@ import multiprocessing
 import socket
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.common.procstat import children, cpu_seconds, environment
+from benchmarks.common.serverproc import start_server
+from benchmarks.options import command_parser
 from inferd.supervisor.paths import protocol_role
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
-from tests.support.procstat import children, cpu_seconds, environment
-from tests.support.serverproc import start_server
 
 from .scale.mlp import mlp_answer, mlp_row, write_mlp_model
 
@@ -124,8 +126,8 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_ceiling", description=__doc__)
+def main(argv: Sequence[str]) -> None:
+    parser = command_parser("host-ceiling", __doc__)
     parser.add_argument("--duration", type=float, default=5.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before it")
     parser.add_argument("--clients", type=int, default=1, help="client processes")
@@ -144,7 +146,3 @@ def main(argv: list[str] | None = None) -> None:
         f"{figures['host_share']:.0%} of a core, {figures['host_us_per_request']:.0f} us "
         f"per request: one core of host takes {figures['host_ceiling_req_per_s']:,.0f} req/s"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -14,9 +14,9 @@ model drawn at random for ``--seconds``, once per ``--budgets`` value of
 ``max_loaded_models`` (a server each): requests per second, p50 / p99, and the
 share of requests that loaded their model (``model_loads_total``).
 
-    python -m benchmarks.load_on_request [--model iris|big] [--megabytes 100]
+    python -m benchmarks load-on-request [--model iris|big] [--megabytes 100]
         [--rounds 30] [--warm 20] [--protocol-processes 1] [--parallel-workers 0]
-    python -m benchmarks.load_on_request --random 50 --budgets 5 25 50 [--seconds 10]
+    python -m benchmarks load-on-request --random 50 --budgets 5 25 50 [--seconds 10]
         [--clients 4]
 """
 
@@ -29,14 +29,16 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-from tests.support.models import add_sklearn_model, write_model_folder
-from tests.support.serverproc import start_server
+from benchmarks.common.models import add_sklearn_model, write_model_folder
+from benchmarks.common.serverproc import start_server
+from benchmarks.options import command_parser
 
 BIG_RUNTIME = Path(__file__).resolve().parent / "runtimes" / "bigmodel.py"
 BODY = {
@@ -148,8 +150,8 @@ def run_clients(url: str, names: list[str], options: argparse.Namespace) -> list
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str]) -> None:
+    parser = command_parser("load-on-request", __doc__)
     parser.add_argument("--model", choices=["iris", "big"], default="iris")
     parser.add_argument("--megabytes", type=int, default=100, help="the big model's weights")
     parser.add_argument("--rounds", type=int, default=30)
@@ -160,12 +162,8 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[5, 25, 50])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=4)
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     if options.random:
         random_access(options)
     else:
         cold(options)
-
-
-if __name__ == "__main__":
-    main()

@@ -87,6 +87,23 @@ class LoadResult:
         return {**asdict(self), "errors": self.errors, "unit": self.unit}
 
 
+def latency_figures(latencies_ms: Any, count: int, duration_s: float) -> dict[str, Any]:
+    """The figures every load reports from its latencies (ms) and what it counted: the
+    LoadResult fields, the same way for every load client."""
+    ms = np.asarray(latencies_ms, dtype=float)
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99]) if ms.size else (0.0, 0.0, 0.0)
+    return {
+        "requests": count,
+        "duration_s": duration_s,
+        "requests_per_s": count / duration_s if duration_s else 0.0,
+        "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "p99_ms": float(p99),
+        "mean_ms": float(ms.mean()) if ms.size else 0.0,
+        "max_ms": float(ms.max()) if ms.size else 0.0,
+    }
+
+
 @dataclass(frozen=True)
 class WrkResult(LoadResult):
     non2xx: int
@@ -229,17 +246,11 @@ def parse_h2load(stdout: str, log_text: str, answer_size: int) -> H2loadResult:
     not_ok = int(counts[4]) + int(counts[5]) + int(counts[6]) + (total - done)
     data_bytes = int(data[1])
     good_answers = data_bytes // answer_size if data_bytes % answer_size == 0 else 0
-    latencies_ms = np.array([int(line.split("\t")[2]) / 1000 for line in log_text.splitlines()])
-    p50, p90, p99 = np.percentile(latencies_ms, [50, 90, 99]) if latencies_ms.size else (0, 0, 0)
+    latencies_ms = [int(line.split("\t")[2]) / 1000 for line in log_text.splitlines()]
+    figures = latency_figures(latencies_ms, total, duration_s)
+    figures["requests_per_s"] = float(finished[3])  # h2load's own, over its whole run
     return H2loadResult(
-        requests=total,
-        duration_s=duration_s,
-        requests_per_s=float(finished[3]),
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p99_ms=float(p99),
-        mean_ms=float(latencies_ms.mean()) if latencies_ms.size else 0.0,
-        max_ms=float(latencies_ms.max()) if latencies_ms.size else 0.0,
+        **figures,
         failed=not_ok,
         grpc_errors=max(0, succeeded - good_answers),
     )

@@ -16,19 +16,18 @@ worker process (``parallel_workers: 1``), one at a time, and reports the CPU the
 main process and the worker each spend per request (the worker's from
 ``/proc``, Linux only, in 10 ms ticks: use a few thousand calls).
 
-    python -m benchmarks.mlmodel_path [--calls 2000] [--rounds 3] [--worker]
+    python -m benchmarks mlmodel-path [--calls 2000] [--rounds 3] [--worker]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import pickle
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +35,9 @@ import joblib
 import numpy as np
 import orjson
 
+from benchmarks.common.models import SKLEARN, train_iris, write_model_folder
+from benchmarks.common.procstat import cpu_seconds
+from benchmarks.options import command_parser
 from inferd.context import RequestContext
 from inferd.model import WorkerContext
 from inferd.observability.stats import ModelStatsTable
@@ -49,8 +51,6 @@ from inferd.types import InferenceResponse
 from inferd.workers import ipc
 from inferd.workers.loaded_model import LoadedModel
 from inferd.workers.pool import ProcessPool
-from tests.support.models import SKLEARN, train_iris, write_model_folder
-from tests.support.procstat import cpu_seconds
 
 from .repository import MODEL_FILE, ROW, v2_request
 from .scenarios.mlmodel import IRIS_RUNTIME
@@ -65,12 +65,12 @@ HEADERS = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str]) -> None:
+    parser = command_parser("mlmodel-path", __doc__)
     parser.add_argument("--calls", type=int, default=2000, help="requests per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", action="store_true", help="also through a worker process")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     measure(args.calls, args.rounds)
     if args.worker:
         asyncio.run(measure_worker(args.calls, args.rounds))
@@ -226,7 +226,3 @@ def _served(
 def _pickled(packed: Any) -> Any:
     """Through pickle as the IPC frame carries it (these arrays are small: in band)."""
     return pickle.loads(pickle.dumps(packed, protocol=5))
-
-
-if __name__ == "__main__":
-    main()

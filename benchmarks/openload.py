@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
 import uvloop
 
-from .loadgen import LoadResult, Target
+from .loadgen import LoadResult, Target, latency_figures
 from .servers import group_rss_bytes
 
+P = ParamSpec("P")
+R = TypeVar("R")
 TICK_S = 0.001  # how often the pacer looks at the clock
 
 
@@ -96,16 +99,16 @@ async def drive(
     return run
 
 
-def run_drive(
-    url: str,
-    body_of: Callable[[int], bytes],
-    rate: float,
-    seconds: float,
-    max_outstanding: int = 1000,
-    timeout_s: float = 30.0,
-) -> Drive:
-    """:func:`drive` on a loop of its own (for callers without one)."""
-    return uvloop.run(drive(url, body_of, rate, seconds, max_outstanding, timeout_s))
+def on_own_loop(function: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """``function`` run to its end on a uvloop of its own (for callers without one)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return uvloop.run(function(*args, **kwargs))
+
+    return run
+
+
+run_drive = on_own_loop(drive)  # :func:`drive` for callers without a loop
 
 
 # ------------------------------------------------------------- as a benchmark load
@@ -165,18 +168,10 @@ def summarize_drive(
 ) -> OpenLoadResult:
     admitted = [a for a in run.answers if a.status == 200]
     refused = [a for a in run.answers if a.status == 503]
-    latencies = np.array([a.latency_s * 1e3 for a in admitted])
-    p50, p90, p99 = np.percentile(latencies, [50, 90, 99]) if latencies.size else (0, 0, 0)
+    latencies = [a.latency_s * 1e3 for a in admitted]
     refusals = np.array([a.latency_s * 1e3 for a in refused])
     return OpenLoadResult(
-        requests=len(admitted),
-        duration_s=run.duration_s,
-        requests_per_s=len(admitted) / run.duration_s if run.duration_s else 0.0,
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p99_ms=float(p99),
-        mean_ms=float(latencies.mean()) if latencies.size else 0.0,
-        max_ms=float(latencies.max()) if latencies.size else 0.0,
+        **latency_figures(latencies, len(admitted), run.duration_s),
         refused=len(refused),
         refused_without_retry_after=sum(a.retry_after is None for a in refused),
         refused_p50_ms=float(np.median(refusals)) if refusals.size else 0.0,

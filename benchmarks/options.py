@@ -116,19 +116,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) ->
         default={},
         help="JSON object merged into settings.json, e.g. '{\"debug\": false}'",
     )
-    add("--inferd-python", default=sys.executable, help="runs inferd (default: this Python)")
-    add(
-        "--inferd-src",
-        type=Path,
-        default=CHECKOUT_SRC,
-        help="the inferd sources measured (default: this checkout's src)",
-    )
-    add(
-        "--baseline-src",
-        type=Path,
-        metavar="PATH",
-        help="also run inferd from this checkout (PYTHONPATH=PATH/src), side by side",
-    )
+    add_source_arguments(parser, baseline=True)
     if spec.compares_mlserver:
         add(
             "--mlserver-python",
@@ -140,8 +128,37 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) ->
             choices=sorted(ONLY_CHOICES),
             help="servers to run (default: both when MLServer's Python is known)",
         )
-    add("--work-dir", type=Path, help="keep repositories and logs here (default: a temp dir)")
-    add("--json-out", type=Path, help="write every run and summary as JSON")
+    add_output_arguments(parser, json_out=None)
+
+
+def add_source_arguments(
+    parser: argparse.ArgumentParser, baseline: bool = False, python: bool = True
+) -> None:
+    """What every command measures: which inferd, run by which Python (and its baseline)."""
+    add = parser.add_argument
+    if python:
+        add("--inferd-python", default=sys.executable, help="runs inferd (default: this Python)")
+    add(
+        "--inferd-src",
+        type=Path,
+        default=CHECKOUT_SRC,
+        help="the inferd sources measured (default: this checkout's src)",
+    )
+    if baseline:
+        add(
+            "--baseline-src",
+            type=Path,
+            metavar="PATH",
+            help="also run inferd from this checkout (PYTHONPATH=PATH/src), side by side",
+        )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, json_out: Path | None) -> None:
+    """Where every command keeps its servers' files and writes its figures."""
+    add = parser.add_argument
+    add("--work-dir", type=Path, help="keep repositories and server logs (default: a temp dir)")
+    where = f" (default: {json_out})" if json_out else ""
+    add("--json-out", type=Path, default=json_out, help=f"every run and summary, as JSON{where}")
 
 
 def build_parser(specs: Sequence[ScenarioSpec]) -> argparse.ArgumentParser:

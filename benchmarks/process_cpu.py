@@ -9,7 +9,7 @@ compare the host's line of both). The figures of benchmarks/README.md "Through t
 model host" (430 us of decoding, 116 us of host, 60 us of workers) and the host's
 write coalescing (x0.92) were read this way.
 
-    python -m benchmarks.process_cpu --protocol-processes 2 --workers 2 --rounds 3 \\
+    python -m benchmarks process-cpu --protocol-processes 2 --workers 2 --rounds 3 \\
         --baseline-src /path/to/other/src
 """
 
@@ -21,13 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
+from benchmarks.common.procstat import cpu_seconds, descendants, environment
+from benchmarks.common.serverproc import free_ports, server_environment, spawn
+from benchmarks.options import command_parser
 from inferd.supervisor.paths import protocol_role
-from tests.support.procstat import cpu_seconds, descendants, environment
-from tests.support.serverproc import free_ports, server_environment, spawn
 
 from .scale.mlp import mlp_row, write_mlp_model
 
@@ -103,8 +105,8 @@ def measure(src: Path, args: argparse.Namespace, folder: Path) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.process_cpu", description=__doc__)
+def main(argv: Sequence[str]) -> None:
+    parser = command_parser("process-cpu", __doc__)
     parser.add_argument("--protocol-processes", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="parallel_workers")
     parser.add_argument("--connections", type=int, default=16)
@@ -128,7 +130,3 @@ def main(argv: list[str] | None = None) -> None:
                 lines = measure(src, args, folder)
                 print(f"round {round_ + 1}, {label}: {lines[0]}", *lines[1:], sep="\n")
                 time.sleep(0.5)
-
-
-if __name__ == "__main__":
-    main()

@@ -16,7 +16,7 @@ from typing import Any
 import joblib
 import numpy as np
 
-from tests.support.models import write_model_folder
+from benchmarks.common.models import write_model_folder
 
 MODEL_FILE = "model.joblib"
 SKLEARN_IMPLEMENTATION = "mlserver_sklearn.SKLearnModel"

@@ -10,22 +10,20 @@ times. Each run prints what was admitted (200) and their p99, what was refused
 (503) and what got no answer at all (a connection lost or timed out). A bound that
 holds admits about as many requests after the restart as before, at the same p99.
 
-    python -m benchmarks.restart_overload [--rate 200] [--seconds 4] [--queue-size 32]
+    python -m benchmarks restart-overload [--rate 200] [--seconds 4] [--queue-size 32]
 
 tests/e2e/test_overload_restart.py runs the same phases and checks them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
-import sys
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,10 +32,11 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.models import add_sklearn_model, write_model_folder
-from tests.support.polling import wait_for
-from tests.support.procstat import workers as workers_of
-from tests.support.serverproc import ServerProcess, start_server
+from benchmarks.common.models import add_sklearn_model, write_model_folder
+from benchmarks.common.polling import wait_for
+from benchmarks.common.procstat import workers as workers_of
+from benchmarks.common.serverproc import ServerProcess, start_server
+from benchmarks.options import command_parser
 
 from .openload import Drive, run_drive
 
@@ -202,8 +201,8 @@ def measured_overload(server: ServerProcess, rate: float, seconds: float) -> str
     return f"{outcome}; workers busy {busy}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str]) -> int:
+    parser = command_parser("restart-overload", __doc__)
     parser.add_argument("--service-ms", type=float, default=50.0, help="slow's time per call")
     parser.add_argument("--rate", type=float, default=200.0, help="requests/s sent to slow")
     parser.add_argument("--seconds", type=float, default=4.0, help="how long each overload")
@@ -227,7 +226,3 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         print(f"server log: {server.log_path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

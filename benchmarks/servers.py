@@ -12,12 +12,13 @@ import functools
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.support.serverproc import READY_PATH, ServerProcess, server_environment, spawn
+from benchmarks.common.serverproc import READY_PATH, ServerProcess, server_environment, spawn
 
 INFERD = "inferd"
 MLSERVER = "mlserver"
@@ -83,6 +84,17 @@ def resolve_source(path: Path) -> Path:
         if (candidate / "inferd" / "__init__.py").is_file():
             return candidate.resolve()
     raise ValueError(f"{path} holds no inferd sources (neither src/inferd nor inferd)")
+
+
+def use_inferd_source(src: Path) -> None:
+    """Measure ``src`` in this process too (in-process figures, worker processes it
+    starts), whatever inferd the interpreter has installed."""
+    if "inferd" in sys.modules:  # imported before this: it may be another tree
+        raise RuntimeError("inferd was imported before its source tree was chosen")
+    sys.path.insert(0, str(src))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(src), os.environ.get("PYTHONPATH")) if p
+    )
 
 
 def with_baseline(contenders: Sequence[Contender], baseline: Path | None) -> list[Contender]:

@@ -42,11 +42,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.procstat import Usage, children, is_fork_parent, usage
-from tests.support.serverproc import ServerProcess, start_server
+from benchmarks.common.procstat import Usage, children, is_fork_parent, usage
+from benchmarks.common.serverproc import ServerProcess, start_server
 
-from .options import command_parser
-from .servers import CHECKOUT_SRC, resolve_source
+from .options import add_output_arguments, add_source_arguments, command_parser
+from .servers import resolve_source, use_inferd_source
 
 NAME = "soak"
 RSS_FLOOR_KIB = 4096
@@ -73,9 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-fd-growth", type=int, default=2, help="file descriptors, end vs warm")
     add("--max-thread-growth", type=int, default=2, help="threads, end vs warm")
     add("--seed", type=int, default=0, help="seeds the request mix")
-    add("--inferd-src", type=Path, default=CHECKOUT_SRC, help="the inferd sources soaked")
-    add("--work-dir", type=Path, help="keep the repository and the server log here")
-    add("--json-out", type=Path, help="write the samples and the verdict as JSON")
+    add_source_arguments(parser, python=False)
+    add_output_arguments(parser, json_out=None)
     return parser
 
 
@@ -87,6 +86,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args.sample_every = args.sample_every or max(1000, args.requests // 40)
     args.inferd_src = resolve_source(args.inferd_src)
     return args
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse(argv)
+    use_inferd_source(args.inferd_src)
+    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:

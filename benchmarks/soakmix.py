@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks.common.models import train_iris
 from inferd.protocol import pb
-from tests.support.models import train_iris
 
 from .repository import predicted_class
 from .soakmodels import ECHO, ECHO_FAILURE, IRIS

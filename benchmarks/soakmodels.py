@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.models import train_iris, write_model_folder
+from benchmarks.common.models import train_iris, write_model_folder
 
 from .repository import write_sklearn_model
 

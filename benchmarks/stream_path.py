@@ -6,21 +6,21 @@ servicer's ``ModelStreamInfer`` (answers built as protobuf messages, not sent). 
 differences are what inferd's layers cost per response; what a real server spends
 beyond that is its transport's (compare with ``streaming --reference``).
 
-    python -m benchmarks.stream_path [--responses 1000] [--calls 100] [--rounds 3]
+    python -m benchmarks stream-path [--responses 1000] [--calls 100] [--rounds 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.options import command_parser
 from inferd.observability.stats import ModelStatsTable
 from inferd.protocol import pb
 from inferd.server.grpc.edge import GrpcEdge
@@ -39,12 +39,12 @@ from .scenarios.streaming import grpc_request
 Count = Callable[[], Awaitable[int]]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str]) -> None:
+    parser = command_parser("stream-path", __doc__)
     parser.add_argument("--responses", type=int, default=1000, help="responses per call")
     parser.add_argument("--calls", type=int, default=100, help="calls per measurement")
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     asyncio.run(measure(args.responses, args.calls, args.rounds))
 
 
@@ -111,7 +111,3 @@ def _servicer(servicer: InferenceServicer, responses: int) -> Count:
         return sum([1 async for _ in servicer.ModelStreamInfer(requests(), None)])
 
     return run
-
-
-if __name__ == "__main__":
-    main()

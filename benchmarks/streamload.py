@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from .loadgen import LoadResult, Target
+from .loadgen import LoadResult, Target, latency_figures
 from .streamclient import GRPC, KEPT_PROBLEMS, SSE, Job
 
 ROOT = Path(__file__).resolve().parent.parent  # where ``-m benchmarks.streamclient`` runs
@@ -101,17 +101,9 @@ def combine(tallies: Sequence[Mapping[str, Any]]) -> StreamResult:
     elapsed = max((float(t["elapsed_s"]) for t in tallies), default=0.0)
     stream_ms = np.array([ms for t in tallies for ms in t["stream_ms"]], dtype=float)
     first_ms = np.array([ms for t in tallies for ms in t["first_ms"]], dtype=float)
-    p50, p90, p99 = np.percentile(stream_ms, [50, 90, 99]) if stream_ms.size else (0, 0, 0)
     cpu = sum(float(t["cpu_s"]) for t in tallies)
     return StreamResult(
-        requests=responses,
-        duration_s=elapsed,
-        requests_per_s=responses / elapsed if elapsed else 0.0,
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p99_ms=float(p99),
-        mean_ms=float(stream_ms.mean()) if stream_ms.size else 0.0,
-        max_ms=float(stream_ms.max()) if stream_ms.size else 0.0,
+        **latency_figures(stream_ms, responses, elapsed),
         streams=sum(int(t["streams"]) for t in tallies),
         failed_streams=sum(int(t["failed"]) for t in tallies),
         problems=tuple(p for t in tallies for p in t["problems"])[:KEPT_PROBLEMS],

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from tests.support.triton_shm import shared_memory as shm
+from benchmarks.common.triton_shm import shared_memory as shm
 
-from .loadgen import LoadResult, Target
+from .loadgen import LoadResult, Target, latency_figures
 
 SHM, HTTP_BINARY, GRPC_RAW = "shm", "http-binary", "grpc-raw"
 TRANSPORTS = (SHM, HTTP_BINARY, GRPC_RAW)
@@ -121,64 +121,61 @@ class TensorLoad:
     def run(self, target: Target, seconds: float, rate_hint: float | None) -> TensorLoadResult:
         assert isinstance(target, TensorTarget)
         array = tensor(self.mib)
-        latencies: list[float] = []
-        failures: list[BaseException] = []
-        deadline = time.perf_counter() + seconds
-        started = time.perf_counter()
-        threads = [
-            threading.Thread(
-                target=self._client, args=(target, array, deadline, latencies, failures)
-            )
-            for _ in range(self.connections)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        duration = time.perf_counter() - started
-        if failures and not latencies:
-            raise RuntimeError(f"{target.transport}: every request failed: {failures[0]}")
-        return _result(latencies, duration, len(failures))
 
-    def _client(
-        self,
-        target: TensorTarget,
-        array: np.ndarray,
-        deadline: float,
-        latencies: list[float],
-        failures: list[BaseException],
-    ) -> None:
-        sender = Sender(target, array.nbytes)
-        try:
-            _loop(lambda: sender.infer(array), deadline, latencies, failures)
-        finally:
-            sender.close()
+        def client() -> tuple[Callable[[], Any], Callable[[], None]]:
+            sender = Sender(target, array.nbytes)
+            return (lambda: sender.infer(array)), sender.close
+
+        return run_clients(client, self.connections, seconds, target.transport)
 
 
-def _loop(
-    send: Callable[[], Any], deadline: float, latencies: list[float], failures: list[BaseException]
+# A client thread's request (called over and over) and its close, made in the thread.
+Client = tuple[Callable[[], Any], Callable[[], None]]
+
+
+def run_clients(
+    open_client: Callable[[], Client], connections: int, seconds: float, label: str
+) -> TensorLoadResult:
+    """``connections`` threads, each with a client of its own keeping one request in
+    flight for ``seconds``: the closed loop of every tritonclient load."""
+    latencies: list[float] = []
+    failures: list[BaseException] = []
+    deadline = time.perf_counter() + seconds
+    started = time.perf_counter()
+    threads = [
+        threading.Thread(target=_client, args=(open_client, deadline, latencies, failures))
+        for _ in range(connections)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    duration = time.perf_counter() - started
+    if failures and not latencies:
+        raise RuntimeError(f"{label}: every request failed: {failures[0]}")
+    return _result(latencies, duration, len(failures))
+
+
+def _client(
+    open_client: Callable[[], Client],
+    deadline: float,
+    latencies: list[float],
+    failures: list[BaseException],
 ) -> None:
-    while time.perf_counter() < deadline:
-        began = time.perf_counter()
-        try:
-            send()
-        except Exception as error:  # counted; the run goes on
-            failures.append(error)
-            continue
-        latencies.append(time.perf_counter() - began)
+    send, close = open_client()
+    try:
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            try:
+                send()
+            except Exception as error:  # counted; the run goes on
+                failures.append(error)
+                continue
+            latencies.append(time.perf_counter() - began)
+    finally:
+        close()
 
 
 def _result(latencies: list[float], duration: float, failed: int) -> TensorLoadResult:
-    ms = np.array(latencies) * 1000
-    p50, p90, p99 = np.percentile(ms, [50, 90, 99]) if ms.size else (0.0, 0.0, 0.0)
-    return TensorLoadResult(
-        requests=len(latencies),
-        duration_s=duration,
-        requests_per_s=len(latencies) / duration if duration else 0.0,
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p99_ms=float(p99),
-        mean_ms=float(ms.mean()) if ms.size else 0.0,
-        max_ms=float(ms.max()) if ms.size else 0.0,
-        failed=failed,
-    )
+    ms = [latency * 1000 for latency in latencies]
+    return TensorLoadResult(**latency_figures(ms, len(latencies), duration), failed=failed)

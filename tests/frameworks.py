@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks.common.tiny_llm import TINY_VOCABULARY
+
 ALLOW_MISSING = "INFERD_ALLOW_MISSING_RUNTIMES"
 
 
@@ -101,7 +103,6 @@ def save_mlflow_frame_model(folder: Path) -> Any:
 
 # ---- Hugging Face -------------------------------------------------------------------
 
-TINY_VOCABULARY = "the a movie film good bad great awful is was very not plot acting".split()  # noqa: SIM905
 TINY_LABELS = {0: "NEGATIVE", 1: "POSITIVE"}
 
 

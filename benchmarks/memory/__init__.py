@@ -23,7 +23,16 @@ answered wrongly).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..servers import use_inferd_source
 from .options import NAME, MemoryOptions, parse
 from .run import run
 
-__all__ = ["NAME", "MemoryOptions", "parse", "run"]
+__all__ = ["NAME", "MemoryOptions", "main", "parse", "run"]
+
+
+def main(argv: Sequence[str]) -> int:
+    options = parse(argv)
+    use_inferd_source(options.inferd_src)
+    return run(options)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.serverproc import ServerProcess, free_ports
+from benchmarks.common.serverproc import ServerProcess, free_ports
 
 from ..repository import settings_json, write_json
 from ..scenarios.base import VerificationError

@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
-from tests.support.models import write_model_folder
+from benchmarks.common.models import write_model_folder
 
 from ..repository import MODEL_FILE, predict_ms, predicted_class, v2_request
 from ..scenarios.base import VerificationError

@@ -13,12 +13,14 @@ from pathlib import Path
 from ..options import (
     MLSERVER_PYTHON_ENV,
     ONLY_CHOICES,
+    add_output_arguments,
+    add_source_arguments,
     check_executable,
     choose_servers,
     command_parser,
 )
 from ..repository import SKLEARN_IMPLEMENTATION
-from ..servers import CHECKOUT_SRC, INFERD, MLSERVER, Contender, resolve_source
+from ..servers import INFERD, MLSERVER, Contender, resolve_source
 
 NAME = "memory"
 DEFAULT_JSON_OUT = Path("bench-results") / "memory.json"  # /bench-results/ is git-ignored
@@ -90,10 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--mlserver-python", default=os.environ.get(MLSERVER_PYTHON_ENV),
         help=f"a Python with mlserver-sklearn 1.7.1 (or ${MLSERVER_PYTHON_ENV})")  # fmt: skip
     add("--ready-timeout", type=float, default=180.0, help="deadline to the model READY, s")
-    add("--inferd-python", default=sys.executable, help="runs inferd (default: this Python)")
-    add("--inferd-src", type=Path, default=CHECKOUT_SRC, help="the inferd sources measured")
-    add("--work-dir", type=Path, help="keep repositories and server logs here")
-    add("--json-out", type=Path, default=DEFAULT_JSON_OUT, help="every run, as JSON")
+    add_source_arguments(parser)
+    add_output_arguments(parser, json_out=DEFAULT_JSON_OUT)
     return parser
 
 

@@ -25,7 +25,16 @@ Exit status: 0 ok, 1 a layout did not complete, 2 errors under load.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..servers import use_inferd_source
 from .options import NAME, ScaleOptions, parse
 from .run import run
 
-__all__ = ["NAME", "ScaleOptions", "parse", "run"]
+__all__ = ["NAME", "ScaleOptions", "main", "parse", "run"]
+
+
+def main(argv: Sequence[str]) -> int:
+    options = parse(argv)
+    use_inferd_source(options.inferd_src)
+    return run(options)

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from tests.support.serverproc import ServerProcess, free_ports, spawn
+from benchmarks.common.serverproc import ServerProcess, free_ports, spawn
 
 from ..loadgen import find_tool
 from ..repository import settings_json, write_json

@@ -5,7 +5,7 @@ batching (32 rows, 2 ms). A request is one row of 2048 numbers, so over REST its
 JSON body (about 20 KB) makes the protocol work heavy, while the device costs
 mostly per call, whatever the rows. This stand-in keeps both halves and needs
 neither torch nor a GPU: the same row size and batching, and a runtime written
-into the repository (as ``batching_processes``' device model is) whose predict
+into the repository (as the device model of the batching study was) whose predict
 holds the device, an exclusive flock on one lock file that a layout's servers
 share, for a fixed time per call plus a little per row, then answers from every
 input of the row: the largest of each 128 consecutive inputs, 16 numbers.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.models import write_model_folder
+from benchmarks.common.models import write_model_folder
 
 FEATURES = 2048  # the issue's Linear 2048: one row of the request
 OUTPUTS = 16  # each the max of FEATURES / OUTPUTS consecutive inputs

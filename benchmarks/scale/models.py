@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
-from tests.support.models import train_iris
+from benchmarks.common.models import train_iris
 
 from ..repository import ROW, predict_ms, predicted_class, v2_request, write_sklearn_model
 from .mlp import mlp_answer, mlp_row, write_mlp_model

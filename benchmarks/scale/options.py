@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..options import command_parser
-from ..servers import CHECKOUT_SRC, resolve_source
+from ..options import add_output_arguments, add_source_arguments, command_parser
+from ..servers import resolve_source
 
 NAME = "scale"
 MODELS = ("light", "heavy", "mlp")
@@ -251,10 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--mlp-call-ms", type=float, default=1.0, help="the mlp's device time per call, ms")
     add("--mlp-row-ms", type=float, default=0.02, help="the mlp's device time per row, ms")
     add("--ready-timeout", type=float, default=180.0, help="server start deadline, s")
-    add("--inferd-python", default=sys.executable, help="runs inferd (default: this Python)")
-    add("--inferd-src", type=Path, default=CHECKOUT_SRC, help="the inferd sources measured")
-    add("--work-dir", type=Path, help="keep repositories and server logs here")
-    add("--json-out", type=Path, default=DEFAULT_JSON_OUT, help="every window, as JSON")
+    add_source_arguments(parser)
+    add_output_arguments(parser, json_out=DEFAULT_JSON_OUT)
     return parser
 
 

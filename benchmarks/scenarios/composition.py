@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..composition import (
     BLS,

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import H2load, Load, Target
 from ..repository import ROW

@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.models import train_iris
+from benchmarks.common.models import train_iris
 
 from ..repository import write_sklearn_model
 from ..results import alternate
 from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs
 from .base import VerificationError
-from .rest import REQUEST, Rest
+from .rest import REQUEST, Rest, add_asgi_arguments
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "metrics-on": {"metrics_endpoint": "/metrics"},
@@ -40,13 +40,7 @@ and times the recording calls alone (what one request costs the hot path)."""
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--asgi-requests",
-            type=int,
-            default=20_000,
-            help="requests per in-process REST app sample (0: skip)",
-        )
-        parser.add_argument("--asgi-rounds", type=int, default=6, help="samples per variant")
+        add_asgi_arguments(parser, requests=20_000)
 
     def contenders(self) -> list[Contender]:
         return [Contender(name, INFERD, settings) for name, settings in VARIANTS.items()]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import joblib
 
-from tests.support.models import write_model_folder
+from benchmarks.common.models import write_model_folder
 
 from ..repository import MODEL_FILE
 from ..servers import Contender

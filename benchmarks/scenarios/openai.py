@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.models import write_model_folder
-from tests.support.serverproc import ServerProcess
-from tests.support.tiny_llm import GPT2_SMALL, LmShape, save_tiny_chat_lm
+from benchmarks.common.models import write_model_folder
+from benchmarks.common.serverproc import ServerProcess
+from benchmarks.common.tiny_llm import GPT2_SMALL, LmShape, save_tiny_chat_lm
 
 from ..chatload import ChatLoad, ChatStreamError, chat_body, one_stream
 from ..loadgen import Load, Target
@@ -47,7 +47,7 @@ class OpenAIChat(Scenario):
     name = "openai"
     description = """OpenAI chat streaming: TTFT, tokens/s and inter-token latency.
 
-The tiny chat LM of tests/support/tiny_llm.py (a 2-layer GPT-2, one attention
+The tiny chat LM of benchmarks/common/tiny_llm.py (a 2-layer GPT-2, one attention
 head of 32, random seeded weights, word-level tokenizer, built once into a temp
 folder) served by inferd's Hugging Face runtime, and, side by side in alternating
 rounds, by LitServe's OpenAISpec running the same weights through transformers

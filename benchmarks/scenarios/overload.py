@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Load, Target
 from ..openload import OpenLoad

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Mapping
 from functools import cached_property
@@ -10,8 +11,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tests.support.models import train_iris
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.models import train_iris
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Target
 from ..repository import ROW, predicted_class, v2_request, write_sklearn_model
@@ -73,3 +74,14 @@ must not include max_batch_time (MLServer waits it out)."""
                 ours, theirs = rows[INFERD]["p99_ms"], rows[MLSERVER]["p50_ms"]
                 lines.append(f"{case}: inferd p99 {ours:.2f} ms vs mlserver p50 {theirs:.2f} ms")
         return lines
+
+
+def add_asgi_arguments(parser: argparse.ArgumentParser, requests: int) -> None:
+    """The flags of a scenario that also calls the REST app in-process (metrics, tracing)."""
+    parser.add_argument(
+        "--asgi-requests",
+        type=int,
+        default=requests,
+        help="requests per in-process REST app sample (0: skip)",
+    )
+    parser.add_argument("--asgi-rounds", type=int, default=6, help="samples per variant")

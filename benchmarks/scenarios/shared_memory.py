@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.models import write_model_folder
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.models import write_model_folder
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Load, Target
 from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs, with_baseline

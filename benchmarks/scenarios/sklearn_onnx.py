@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Target
 from ..repository import ROW, example_model, v2_request, write_sklearn_model

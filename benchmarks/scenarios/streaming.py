@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..repository import write_count_model
 from ..servers import FLOOR, INFERD, MLSERVER, TRITON, Contender, baseline_pairs, with_baseline

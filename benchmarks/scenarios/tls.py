@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.certs import Authority
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.certs import Authority
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Target
 from ..servers import BASELINE_SUFFIX, INFERD, Contender, baseline_pairs

@@ -13,15 +13,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tests.support.models import train_iris
-from tests.support.serverproc import server_environment
+from benchmarks.common.models import train_iris
+from benchmarks.common.serverproc import server_environment
 
 from ..otlp_receiver import OtlpReceiver
 from ..repository import write_sklearn_model
 from ..results import alternate
 from ..servers import BASELINE_SUFFIX, BENCHMARKS_DIR, INFERD, Contender, baseline_pairs
 from .base import VerificationError
-from .rest import Rest
+from .rest import Rest, add_asgi_arguments
 
 ON, OFF = "tracing-on", "tracing-off"
 # Every span exported, none dropped: the SDK's default queue (2048 spans, sent every
@@ -50,13 +50,7 @@ each sample's CPU per request (all its threads: the exporter's included)."""
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--asgi-requests",
-            type=int,
-            default=10_000,
-            help="requests per in-process REST app sample (0: skip)",
-        )
-        parser.add_argument("--asgi-rounds", type=int, default=6, help="samples per variant")
+        add_asgi_arguments(parser, requests=10_000)
 
     @cached_property
     def receiver(self) -> OtlpReceiver:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.support.serverproc import ServerProcess
+from benchmarks.common.serverproc import ServerProcess
 
 from ..loadgen import Target
 from ..repository import ROW, busy_module, v2_request, write_busy_model

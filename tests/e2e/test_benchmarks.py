@@ -1,6 +1,7 @@
-"""``python -m benchmarks`` end to end, briefly: the rest, grpc-floor, shm, scale and memory
-against inferd alone (memory beside MLServer too where its venv has mlserver-sklearn), and
-``python -m benchmarks.batching_processes`` and ``benchmarks.host_ceiling``."""
+"""``python -m benchmarks`` end to end, briefly: the rest, grpc-floor, shm, openai and
+composition scenarios against inferd alone, the scale and memory commands (memory beside
+MLServer too where its venv has mlserver-sklearn), host-ceiling and process-cpu. The
+other scenarios' short modes: tests/e2e/test_benchmark_scenarios.py."""
 
 from __future__ import annotations
 
@@ -99,33 +100,6 @@ def test_the_scale_command_measures_two_replicas_over_both_protocols(tmp_path: P
     assert "| 2 x 0 (replicas) | **" in done.stdout
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
-def test_batching_processes_measures_each_layout_s_batches(tmp_path: Path) -> None:
-    """One window per model and layout, every answer checked, the statistics read around
-    it (~20 s): the layouts ran as asked and the worker's batcher formed batches."""
-    out = tmp_path / "batching.json"
-    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "4"]
-    command = [sys.executable, "-m", "benchmarks.batching_processes", *brief,
-               "--json-out", str(out)]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    figures = json.loads(out.read_text())
-    assert figures["failures"] == []
-    windows = {(w["model"], w["layout"]): w for w in figures["windows"]}
-    layouts = ["1 process, model in 1 worker", "1 process, model in process",
-               "2 replicas (a batcher each)"]  # fmt: skip
-    assert set(windows) == {(model, layout) for model in ("iris", "device") for layout in layouts}
-    for (_, layout), window in windows.items():
-        assert window["errors"] == 0 and window["requests"] > 0
-        assert window["rows"] >= window["requests"]  # the statistics saw every answer
-        # a worker beside its server; the model in the server; a server per replica
-        assert window["processes"] == {layouts[0]: 2, layouts[1]: 1, layouts[2]: 2}[layout]
-    assert windows[("device", layouts[0])]["mean_batch"] > 1
-    assert "| device | 4 | 1 process, model in 1 worker |" in done.stdout
-
-
 def run_memory(tmp_path: Path, *servers: str) -> tuple[subprocess.CompletedProcess[str], Any]:
     out = tmp_path / "memory.json"
     brief = ["--workers", "1", "2", "--trees", "10", "--rows", "5000", "--requests", "4"]
@@ -176,7 +150,7 @@ def test_the_memory_command_runs_mlserver_beside_inferd(tmp_path: Path) -> None:
 
 def test_host_ceiling_loads_the_model_host_and_checks_every_answer() -> None:
     """Pre-packed requests straight to the model host's socket (~10 s): answered, right."""
-    command = [sys.executable, "-m", "benchmarks.host_ceiling", "--duration", "1",
+    command = [sys.executable, "-m", "benchmarks", "host-ceiling", "--duration", "1",
                "--warmup", "0.5", "--in-flight", "8"]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
@@ -190,7 +164,7 @@ def test_host_ceiling_loads_the_model_host_and_checks_every_answer() -> None:
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
 def test_process_cpu_says_what_each_process_spent_per_request() -> None:
     """One brief window (~10 s): the protocol processes, the host and its worker."""
-    command = [sys.executable, "-m", "benchmarks.process_cpu", "--duration", "1",
+    command = [sys.executable, "-m", "benchmarks", "process-cpu", "--duration", "1",
                "--warmup", "1", "--workers", "1", "--connections", "4"]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120

@@ -166,7 +166,7 @@ def test_inferd_runs_one_protocol_process_unless_told_otherwise(
 
 
 def test_every_run_says_how_many_protocol_processes_inferd_ran() -> None:
-    from benchmarks.__main__ import describe_setup, processes_label
+    from benchmarks.sidebyside import describe_setup, processes_label
 
     assert processes_label(1) == "1 protocol process"
     assert processes_label(4) == "4 protocol processes"
