@@ -64,12 +64,11 @@ instance_group [ { count: 1 kind: KIND_MODEL } ]
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("vllm")
-    weights = tmp_path_factory.mktemp("vllm-weights") / "lm"
+    parameters = {"uri": "./weights", "extra": {"engine_args": ENGINE_ARGS}}
+    weights = write_model_folder(repository, LM, VLLM, parameters=parameters) / "weights"
     # One head of 32 (vLLM's CPU attention takes no head of 16); no end token: a stream
     # runs as long as max_tokens asks.
     save_tiny_chat_lm(weights, heads=1, positions=1024, endless=True)
-    parameters = {"uri": str(weights), "extra": {"engine_args": ENGINE_ARGS}}
-    write_model_folder(repository, LM, VLLM, parameters=parameters)
     triton = repository / TRITON
     (triton / "1").mkdir(parents=True)
     (triton / "config.pbtxt").write_text(CONFIG_PBTXT)
