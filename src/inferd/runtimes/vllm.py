@@ -122,11 +122,11 @@ class VLLMModel(AsyncGenerativeModel):
             )
         arguments = engine_arguments(extra, self.settings.uri, self.settings.folder)
         self._vllm = await asyncio.to_thread(_import, "vllm")
+        self._loras = vllm_triton.lora_requests(self._vllm, extra.get(MULTI_LORA), arguments)
         # Starting the engine takes seconds to minutes (its process, the weights, warm-up):
         # in a thread. The engine's output task starts with its first request, on the
         # loop that serves.
         self._engine = await asyncio.to_thread(self._start, arguments)
-        self._loras = vllm_triton.lora_requests(self._vllm, extra.get(MULTI_LORA), arguments)
         self._ids = itertools.count()
         self._running: set[str] = set()
         return True
@@ -194,8 +194,8 @@ class VLLMModel(AsyncGenerativeModel):
         request_id = f"inferd-{next(self._ids)}"
         self._running.add(request_id)
         generated, finished = 0, False
+        outputs = engine.generate(prompt, params, request_id, lora_request=lora)
         try:
-            outputs = engine.generate(prompt, params, request_id, lora_request=lora)
             async for output in outputs:
                 choice = output.outputs[0]
                 generated += len(choice.token_ids)
@@ -214,8 +214,10 @@ class VLLMModel(AsyncGenerativeModel):
             raise self._refusal(error) from None
         finally:
             self._running.discard(request_id)
-            if not finished and self._engine is not None:  # the client left: stop it now
-                await self._engine.abort(request_id)
+            if not finished:  # the client left, or the engine failed: stop it there now
+                await outputs.aclose()
+                if self._engine is not None:
+                    await self._engine.abort(request_id)
 
     def _lora(self, name: str | None) -> Any:
         if name is None:
