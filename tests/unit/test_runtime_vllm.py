@@ -179,3 +179,21 @@ def test_a_vllm_backend_folder_without_model_json_names_the_file(tmp_path: Path)
     (folder / "config.pbtxt").write_text(CONFIG)
     with pytest.raises(ConfigurationError, match=r"model\.json"):
         read_model(folder)
+
+
+def test_multi_lora_adapters_become_lora_requests_by_name(tmp_path: Path) -> None:
+    made: list[tuple[str, int, str]] = []
+    fake = SimpleNamespace(
+        lora=SimpleNamespace(request=SimpleNamespace(LoRARequest=lambda *a: made.append(a) or a))
+    )
+    adapters = {"alpaca": "/loras/alpaca", "bactrian": "/loras/bactrian"}
+    loras = vllm_triton.lora_requests(fake, adapters, {"enable_lora": "true"})  # type: ignore[arg-type]
+    assert loras["bactrian"] == ("bactrian", 2, "/loras/bactrian")
+    assert vllm_triton.lora_requests(fake, None, {}) == {}  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="enable_lora"):
+        vllm_triton.lora_requests(fake, adapters, {})  # type: ignore[arg-type]
+    model, _ = fake_model(tmp_path)
+    model._loras = loras
+    assert model._lora("alpaca") == ("alpaca", 1, "/loras/alpaca")
+    with pytest.raises(InvalidRequest, match=r"no LoRA adapter 'x'.*alpaca, bactrian"):
+        model._lora("x")
