@@ -63,8 +63,12 @@ FINISH_REASONS = {"stop": "stop", "length": "length"}
 
 
 def sampling_arguments(request: GenerationRequest) -> dict[str, Any]:
-    """vLLM ``SamplingParams`` keywords for one OpenAI choice (a hook for more fields:
-    add them here and they reach the engine)."""
+    """vLLM ``SamplingParams`` keywords for one OpenAI choice: the one place a field of
+    :class:`GenerationRequest` reaches the engine. A field added there maps here
+    (``logprobs`` / ``top_logprobs`` -> ``logprobs``, ``response_format`` ->
+    ``structured_outputs``); a LoRA adapter is ``pieces``' ``lora_name``, and a
+    priority would be ``AsyncLLM.generate``'s ``priority``, passed where ``pieces``
+    calls it."""
     arguments: dict[str, Any] = {
         "n": 1,
         "max_tokens": request.max_tokens,
