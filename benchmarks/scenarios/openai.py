@@ -36,6 +36,8 @@ LITSERVE_PYTHON_ENV = "INFERD_BENCH_LITSERVE_PYTHON"
 VLLM_PYTHON_ENV = "INFERD_BENCH_VLLM_PYTHON"
 PEERS = (LITSERVE, VLLM)
 BATCHING_OFF = "inferd-batching-off"
+VLLM_RUNTIME = "inferd-vllm"
+VLLM_RUNTIME_CLASS = "inferd.runtimes.vllm.VLLMModel"
 SHAPES = {"tiny": (LmShape(), 1, 256), "gpt2-small": (GPT2_SMALL, 12, 1024)}
 """--model: the LM's shape, its heads (vLLM on CPU: no head of 16) and context."""
 HF = "inferd.runtimes.huggingface.HuggingFaceModel"
@@ -66,7 +68,10 @@ inter-token latency. --model gpt2-small serves a GPT-2-small-sized LM instead (1
 layers, 768 wide, 124M parameters, random weights from a config, a word-level
 vocabulary of 50257: no download). --batching-off adds inferd with the Hugging Face
 runtime's continuous batching off (parameters.extra.continuous_batching: false),
-in the same rounds; --intra-op-threads sets inferd's torch threads."""
+in the same rounds; --intra-op-threads sets inferd's torch threads. --vllm-runtime adds
+inferd with its vLLM runtime (inferd.runtimes.vllm, float32, the same weights; run
+inferd with a Python that has vLLM: --inferd-python), compared with vLLM's own server
+when --vllm-python is given too; set VLLM_CPU_KVCACHE_SPACE for both (e.g. 1: GiB)."""
     defaults = {"duration": 10.0, "warmup": 2.0, "rounds": 2, "connections": [1, 16]}
     compares_mlserver = False
     load_tool = "chat streams"
@@ -99,6 +104,11 @@ in the same rounds; --intra-op-threads sets inferd's torch threads."""
             help="inferd's torch threads (parameters.extra.intra_op_threads; default: torch's)",
         )
         parser.add_argument(
+            "--vllm-runtime",
+            action="store_true",
+            help="add inferd with its vLLM runtime (--inferd-python must have vLLM)",
+        )
+        parser.add_argument(
             "--batching-off",
             action="store_true",
             help="add inferd with continuous batching off (the runtime's own loop)",
@@ -109,6 +119,8 @@ in the same rounds; --intra-op-threads sets inferd's torch threads."""
         contenders = [Contender(INFERD, INFERD)]
         if args.batching_off:
             contenders.append(Contender(BATCHING_OFF, INFERD))
+        if args.vllm_runtime:
+            contenders.append(Contender(VLLM_RUNTIME, INFERD))
         if args.litserve_python:
             contenders.append(Contender(LITSERVE, LITSERVE))
         if args.vllm_python:
@@ -146,6 +158,12 @@ in the same rounds; --intra-op-threads sets inferd's torch threads."""
         if peer_folder is not None:  # the weights folder as it is, no settings of inferd's
             (repo / peer_folder).symlink_to(self.weights(), target_is_directory=True)
             return
+        if contender.label == VLLM_RUNTIME:
+            engine = {"engine_args": {"dtype": "float32"}}
+            parameters = {"uri": "./weights", "extra": engine}
+            folder = write_model_folder(repo, MODEL, VLLM_RUNTIME_CLASS, parameters=parameters)
+            (folder / "weights").symlink_to(self.weights(), target_is_directory=True)
+            return
         extra: dict[str, object] = {"task": "text-generation"}
         if contender.label == BATCHING_OFF:
             extra["continuous_batching"] = False
@@ -170,6 +188,8 @@ in the same rounds; --intra-op-threads sets inferd's torch threads."""
     def comparisons(self, labels: Sequence[str]) -> list[tuple[str, str]]:
         peers = (*PEERS, BATCHING_OFF)
         pairs = [(INFERD, peer) for peer in peers if {INFERD, peer} <= set(labels)]
+        if {VLLM_RUNTIME, VLLM} <= set(labels):
+            pairs.append((VLLM_RUNTIME, VLLM))
         return pairs + baseline_pairs(labels)
 
 

@@ -88,6 +88,12 @@ def test_a_continuously_batching_generator_runs_once(
     assert why is None or "its concurrent streams must meet in one engine" in why
 
 
+def test_a_vllm_model_runs_once_in_the_host() -> None:
+    settings = ModelSettings(name="llm", implementation="inferd.runtimes.vllm.VLLMModel")
+    why = why_not_replicated(settings, DEFAULTS)
+    assert why is not None and "one engine per server" in why
+
+
 def test_a_cached_model_runs_once_for_one_cache() -> None:
     cached = ServerSettings(cache_enabled=True)
     why = why_not_replicated(model(cache_enabled=True), cached)

@@ -20,6 +20,7 @@ from inferd.runtimes.lightgbm import LightGBMModel
 from inferd.runtimes.mlflow import MLflowModel
 from inferd.runtimes.onnx import OnnxModel
 from inferd.runtimes.sklearn import SKLearnModel
+from inferd.runtimes.vllm import VLLMModel
 from inferd.runtimes.xgboost import XGBoostModel
 from tests.support.models import train_iris
 
@@ -36,6 +37,7 @@ RUNTIMES: list[tuple[type[Any], str, dict[str, Any]]] = [
     (OnnxModel, "onnxruntime", {}),
     (MLflowModel, "mlflow", {}),
     (HuggingFaceModel, "transformers", {"extra": {"task": "text-classification"}}),
+    (VLLMModel, "vllm", {}),
 ]
 
 
@@ -46,6 +48,8 @@ def assert_names_a_defined_extra(message: str) -> str:
     assert extra in EXTRAS, f"{extra!r} is not an extra in pyproject.toml"
     if extra == "huggingface":  # `all` has transformers, not torch (its build is the user's)
         assert any(item.startswith("transformers") for item in EXTRAS["all"])
+    elif extra == "vllm":  # a CUDA build with pinned torch: never pulled in by `all`
+        assert not any("vllm" in item for item in EXTRAS["all"])
     else:
         assert extra in EXTRAS["all"][0], f"inferd[all] does not include {extra!r}"
     return extra

@@ -26,6 +26,7 @@ from collections.abc import Collection, Sequence
 
 from inferd.custom_calls import is_handler_call
 from inferd.errors import InvalidRequest
+from inferd.generation import is_generation_call
 from inferd.settings.model import MetadataTensorSettings, ModelSettings
 from inferd.types import InferenceRequest, Tensor
 
@@ -56,8 +57,9 @@ class DeclaredInputs:
         named) or there are too many, or for the first input that is unknown, of
         another datatype or of another shape. A runtime's own route (a custom
         handler's call) carries the HTTP request, not the declared inputs: it is not
-        checked."""
-        if is_handler_call(request):
+        checked; nor is an OpenAI-compatible generation (its one input is the packed call,
+        inferd/generation.py: a vLLM folder answers /v1 beside its declared tensors)."""
+        if is_handler_call(request) or is_generation_call(request):
             return
         inputs = request.inputs
         by_name = self._by_name

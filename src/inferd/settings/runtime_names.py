@@ -14,6 +14,7 @@ CATBOOST = "inferd.runtimes.catboost.CatBoostModel"
 ONNX = "inferd.runtimes.onnx.OnnxModel"
 MLFLOW = "inferd.runtimes.mlflow.MLflowModel"
 HUGGINGFACE = "inferd.runtimes.huggingface.HuggingFaceModel"
+VLLM = "inferd.runtimes.vllm.VLLMModel"
 
 MLSERVER_SKLEARN = "mlserver_sklearn.SKLearnModel"
 # MLServer's runtime names, so an MLServer model folder is served unchanged.

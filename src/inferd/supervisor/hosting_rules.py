@@ -19,7 +19,8 @@ core"); setting -> where the model runs: why.
 4. ``sequence_batching`` -> the host: a sequence's state lives in one copy.
 5. ``max_batch_size`` > 1 -> the host: its requests meet in one batcher. A Hugging
    Face ``text-generation`` model with continuous batching (its default) too: its
-   streams meet in one engine.
+   streams meet in one engine. So does a vLLM model (``inferd.runtimes.vllm.VLLMModel``,
+   a Triton ``backend: "vllm"`` folder): one engine per server.
 6. ``inference_timeout`` -> the host: a call is stopped by killing its worker.
 7. ``environment_path``/``environment_tarball`` -> the host: it runs in a worker
    of that environment's interpreter.
@@ -49,6 +50,7 @@ from collections.abc import Iterable
 
 from inferd.runtimes.huggingface_batching import batches_continuously
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.settings.runtime_names import VLLM
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +93,11 @@ def _one_copy(model: ModelSettings) -> str | None:
         return (
             "it batches its generations continuously: its concurrent streams must meet in "
             "one engine (parameters.extra.continuous_batching: false copies it instead)"
+        )
+    if model.implementation == VLLM:
+        return (
+            "it runs vLLM's engine, which schedules every stream itself: one engine per "
+            "server, never a copy per process"
         )
     if model.inference_timeout:
         return "it sets inference_timeout (a call is stopped by killing its worker process)"

