@@ -95,7 +95,7 @@ class RoleServer(ServerParts):
         statistics: these are the supervisor's and tests' requests, not clients'), and
         the metrics exposition, each on its own unix socket."""
         role = self.role
-        rest = private_rest_app(self.dataplane, self.changes, role.switch)
+        rest = private_rest_app(self.dataplane, self.changes, role.switch, role.hosted_later)
         apps = [("Private REST server", rest, role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self.metrics_app(), role.metrics_socket))

@@ -1,0 +1,125 @@
+"""A model loaded after the start is loaded once per server, however it is loaded
+(issue #43): through the repository API, by the repository poll, on a request, a
+reload of a model copied at start. With 3 protocol processes and default settings
+such a model runs in the model host (supervisor/host_on_demand.py ``placement``),
+so each protocol process pays no copy of it: loaded in each it would cost its
+weights (``HEAVY_MIB``) three times.
+
+Each protocol process's proportional set size (PSS) is read before the load and
+after the model answered through it; the model answers from every process (each
+asked on its private socket) with one pid, the one process that holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.each_process import ask_each
+from tests.support.models import add_custom_model
+from tests.support.polling import wait_for
+from tests.support.procstat import pss_kib, serving_processes
+from tests.support.serverproc import LEFT_OUT, ServerProcess, start_server
+
+# What a model loaded later may add to each protocol process (MiB of PSS): the issue's
+# bound for an added process; a copy of the model would add HEAVY_MIB.
+PER_PROCESS_LIMIT = 40.0
+HEAVY_MIB = 96
+PROCESSES = 3
+WIDTH = 4096  # HeavyWeights' input width (tests/e2e/runtimes/testmodels.py)
+BODY = {"inputs": [{"name": "x", "datatype": "FP64", "shape": [1, WIDTH], "data": [0.5] * WIDTH}]}
+SETTINGS = {
+    "parallel_workers": LEFT_OUT,  # default: a model loaded at start is copied into each
+    "protocol_processes": PROCESSES,
+    "shutdown_grace_seconds": 5,
+}
+
+
+def _add_heavy(repository: Path, name: str, megabytes: int = HEAVY_MIB) -> None:
+    add_custom_model(
+        repository, name, "HeavyWeights", parameters={"extra": {"megabytes": megabytes}}
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repository = tmp_path_factory.mktemp("later")
+    _add_heavy(repository, "at_start", megabytes=16)
+    started = start_server(repository, SETTINGS)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _pss_mib(server: ServerProcess) -> dict[int, float]:
+    """Each protocol process's PSS (MiB), by pid."""
+    return {pid: pss_kib(pid) / 1024 for pid in serving_processes(server.process.pid)}
+
+
+def _pids_answering(server: ServerProcess, model: str) -> set[int]:
+    """The pid each protocol process's answer of ``model`` names (asked on its own socket)."""
+    answers = ask_each(server, "POST", f"/v2/models/{model}/infer", json=BODY)
+    assert len(answers) == PROCESSES and all(a.status_code == 200 for a in answers), [
+        a.text for a in answers
+    ]
+    return {int(_output(answer, "pid")) for answer in answers}
+
+
+def _output(answer: httpx.Response, name: str) -> float:
+    return float(next(o["data"][0] for o in answer.json()["outputs"] if o["name"] == name))
+
+
+def _assert_loaded_once(server: ServerProcess, model: str, before: dict[int, float]) -> None:
+    """``model`` answers from every protocol process, run by one process that is none of
+    them, and no protocol process grew by a copy of it."""
+    pids = _pids_answering(server, model)
+    assert len(pids) == 1 and not pids & set(before), (pids, before)
+    after = _pss_mib(server)
+    added = {pid: round(after[pid] - before[pid], 1) for pid in before}
+    print(f"{model}: MiB added per protocol process {added}")
+    assert set(after) == set(before), "a protocol process restarted"
+    assert all(growth <= PER_PROCESS_LIMIT for growth in added.values()), added
+
+
+def test_a_model_loaded_through_the_repository_api_is_one_copy(server: ServerProcess) -> None:
+    before = _pss_mib(server)
+    _add_heavy(server.repository, "heavy")
+    response = httpx.post(f"{server.url}/v2/repository/models/heavy/load", timeout=60)
+    assert response.status_code == 200, response.text
+    _assert_loaded_once(server, "heavy", before)
+    log = server.log()
+    assert "Model 'heavy' runs in the model host, once, for every protocol process" in log, log
+    assert log.count("runs in the model host, once, for every protocol process: it is loaded") == 1
+
+
+def test_a_model_copied_at_start_is_reloaded_into_the_host(server: ServerProcess) -> None:
+    """Copied at start (each process answers with its own pid); reloaded through the API
+    it runs once, in the host, as any load after the start."""
+    copied = _pids_answering(server, "at_start")
+    assert copied <= set(_pss_mib(server)), copied  # each protocol process runs its copy
+    before = _pss_mib(server)
+    response = httpx.post(f"{server.url}/v2/repository/models/at_start/load", timeout=60)
+    assert response.status_code == 200, response.text
+    _assert_loaded_once(server, "at_start", before)
+
+
+def test_a_model_found_by_the_repository_poll_is_one_copy(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    _add_heavy(repository, "at_start", megabytes=16)
+    server = start_server(repository, {**SETTINGS, "repository_poll_secs": 1})
+    try:
+        before = _pss_mib(server)
+        _add_heavy(repository, "polled")
+
+        def ready_everywhere() -> bool:
+            answers = ask_each(server, "GET", "/v2/models/polled/ready")
+            return all(answer.status_code == 200 for answer in answers)
+
+        wait_for(ready_everywhere, "the polled model ready in every protocol process", 60)
+        _assert_loaded_once(server, "polled", before)
+    finally:
+        server.stop()
