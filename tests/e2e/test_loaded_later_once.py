@@ -21,7 +21,13 @@ import pytest
 from tests.e2e.each_process import ask_each
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
-from tests.support.procstat import pss_kib, serving_processes
+from tests.support.procstat import (
+    PROC,
+    is_forked_worker,
+    pss_kib,
+    serving_processes,
+    workers,
+)
 from tests.support.serverproc import LEFT_OUT, ServerProcess, start_server
 
 # What a model loaded later may add to each protocol process (MiB of PSS): the issue's
@@ -121,5 +127,35 @@ def test_a_model_found_by_the_repository_poll_is_one_copy(tmp_path: Path) -> Non
 
         wait_for(ready_everywhere, "the polled model ready in every protocol process", 60)
         _assert_loaded_once(server, "polled", before)
+    finally:
+        server.stop()
+
+
+def _private_mib(pid: int) -> float:
+    """``pid``'s private pages (USS), MiB: a copy of the model of its own would be there."""
+    rollup = (PROC / str(pid) / "smaps_rollup").read_text().splitlines()
+    fields = dict(line.split(":", 1) for line in rollup if ":" in line)
+    return sum(int(fields[key].split()[0]) for key in ("Private_Clean", "Private_Dirty")) / 1024
+
+
+def test_a_model_loaded_later_into_forked_workers_is_one_copy(tmp_path: Path) -> None:
+    """``parallel_workers: 2``: every model runs in the host's workers, forked from a
+    parent that loaded it (fork_workers), a model loaded through the API too: each
+    worker holds its own pages, not a copy."""
+    repository = tmp_path / "models"
+    _add_heavy(repository, "at_start", megabytes=16)
+    server = start_server(repository, {**SETTINGS, "parallel_workers": 2})
+    try:
+        before = workers(server.process.pid)
+        _add_heavy(repository, "heavy")
+        response = httpx.post(f"{server.url}/v2/repository/models/heavy/load", timeout=60)
+        assert response.status_code == 200, response.text
+        answers = ask_each(server, "POST", "/v2/models/heavy/infer", json=BODY)
+        assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+        added = workers(server.process.pid) - before
+        assert len(added) == 2 and all(is_forked_worker(pid) for pid in added), added
+        private = {pid: round(_private_mib(pid), 1) for pid in added}
+        print(f"heavy in forked workers: private MiB per worker {private}")
+        assert all(mib <= PER_PROCESS_LIMIT for mib in private.values()), private
     finally:
         server.stop()

@@ -50,6 +50,7 @@ def test_a_request_s_first_load_of_a_model_the_fork_parent_holds_is_adopted(
     assert host.placement("plain", None, on_request=True) is None
     assert host.placement("added", None, on_request=True) == LOADED_LATER
     assert host.placement("plain", None) == LOADED_LATER  # an API load or reload: the host
+    assert host.placement("plain", None, on_request=True) == LOADED_LATER  # stays there
 
 
 def test_a_configuration_override_that_turns_batching_on_needs_the_host(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ server's settings as configured, with the process's share of the server's
 ``max_queue_size`` (those the fork parent loaded before forking this process are
 adopted, workers/preloaded.py; the others load here); the others it reaches in the
 model host (serving/host_backend.py), which the coordinator starts before such a load
-when none runs yet. The model host runs exactly those others, with the server's
-worker settings, and opens no public port.
+when none runs yet, and those the coordinator placed there when they were loaded
+after the start (a load marked ``hosted``: one copy for every process). The model
+host runs exactly those, with the server's worker settings, and opens no public port.
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ def protocol_backends(
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
-    """The model host's server: the models no protocol process copies, run as a lone
-    server runs them (its worker settings), served on ``host.sock``; what is
+    """The model host's server: the models no protocol process copies, and those loaded
+    after the start, run as a lone server runs them (its worker settings), served on
+    ``host.sock``; what is
     server-wide reaches it from the coordinator, and it catches up on it as a
     protocol process does (it waits for no one: it is not public)."""
 

@@ -161,7 +161,8 @@ class Coordinator:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._host_caught_up.wait(), HOST_CATCH_UP_WAIT_SECONDS)
         async with self._lock:
-            host = self.host  # another load may start it meanwhile: this one's is this
+            # Another load may start it meanwhile: this one's is this.
+            host = self.host if self._reaches_host(operation) else None
             answers = await self._fan_out(operation, host)
             if host is not None and not answers[-1].status:  # the host gave no answer
                 self._host_caught_up.clear()
@@ -174,11 +175,16 @@ class Coordinator:
             return _held_anywhere(settled, answers)
         return (_host_refusal(answers) if host else None) or settled.answer
 
+    def _reaches_host(self, operation: Operation) -> bool:
+        """Whether ``operation`` goes to the model host: not a load ``_placed`` left
+        in every protocol process (the host would leave it out)."""
+        placed = self._on_demand is not None and isinstance(operation, LOADS)
+        return not placed or bool(getattr(operation, "hosted", False))
+
     async def _placed(self, operation: Operation) -> Operation:
-        """``operation`` as every process applies it: a load after the start that runs
-        in the model host (host_on_demand.py ``placement``: one decision, logged once)
-        marked ``hosted``, with the host started first when none runs (it catches up
-        under the lock: so not under it) and ready."""
+        """``operation`` as every process applies it: a load that runs in the model host
+        (host_on_demand.py ``placement``: one decision, logged once) marked ``hosted``,
+        the host started first when none runs (not under the lock: it catches up under it)."""
         load = loaded_model(operation)
         if self._on_demand is None or load is None:
             return operation

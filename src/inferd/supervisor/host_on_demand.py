@@ -56,6 +56,7 @@ class HostOnDemand:
         # The models the protocol fork parent loads at start, whose first load on
         # request each process adopts (shared): the copied ones the start loads.
         self._shared_at_start = _copied_at_start(settings, self._repository)
+        self._hosted: set[str] = set()  # the models placed in the host so far
         self._start = start
         self._starting: asyncio.Future[None] | None = None
 
@@ -73,7 +74,8 @@ class HostOnDemand:
             return None
         for version in found:
             reason = why_not_replicated(version, self._settings)
-            if reason is None and not (on_request and name in self._shared_at_start):
+            adopted = on_request and name in self._shared_at_start and name not in self._hosted
+            if reason is None and not adopted:
                 reason = LOADED_LATER
             if reason is not None:
                 logger.info(
@@ -81,6 +83,7 @@ class HostOnDemand:
                     version.label[:1].upper() + version.label[1:],
                     reason,
                 )
+                self._hosted.add(name)  # each process binds it from now on, loaded again too
                 return reason
         return None
 
