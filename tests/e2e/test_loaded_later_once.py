@@ -97,6 +97,8 @@ def test_a_model_loaded_through_the_repository_api_is_one_copy(server: ServerPro
     response = httpx.post(f"{server.url}/v2/repository/models/heavy/load", timeout=60)
     assert response.status_code == 200, response.text
     _assert_loaded_once(server, "heavy", before)
+    # In the host's own process, as a protocol process runs its copy: no worker, one hop.
+    assert not workers(server.process.pid)
     log = server.log()
     assert "Model 'heavy' runs in the model host, once, for every protocol process" in log, log
     assert log.count("runs in the model host, once, for every protocol process: it is loaded") == 1

@@ -68,7 +68,8 @@ class RoleServer(ServerParts):
         public: list[Running] = []
         grpc_server = None
         try:
-            await self.pool.start()
+            if role.models_at_start:  # else its workers start with a load that needs them
+                await self.pool.start()
             for what, server, task in private:
                 await wait_started(what, server, task, self.settings.host)
             if role.open_ports_first:

@@ -128,12 +128,17 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer
     hosted_later: set[str] = set()  # copied models the coordinator placed here
 
     def here(model: ModelSettings) -> bool:
-        return not copied(model, settings) or model.name in hosted_later
+        return not copied(model, settings)
+
+    def in_process(model: ModelSettings) -> bool:
+        # Loaded after the start: in the host's own process, as each protocol process
+        # would have run its copy (no worker to start, no second hop).
+        return model.name in hosted_later
 
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        backends=BackendChoice(here=here),
+        backends=BackendChoice(here=here, in_process=in_process),
         hosted_later=hosted_later,
         before_public=catch_up_with_the_others,
         # At the server's start host.sock opens first: the protocol processes' loads
