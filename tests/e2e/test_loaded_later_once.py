@@ -12,6 +12,8 @@ asked on its private socket) with one pid, the one process that holds it.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from tests.support.procstat import (
     PROC,
     is_forked_worker,
     pss_kib,
+    served_by,
     serving_processes,
     workers,
 )
@@ -102,6 +105,23 @@ def test_a_model_loaded_through_the_repository_api_is_one_copy(server: ServerPro
     log = server.log()
     assert "Model 'heavy' runs in the model host, once, for every protocol process" in log, log
     assert log.count("runs in the model host, once, for every protocol process: it is loaded") == 1
+
+
+def test_a_killed_model_host_loads_what_was_placed_there_again(server: ServerProcess) -> None:
+    """The journal holds the load marked ``hosted``: the restarted host loads ``heavy``
+    again in its own process, and every protocol process's binding finds it."""
+    (host,) = _pids_answering(server, "heavy")
+    os.kill(host, signal.SIGKILL)  # the host: heavy runs in its own process
+
+    def answered_again() -> set[int] | None:
+        try:
+            pids = _pids_answering(server, "heavy")
+        except (AssertionError, httpx.HTTPError):  # 503 or waiting while it restarts
+            return None
+        return pids if len(pids) == 1 else None
+
+    (again,) = wait_for(answered_again, server.log, 90, 0.2)
+    assert again != host and again in served_by(server.process.pid)  # the new host
 
 
 def test_a_model_copied_at_start_is_reloaded_into_the_host(server: ServerProcess) -> None:

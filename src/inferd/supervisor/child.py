@@ -114,11 +114,11 @@ def protocol_backends(
 
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
-    """The model host's server: the models no protocol process copies, and those loaded
-    after the start, run as a lone server runs them (its worker settings), served on
-    ``host.sock``; what is
-    server-wide reaches it from the coordinator, and it catches up on it as a
-    protocol process does (it waits for no one: it is not public)."""
+    """The model host's server: the models no protocol process copies, run as a lone
+    server runs them (its worker settings), and those loaded after the start, run in
+    its own process; served on ``host.sock``. What is server-wide reaches it from the
+    coordinator, and it catches up on it as a protocol process does (it waits for no
+    one: it is not public)."""
 
     async def catch_up_with_the_others() -> None:
         outcome = await catch_up(role)
