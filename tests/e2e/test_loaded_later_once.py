@@ -7,7 +7,10 @@ weights (``HEAVY_MIB``) three times.
 
 Each protocol process's proportional set size (PSS) is read before the load and
 after the model answered through it; the model answers from every process (each
-asked on its private socket) with one pid, the one process that holds it.
+asked on its private socket) with one pid, the one process that holds it. A killed
+host or protocol process places it alike after its restart (the journal holds the
+load marked ``hosted``); with ``parallel_workers: 2`` a later load is forked into
+the host's workers from one loaded copy.
 """
 
 from __future__ import annotations
@@ -124,6 +127,32 @@ def test_a_killed_model_host_loads_what_was_placed_there_again(server: ServerPro
     assert again != host and again in served_by(server.process.pid)  # the new host
 
 
+def test_a_restarted_protocol_process_binds_what_was_placed_in_the_host(
+    server: ServerProcess,
+) -> None:
+    """It catches up from the journal, whose load of ``heavy`` is marked ``hosted``:
+    it binds, as the others did, rather than loading a copy."""
+    (host,) = _pids_answering(server, "heavy")
+    killed = min(serving_processes(server.process.pid))
+    os.kill(killed, signal.SIGKILL)
+
+    def replaced() -> set[int] | None:
+        processes = serving_processes(server.process.pid)
+        return processes if len(processes) == PROCESSES and killed not in processes else None
+
+    wait_for(replaced, server.log, 60, 0.1)
+    wait_for(lambda: _answers_everywhere(server, "heavy"), server.log, 60, 0.1)
+    assert _pids_answering(server, "heavy") == {host}
+
+
+def _answers_everywhere(server: ServerProcess, model: str) -> bool:
+    try:
+        _pids_answering(server, model)
+    except (AssertionError, httpx.HTTPError):  # a process still starting
+        return False
+    return True
+
+
 def test_a_model_copied_at_start_is_reloaded_into_the_host(server: ServerProcess) -> None:
     """Copied at start (each process answers with its own pid); reloaded through the API
     it runs once, in the host, as any load after the start."""
@@ -179,5 +208,30 @@ def test_a_model_loaded_later_into_forked_workers_is_one_copy(tmp_path: Path) ->
         private = {pid: round(_private_mib(pid), 1) for pid in added}
         print(f"heavy in forked workers: private MiB per worker {private}")
         assert all(mib <= PER_PROCESS_LIMIT for mib in private.values()), private
+    finally:
+        server.stop()
+
+
+def test_a_model_added_after_the_start_and_loaded_by_a_request_is_one_copy(
+    tmp_path: Path,
+) -> None:
+    """``load_on_request``: a model in the repository at start is adopted from the fork
+    parent by each process on its first request (copied, no hop); one added after the
+    start is loaded once, in the host, by its first request."""
+    repository = tmp_path / "models"
+    _add_heavy(repository, "at_start", megabytes=16)
+    server = start_server(repository, {**SETTINGS, "load_on_request": True})
+    try:
+        copied = _pids_answering(server, "at_start")
+        assert len(copied) == PROCESSES and copied <= set(_pss_mib(server)), copied
+        before = _pss_mib(server)
+        _add_heavy(repository, "heavy")
+
+        def answered() -> bool:  # 404 while a look at the repository (1 s) predates it
+            response = httpx.post(f"{server.url}/v2/models/heavy/infer", json=BODY, timeout=60)
+            return response.status_code == 200
+
+        wait_for(answered, server.log, 30, 0.2)
+        _assert_loaded_once(server, "heavy", before)
     finally:
         server.stop()
