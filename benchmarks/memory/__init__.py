@@ -13,6 +13,13 @@ server's whole process tree, has every worker's share of requests answered (each
 answer checked: status 200, the row's class), and reads the PSS again: the
 figure reported, since serving touches pages a fork would otherwise share.
 
+With ``--protocol-processes`` the axis is inferd's protocol processes, and
+``--loads api poll request`` adds inferd loading the model after its start (its
+folder put into the repository once the server is ready): through the repository
+API, found by ``repository_poll_secs``, or by a first request (``load_on_request``),
+each against the load at start (issue #43: one copy however a model is loaded);
+their "ready s" is the load's own time, and the first request after it is printed.
+
 It prints a markdown table (PSS and processes, MiB per added worker, time to
 READY and its ratio to the fewest workers) and writes every run, with each
 process's Rss, Pss and private memory, to ``--json-out``.

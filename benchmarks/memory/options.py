@@ -29,6 +29,11 @@ INFERD_RUNTIME_LABEL = "inferd-runtime"  # inferd serving its own runtime's name
 INFERD_FORK_LABEL = "inferd-fork"  # inferd with fork_workers on
 # inferd with fork_protocol_processes off: each protocol process loads the model
 INFERD_SPAWN_LABEL = "inferd-spawn"
+# How inferd loads the model on the protocol_processes axis (--loads): at its start,
+# or after it, through the repository API, by the repository poll, on a first request
+# (each a server labelled "inferd-<way>").
+START, API, POLL, REQUEST = "start", "api", "poll", "request"
+LOADS = (START, API, POLL, REQUEST)
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class MemoryServer:
     implementation: str
     fork_workers: bool = False  # inferd's fork_workers setting on
     fork_protocol_processes: bool = True  # inferd's setting of that name
+    load: str = START  # how the model is loaded (LOADS)
 
     @property
     def contender(self) -> Contender:
@@ -87,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--protocol-processes", action="store_true",
         help="vary inferd's protocol_processes instead (parallel_workers left to its "
         "default; MLServer still varies parallel_workers)")  # fmt: skip
+    add("--loads", nargs="+", choices=LOADS, default=[START],
+        help="with --protocol-processes: how inferd loads the model (default start; "
+        "api, poll and request load it after the start, each a server of its own)")  # fmt: skip
     add("--only", choices=sorted(ONLY_CHOICES),
         help="servers to run (default: both when MLServer's Python is known)")  # fmt: skip
     add("--mlserver-python", default=os.environ.get(MLSERVER_PYTHON_ENV),
@@ -121,7 +130,9 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
     if mlserver_python is not None:
         check_mlserver_sklearn(mlserver_python)
     return MemoryOptions(
-        servers=servers_of(kinds, args.inferd_runtime, args.fork_workers, args.protocol_processes),
+        servers=servers_of(
+            kinds, args.inferd_runtime, args.fork_workers, args.protocol_processes, args.loads
+        ),
         workers=tuple(dict.fromkeys(args.workers)),
         rounds=args.rounds,
         requests_per_worker=args.requests,
@@ -142,16 +153,28 @@ def servers_of(
     inferd_runtime: bool,
     fork_workers: bool = False,
     protocol_axis: bool = False,
+    loads: Sequence[str] = (START,),
 ) -> tuple[MemoryServer, ...]:
     """Each server kind under MLServer's runtime name (the same folder for both), and
     inferd under its own runtime's name, and with fork_workers on, too when asked; on
-    the protocol_processes axis, inferd with fork_protocol_processes off too."""
+    the protocol_processes axis, inferd with fork_protocol_processes off too (with the
+    load at start alone), and inferd loading the model after its start each way of
+    ``loads``."""
     servers = [MemoryServer(kind, kind, SKLEARN_IMPLEMENTATION) for kind in kinds]
     if protocol_axis and INFERD in kinds:
+        later = [
+            MemoryServer(f"{INFERD}-{load}", INFERD, SKLEARN_IMPLEMENTATION, load=load)
+            for load in loads
+            if load != START
+        ]
         spawned = MemoryServer(
             INFERD_SPAWN_LABEL, INFERD, SKLEARN_IMPLEMENTATION, fork_protocol_processes=False
         )
-        servers.insert(kinds.index(INFERD) + 1, spawned)
+        at_start = [spawned] if START in loads else []
+        index = kinds.index(INFERD)
+        servers[index + 1 : index + 1] = [*at_start, *later]
+        if START not in loads:
+            del servers[index]
     if fork_workers and INFERD in kinds:
         forked = MemoryServer(INFERD_FORK_LABEL, INFERD, SKLEARN_IMPLEMENTATION, True)
         servers.insert(kinds.index(INFERD) + 1, forked)

@@ -29,6 +29,7 @@ class Row:
     uss_mib: float  # private pages alone: what other processes of the machine cannot change
     processes: int
     ready_s: float
+    first_answer_ms: float | None = None  # after a load after the start (None: at start)
     per_added_worker_mib: float | None = None  # over the fewest workers (>= 1) measured
     ready_ratio: float | None = None  # ready_s over the fewest workers' (>= 1)
 
@@ -60,7 +61,13 @@ def _row(runs: Sequence[RunRecord]) -> Row:
         uss_mib=statistics.median(run.served.uss_mib for run in runs),
         processes=max(len(run.served.processes) for run in runs),
         ready_s=statistics.median(run.ready_s for run in runs),
+        first_answer_ms=_median_or_none([run.first_answer_ms for run in runs]),
     )
+
+
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
 
 
 def with_growth(rows: Sequence[Row]) -> list[Row]:
@@ -110,8 +117,23 @@ LEGEND = (
     "the checked answers (a page shared by N processes counts 1/N in each); procs: how "
     "many processes the tree had then; +MiB/worker: (PSS - PSS at the fewest workers) / "
     "the workers added; ready s: from the server's start to /v2/models/forest/ready "
-    "answering 200, and (xR) its ratio to the fewest workers' time."
+    "answering 200, and (xR) its ratio to the fewest workers' time; for inferd-api, "
+    "-poll and -request (the model loaded after the start, its folder put into the "
+    "repository once the server was ready): the load's own time, from the folder written "
+    "to the model ready (the load call; the poll's finding it; the first request's answer)."
 )
+
+
+def first_answer_line(summary: dict[str, list[Row]], axis: str) -> str | None:
+    """The first request's time after a load after the start, by ``axis`` value."""
+    parts = []
+    for server, rows in summary.items():
+        times = [f"{row.first_answer_ms:.0f}" for row in rows if row.first_answer_ms is not None]
+        if times:
+            parts.append(f"{server} " + " / ".join(times))
+    if not parts:
+        return None
+    return f"First request after the load by {axis}, ms: " + "; ".join(parts) + "."
 
 
 def uss_line(summary: dict[str, list[Row]], axis: str = "parallel_workers") -> str:
@@ -129,4 +151,7 @@ def markdown(
 ) -> list[str]:
     medians = f" Medians over {rounds} rounds." if rounds > 1 else ""
     lines = ["", f"{title}:", "", *markdown_table(summary, axis), "", LEGEND + medians]
-    return [*lines, "", uss_line(summary, axis)] if summary else lines
+    if not summary:
+        return lines
+    first = first_answer_line(summary, axis)
+    return [*lines, "", uss_line(summary, axis), *(["", first] if first else [])]

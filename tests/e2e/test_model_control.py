@@ -171,7 +171,8 @@ def test_an_override_that_turns_batching_on_moves_a_copied_model_to_the_host(
 ) -> None:
     """``simple`` plain and loaded at start (copied into each protocol process); the
     load with Triton's override makes it batch: it then runs once, in the model
-    host, started for it. Unloaded and loaded again as on disk, it is copied again."""
+    host, started for it. Unloaded and loaded again as on disk, it batches no more
+    (and stays in the host: a load after the start runs there, one copy)."""
     repository = tmp_path / "models"
     add_custom_model(repository, "simple", "SlowEcho")
     server = start(repository, settings={"protocol_processes": processes})

@@ -27,6 +27,7 @@ PROCESSES = 3
 def texts(server: ServerProcess) -> list[str]:
     """The text each protocol process's ``text`` model answers now."""
     answers = ask_each(server, "POST", "/v2/models/text/infer", json=BODY)
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
     return [answer.json()["outputs"][0]["data"][0] for answer in answers]
 
 
@@ -69,13 +70,17 @@ def test_a_changed_folder_and_an_added_version_are_served_alike_by_every_process
     metadata = ask_each(server, "GET", "/v2/models/double")
     assert [answer.json()["versions"] for answer in metadata] == [["1", "2"]] * PROCESSES
 
-    # A folder of a model that batches: the first such load starts the model host.
-    assert "Starting the model host" not in server.log()
+    # A load after the start runs in the model host (one copy for every process): the
+    # changed folder's reload started it.
+    hosted = "runs in the model host, once, for every protocol process: "
+    assert f"Model 'text' {hosted}it is loaded after the start" in server.log()
+    assert server.log().count("Starting the model host") == 1
+    # A folder of a model that batches: hosted for that too, as at start.
     add_custom_model(repository, "batched", "SlowEcho", max_batch_size=4)
     wait_for(lambda: applied(server, "batched", "reload"), server.log, 60)
     ready = ask_each(server, "GET", "/v2/models/batched/ready")
     assert [answer.status_code for answer in ready] == [200] * PROCESSES
-    assert "Starting the model host for model 'batched'" in server.log()
+    assert f"Model 'batched' {hosted}it batches adaptively" in server.log()
 
     log = server.log()
     assert "[inferd.serving.repository_poll] Polling the model repository" in log

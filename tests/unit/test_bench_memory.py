@@ -199,3 +199,17 @@ def test_fork_workers_adds_inferd_with_the_setting_on_beside_inferd() -> None:
         (MLSERVER, False),
     ]
     assert parse(["--only", "inferd", "--fork-workers"]).servers[1].fork_workers
+
+
+def test_loads_add_inferd_loading_the_model_after_its_start_beside_the_load_at_start() -> None:
+    servers = servers_of((INFERD, MLSERVER), False, protocol_axis=True, loads=["start", "api"])
+    assert [(s.label, s.load) for s in servers] == [
+        (INFERD, "start"),
+        ("inferd-spawn", "start"),
+        ("inferd-api", "api"),
+        (MLSERVER, "start"),
+    ]
+    later = servers_of((INFERD,), False, protocol_axis=True, loads=["poll", "request"])
+    assert [s.label for s in later] == ["inferd-poll", "inferd-request"]
+    options = parse(["--only", "inferd", "--protocol-processes", "--loads", "start", "request"])
+    assert [s.label for s in options.servers] == [INFERD, "inferd-spawn", "inferd-request"]

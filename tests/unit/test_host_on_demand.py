@@ -19,6 +19,7 @@ from inferd.serving.operations import (
 from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import loaded_model
 from inferd.supervisor.host_on_demand import HostOnDemand, HostUnavailable
+from inferd.supervisor.hosting_rules import LOADED_LATER
 from tests.support.models import add_custom_model
 
 
@@ -30,14 +31,32 @@ def on_demand(repository: Path, start: object = None) -> HostOnDemand:
     return HostOnDemand(settings, start or never)  # type: ignore[arg-type]
 
 
-def test_a_model_every_process_may_copy_needs_no_host(tmp_path: Path) -> None:
+def test_a_model_loaded_after_the_start_runs_in_the_host_whatever_its_settings(
+    tmp_path: Path,
+) -> None:
+    """Loaded later in each protocol process it would be a copy per process."""
     add_custom_model(tmp_path, "plain", "SlowEcho")
-    assert not on_demand(tmp_path).needs_host("plain", None)
+    assert on_demand(tmp_path).placement("plain", None) == LOADED_LATER
+    assert on_demand(tmp_path).needs_host("plain", None)
+
+
+def test_a_request_s_first_load_of_a_model_the_fork_parent_holds_is_adopted(
+    tmp_path: Path,
+) -> None:
+    """The fork parent loaded it at start: each process adopts that copy, shared."""
+    add_custom_model(tmp_path, "plain", "SlowEcho")
+    host = on_demand(tmp_path)  # the repository as it was at the start
+    add_custom_model(tmp_path, "added", "SlowEcho")
+    assert host.placement("plain", None, on_request=True) is None
+    assert host.placement("added", None, on_request=True) == LOADED_LATER
+    assert host.placement("plain", None) == LOADED_LATER  # an API load or reload: the host
+    assert host.placement("plain", None, on_request=True) == LOADED_LATER  # stays there
 
 
 def test_a_configuration_override_that_turns_batching_on_needs_the_host(tmp_path: Path) -> None:
     add_custom_model(tmp_path, "simple", "SlowEcho")
-    assert on_demand(tmp_path).needs_host("simple", '{"max_batch_size": "16"}')
+    reason = on_demand(tmp_path).placement("simple", '{"max_batch_size": "16"}', on_request=True)
+    assert reason is not None and "max_batch_size: 16" in reason
     add_custom_model(tmp_path, "pinned", "SlowEcho", workers=1)
     assert on_demand(tmp_path).needs_host("pinned", None)
 

@@ -10,6 +10,7 @@ import pytest
 
 from inferd.context import RequestContext
 from inferd.errors import ModelError, ModelNotFound, ModelNotReady
+from inferd.model import Model
 from inferd.observability.stats import ModelStats, ModelStatsTable
 from inferd.serving.backends import BackendChoice, Opened
 from inferd.serving.registry import Registry
@@ -398,3 +399,29 @@ async def test_the_model_host_leaves_out_what_the_protocol_processes_copy() -> N
     # The same name, copied now (its settings changed on disk): the host lets it go.
     await registry.load("batched", [version("batched")])
     assert registry.names() == [] and pool.loaded == {}
+
+
+class Answers(Model):
+    """A runtime the in-process pool of the next test loads (by this module's path)."""
+
+    def predict(self, request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse(outputs=[])
+
+
+async def test_the_model_host_runs_a_model_loaded_after_the_start_in_its_own_process() -> None:
+    """Placed in the host by a later load (``in_process``): beside the pool's workers,
+    in the host's own process, as each protocol process would have run its copy."""
+    pool = FakePool()
+    later = {"later"}
+    choice = BackendChoice(here=lambda s: not is_copied(s), in_process=lambda s: s.name in later)
+    registry = Registry(pool, ModelStatsTable(), choice=choice)
+    await registry.load("plain", [version("plain")])  # copied, not placed here: left out
+    assert registry.names() == []
+    implementation = f"{__name__}.{Answers.__name__}"
+    settings = model_settings_from_dict({"name": "later", "implementation": implementation}, None)
+    await registry.load("later", [settings])
+    found = registry.get_ready("later")
+    assert found.scheduler is not None and pool.loaded == {}  # not in the pool's workers
+    await registry.load("batched", [batched("batched")])
+    assert [s.name for s in pool.loaded.values()] == ["batched"]
+    await registry.close()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from inferd.server.rest.fastpath import RestApp
 from inferd.serving.backends import BackendChoice
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.operations import (
+    LOADS,
     Operation,
     RepositoryReload,
     RepositoryRemove,
@@ -101,6 +102,10 @@ class ProtocolProcess:
     # (server/worker_calls.py); the host calls at these the models it does not hold.
     calls_socket: Path | None = None
     calls_elsewhere: tuple[Path, ...] = ()
+    # The models the coordinator placed in the model host when they were loaded after
+    # the start (a load marked ``hosted``): the backend choice reads it, the
+    # coordinator's operations add to it (OperationsHere) before they load.
+    hosted_later: set[str] = field(default_factory=set)
 
 
 class OperationsHere:
@@ -110,13 +115,21 @@ class OperationsHere:
     instances serving once ``switch`` (the coordinator's barrier) returns."""
 
     def __init__(
-        self, dataplane: DataPlane, changes: ModelChanges, switch: SwitchBarrier | None = None
+        self,
+        dataplane: DataPlane,
+        changes: ModelChanges,
+        switch: SwitchBarrier | None = None,
+        hosted_later: set[str] | None = None,
     ) -> None:
         self.local = LocalServerWide(dataplane)
         self.changes = changes
         self.switch = switch
+        self.hosted_later = hosted_later if hosted_later is not None else set()
 
     async def apply(self, operation: Operation) -> Any:
+        if isinstance(operation, LOADS) and operation.hosted:
+            # The coordinator's placement, before the load reads it (BackendChoice).
+            self.hosted_later.add(operation.name)
         match operation:
             case RepositoryReload(name, number):
                 await self.changes.reload(name, self._barrier(number))
@@ -153,6 +166,7 @@ def private_rest_app(
     dataplane: DataPlane,
     changes: ModelChanges,
     switch: SwitchBarrier | None = None,
+    hosted_later: set[str] | None = None,
 ) -> PrivateRestApp:
     """The app of a protocol process's ``rest-<i>.sock``: the REST app with every API
     group open (the public edge that took a call decided access), not counted in the
@@ -161,7 +175,7 @@ def private_rest_app(
     rest = build_rest_app(
         dataplane, dataplane.settings, guards={}, server_wide=LocalServerWide(dataplane)
     )
-    return PrivateRestApp(rest, OperationsHere(dataplane, changes, switch))
+    return PrivateRestApp(rest, OperationsHere(dataplane, changes, switch, hosted_later))
 
 
 class PrivateRestApp:

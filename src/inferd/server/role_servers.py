@@ -68,7 +68,8 @@ class RoleServer(ServerParts):
         public: list[Running] = []
         grpc_server = None
         try:
-            await self.pool.start()
+            if role.models_at_start:  # else its workers start with a load that needs them
+                await self.pool.start()
             for what, server, task in private:
                 await wait_started(what, server, task, self.settings.host)
             if role.open_ports_first:
@@ -95,7 +96,7 @@ class RoleServer(ServerParts):
         statistics: these are the supervisor's and tests' requests, not clients'), and
         the metrics exposition, each on its own unix socket."""
         role = self.role
-        rest = private_rest_app(self.dataplane, self.changes, role.switch)
+        rest = private_rest_app(self.dataplane, self.changes, role.switch, role.hosted_later)
         apps = [("Private REST server", rest, role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self.metrics_app(), role.metrics_socket))

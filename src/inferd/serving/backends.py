@@ -112,9 +112,15 @@ class BackendChoice:
     # The backend of a version not served here (the model host's). None: such a
     # version is left out (the model host leaves out what the protocol processes run).
     elsewhere: Backend | None = None
+    # Whether a version not served by this process's pool runs in this process itself
+    # (an in-process pool beside the pool's workers): in the model host, a model
+    # placed there because it was loaded after the start runs as a protocol process
+    # would have run its copy. None: no such version.
+    in_process: Callable[[ModelSettings], bool] | None = None
 
     def served(self, versions: list[ModelSettings]) -> list[ModelSettings]:
-        """The versions this server serves, with one backend or the other."""
+        """The versions this server serves, with one backend or another."""
         if self.elsewhere is not None:
             return versions
-        return [version for version in versions if self.here(version)]
+        in_process = self.in_process or (lambda _: False)
+        return [version for version in versions if self.here(version) or in_process(version)]

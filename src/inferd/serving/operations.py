@@ -26,7 +26,7 @@ from inferd.errors import InferdError, StatusError
 from inferd.workers.ipc import error_from_wire, error_to_wire
 
 
-class Operation(msgspec.Struct, frozen=True, tag_field="op", tag=True):
+class Operation(msgspec.Struct, frozen=True, tag_field="op", tag=True, omit_defaults=True):
     """One server-wide operation; its class name is its tag on the wire."""
 
 
@@ -35,6 +35,9 @@ class Load(Operation, frozen=True, tag=True):
 
     name: str
     config: str | None = None
+    # The coordinator placed it in the model host: loaded after the start, one copy
+    # serves every protocol process (supervisor/hosting_rules.py LOADED_LATER).
+    hosted: bool = False
 
 
 class LoadOnRequest(Operation, frozen=True, tag=True):
@@ -43,6 +46,7 @@ class LoadOnRequest(Operation, frozen=True, tag=True):
 
     name: str
     evict: str | None = None
+    hosted: bool = False  # as Load's
 
 
 class Unload(Operation, frozen=True, tag=True):
@@ -56,6 +60,7 @@ class RepositoryReload(Operation, frozen=True, tag=True):
 
     name: str
     switch: int | None = None
+    hosted: bool = False  # as Load's
 
 
 class RepositoryRemove(Operation, frozen=True, tag=True):

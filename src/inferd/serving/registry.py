@@ -42,6 +42,7 @@ from inferd.settings.model import NamedBySettings
 from inferd.triton.classification import Classifier
 from inferd.types import ModelState, RepositoryEntry
 from inferd.workers.base import Control, LoadedInstance, Pool
+from inferd.workers.inprocess import InProcessPool
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,12 @@ class Registry:
         (serving/backends.py); None: this process's serves every model."""
         self._local = LocalBackend(pool, stats, max_queue_size, cache)
         self._choice = choice
+        # The versions the choice runs in this process beside the pool's workers.
+        self._in_process: LocalBackend | None = None
+        if choice is not None and choice.in_process is not None:
+            in_process = InProcessPool()
+            in_process.on_instance_failed(self.instance_failed)
+            self._in_process = LocalBackend(in_process, stats, max_queue_size, cache)
         self.stats = stats
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
@@ -105,6 +112,8 @@ class Registry:
         """Deliver a feature's control message where the instances run (worker
         processes too; see workers.base.Control), e.g. the logging extension's level."""
         self._local.control(message)
+        if self._in_process is not None:
+            self._in_process.control(message)
         if self._choice is not None and self._choice.elsewhere is not None:
             self._choice.elsewhere.control(message)
 
@@ -277,6 +286,9 @@ class Registry:
         choice = self._choice
         if choice is None or choice.here(settings):
             return self._local
+        in_process = choice.in_process
+        if self._in_process is not None and in_process is not None and in_process(settings):
+            return self._in_process
         assert choice.elsewhere is not None  # served() left out what has no backend
         return choice.elsewhere
 

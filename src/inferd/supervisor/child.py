@@ -12,8 +12,9 @@ server's settings as configured, with the process's share of the server's
 ``max_queue_size`` (those the fork parent loaded before forking this process are
 adopted, workers/preloaded.py; the others load here); the others it reaches in the
 model host (serving/host_backend.py), which the coordinator starts before such a load
-when none runs yet. The model host runs exactly those others, with the server's
-worker settings, and opens no public port.
+when none runs yet, and those the coordinator placed there when they were loaded
+after the start (a load marked ``hosted``: one copy for every process). The model
+host runs exactly those, with the server's worker settings, and opens no public port.
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
         # Ready only once every process is (at the server's start they load together).
         await wait_for_every_process(role)
 
+    hosted_later: set[str] = set()  # the coordinator's placement of later loads
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        backends=protocol_backends(settings, role),
+        backends=protocol_backends(settings, role, hosted_later),
+        hosted_later=hosted_later,
         # Its share of the server's bound: at most max_queue_size requests of a copied
         # model wait in the whole server.
         queue_bound=queue_share(settings.max_queue_size, settings.protocol_processes),
@@ -91,14 +94,18 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
     return server
 
 
-def protocol_backends(settings: ServerSettings, role: ProtocolRole) -> BackendChoice:
-    """A protocol process runs the models it may copy; the others run in the model
-    host, reached (connected) when a load first binds one: the host may start after
-    this process, when the coordinator starts it for that load. ``settings`` are the
-    server's as configured (which models are copied depends on what the user set)."""
+def protocol_backends(
+    settings: ServerSettings, role: ProtocolRole, hosted_later: set[str]
+) -> BackendChoice:
+    """A protocol process runs the models it may copy, unless the coordinator placed
+    them in the model host when they were loaded after the start (``hosted_later``:
+    one copy for every process); the others run in the host, reached (connected)
+    when a load first binds one: the host may start after this process, when the
+    coordinator starts it for that load. ``settings`` are the server's as configured
+    (which models are copied depends on what the user set)."""
 
     def here(model: ModelSettings) -> bool:
-        return copied(model, settings)
+        return copied(model, settings) and model.name not in hosted_later
 
     # As many calls may wait for a restarting host as requests may wait here.
     waiting = queue_share(settings.max_queue_size, settings.protocol_processes) or None
@@ -108,19 +115,31 @@ def protocol_backends(settings: ServerSettings, role: ProtocolRole) -> BackendCh
 
 def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
     """The model host's server: the models no protocol process copies, run as a lone
-    server runs them (its worker settings), served on ``host.sock``; what is
-    server-wide reaches it from the coordinator, and it catches up on it as a
-    protocol process does (it waits for no one: it is not public)."""
+    server runs them (its worker settings), and those loaded after the start, run in
+    its own process; served on ``host.sock``. What is server-wide reaches it from the
+    coordinator, and it catches up on it as a protocol process does (it waits for no
+    one: it is not public)."""
 
     async def catch_up_with_the_others() -> None:
         outcome = await catch_up(role)
         if outcome.get("applied"):
             logger.info("Caught up with the protocol processes: %s", outcome)
 
+    hosted_later: set[str] = set()  # copied models the coordinator placed here
+
+    def here(model: ModelSettings) -> bool:
+        return not copied(model, settings)
+
+    def in_process(model: ModelSettings) -> bool:
+        # Loaded after the start: in the host's own process, as each protocol process
+        # would have run its copy (no worker to start, no second hop).
+        return model.name in hosted_later
+
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        backends=BackendChoice(here=lambda model: not copied(model, settings)),
+        backends=BackendChoice(here=here, in_process=in_process),
+        hosted_later=hosted_later,
         before_public=catch_up_with_the_others,
         # At the server's start host.sock opens first: the protocol processes' loads
         # wait there for the host's. Restarted, it opens once its models are loaded.

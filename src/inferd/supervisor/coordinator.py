@@ -21,9 +21,10 @@ it to itself), waits for every answer and answers as they did (merging.py):
   binds to the version the host has loaded: workers/host_client.py), an unload last
   (the protocol processes stop sending it requests, then it drains them). It holds
   only the models no protocol process copies, so its "no such model" to an unload
-  or a statistics read is no refusal. When none runs yet, a load of a model that
-  needs it starts it first (host_on_demand.py), outside the lock (the host catches
-  up under it), so any model can be loaded at any time;
+  or a statistics read is no refusal. A load after the start runs in it (one copy
+  for every process, host_on_demand.py ``placement``: decided here, once, and sent
+  marked ``hosted``); when none runs yet, such a load starts it first, outside the
+  lock (the host catches up under it), so any model can be loaded at any time;
 - the repository's changes, when ``repository_poll_secs`` is set, are found by the
   supervisor's one poller (repository_changes.py) and applied here as loads and
   unloads are: in turn, host first, journaled. A reload's protocol processes each
@@ -62,6 +63,7 @@ from inferd.serving.operations import (
     LOADS,
     UNLOADS,
     Load,
+    LoadOnRequest,
     Operation,
     ReadStatistics,
     RepositoryReload,
@@ -152,14 +154,15 @@ class Coordinator:
         """``operation`` (a server-wide one) in every process, in turn with every
         other operation; the answer the client gets (None: no process answered)."""
         try:
-            await self._start_host_for(operation)
+            operation = await self._placed(operation)
         except InferdError as error:
             return Answer(self.host_socket, 503, {}, encode(refusal_of(error, 503)))
         if self.host_runs and isinstance(operation, LOADS):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._host_caught_up.wait(), HOST_CATCH_UP_WAIT_SECONDS)
         async with self._lock:
-            host = self.host  # another load may start it meanwhile: this one's is this
+            # Another load may start it meanwhile: this one's is this.
+            host = self.host if self._reaches_host(operation) else None
             answers = await self._fan_out(operation, host)
             if host is not None and not answers[-1].status:  # the host gave no answer
                 self._host_caught_up.clear()
@@ -172,17 +175,27 @@ class Coordinator:
             return _held_anywhere(settled, answers)
         return (_host_refusal(answers) if host else None) or settled.answer
 
-    async def _start_host_for(self, operation: Operation) -> None:
-        """When ``operation`` loads a model only the host may run and none runs yet,
-        start it (it catches up under the lock: so not under it) and wait until it is
-        ready."""
+    def _reaches_host(self, operation: Operation) -> bool:
+        """Whether ``operation`` goes to the model host: not a load ``_placed`` left
+        in every protocol process (the host would leave it out)."""
+        placed = self._on_demand is not None and isinstance(operation, LOADS)
+        return not placed or bool(getattr(operation, "hosted", False))
+
+    async def _placed(self, operation: Operation) -> Operation:
+        """``operation`` as every process applies it: a load that runs in the model host
+        (host_on_demand.py ``placement``: one decision, logged once) marked ``hosted``,
+        the host started first when none runs (not under the lock: it catches up under it)."""
         load = loaded_model(operation)
-        if self.host_runs or self._on_demand is None or load is None:
-            return
-        if not await asyncio.to_thread(self._on_demand.needs_host, *load):
-            return
-        await self._on_demand.start()
-        self.host_runs = True
+        if self._on_demand is None or load is None:
+            return operation
+        on_request = isinstance(operation, LoadOnRequest)
+        where = await asyncio.to_thread(self._on_demand.placement, *load, on_request)
+        if where is None:
+            return operation
+        if not self.host_runs:
+            await self._on_demand.start()
+            self.host_runs = True
+        return msgspec.structs.replace(operation, hosted=True)
 
     async def _fan_out(self, operation: Operation, host: Path | None) -> list[Answer]:
         """Every process's answer (the host's last, when ``host``), sent in the order

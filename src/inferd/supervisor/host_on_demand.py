@@ -13,6 +13,13 @@ started loads no model of its own: it catches up on the coordinator's journal
 (what was applied before it ran), and then the load that needed it reaches it
 first, as every load does when a host runs; the protocol processes bind to it
 after (workers/host_client.py connects when a load first needs the host).
+
+A model loaded after the start runs in the host too, whatever its settings
+(:meth:`HostOnDemand.placement`, hosting_rules.py ``LOADED_LATER``): only the models
+loaded at start are shared copy-on-write by the protocol processes (the fork parent
+loaded them before forking); loaded later in each process, a model would cost a
+copy per process. The one exception is a request's first load of a model the fork
+parent loaded (load_on_request): each process adopts the parent's copy, shared.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from pathlib import Path
 from inferd.errors import ConfigurationError, ErrorCode, InferdError
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.supervisor.hosting_rules import why_not_replicated
+from inferd.supervisor.hosting_rules import LOADED_LATER, copied, why_not_replicated
 from inferd.triton.override import apply_override
 
 logger = logging.getLogger(__name__)
@@ -46,25 +53,43 @@ class HostOnDemand:
         self._max_request_size = settings.max_request_size
         # As configured: which models are copied depends on what the user set.
         self._settings = settings
+        # The models the protocol fork parent loads at start, whose first load on
+        # request each process adopts (shared): the copied ones the start loads.
+        self._shared_at_start = _copied_at_start(settings, self._repository)
+        self._hosted: set[str] = set()  # the models placed in the host so far
         self._start = start
         self._starting: asyncio.Future[None] | None = None
 
-    def needs_host(self, name: str, config: str | None) -> bool:
-        """Whether a load of ``name`` (with the override ``config``) has a version only
-        the host may run. Reads the repository: call it in a thread. False when its
-        settings cannot be read: every process refuses that load and says why."""
+    def placement(self, name: str, config: str | None, on_request: bool = False) -> str | None:
+        """Why a load of ``name`` (with the override ``config``) after the start runs in
+        the model host, once for every protocol process (logged once, here); None when
+        each process loads it: a request's first load (``on_request``) of a model the
+        fork parent holds, or settings that cannot be read (every process refuses that
+        load and says why). Reads the repository: call it in a thread."""
         try:
             found = self._repository.find(name)
             if config is not None:
                 found = [apply_override(v, config, self._max_request_size) for v in found]
         except (ConfigurationError, InferdError):
-            return False
+            return None
         for version in found:
             reason = why_not_replicated(version, self._settings)
+            adopted = on_request and name in self._shared_at_start and name not in self._hosted
+            if reason is None and not adopted:
+                reason = LOADED_LATER
             if reason is not None:
-                logger.info("Starting the model host for %s: %s", version.label, reason)
-                return True
-        return False
+                logger.info(
+                    "%s runs in the model host, once, for every protocol process: %s",
+                    version.label[:1].upper() + version.label[1:],
+                    reason,
+                )
+                self._hosted.add(name)  # each process binds it from now on, loaded again too
+                return reason
+        return None
+
+    def needs_host(self, name: str, config: str | None) -> bool:
+        """Whether a load of ``name`` after the start runs in the host (see placement)."""
+        return self.placement(name, config) is not None
 
     async def start(self) -> None:
         """Start the host and wait until it is ready: once, however many loads ask at
@@ -80,3 +105,15 @@ class HostOnDemand:
             if self._starting is starting:
                 self._starting = None
             raise HostUnavailable(f"The model host could not be started: {error}") from error
+
+
+def _copied_at_start(settings: ServerSettings, repository: ModelRepository) -> frozenset[str]:
+    """The names of the models every protocol process copies from the start (the
+    protocol fork parent loads them: protocol_parent.py ``preload``)."""
+    if not settings.load_models_at_startup or not settings.fork_protocol_processes:
+        return frozenset()
+    try:
+        found = repository.find_all()
+    except ConfigurationError:
+        return frozenset()
+    return frozenset(model.name for model in found if copied(model, settings))

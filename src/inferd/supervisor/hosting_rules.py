@@ -33,6 +33,13 @@ core"); setting -> where the model runs: why.
     with the processes. The server's ``max_queue_size`` stays the server's: each
     process lets at most its share wait (:func:`queue_share`: bound // N, at least 1).
 
+That table places the models loaded at start. A model loaded after the start
+(repository API, repository poll, a request's load of a model the fork parent does
+not hold, a reload, a new version) runs in the model host whatever its settings
+(:data:`LOADED_LATER`): the coordinator decides it once per load
+(supervisor/host_on_demand.py ``placement``) and marks the load ``hosted``, so every
+process places it alike.
+
 The model host (docs/design.md "The model host") is one more process that runs
 such models as a lone server would, with the server's worker settings, and serves
 them to every protocol process. It starts with the server when a model loaded at
@@ -53,6 +60,15 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.runtime_names import VLLM
 
 logger = logging.getLogger(__name__)
+
+
+# Why a model loaded after the start runs in the model host (a copy per protocol
+# process would cost its memory N times: only what the fork parent loaded at the
+# start is shared copy-on-write by the processes).
+LOADED_LATER = (
+    "it is loaded after the start (loaded in each protocol process it would be a copy per "
+    "process; one copy in the model host serves them all)"
+)
 
 
 def why_not_replicated(model: ModelSettings, server: ServerSettings) -> str | None:

@@ -6,9 +6,10 @@ in-process pool adopts one (no import, no load, only its warm-up) when its
 settings are exactly those it is asked to load. Each is adopted once: a second
 instance, or a load after an unload, loads the model afresh in this process.
 
-A model this process loads that was not loaded before the fork (loaded through the
-repository API or found by polling later, or not fork-safe) is a copy of its own
-in every protocol process: that is logged once per model, with the cost.
+A model this process loads that was not loaded before the fork (not fork-safe, or
+a request's load of a start-up model again after an eviction) is a copy of its own
+in every protocol process: that is logged once per model, with the cost. A model
+loaded after the start otherwise runs in the model host (supervisor/host_on_demand.py).
 """
 
 from __future__ import annotations
