@@ -44,6 +44,7 @@ def save_tiny_chat_lm(
     positions: int = 256,
     endless: bool = False,
     shape: LmShape = LmShape(),
+    extra_words: tuple[str, ...] = (),
 ) -> None:
     """A 2-layer GPT-2 on a word-level vocabulary with an end token and a chat template
     (``shape``: another size, e.g. :data:`GPT2_SMALL`).
@@ -52,12 +53,13 @@ def save_tiny_chat_lm(
     vLLM's CPU attention takes (2 heads of 16 fail; benchmarks openai --vllm-python).
     ``positions``: its context, in tokens. ``endless``: the end token's embedding (tied to
     the output layer) zeroed, so its logit is 0, below the best word's: greedy decoding
-    runs to ``max_tokens``."""
+    runs to ``max_tokens``. ``extra_words``: more words after the usual ones (``{``,
+    ``}``, ``true``: enough JSON for constrained decoding to spell)."""
     torch = importlib.import_module("torch")  # the huggingface extra
     transformers = importlib.import_module("transformers")
     tokenizers = importlib.import_module("tokenizers")
     folder.mkdir(parents=True, exist_ok=True)
-    words = ["[PAD]", "[UNK]", END, *ROLES, *TINY_VOCABULARY]
+    words = ["[PAD]", "[UNK]", END, *ROLES, *TINY_VOCABULARY, *extra_words]
     words += [f"w{i}" for i in range(len(words), shape.words)]
     backend = tokenizers.Tokenizer(
         tokenizers.models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]")

@@ -4,7 +4,9 @@
 (float32), a client that leaves aborts its request in the engine (vLLM's generation
 token counter stops), bad input is a 400 in OpenAI's shape, and a Triton vllm_backend
 folder (config.pbtxt ``backend: "vllm"``, ``1/model.json``) answers tritonclient's
-``/generate`` and the ``openai`` SDK.
+``/generate`` and the ``openai`` SDK. ``logprobs`` are transformers' log-softmax,
+``tools`` reach the chat template, ``response_format`` constrains the output, and
+``priority`` is refused by an engine scheduling first come first served.
 
 Skipped where vllm cannot be imported: it runs in a side environment with vLLM's CPU
 build (see docs/development.md); starting the engine takes a minute or two there.
@@ -39,6 +41,7 @@ transformers = require_module("transformers", "huggingface")
 VLLM = "inferd.runtimes.vllm.VLLMModel"
 LM, TRITON = "lm", "vllm_model"
 PROMPTS = ["the movie", "the film was", "a plot", "the acting is"]
+JSON_WORDS = ("{", "}", "true", "false")  # enough JSON for structured outputs to spell
 GENERATED = "vllm:generation_tokens_total"
 # No torch.compile warm-up (minutes on 2 cores), a small KV cache.
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
@@ -68,7 +71,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     weights = write_model_folder(repository, LM, VLLM, parameters=parameters) / "weights"
     # One head of 32 (vLLM's CPU attention takes no head of 16); no end token: a stream
     # runs as long as max_tokens asks.
-    save_tiny_chat_lm(weights, heads=1, positions=1024, endless=True)
+    save_tiny_chat_lm(weights, heads=1, positions=1024, endless=True, extra_words=JSON_WORDS)
     triton = repository / TRITON
     (triton / "1").mkdir(parents=True)
     (triton / "config.pbtxt").write_text(CONFIG_PBTXT)
@@ -265,3 +268,79 @@ def test_triton_grpc_stream_as_vllm_backends_client_sends_it(server: ServerProce
         client.stop_stream()
     assert len(texts) >= 2  # deltas, not one answer
     assert "".join(texts).split() == greedy(reference, "a plot", 8).split()
+
+
+def reference_logprobs(reference: Any, prompt: str, text: str) -> list[float]:
+    """transformers' log-softmax of each token of ``text`` after ``prompt``."""
+    tokenizer, model = reference
+    torch = pytest.importorskip("torch")
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    ids = prompt_ids + tokenizer(text)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    scores = torch.log_softmax(logits.float(), dim=-1)
+    return [float(scores[i - 1, ids[i]]) for i in range(len(prompt_ids), len(ids))]
+
+
+def test_logprobs_are_transformers_log_softmax(server: ServerProcess, reference: Any):
+    client = client_of(server)
+    answer = client.completions.create(
+        model=LM, prompt="the movie", max_tokens=6, temperature=0, logprobs=2
+    )
+    logprobs = answer.choices[0].logprobs
+    assert logprobs.tokens == answer.choices[0].text.split()
+    expected = reference_logprobs(reference, "the movie", answer.choices[0].text)
+    assert logprobs.token_logprobs == pytest.approx(expected, abs=1e-3)
+    for token, chosen, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        # Greedy: the chosen token is the likeliest; its one alternative is listed too.
+        assert len(top) == 2 and top[token] == pytest.approx(chosen)
+        assert max(top.values()) == pytest.approx(chosen)
+    chunks = client.chat.completions.create(
+        model=LM, messages=[{"role": "user", "content": "a plot"}], max_tokens=4,
+        logprobs=True, top_logprobs=3, stream=True,
+    )  # fmt: skip
+    tokens = [t for c in chunks if c.choices and c.choices[0].logprobs
+              for t in c.choices[0].logprobs.content]  # fmt: skip
+    assert len(tokens) == 4 and all(len(t.top_logprobs) == 3 for t in tokens)
+
+
+def test_tools_reach_the_chat_template(server: ServerProcess):
+    client = client_of(server)
+    messages = [{"role": "user", "content": "the movie"}]
+    plain = client.chat.completions.create(model=LM, messages=messages, max_tokens=1)
+    tool = {"type": "function", "function": {"name": "plot", "parameters": {"type": "object"}}}
+    with_tools = client.chat.completions.create(
+        model=LM, messages=messages, max_tokens=1, tools=[tool]
+    )
+    # The template shows the tool's name in a system turn: "<|system|> plot".
+    assert with_tools.usage.prompt_tokens == plain.usage.prompt_tokens + 2
+
+
+def test_response_format_constrains_the_output(server: ServerProcess):
+    client = client_of(server)
+    messages = [{"role": "user", "content": "the movie"}]
+    answer = client.chat.completions.create(
+        model=LM, messages=messages, max_tokens=20, response_format={"type": "json_object"}
+    )
+    assert isinstance(json.loads(answer.choices[0].message.content), dict)
+    assert answer.choices[0].finish_reason == "stop"
+    schema = {"type": "boolean"}
+    form = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}}
+    answer = client.chat.completions.create(
+        model=LM, messages=messages, max_tokens=20, response_format=form
+    )
+    assert json.loads(answer.choices[0].message.content) in (True, False)
+
+
+def test_priority_needs_a_priority_scheduler(server: ServerProcess):
+    client = client_of(server)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.completions.create(model=LM, prompt="x", max_tokens=1, extra_body={"priority": 1})
+    assert raised.value.body["param"] == "priority", raised.value.body
+    assert "scheduling_policy" in raised.value.body["message"]
+    answer = client.completions.create(
+        model=LM, prompt="x", max_tokens=1, extra_body={"priority": 0}
+    )
+    assert answer.usage.completion_tokens == 1  # 0, the default, is always taken

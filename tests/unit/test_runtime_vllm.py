@@ -15,10 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.errors import ConfigurationError, InvalidRequest
-from inferd.generation import GenerationRequest, TextPiece
+from inferd.errors import ConfigurationError, InvalidParameter, InvalidRequest
+from inferd.generation import (
+    ChatMessage,
+    GenerationRequest,
+    ResponseFormat,
+    TextPiece,
+    TokenLogprob,
+    TopLogprob,
+)
 from inferd.runtimes import vllm_triton
-from inferd.runtimes.vllm import VLLMModel, engine_arguments, sampling_arguments
+from inferd.runtimes.vllm import VLLMModel, engine_arguments, sampling_arguments, token_logprobs
 from inferd.triton.model_folder import read_model
 from inferd.types import InferenceRequest, Tensor
 
@@ -197,3 +204,116 @@ def test_multi_lora_adapters_become_lora_requests_by_name(tmp_path: Path) -> Non
     assert model._lora("alpaca") == ("alpaca", 1, "/loras/alpaca")
     with pytest.raises(InvalidRequest, match=r"no LoRA adapter 'x'.*alpaca, bactrian"):
         model._lora("x")
+
+
+def test_logprobs_and_response_format_become_sampling_arguments() -> None:
+    asked = sampling_arguments(GenerationRequest(prompt="hi", logprobs=0))
+    assert asked["logprobs"] == 0
+    assert "logprobs" not in sampling_arguments(GenerationRequest(prompt="hi"))
+    schema = {"type": "boolean"}
+    form = ResponseFormat("json_schema", schema)
+    request = GenerationRequest(prompt="hi", response_format=form)
+    assert sampling_arguments(request)["structured_outputs"] == {"json": schema}
+    request = GenerationRequest(prompt="hi", response_format=ResponseFormat("json_object"))
+    assert sampling_arguments(request)["structured_outputs"] == {"json_object": True}
+
+
+def entry(logprob: float, rank: int, text: str) -> SimpleNamespace:
+    """vLLM's ``Logprob``."""
+    return SimpleNamespace(logprob=logprob, rank=rank, decoded_token=text)
+
+
+def test_vllm_logprobs_become_token_logprobs() -> None:
+    # vLLM puts the chosen token first; with k=2 its dict holds the 2 likeliest too.
+    likeliest = {7: entry(-0.1, 1, "a"), 8: entry(-2.0, 2, "b")}
+    unlikely = {9: entry(-5.0, 40, "z"), 7: entry(-0.2, 1, "a"), 8: entry(-1.9, 2, "b")}
+    assert token_logprobs([7, 9], [likeliest, unlikely], 2) == [
+        TokenLogprob("a", -0.1, [TopLogprob("a", -0.1), TopLogprob("b", -2.0)]),
+        TokenLogprob("z", -5.0, [TopLogprob("a", -0.2), TopLogprob("b", -1.9)]),
+    ]
+    # k=0: the chosen token's alone, even when it ranks first.
+    assert token_logprobs([7], [{7: entry(-0.1, 1, "a")}], 0) == [TokenLogprob("a", -0.1, [])]
+
+
+class ScoredEngine(FakeEngine):
+    """Two deltas with log probabilities, the first of a token whose text is held back;
+    the second ends on the end token (id 2). Records what ``generate`` got."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[dict[str, Any]] = []
+
+    async def generate(
+        self, prompt: Any, params: Any, request_id: str, **options: Any
+    ) -> AsyncIterator[Any]:
+        self.calls.append({"prompt": prompt, "params": params, **options})
+        deltas = [("", [5], None), ("ab", [6, 2], "stop")]
+        for text, ids, reason in deltas:
+            scores = [{i: entry(-1.0 * i, 1, f"t{i}")} for i in ids]
+            choice = SimpleNamespace(text=text, token_ids=ids, logprobs=scores,
+                                     finish_reason=reason, stop_reason=None)  # fmt: skip
+            yield SimpleNamespace(outputs=[choice], finished=reason is not None,
+                                  prompt_token_ids=[1])  # fmt: skip
+
+
+def scored_model(tmp_path: Path) -> tuple[VLLMModel, ScoredEngine]:
+    model, _ = fake_model(tmp_path)
+    engine = ScoredEngine()
+    model._engine = engine
+    return model, engine
+
+
+def test_pieces_carry_their_tokens_logprobs_but_not_the_end_tokens(tmp_path: Path) -> None:
+    model, _ = scored_model(tmp_path)
+    pieces = asyncio.run(collect(model.generate(GenerationRequest(prompt="x", logprobs=0))))
+    assert [p.logprobs for p in pieces] == [
+        [TokenLogprob("t5", -5.0)],  # held-back text: its token is still sent
+        [TokenLogprob("t6", -6.0)],  # the end token (2) is not listed
+    ]
+    assert pieces[-1].completion_tokens == 3
+    plain = asyncio.run(collect(model.generate(GenerationRequest(prompt="x"))))
+    assert [p.text for p in plain] == ["ab"] and plain[0].logprobs is None
+
+
+def test_priority_needs_the_priority_scheduler(tmp_path: Path) -> None:
+    model, engine = scored_model(tmp_path)
+    with pytest.raises(InvalidParameter, match="scheduling_policy") as refused:
+        asyncio.run(collect(model.generate(GenerationRequest(prompt="x", priority=1))))
+    assert refused.value.param == "priority"
+    model._priorities = True
+    asyncio.run(collect(model.generate(GenerationRequest(prompt="x", priority=-3))))
+    assert engine.calls[-1]["priority"] == -3
+
+
+def test_structured_outputs_are_vllms_params(tmp_path: Path) -> None:
+    model, _ = scored_model(tmp_path)
+    made: list[dict[str, Any]] = []
+    model._vllm.sampling_params.StructuredOutputsParams = lambda **kw: made.append(kw) or kw  # type: ignore[union-attr]
+    form = ResponseFormat("json_object")
+    asyncio.run(collect(model.generate(GenerationRequest(prompt="x", response_format=form))))
+    assert made == [{"json_object": True}]
+
+
+class Tokenizer:
+    def __init__(self, template: str) -> None:
+        self.chat_template = template
+        self.templated: list[dict[str, Any]] = []
+
+    def apply_chat_template(self, messages: Any, **options: Any) -> list[int]:
+        self.templated.append({"messages": messages, **options})
+        return [1, 2]
+
+
+def test_tools_reach_the_chat_template_that_takes_them(tmp_path: Path) -> None:
+    model, engine = scored_model(tmp_path)
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    request = GenerationRequest(messages=[ChatMessage("user", "hi")], tools=tools)
+    engine.get_tokenizer = lambda: Tokenizer("{{ messages }}")  # type: ignore[attr-defined]
+    with pytest.raises(InvalidParameter, match="does not take tools") as refused:
+        model._prompt(engine, request)
+    assert refused.value.param == "tools"
+    tokenizer = Tokenizer("{{ tools }}{{ messages }}")
+    engine.get_tokenizer = lambda: tokenizer  # type: ignore[attr-defined]
+    assert model._prompt(engine, request) == {"prompt_token_ids": [1, 2]}
+    assert tokenizer.templated[0]["tools"] == tools
+    assert tokenizer.templated[0]["messages"] == [{"role": "user", "content": "hi"}]

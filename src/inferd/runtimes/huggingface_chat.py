@@ -16,6 +16,17 @@ def chat_prompt(name: str, tokenizer: Any, request: GenerationRequest) -> str:
     template = getattr(tokenizer, "chat_template", None)
     if template is None:
         raise InvalidRequest(f"Model {name!r} has no chat template; use /v1/completions")
+    refuse_unseen_tools(name, template, request)
+    messages = [template_message(m) for m in request.messages or []]
+    text: str = tokenizer.apply_chat_template(
+        messages, tools=request.tools, tokenize=False, add_generation_prompt=True
+    )
+    return text
+
+
+def refuse_unseen_tools(name: str, template: Any, request: GenerationRequest) -> None:
+    """A 400 on ``tools`` when the chat template does not mention them (the vLLM runtime
+    checks its template here too)."""
     if request.tools and "tools" not in str(template):
         raise InvalidParameter(
             f"Unsupported parameter: model {name!r}'s chat template does not take tools, "
@@ -23,11 +34,6 @@ def chat_prompt(name: str, tokenizer: Any, request: GenerationRequest) -> str:
             "tools",
             "unsupported_parameter",
         )
-    messages = [template_message(m) for m in request.messages or []]
-    text: str = tokenizer.apply_chat_template(
-        messages, tools=request.tools, tokenize=False, add_generation_prompt=True
-    )
-    return text
 
 
 def template_message(message: ChatMessage) -> dict[str, Any]:

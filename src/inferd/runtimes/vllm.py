@@ -23,10 +23,14 @@ sequence leaves the batch at the next step. The engine's figures are inferd
 metrics (runtimes/vllm_metrics.py).
 
 OpenAI requests map to vLLM's ``SamplingParams`` (:func:`sampling_arguments`):
-``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``; ``n`` choices are
-``n`` requests, seeded ``seed + i`` (server/openai/). Chat messages go through the
-tokenizer's chat template. What the engine refuses (a prompt longer than the
-context, a bad value) is a 400 naming vLLM's reason.
+``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``, ``logprobs`` (vLLM's
+``logprobs``: its default mode gives the raw logits' log-softmax, as the Hugging Face
+runtime), ``response_format`` (vLLM's structured outputs); ``n`` choices are ``n``
+requests, seeded ``seed + i`` (server/openai/). Chat messages and ``tools`` go
+through the tokenizer's chat template (the server parses the calls). ``priority``
+needs an engine started with ``scheduling_policy: "priority"`` (else vLLM would
+ignore it: a 400). What the engine refuses (a prompt longer than the context, a bad
+value) is a 400 naming vLLM's reason.
 """
 
 from __future__ import annotations
@@ -39,17 +43,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.errors import InvalidRequest, ModelError, ModelNotReady
+from inferd.errors import InvalidParameter, InvalidRequest, ModelError, ModelNotReady
 from inferd.generation import (
+    LOGPROBS,
+    PRIORITY,
+    RESPONSE_FORMAT,
+    TOOLS,
     AsyncGenerativeModel,
     GenerationRequest,
+    ResponseFormat,
     TextPiece,
+    TokenLogprob,
+    TopLogprob,
     is_generation_call,
     piece_response,
     read_generation,
 )
 from inferd.runtimes import vllm_metrics, vllm_triton
 from inferd.runtimes.common import import_framework
+from inferd.runtimes.huggingface_chat import refuse_unseen_tools, template_message
 from inferd.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -60,15 +72,14 @@ MULTI_LORA = "multi_lora"
 """``parameters.extra`` key: LoRA adapters by name (vllm_backend's multi_lora.json)."""
 KNOWN_SETTINGS = (ENGINE_ARGS, MULTI_LORA, vllm_triton.CONFIG_KEY)
 FINISH_REASONS = {"stop": "stop", "length": "length"}
+STRUCTURED = "structured_outputs"  # SamplingParams' field: StructuredOutputsParams
 
 
 def sampling_arguments(request: GenerationRequest) -> dict[str, Any]:
     """vLLM ``SamplingParams`` keywords for one OpenAI choice: the one place a field of
-    :class:`GenerationRequest` reaches the engine. A field added there maps here
-    (``logprobs`` / ``top_logprobs`` -> ``logprobs``, ``response_format`` ->
-    ``structured_outputs``); a LoRA adapter is ``pieces``' ``lora_name``, and a
-    priority would be ``AsyncLLM.generate``'s ``priority``, passed where ``pieces``
-    calls it."""
+    :class:`GenerationRequest` reaches the engine (``tools`` reach the chat template,
+    ``priority`` ``AsyncLLM.generate``). ``structured_outputs`` is the keywords of
+    vLLM's ``StructuredOutputsParams``, made in ``pieces``."""
     arguments: dict[str, Any] = {
         "n": 1,
         "max_tokens": request.max_tokens,
@@ -78,7 +89,38 @@ def sampling_arguments(request: GenerationRequest) -> dict[str, Any]:
     }
     if request.stop:
         arguments["stop"] = list(request.stop)
+    if request.logprobs is not None:  # k alternatives; 0: the chosen token's alone
+        arguments["logprobs"] = request.logprobs
+    if request.response_format is not None:
+        arguments[STRUCTURED] = structured_outputs(request.response_format)
     return arguments
+
+
+def structured_outputs(form: ResponseFormat) -> dict[str, Any]:
+    """``response_format`` as vLLM's ``StructuredOutputsParams`` keywords: a schema
+    the output must match, or any JSON object."""
+    if form.type == "json_schema" and form.schema is not None:
+        return {"json": form.schema}
+    return {"json_object": True}
+
+
+def token_logprobs(token_ids: Any, positions: Any, k: int) -> list[TokenLogprob]:
+    """vLLM's log probabilities of a delta's new tokens as inferd's: each position a
+    dict (token id -> ``Logprob``) of the chosen token and the ``k`` likeliest, each
+    with its vocabulary rank (from 1); the alternatives are those ranked ``k`` or better,
+    in order, the chosen one among them if it is."""
+    made = []
+    for token, position in zip(token_ids, positions or (), strict=False):
+        chosen = position[token]
+        ranked = [e for e in position.values() if e.rank is not None and e.rank <= k]
+        top = [TopLogprob(e.decoded_token or "", e.logprob) for e in sorted(ranked, key=_rank)]
+        made.append(TokenLogprob(chosen.decoded_token or "", chosen.logprob, top))
+    return made
+
+
+def _rank(entry: Any) -> int:
+    rank: int = entry.rank
+    return rank
 
 
 def engine_arguments(extra: dict[str, Any], uri: str | Path | None, folder: Path) -> dict[str, Any]:
@@ -110,9 +152,11 @@ class VLLMModel(AsyncGenerativeModel):
     """vLLM's ``AsyncLLM``, one per model, answering the OpenAI endpoints and, for a
     Triton vllm_backend folder, Triton's ``/generate`` and ``/generate_stream``."""
 
+    generation_features = frozenset({LOGPROBS, TOOLS, RESPONSE_FORMAT, PRIORITY})
     _engine: Any = None
     _vllm: ModuleType | None = None
     _loras: dict[str, Any] | None = None
+    _priorities = False  # started with scheduling_policy "priority"
 
     async def load(self) -> bool:
         extra = self.settings.extra
@@ -133,6 +177,8 @@ class VLLMModel(AsyncGenerativeModel):
         self._engine = await asyncio.to_thread(self._start, arguments)
         self._ids = itertools.count()
         self._running: set[str] = set()
+        # vLLM's first-come scheduler takes a priority and ignores it: honoured only here.
+        self._priorities = arguments.get("scheduling_policy") == "priority"
         return True
 
     def _start(self, arguments: dict[str, Any]) -> Any:
@@ -159,18 +205,29 @@ class VLLMModel(AsyncGenerativeModel):
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TextPiece]:
         engine = self._started()
+        if request.priority and not self._priorities:
+            raise InvalidParameter(
+                f"Unsupported parameter: priority is not supported by model {self.name!r} "
+                "(VLLMModel): its engine schedules first come first served (start it with "
+                'engine_args scheduling_policy "priority").',
+                PRIORITY,
+                "unsupported_parameter",
+            )
         prompt = self._prompt(engine, request)
         arguments = sampling_arguments(request)
-        async for piece in self.pieces(prompt, arguments, None):
+        async for piece in self.pieces(prompt, arguments, None, priority=request.priority):
             yield piece
 
     def _prompt(self, engine: Any, request: GenerationRequest) -> Any:
         if request.messages is None:
             return request.prompt or ""
         tokenizer = engine.get_tokenizer()
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        refuse_unseen_tools(self.name, getattr(tokenizer, "chat_template", None), request)
+        messages = [template_message(m) for m in request.messages]
         try:
-            ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+            ids = tokenizer.apply_chat_template(
+                messages, tools=request.tools, tokenize=True, add_generation_prompt=True
+            )
         except Exception as error:  # no template, or one that refuses these messages
             raise InvalidRequest(
                 f"Model {self.name!r} cannot template these messages: {error}"
@@ -181,38 +238,37 @@ class VLLMModel(AsyncGenerativeModel):
         return {"prompt_token_ids": list(ids)}
 
     async def pieces(
-        self, prompt: Any, arguments: dict[str, Any], lora_name: str | None
+        self, prompt: Any, arguments: dict[str, Any], lora_name: str | None, priority: int = 0
     ) -> AsyncIterator[TextPiece]:
-        """The engine's deltas for one request as text pieces; closing this early aborts
-        the request in the engine."""
+        """The engine's deltas for one request as text pieces (with their tokens' log
+        probabilities if ``arguments`` asks); closing this early aborts the request in
+        the engine."""
         engine = self._started()
-        vllm = self._vllm
-        assert vllm is not None
-        try:
-            params = vllm.SamplingParams(
-                **arguments, output_kind=vllm.sampling_params.RequestOutputKind.DELTA
-            )
-        except (TypeError, ValueError) as error:
-            raise InvalidRequest(f"Model {self.name!r}: {error}") from None
+        params = self._sampling_params(arguments)
         lora = self._lora(lora_name)
+        k = arguments.get("logprobs")
         request_id = f"inferd-{next(self._ids)}"
         self._running.add(request_id)
         generated, finished = 0, False
-        outputs = engine.generate(prompt, params, request_id, lora_request=lora)
+        outputs = engine.generate(prompt, params, request_id, lora_request=lora, priority=priority)
         try:
             async for output in outputs:
                 choice = output.outputs[0]
                 generated += len(choice.token_ids)
                 finished = output.finished
+                scored = None if k is None else token_logprobs(choice.token_ids, choice.logprobs, k)
                 if not finished:
-                    if choice.text:
-                        yield TextPiece(choice.text)
+                    if choice.text or scored:  # tokens whose text is held back still count
+                        yield TextPiece(choice.text, logprobs=scored)
                     continue
+                if scored and choice.finish_reason == "stop" and choice.stop_reason is None:
+                    scored = scored[:-1]  # the end token: not listed, as the HF runtime
                 yield TextPiece(
                     choice.text,
                     finish_reason=FINISH_REASONS.get(str(choice.finish_reason), "stop"),  # type: ignore[arg-type]
                     prompt_tokens=len(output.prompt_token_ids or ()),
                     completion_tokens=generated,
+                    logprobs=scored,
                 )
         except Exception as error:
             raise self._refusal(error) from None
@@ -222,6 +278,21 @@ class VLLMModel(AsyncGenerativeModel):
                 await outputs.aclose()
                 if self._engine is not None:
                     await self._engine.abort(request_id)
+
+    def _sampling_params(self, arguments: dict[str, Any]) -> Any:
+        """vLLM's ``SamplingParams`` of ``arguments`` (a 400 for what vLLM refuses)."""
+        vllm = self._vllm
+        assert vllm is not None
+        arguments = dict(arguments)
+        try:
+            if isinstance(arguments.get(STRUCTURED), dict):
+                structured = vllm.sampling_params.StructuredOutputsParams
+                arguments[STRUCTURED] = structured(**arguments[STRUCTURED])
+            return vllm.SamplingParams(
+                **arguments, output_kind=vllm.sampling_params.RequestOutputKind.DELTA
+            )
+        except Exception as error:  # a bad value (vLLM's validation errors are its own)
+            raise InvalidRequest(f"Model {self.name!r}: {error}") from None
 
     def _lora(self, name: str | None) -> Any:
         if name is None:
