@@ -86,3 +86,6 @@ def test_a_changed_folder_and_an_added_version_are_served_alike_by_every_process
     assert "[inferd.serving.repository_poll] Polling the model repository" in log
     assert "[protocol process" not in log.split("Polling the model repository")[0].splitlines()[-1]
     assert log.count("Polling the model repository") == 1  # the supervisor's alone
+    # The server's events once: each reload is told by the process that speaks for it.
+    told = [line for line in log.splitlines() if " INFO " in line]
+    assert sum("Model 'text' loaded from the repository" in line for line in told) == 1, told

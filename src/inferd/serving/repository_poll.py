@@ -34,6 +34,7 @@ import os
 from typing import Protocol
 
 from inferd.errors import ConfigurationError, InferdError, ModelNotFound
+from inferd.observability.logs import SERVER_EVENT
 from inferd.serving.registry import Registry, Switch
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_watch import (
@@ -96,7 +97,7 @@ class LocalChanges(ModelChanges):
         except InferdError:
             return  # the registry logged why and kept the old instance serving
         if name in self._registry.names():  # the model host leaves out what it does not run
-            logger.info("Model %r loaded from the repository", name)
+            logger.info("Model %r loaded from the repository", name, extra=SERVER_EVENT)
 
 
 class RepositoryPoller:
