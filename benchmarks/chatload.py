@@ -1,15 +1,16 @@
 """A streaming chat-completions load: N streams at once, each asking again when done.
 
 Every stream is ``POST /v1/chat/completions`` with ``stream: true``, read as
-server-sent events with httpx: the time of each chunk that carries text is
-taken as it arrives, and a stream counts only when it is right (HTTP 200, every
-event a JSON chunk or the final ``data: [DONE]``, at least one token, a
-``finish_reason``). Figures: time to first token (request sent to first text
-chunk), tokens/s over the whole run (the usage chunk's ``completion_tokens``
-asked for with ``stream_options.include_usage``; a server that reports none, or
-0, is counted by its text chunks, one per token when it flushes each token as it
-is made), and per-stream inter-token latency (between text chunks).
-Parsing and statistics are apart from the network so they are tested alone.
+server-sent events (httpx's bytes, split by the one SSE parser, benchmarks.sse):
+the time of each chunk that carries text is taken as it arrives, and a stream
+counts only when it is right (HTTP 200, every event a JSON chunk or the final
+``data: [DONE]``, at least one token, a ``finish_reason``). Figures: time to
+first token (request sent to first text chunk), tokens/s over the whole run (the
+usage chunk's ``completion_tokens`` asked for with ``stream_options.include_usage``;
+a server that reports none, or 0, is counted by its text chunks, one per token
+when it flushes each token as it is made), and per-stream inter-token latency
+(between text chunks). Parsing and statistics are apart from the network so they
+are tested alone.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import httpx
 import numpy as np
 
 from .loadgen import LoadResult, Target
+from .sse import EVENT_END, MESSAGE, SseEvent, SseSplitter
 
 DONE = "[DONE]"
-DATA = "data:"
 REQUEST_TIMEOUT_S = 60.0
 
 
@@ -82,13 +83,11 @@ class StreamRecord:
         return None
 
 
-def sse_payload(line: str) -> str | None:
-    """The payload of a ``data:`` line; None for blank lines and comments, error otherwise."""
-    if not line or line.startswith(":"):
-        return None
-    if not line.startswith(DATA):
-        raise ChatStreamError(f"not a data line: {line[:200]!r}")
-    return line[len(DATA) :].strip()
+def chat_data(event: SseEvent) -> str:
+    """The data of a chat stream's event; ChatStreamError when it is not a data event."""
+    if event.kind != MESSAGE:
+        raise ChatStreamError(f"not a data event: {event.kind} {event.data[:200]!r}")
+    return event.data.decode().strip()
 
 
 @dataclass(frozen=True)
@@ -148,10 +147,12 @@ async def one_stream(client: httpx.AsyncClient, url: str, body: bytes) -> Stream
         if answer.status_code != 200:
             text = (await answer.aread()).decode(errors="replace")
             raise ChatStreamError(f"HTTP {answer.status_code}: {text[:300]}")
-        async for line in answer.aiter_lines():
-            data = sse_payload(line)
-            if data is not None:
-                record.add_event(data, time.perf_counter())
+        events = SseSplitter()
+        async for piece in answer.aiter_bytes():
+            for event in events.feed(piece):
+                record.add_event(chat_data(event), time.perf_counter())
+        for event in events.feed(EVENT_END):  # a last event without its blank line
+            record.add_event(chat_data(event), time.perf_counter())
     problem = record.problem()
     if problem:
         raise ChatStreamError(problem)

@@ -1,8 +1,11 @@
 """The soak's load: requests of the mix over REST and gRPC, each answer checked.
 
-REST goes over the tools' HTTP/1.1 client (inferd.tools.leanhttp), one connection
+REST goes over the tools' HTTP/1.1 client (inferd.tools.leanhttp, the one openload
+drives too), its streams read by the benchmarks' one SSE parser (benchmarks.sse); one connection
 kept alive per concurrent slot (a client that leaves uses a connection of its own
-and closes it); gRPC over one ``grpc.aio`` channel, as a real client would.
+and closes it); gRPC over one ``grpc.aio`` channel, as a real client would: not the bare HTTP/2
+client of h2grpc.py, which reads no ``grpc-status`` and cannot cancel a call, while
+the soak checks every status and sends clients that leave.
 Requests alternate between the two protocols. :meth:`Load.run` sends a batch of
 requests from ``concurrency`` slots and returns once every one has been answered:
 the soak samples the server between batches, with nothing in flight.
@@ -25,25 +28,11 @@ from inferd.tools.leanhttp import LeanHttpConnection
 from inferd.tools.v2client import Endpoint, http_post
 
 from .soakmix import ANSWER, ERROR, GRPC_STREAM_REQUESTS, LEAVE, STREAM, STREAM_PARTS, Kind
+from .sse import MESSAGE, sse_events
 
 LEAVE_AFTER = 0.005  # seconds a leaving client waits before it goes
 KEPT_PROBLEMS = 10
 ANSWER_TIMEOUT_S = 60.0  # seconds, as for the gRPC calls
-
-
-def sse_events(content: bytes) -> list[tuple[str, Any]]:
-    """(event type, decoded data) of each server-sent event of a body."""
-    events = []
-    for block in content.split(b"\n\n"):
-        kind, data = "message", None
-        for line in block.split(b"\n"):
-            if line.startswith(b"event: "):
-                kind = line[7:].decode()
-            elif line.startswith(b"data: "):
-                data = orjson.loads(line[6:])
-        if data is not None:
-            events.append((kind, data))
-    return events
 
 
 def rest_outputs(answer: Any) -> list[Any] | None:
@@ -165,8 +154,9 @@ def _check_rest_stream(kind: Kind, status: int, content: bytes) -> str:
     events = sse_events(content)
     if len(events) != STREAM_PARTS:
         return f"{kind.name}: {len(events)} events: {content[:200]!r}"
-    for event, data in events:
-        problem = kind.check_rest(200 if event == "message" else 500, rest_outputs(data), "")
+    for event in events:
+        status = 200 if event.kind == MESSAGE else 500
+        problem = kind.check_rest(status, rest_outputs(orjson.loads(event.data)), "")
         if problem:
             return problem
     return ""

@@ -2,7 +2,7 @@
 
 - :class:`SseReader` takes the raw bytes of HTTP/1.1 answers to ``POST .../infer_stream``
   (status line, headers, chunked body) and gives back each Server-Sent Event's data,
-  splitting on the blank line that ends an event: no per-line parser per event.
+  the events read by :mod:`benchmarks.sse` (the one SSE parser of the benchmarks).
 - :func:`sse_value` and :func:`grpc_reader` read the one INT32 a response of the
   streaming benchmark model carries (inferd wraps gRPC stream answers in Triton's
   ``ModelStreamInferResponse``, MLServer sends ``ModelInferResponse`` bare).
@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-SSE_DATA = b"data: "
-EVENT_END = b"\n\n"
+from .sse import MESSAGE, SseEvent, SseSplitter
+
 HEADERS_END = b"\r\n\r\n"
 CRLF = b"\r\n"
 # The Triton parameter marking a decoupled stream's last (empty) response.
@@ -44,7 +44,7 @@ class SseReader:
         self.done = False
         self._in_body = False
         self._raw = b""  # bytes not yet taken apart (headers, chunk framing)
-        self._events = b""  # de-chunked body not yet split into events
+        self._events = SseSplitter()  # de-chunked body, split into events
 
     def feed(self, data: bytes) -> list[bytes]:
         if self.done:
@@ -52,13 +52,11 @@ class SseReader:
         self._raw += data
         if not self._in_body and not self._read_headers():
             return []
-        self._dechunk()
-        complete: list[bytes] = []
-        if EVENT_END in self._events:
-            *complete, self._events = self._events.split(EVENT_END)
-        if self.done and (self._raw or self._events.strip()):
-            raise StreamError(f"bytes after the last event: {(self._events + self._raw)[:200]!r}")
-        return [_event_data(event) for event in complete]
+        complete = self._events.feed(self._dechunk())
+        if self.done and (self._raw or self._events.rest.strip()):
+            rest = self._events.rest + self._raw
+            raise StreamError(f"bytes after the last event: {rest[:200]!r}")
+        return [event_data(event) for event in complete]
 
     def _read_headers(self) -> bool:
         end = self._raw.find(HEADERS_END)
@@ -76,7 +74,8 @@ class SseReader:
         self._in_body = True
         return True
 
-    def _dechunk(self) -> None:
+    def _dechunk(self) -> bytes:
+        """The body bytes of every complete chunk in; the rest stays in ``_raw``."""
         raw, position, pieces = self._raw, 0, []
         while True:
             line_end = raw.find(CRLF, position)
@@ -92,15 +91,15 @@ class SseReader:
                 break
             pieces.append(raw[line_end + 2 : chunk_end])
             position = chunk_end + 2
-        if pieces:
-            self._events += b"".join(pieces)
         self._raw = raw[position:]
+        return b"".join(pieces)
 
 
-def _event_data(event: bytes) -> bytes:
-    if not event.startswith(SSE_DATA):
-        raise StreamError(f"not a data event: {event[:200]!r}")
-    return event[len(SSE_DATA) :]
+def event_data(event: SseEvent) -> bytes:
+    """The data of a ``message`` event; StreamError for any other (``error``)."""
+    if event.kind != MESSAGE:
+        raise StreamError(f"not a data event: {event.kind} {event.data[:200]!r}")
+    return event.data
 
 
 def sse_value(data: bytes) -> int:

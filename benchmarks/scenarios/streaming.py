@@ -16,9 +16,10 @@ from benchmarks.common.serverproc import ServerProcess
 
 from ..repository import write_count_model
 from ..servers import FLOOR, INFERD, MLSERVER, TRITON, Contender, baseline_pairs, with_baseline
+from ..sse import sse_events
 from ..streamclient import GRPC, SSE, STREAM_INFER_PATH
 from ..streamload import TRANSPORTS, StreamLoad, StreamTarget
-from ..streamwire import EVENT_END, SSE_DATA, StreamError, grpc_reader, sse_value, stream_problem
+from ..streamwire import StreamError, event_data, grpc_reader, sse_value, stream_problem
 from .base import Case, Scenario, VerificationError
 
 MODEL = "count"
@@ -217,11 +218,8 @@ def check_sse(port: int, path: str, body: bytes, responses: int) -> None:
     kind = answer.getheader("content-type", "")
     if answer.status != 200 or not kind.startswith("text/event-stream"):
         raise VerificationError(f"POST {path}: HTTP {answer.status} {kind}: {raw[:500]!r}")
-    events = [e for e in raw.split(EVENT_END) if e.strip()]
     try:
-        if any(not e.startswith(SSE_DATA) for e in events):
-            raise StreamError(f"not all events are data events: {raw[:500]!r}")
-        values = [sse_value(e[len(SSE_DATA) :]) for e in events]
+        values = [sse_value(event_data(event)) for event in sse_events(raw)]
     except (StreamError, ValueError) as error:
         raise VerificationError(f"POST {path}: {error}") from None
     problem = stream_problem(values, range(responses))

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from benchmarks.chatload import ChatStreamError, StreamRecord, chat_result, sse_payload
+from benchmarks.chatload import ChatStreamError, StreamRecord, chat_data, chat_result
+from benchmarks.sse import SseSplitter
 
 
 def chunk(content: str | None = None, finish: str | None = None, role: bool = False) -> str:
@@ -61,12 +62,13 @@ def test_an_event_after_done_is_an_error() -> None:
         record.add_event(chunk("a"), 0.2)
 
 
-def test_sse_lines_give_data_payloads_and_skip_blanks_and_comments() -> None:
-    assert sse_payload("data: [DONE]") == "[DONE]"
-    assert sse_payload('data:{"a": 1}') == '{"a": 1}'
-    assert sse_payload("") is None and sse_payload(": keep-alive") is None
-    with pytest.raises(ChatStreamError, match="not a data line"):
-        sse_payload("event: x")
+def test_sse_pieces_give_data_payloads_and_skip_comments() -> None:
+    events = SseSplitter()
+    assert events.feed(b"data: [DO") == []
+    got = events.feed(b'NE]\n\n: keep-alive\n\ndata:{"a": 1}\n\nevent: x\ndata: 1\n\n')
+    assert [chat_data(event) for event in got[:2]] == ["[DONE]", '{"a": 1}']
+    with pytest.raises(ChatStreamError, match="not a data event"):
+        chat_data(got[2])
 
 
 def test_figures_are_ttft_percentiles_tokens_per_second_and_inter_token_gaps() -> None:

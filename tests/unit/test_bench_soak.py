@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+import orjson
 import pytest
 
 from benchmarks.soak import RSS_FLOOR_KIB, Sample, judge, parse, slope_per
-from benchmarks.soakclient import rest_outputs, sse_events
+from benchmarks.soakclient import rest_outputs
 from benchmarks.soakmix import ANSWER, ERROR, LEAVE, STREAM, Kind, Mix, build_kinds
+from benchmarks.sse import sse_events
 from tests.support.procstat import Usage
 
 
@@ -84,6 +86,6 @@ def test_answers_are_checked_exactly(kinds: dict[str, Kind]) -> None:
 def test_events_are_read() -> None:
     # The HTTP/1.1 answers (heads, chunks) are the tools' client's: test_leanhttp.py.
     body = b'data: {"outputs": [{"data": [1]}]}\n\nevent: error\ndata: {"error": "x"}\n\n'
-    events = sse_events(body)
+    events = [(kind, orjson.loads(data)) for kind, data in sse_events(body)]
     assert events == [("message", {"outputs": [{"data": [1]}]}), ("error", {"error": "x"})]
     assert rest_outputs(events[0][1]) == [[1]] and rest_outputs(events[1][1]) is None

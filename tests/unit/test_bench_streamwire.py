@@ -81,7 +81,7 @@ def test_the_answer_is_not_done_before_its_last_chunk() -> None:
     [
         (b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}", "404"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", "not a chunked answer"),
-        (HEAD + chunk(b"event: x\n\n") + LAST_CHUNK, "not a data event"),
+        (HEAD + chunk(b"event: error\ndata: {}\n\n") + LAST_CHUNK, "not a data event"),
         (HEAD + chunk(event(0) + b"data: {") + LAST_CHUNK, "bytes after the last event"),
     ],
 )
