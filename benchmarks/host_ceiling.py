@@ -32,7 +32,8 @@ import numpy as np
 
 from benchmarks.common.procstat import children, cpu_seconds, environment
 from benchmarks.common.serverproc import start_server
-from benchmarks.options import command_parser
+from benchmarks.options import add_json_out, command_parser
+from benchmarks.results import write_command_record
 from inferd.supervisor.paths import protocol_role
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc, messages
@@ -135,6 +136,7 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--workers", type=int, default=2, help="the host's parallel_workers")
     parser.add_argument("--call-ms", type=float, default=1.0, help="device time per call")
     parser.add_argument("--row-ms", type=float, default=0.02, help="device time per row")
+    add_json_out(parser)
     args = parser.parse_args(argv)
     if min(args.duration, args.clients, args.in_flight, args.workers) <= 0:
         parser.error("--duration, --clients, --in-flight and --workers must be positive")
@@ -146,3 +148,5 @@ def main(argv: Sequence[str]) -> None:
         f"{figures['host_share']:.0%} of a core, {figures['host_us_per_request']:.0f} us "
         f"per request: one core of host takes {figures['host_ceiling_req_per_s']:,.0f} req/s"
     )
+    run = {"label": "model host", "requests_per_s": figures["req_per_s"], **figures}
+    write_command_record(args.json_out, "host-ceiling", args, [run])

@@ -38,7 +38,8 @@ import numpy as np
 
 from benchmarks.common.models import add_sklearn_model, write_model_folder
 from benchmarks.common.serverproc import start_server
-from benchmarks.options import command_parser
+from benchmarks.options import add_json_out, command_parser
+from benchmarks.results import write_command_record
 
 BIG_RUNTIME = Path(__file__).resolve().parent / "runtimes" / "bigmodel.py"
 BODY = {
@@ -59,8 +60,15 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+def figures(values: list[float]) -> dict[str, float]:
+    """Requests, p50 and p99 (ms) of a list of request times, for --json-out."""
+    p50, p99 = statistics.median(values), percentile(values, 0.99)
+    return {"requests": len(values), "p50_ms": p50, "p99_ms": p99}
+
+
 def summary(values: list[float]) -> str:
-    return f"p50 {statistics.median(values):.1f} ms, p99 {percentile(values, 0.99):.1f} ms"
+    row = figures(values)
+    return f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms"
 
 
 def settings_of(options: argparse.Namespace, **more: Any) -> dict[str, Any]:
@@ -87,7 +95,7 @@ def add_big_model(repository: Path, megabytes: int) -> str:
     return "big"
 
 
-def cold(options: argparse.Namespace) -> None:
+def cold(options: argparse.Namespace) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder)
         if options.model == "big":
@@ -106,10 +114,12 @@ def cold(options: argparse.Namespace) -> None:
     print(f"model {options.model}")
     print(f"cold: {summary(cold)} ({len(cold)} requests)")
     print(f"warm: {summary(warm)} ({len(warm)} requests)")
+    return [{"label": "cold", **figures(cold)}, {"label": "warm", **figures(warm)}]
 
 
-def random_access(options: argparse.Namespace) -> None:
+def random_access(options: argparse.Namespace) -> list[dict[str, Any]]:
     names = [f"iris-{index}" for index in range(options.random)]
+    rows = []
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder)
         for name in names:
@@ -130,6 +140,9 @@ def random_access(options: argparse.Namespace) -> None:
                 f"{options.random} models, max_loaded_models {budget}: {rate:.0f} req/s, "
                 f"{summary(times)}, {loaded / max(len(times), 1):.0%} loaded their model"
             )
+            row = {"label": f"max_loaded_models {budget}", "requests_per_s": rate}
+            rows.append(row | figures(times) | {"loads": loaded})
+    return rows
 
 
 def run_clients(url: str, names: list[str], options: argparse.Namespace) -> list[float]:
@@ -162,8 +175,7 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[5, 25, 50])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=4)
+    add_json_out(parser)
     options = parser.parse_args(argv)
-    if options.random:
-        random_access(options)
-    else:
-        cold(options)
+    rows = random_access(options) if options.random else cold(options)
+    write_command_record(options.json_out, "load-on-request", options, rows)

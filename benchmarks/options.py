@@ -157,8 +157,14 @@ def add_output_arguments(parser: argparse.ArgumentParser, json_out: Path | None)
     """Where every command keeps its servers' files and writes its figures."""
     add = parser.add_argument
     add("--work-dir", type=Path, help="keep repositories and server logs (default: a temp dir)")
+    add_json_out(parser, json_out)
+
+
+def add_json_out(parser: argparse.ArgumentParser, json_out: Path | None = None) -> None:
+    """``--json-out``: the figures as JSON, in the one shape of ``results.py``."""
     where = f" (default: {json_out})" if json_out else ""
-    add("--json-out", type=Path, default=json_out, help=f"every run and summary, as JSON{where}")
+    help_text = f"every run and summary, as JSON{where}"
+    parser.add_argument("--json-out", type=Path, default=json_out, help=help_text)
 
 
 def build_parser(specs: Sequence[ScenarioSpec]) -> argparse.ArgumentParser:

@@ -37,7 +37,10 @@ def main(argv: Sequence[str]) -> int:
     record = json.loads(args.results.read_text())
     found = points(record)
     if not found:
-        parser.error(f"{args.results}: no run with requests_per_s and p99_ms")
+        command = record.get("setup", {}).get("scenario") or "this file"
+        print(f"{args.results}: nothing to draw: no run of {command} has both requests_per_s "
+              "and p99_ms (its figures are of another kind; read them in the file)")  # fmt: skip
+        return 1
     from inferd.tools.bench import StepResult
     from inferd.tools.benchreport import plot
 

@@ -23,12 +23,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from benchmarks.common.procstat import cpu_seconds, descendants, environment
 from benchmarks.common.serverproc import free_ports, server_environment, spawn
-from benchmarks.options import command_parser
+from benchmarks.options import add_json_out, command_parser
+from benchmarks.results import write_command_record
 from inferd.supervisor.paths import protocol_role
 
 from .scale.mlp import mlp_row, write_mlp_model
@@ -77,8 +79,8 @@ def wrk(url: str, body: Path, seconds: int, connections: int) -> int:
     return int(next(line for line in out.splitlines() if "requests in" in line).split()[0])
 
 
-def measure(src: Path, args: argparse.Namespace, folder: Path) -> list[str]:
-    """One window of the layout served from ``src``: a line per process."""
+def measure(src: Path, args: argparse.Namespace, folder: Path) -> tuple[list[str], dict[str, Any]]:
+    """One window of the layout served from ``src``: a line per process, and its figures."""
     http, grpc, metrics = free_ports(3)
     settings = {
         "host": "127.0.0.1", "http_port": http, "grpc_port": grpc, "metrics_port": metrics,
@@ -99,10 +101,12 @@ def measure(src: Path, args: argparse.Namespace, folder: Path) -> list[str]:
         used = {pid: cpu_seconds(pid) - before[pid] for pid, _ in processes}
         stats = httpx.get(f"{server.url}/v2/models/mlp/stats").json()["model_stats"][0]
     batch = stats["inference_count"] / max(stats["execution_count"], 1)
-    lines = [f"{answered / args.duration:,.0f} req/s, mean batch {batch:.1f}"]
-    for pid, what in processes:
-        lines.append(f"  {1e6 * used[pid] / answered:7.1f} us/req  {what} (pid {pid})")
-    return lines
+    rate = answered / args.duration
+    per_process = {f"{what} (pid {pid})": 1e6 * used[pid] / answered for pid, what in processes}
+    lines = [f"{rate:,.0f} req/s, mean batch {batch:.1f}"]
+    lines += [f"  {us:7.1f} us/req  {what}" for what, us in per_process.items()]
+    row = {"requests_per_s": rate, "mean_batch": batch, "cpu_us_per_request": per_process}
+    return lines, row
 
 
 def main(argv: Sequence[str]) -> None:
@@ -115,6 +119,7 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline-src", type=Path, help="another tree's src, alternated")
     parser.add_argument("--python", default=sys.executable, help="runs inferd")
+    add_json_out(parser)
     args = parser.parse_args(argv)
     trees = [("this tree", CHECKOUT_SRC)]
     if args.baseline_src is not None:
@@ -125,8 +130,11 @@ def main(argv: Sequence[str]) -> None:
         row = list(mlp_row())
         body = {"inputs": [{"name": "x", "shape": [1, len(row)], "datatype": "FP32", "data": row}]}
         (folder / "body.json").write_text(json.dumps(body))
+        runs = []
         for round_ in range(args.rounds):
             for label, src in trees:
-                lines = measure(src, args, folder)
+                lines, figures = measure(src, args, folder)
                 print(f"round {round_ + 1}, {label}: {lines[0]}", *lines[1:], sep="\n")
+                runs.append({"label": label, "round": round_ + 1, **figures})
                 time.sleep(0.5)
+    write_command_record(args.json_out, "process-cpu", args, runs)

@@ -9,10 +9,13 @@ ratios, which pairs runs that were neighbours in time.
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .loadgen import LoadResult
@@ -161,3 +164,21 @@ def exit_status(records: Sequence[RunRecord], failures: Sequence[str]) -> int:
     if failures:
         print(f"\nFAILED: {len(failures)} run(s) did not complete", file=sys.stderr)
     return 1 if failures else 2 if errors else 0
+
+
+def write_command_record(
+    path: Path | None,
+    command: str,
+    args: argparse.Namespace,
+    runs: Sequence[Mapping[str, Any]],
+    **extra: Any,
+) -> None:
+    """``--json-out`` of a command that is not a side-by-side scenario, in the scenarios'
+    shape: ``setup`` (the command and its arguments), ``runs`` (one row per measured run,
+    ``label`` first; ``python -m benchmarks plot`` draws the rows that have
+    ``requests_per_s`` and ``p99_ms``) and the command's own keys. Nothing without a path."""
+    if path is None:
+        return
+    setup = {"scenario": command, "args": {k: str(v) for k, v in vars(args).items()}}
+    record = {"setup": setup, "runs": [dict(run) for run in runs], **extra}
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import tempfile
 import time
@@ -46,6 +45,7 @@ from benchmarks.common.procstat import Usage, children, is_fork_parent, usage
 from benchmarks.common.serverproc import ServerProcess, start_server
 
 from .options import add_output_arguments, add_source_arguments, command_parser
+from .results import write_command_record
 from .servers import resolve_source, use_inferd_source
 
 NAME = "soak"
@@ -134,11 +134,9 @@ async def _soak(args: argparse.Namespace, work: Path) -> int:
         verdict["ok"] = False
         verdict["failures"].append(f"the server exited with {stopped['status']} on SIGTERM")
     report(samples, verdict, load.tally.examples)
-    if args.json_out:
-        record = {"args": {k: str(v) for k, v in vars(args).items()}, "verdict": verdict}
-        record["samples"] = [asdict(sample) for sample in samples]
-        record["sent"] = dict(load.tally.sent)
-        args.json_out.write_text(json.dumps(record, indent=2) + "\n")
+    samples_out = [asdict(sample) for sample in samples]
+    write_command_record(args.json_out, "soak", args, [], verdict=verdict, samples=samples_out,
+                         sent=dict(load.tally.sent))  # fmt: skip
     return 0 if verdict["ok"] else 1
 
 

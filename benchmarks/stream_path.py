@@ -17,10 +17,12 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from benchmarks.options import command_parser
+from benchmarks.options import add_json_out, command_parser
+from benchmarks.results import write_command_record
 from inferd.observability.stats import ModelStatsTable
 from inferd.protocol import pb
 from inferd.server.grpc.edge import GrpcEdge
@@ -44,11 +46,14 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--responses", type=int, default=1000, help="responses per call")
     parser.add_argument("--calls", type=int, default=100, help="calls per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    add_json_out(parser)
     args = parser.parse_args(argv)
-    asyncio.run(measure(args.responses, args.calls, args.rounds))
+    runs = asyncio.run(measure(args.responses, args.calls, args.rounds))
+    write_command_record(args.json_out, "stream-path", args, runs)
 
 
-async def measure(responses: int, calls: int, rounds: int) -> None:
+async def measure(responses: int, calls: int, rounds: int) -> list[dict[str, Any]]:
+    """us per response of each path, a row per path and round (and a line per round)."""
     with tempfile.TemporaryDirectory(prefix="inferd-stream-path-") as folder:
         repo = Path(folder)
         model_folder = write_count_model(repo, "count.CountInferd")
@@ -66,16 +71,20 @@ async def measure(responses: int, calls: int, rounds: int) -> None:
             "DataPlane.infer_stream": _dataplane(dataplane, responses),
             "gRPC ModelStreamInfer": _servicer(servicer, responses),
         }
+        rows: list[dict[str, Any]] = []
         for round_ in range(rounds):
             cells = []
             for name, run in paths.items():
                 started, counted = time.perf_counter(), 0
                 for _ in range(calls):
                     counted += await run()
-                cells.append(f"{name} {(time.perf_counter() - started) / counted * 1e6:6.2f}")
+                per_response = (time.perf_counter() - started) / counted * 1e6
+                cells.append(f"{name} {per_response:6.2f}")
+                rows.append({"label": name, "round": round_, "us_per_response": per_response})
             print(f"round {round_}: us/response: " + "  ".join(cells))
         await registry.close()
         await pool.close()
+    return rows
 
 
 def _request(responses: int) -> InferenceRequest:

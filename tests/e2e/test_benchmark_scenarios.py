@@ -63,16 +63,22 @@ def test_the_scenario_s_short_mode_reports_every_contender(scenario: str, tmp_pa
     assert set(figures["summary"]) == {run["case"] for run in figures["runs"]}
 
 
-def test_load_on_request_times_cold_and_warm_requests() -> None:
-    """Three cold requests (each after an unload) and three warm ones (~5 s)."""
+def test_load_on_request_times_cold_and_warm_requests(tmp_path: Path) -> None:
+    """Three cold requests (each after an unload), each followed by three warm ones (~5 s)."""
+    out = tmp_path / "load-on-request.json"
     command = [sys.executable, "-m", "benchmarks", "load-on-request", "--rounds", "3",
-               "--warm", "3"]  # fmt: skip
+               "--warm", "3", "--json-out", str(out)]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cold: " in done.stdout and "(3 requests)" in done.stdout, done.stdout
     assert "warm: " in done.stdout, done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["setup"]["scenario"] == "load-on-request"
+    runs = {run["label"]: run for run in figures["runs"]}
+    assert (runs["cold"]["requests"], runs["warm"]["requests"]) == (3, 9)  # 3 per round
+    assert 0 < runs["warm"]["p50_ms"] <= runs["warm"]["p99_ms"]
 
 
 def test_a_command_runs_once_per_tree_with_baseline_src(tmp_path: Path) -> None:

@@ -148,10 +148,11 @@ def test_the_memory_command_runs_mlserver_beside_inferd(tmp_path: Path) -> None:
     assert all(run["processes"] >= run["workers"] + 1 for run in ml_runs)
 
 
-def test_host_ceiling_loads_the_model_host_and_checks_every_answer() -> None:
+def test_host_ceiling_loads_the_model_host_and_checks_every_answer(tmp_path: Path) -> None:
     """Pre-packed requests straight to the model host's socket (~10 s): answered, right."""
+    out = tmp_path / "host-ceiling.json"
     command = [sys.executable, "-m", "benchmarks", "host-ceiling", "--duration", "1",
-               "--warmup", "0.5", "--in-flight", "8"]  # fmt: skip
+               "--warmup", "0.5", "--in-flight", "8", "--json-out", str(out)]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
     )
@@ -159,13 +160,17 @@ def test_host_ceiling_loads_the_model_host_and_checks_every_answer() -> None:
     line = done.stdout.strip().splitlines()[-1]
     assert "wrong answers 0;" in line, line
     assert int(line.split()[2].replace(",", "")) > 0, line  # "model host: N req/s ..."
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["label"] == "model host" and run["requests_per_s"] > 0 and run["wrong"] == 0
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
-def test_process_cpu_says_what_each_process_spent_per_request() -> None:
+def test_process_cpu_says_what_each_process_spent_per_request(tmp_path: Path) -> None:
     """One brief window (~10 s): the protocol processes, the host and its worker."""
+    results = tmp_path / "process-cpu.json"
     command = [sys.executable, "-m", "benchmarks", "process-cpu", "--duration", "1",
-               "--warmup", "1", "--workers", "1", "--connections", "4"]  # fmt: skip
+               "--warmup", "1", "--workers", "1", "--connections", "4",
+               "--json-out", str(results)]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, env=server_environment(), capture_output=True, text=True, timeout=120
     )
@@ -174,6 +179,9 @@ def test_process_cpu_says_what_each_process_spent_per_request() -> None:
     assert "round 1, this tree: " in out and " req/s, mean batch " in out, out
     for process in ("protocol process 0", "protocol process 1", "model host", "worker "):
         assert f"us/req  {process}" in out, out
+    (run,) = json.loads(results.read_text())["runs"]
+    assert (run["label"], run["round"]) == ("this tree", 1) and run["requests_per_s"] > 0
+    assert any(name.startswith("model host") for name in run["cpu_us_per_request"])
 
 
 def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_it_measures_each_path_per_response(capsys: pytest.CaptureFixture[str]) -> None:
-    await measure(responses=40, calls=2, rounds=2)
+    rows = await measure(responses=40, calls=2, rounds=2)
+    assert len(rows) == 6 and all(row["us_per_response"] > 0 for row in rows)  # --json-out's
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     for line in lines:

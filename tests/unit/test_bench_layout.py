@@ -103,6 +103,16 @@ def test_plot_draws_every_run_of_a_results_file(tmp_path: Path) -> None:
     ]
 
 
+def test_plot_says_when_a_command_s_record_has_nothing_to_draw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "soak.json"
+    results.write_text(json.dumps({"setup": {"scenario": "soak"}, "runs": []}))
+    assert main(["plot", str(results), str(tmp_path / "soak.png")]) == 1
+    assert "nothing to draw: no run of soak has" in capsys.readouterr().out
+    assert not (tmp_path / "soak.png").exists()
+
+
 def test_a_command_alternating_its_own_baseline_says_so_in_the_table() -> None:
     """A command whose parser takes --baseline-src (process-cpu alternates the trees in
     its rounds) is given the option; for the others pertree.py runs each tree."""
