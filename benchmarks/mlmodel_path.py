@@ -37,7 +37,8 @@ import orjson
 
 from benchmarks.common.models import SKLEARN, train_iris, write_model_folder
 from benchmarks.common.procstat import cpu_seconds
-from benchmarks.options import command_parser
+from benchmarks.options import add_json_out, command_parser
+from benchmarks.results import write_command_record
 from inferd.context import RequestContext
 from inferd.model import WorkerContext
 from inferd.observability.stats import ModelStatsTable
@@ -70,14 +71,16 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--calls", type=int, default=2000, help="requests per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", action="store_true", help="also through a worker process")
+    add_json_out(parser)
     args = parser.parse_args(argv)
-    measure(args.calls, args.rounds)
+    runs = measure(args.calls, args.rounds)
     if args.worker:
-        asyncio.run(measure_worker(args.calls, args.rounds))
+        runs += asyncio.run(measure_worker(args.calls, args.rounds))
+    write_command_record(args.json_out, "mlmodel-path", args, runs)
 
 
-def measure(calls: int, rounds: int) -> None:
-    """Print, per round, the CPU microseconds each path spends per request."""
+def measure(calls: int, rounds: int) -> list[dict[str, Any]]:
+    """Print, per round, the CPU microseconds each path spends per request; a row each."""
     estimator = train_iris()
     loop = asyncio.new_event_loop()  # the worker's loop thread: async runtimes run there
     thread = threading.Thread(target=loop.run_forever, name="worker-loop", daemon=True)
@@ -96,19 +99,25 @@ def measure(calls: int, rounds: int) -> None:
             native_answer = orjson.loads(paths["native runtime"]())
             mlmodel_answer = orjson.loads(paths["MLModel runtime"]())
             assert _classes(native_answer) == _classes(mlmodel_answer), "the runtimes disagree"
+            rows = []
             for round_ in range(rounds):
-                print(f"round {round_}: CPU us/request: " + "  ".join(_round(paths, calls)))
+                spent = _round(paths, calls)
+                cells = [f"{name} {us:7.2f}" for name, us in spent.items()]
+                print(f"round {round_}: CPU us/request: " + "  ".join(cells))
+                rows += [_row(name, round_, us) for name, us in spent.items()]
             for loaded in (mlmodel, native):
                 _on(loop, loaded.release())
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+    return rows
 
 
-async def measure_worker(calls: int, rounds: int) -> None:
+async def measure_worker(calls: int, rounds: int) -> list[dict[str, Any]]:
     """Print, per round, the CPU microseconds the main process and the worker spend
-    per request, each runtime served by one worker process."""
+    per request, each runtime served by one worker process; a row each."""
+    rows = []
     with tempfile.TemporaryDirectory(prefix="inferd-mlmodel-worker-") as folder:
         repo = Path(folder)
         _write_models(repo, train_iris())
@@ -129,10 +138,17 @@ async def measure_worker(calls: int, rounds: int) -> None:
                 for label, name in names.items():
                     main, in_worker = await _through_worker(dataplane, name, body, worker, calls)
                     cells.append(f"{label} main {main:7.2f} worker {in_worker:7.2f}")
+                    row = _row(f"{label} through a worker", round_, main)
+                    rows.append(row | {"worker_cpu_us_per_request": in_worker})
                 print(f"worker round {round_}: CPU us/request: " + "  ".join(cells))
         finally:
             await registry.close()
             await pool.close()
+    return rows
+
+
+def _row(label: str, round_: int, us_per_request: float) -> dict[str, Any]:
+    return {"label": label, "round": round_, "cpu_us_per_request": us_per_request}
 
 
 async def _through_worker(
@@ -148,14 +164,15 @@ async def _through_worker(
     return main / calls * 1e6, in_worker / calls * 1e6
 
 
-def _round(paths: dict[str, Call], calls: int) -> list[str]:
-    cells = []
+def _round(paths: dict[str, Call], calls: int) -> dict[str, float]:
+    """CPU us per request of each path."""
+    spent = {}
     for name, run in paths.items():
         started = time.process_time()  # all threads: the loop thread's share counts
         for _ in range(calls):
             run()
-        cells.append(f"{name} {(time.process_time() - started) / calls * 1e6:7.2f}")
-    return cells
+        spent[name] = (time.process_time() - started) / calls * 1e6
+    return spent
 
 
 def _classes(answer: dict[str, Any]) -> list[Any]:

@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +36,8 @@ from benchmarks.common.models import add_sklearn_model, write_model_folder
 from benchmarks.common.polling import wait_for
 from benchmarks.common.procstat import workers as workers_of
 from benchmarks.common.serverproc import ServerProcess, start_server
-from benchmarks.options import command_parser
+from benchmarks.options import add_json_out, command_parser
+from benchmarks.results import write_command_record
 
 from .openload import Drive, run_drive
 
@@ -191,14 +192,20 @@ def busy_seconds(server: ServerProcess) -> dict[str, float]:
     }
 
 
-def measured_overload(server: ServerProcess, rate: float, seconds: float) -> str:
-    """One overload: its outcome, and how busy each worker was meanwhile (the two
-    should be about equally busy: each serves half)."""
+def measured_overload(
+    server: ServerProcess, label: str, rate: float, seconds: float
+) -> dict[str, Any]:
+    """One overload, printed: its outcome, and how busy each worker was meanwhile (the
+    two should be about equally busy: each serves half); its --json-out row."""
     before = busy_seconds(server)
     outcome = Outcome.of(overload(server, rate, seconds))
     after = busy_seconds(server)
-    busy = ", ".join(f"{w}: {after[w] - before.get(w, 0.0):.1f}s" for w in sorted(after))
-    return f"{outcome}; workers busy {busy}"
+    busy = {w: after[w] - before.get(w, 0.0) for w in sorted(after)}
+    shares = ", ".join(f"{worker}: {spent:.1f}s" for worker, spent in busy.items())
+    print(f"{label}: {outcome}; workers busy {shares}", flush=True)
+    rate = outcome.admitted / seconds  # admitted/s, against p99: plot draws each run
+    row = {"label": label, "requests_per_s": rate, "p99_ms": outcome.p99_s * 1e3}
+    return row | asdict(outcome) | {"busy_s": busy}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -209,20 +216,23 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--queue-size", type=int, default=32, help="max_queue_size")
     parser.add_argument("--clients", type=int, default=16, help="iris clients during the kill")
     parser.add_argument("--runs", type=int, default=2, help="overloads after the restart")
+    add_json_out(parser)
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="restart-overload-"))
     repository = write_repository(folder / "models", args.service_ms / 1000)
     settings = {"parallel_workers": 2, "max_queue_size": args.queue_size}
     server = start_server(repository, settings=settings, log_dir=folder)
     try:
-        print(f"fresh: {measured_overload(server, args.rate, args.seconds)}", flush=True)
+        runs = [measured_overload(server, "fresh", args.rate, args.seconds)]
         workers, statuses = kill_a_worker_under_load(server, args.clients)
         print(f"iris while a worker was killed: statuses {sorted(map(str, statuses))}")
         wait_for_the_restart(server, workers, timeout=120)
         for run in range(args.runs):
-            outcome = measured_overload(server, args.rate, args.seconds)
-            print(f"after the restart, run {run + 1}: {outcome}", flush=True)
+            label = f"after the restart, run {run + 1}"
+            runs.append(measured_overload(server, label, args.rate, args.seconds))
     finally:
         server.stop()
         print(f"server log: {server.log_path}")
+    iris = {str(status): count for status, count in statuses.items()}
+    write_command_record(args.json_out, "restart-overload", args, runs, iris_statuses=iris)
     return 0

@@ -12,7 +12,9 @@ PATHS = ("model alone", "native runtime", "MLModel runtime")
 
 
 def test_it_measures_each_path_per_request(capsys: pytest.CaptureFixture[str]) -> None:
-    measure(calls=5, rounds=2)
+    rows = measure(calls=5, rounds=2)
+    assert [row["label"] for row in rows] == [*PATHS, *PATHS]  # --json-out's
+    assert all(row["cpu_us_per_request"] > 0 for row in rows)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     for line in lines:
@@ -25,7 +27,11 @@ def test_it_measures_each_path_per_request(capsys: pytest.CaptureFixture[str]) -
 async def test_it_measures_both_processes_through_a_worker(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    await measure_worker(calls=5, rounds=1)
+    rows = await measure_worker(calls=5, rounds=1)
+    assert [row["label"] for row in rows] == [
+        "native runtime through a worker",
+        "MLModel runtime through a worker",
+    ]
     (line,) = capsys.readouterr().out.splitlines()
     pattern = r"(native runtime|MLModel runtime) main\s+([\d.]+) worker\s+([\d.]+)"
     figures = re.findall(pattern, line)
