@@ -220,7 +220,8 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="restart-overload-"))
     repository = write_repository(folder / "models", args.service_ms / 1000)
-    settings = {"parallel_workers": 2, "max_queue_size": args.queue_size}
+    # The server's own 2 workers, as the e2e test's (fork_workers gives each model 2).
+    settings = {"parallel_workers": 2, "max_queue_size": args.queue_size, "fork_workers": False}
     server = start_server(repository, settings=settings, log_dir=folder)
     try:
         runs = [measured_overload(server, "fresh", args.rate, args.seconds)]
