@@ -192,8 +192,14 @@ def serving_processes(server_pid: int) -> set[int]:
     """The processes that run a server's in-process models: the server itself when it
     is a lone server, else its protocol processes (not the model host, whose
     environment names it)."""
-    served = served_by(server_pid)
-    protocol = {pid for pid in served if "INFERD_MODEL_HOST" not in environment(pid)}
+    protocol = set()
+    for pid in served_by(server_pid):
+        try:
+            started_with = environment(pid)
+        except OSError:  # it exited since it was listed (a killed one, not reaped yet)
+            continue
+        if "INFERD_MODEL_HOST" not in started_with:
+            protocol.add(pid)
     return protocol or {server_pid}
 
 
