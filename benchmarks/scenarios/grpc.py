@@ -42,13 +42,7 @@ behind Envoy via pyvoy (grpc_floor_asgi.py), to measure what the transport costs
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--streams", type=int, default=1, help="h2load -m per connection")
-        parser.add_argument(
-            "--encoding",
-            choices=("typed", "raw"),
-            default="typed",
-            help="the FP32 row in typed contents or raw_input_contents",
-        )
+        add_load_arguments(parser, streams=1, encoding="typed")
         parser.add_argument(
             "--reference",
             action="store_true",
@@ -99,6 +93,20 @@ behind Envoy via pyvoy (grpc_floor_asgi.py), to measure what the transport costs
         if any(FLOOR in rows and MLSERVER in rows for rows in summary.values()):
             return ["floor/mlserver: the most any grpcio-based server could show against MLServer"]
         return []
+
+
+def add_load_arguments(
+    parser: argparse.ArgumentParser, streams: int, encoding: str, why: str = ""
+) -> None:
+    """The load's options of the gRPC scenarios: h2load's streams per connection, and how
+    the FP32 row is sent (``why``: a note on the default)."""
+    parser.add_argument("--streams", type=int, default=streams, help="h2load -m per connection")
+    parser.add_argument(
+        "--encoding",
+        choices=("typed", "raw"),
+        default=encoding,
+        help=f"the FP32 row in typed contents or raw_input_contents{why}",
+    )
 
 
 def infer_request(encoding: str) -> Any:

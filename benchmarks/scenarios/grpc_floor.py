@@ -14,7 +14,7 @@ import joblib
 from ..repository import MODEL_FILE, write_sklearn_model
 from ..servers import BENCHMARKS_DIR, ENVOY_FLOOR, FLOOR, INFERD, TRITON, Contender, baseline_pairs
 from .base import Case
-from .grpc import INPUT_NAME, Grpc
+from .grpc import INPUT_NAME, Grpc, add_load_arguments
 
 TRITON_PYTHON_ENV = "INFERD_BENCH_TRITON_PYTHON"
 INFERD_DEFAULT = "inferd default"  # inferd's own protocol_processes (the CPUs)
@@ -68,13 +68,7 @@ backend stubs included). inferd/floor is what inferd keeps of grpcio's ceiling."
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--streams", type=int, default=4, help="h2load -m per connection")
-        parser.add_argument(
-            "--encoding",
-            choices=("typed", "raw"),
-            default="raw",
-            help="the FP32 row in typed contents or raw_input_contents (tritonclient: raw)",
-        )
+        add_load_arguments(parser, streams=4, encoding="raw", why=" (tritonclient: raw)")
         parser.add_argument(
             "--triton-python",
             default=os.environ.get(TRITON_PYTHON_ENV),
