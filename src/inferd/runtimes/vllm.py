@@ -31,6 +31,11 @@ through the tokenizer's chat template (the server parses the calls). ``priority`
 needs an engine started with ``scheduling_policy: "priority"`` (else vLLM would
 ignore it: a 400). What the engine refuses (a prompt longer than the context, a bad
 value) is a 400 naming vLLM's reason.
+
+A pooling model (``engine_args`` ``runner: "pooling"``, with ``convert: "embed"`` for
+a causal LM) answers ``/v1/embeddings`` instead: each text one ``AsyncLLM.encode``
+request (task ``embed``), the texts of a request batched by the engine, the vector
+the model's pooler makes (vLLM's default for it: last token or mean, normalized).
 """
 
 from __future__ import annotations
@@ -43,13 +48,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from inferd.errors import InvalidParameter, InvalidRequest, ModelError, ModelNotReady
 from inferd.generation import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
     LOGPROBS,
     PRIORITY,
     RESPONSE_FORMAT,
     TOOLS,
     AsyncGenerativeModel,
+    EmbeddingRequest,
+    Embeddings,
     GenerationRequest,
     ResponseFormat,
     TextPiece,
@@ -157,6 +169,7 @@ class VLLMModel(AsyncGenerativeModel):
     _vllm: ModuleType | None = None
     _loras: dict[str, Any] | None = None
     _priorities = False  # started with scheduling_policy "priority"
+    _pooling = False  # started with runner "pooling": embeds, never generates
 
     async def load(self) -> bool:
         extra = self.settings.extra
@@ -179,7 +192,13 @@ class VLLMModel(AsyncGenerativeModel):
         self._running: set[str] = set()
         # vLLM's first-come scheduler takes a priority and ignores it: honoured only here.
         self._priorities = arguments.get("scheduling_policy") == "priority"
+        self._pooling = self._engine.model_config.runner_type == "pooling"
         return True
+
+    @property
+    def openai_endpoints(self) -> tuple[str, ...]:
+        """A pooling model embeds, a generating one completes: what its engine runs."""
+        return (EMBEDDINGS,) if self._pooling else (COMPLETIONS, CHAT)
 
     def _start(self, arguments: dict[str, Any]) -> Any:
         engine_args = _import("vllm.engine.arg_utils").AsyncEngineArgs(**arguments)
@@ -217,6 +236,30 @@ class VLLMModel(AsyncGenerativeModel):
         arguments = sampling_arguments(request)
         async for piece in self.pieces(prompt, arguments, None, priority=request.priority):
             yield piece
+
+    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+        """One ``encode`` request per text, all at once (the engine batches them)."""
+        engine = self._started()
+        assert self._vllm is not None
+        params = self._vllm.PoolingParams(task="embed")
+        pooled = await asyncio.gather(*(self._pooled(engine, t, params) for t in request.texts))
+        vectors = np.array([vector for vector, _ in pooled], dtype=np.float32)
+        return Embeddings(vectors.reshape(len(pooled), -1), sum(n for _, n in pooled))
+
+    async def _pooled(self, engine: Any, text: str, params: Any) -> tuple[Any, int]:
+        """One text's vector and its prompt's token count."""
+        request_id = f"inferd-{next(self._ids)}"
+        self._running.add(request_id)
+        try:
+            async for output in engine.encode(text, params, request_id):
+                if output.finished:
+                    data = output.outputs.data.float().numpy()
+                    return data, len(output.prompt_token_ids or ())
+        except Exception as error:
+            raise self._refusal(error, "embed") from None
+        finally:
+            self._running.discard(request_id)
+        raise ModelError(f"Model {self.name!r}: vLLM's engine ended {request_id} unfinished")
 
     def _prompt(self, engine: Any, request: GenerationRequest) -> Any:
         if request.messages is None:
@@ -305,15 +348,16 @@ class VLLMModel(AsyncGenerativeModel):
             )
         return loras[name]
 
-    def _refusal(self, error: Exception) -> Exception:
+    def _refusal(self, error: Exception, what: str = "generate") -> Exception:
         """vLLM's error as inferd's: the request's fault a 400, the engine's a 500."""
         if isinstance(error, InvalidRequest | ModelNotReady):
             return error
-        client_error = getattr(_import("vllm.exceptions"), "VLLMClientError", ())
-        if isinstance(error, (ValueError, TypeError, client_error)):
+        if isinstance(error, (ValueError, TypeError)):  # before importing vllm: unit tests
+            return InvalidRequest(f"Model {self.name!r} refused the request: {error}")
+        if isinstance(error, getattr(_import("vllm.exceptions"), "VLLMClientError", ())):
             return InvalidRequest(f"Model {self.name!r} refused the request: {error}")
         cause = error.__cause__ or error
-        return ModelError(f"Model {self.name!r} failed to generate: {cause}")
+        return ModelError(f"Model {self.name!r} failed to {what}: {cause}")
 
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
         if is_generation_call(request):
