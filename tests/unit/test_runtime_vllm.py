@@ -367,3 +367,22 @@ def test_a_text_the_engine_refuses_is_a_400(tmp_path: Path) -> None:
     model, _ = pooling_model(tmp_path)
     with pytest.raises(InvalidRequest, match="longer than the maximum model length"):
         asyncio.run(model.embed(EmbeddingRequest(texts=["ab", "a" * 11])))
+
+
+def test_an_adapter_named_on_v1_reaches_the_engine_as_its_lora_request(tmp_path: Path) -> None:
+    model, engine = fake_model(tmp_path)
+    model._loras = {"flip": "flip's LoRARequest"}
+    seen: list[Any] = []
+    generate = engine.generate
+
+    def recording(prompt: Any, params: Any, request_id: str, **options: Any) -> Any:
+        seen.append(options["lora_request"])
+        return generate(prompt, params, request_id)
+
+    engine.generate = recording  # type: ignore[method-assign]
+    assert model.openai_adapters == ("flip",)
+    asyncio.run(collect(model.generate(GenerationRequest(prompt="x", adapter="flip"))))
+    asyncio.run(collect(model.generate(GenerationRequest(prompt="x"))))
+    assert seen == ["flip's LoRARequest", None]
+    with pytest.raises(InvalidRequest, match="no LoRA adapter 'nope'"):
+        asyncio.run(collect(model.generate(GenerationRequest(prompt="x", adapter="nope"))))

@@ -63,10 +63,7 @@ from inferd.generation import (
     EmbeddingRequest,
     Embeddings,
     GenerationRequest,
-    ResponseFormat,
     TextPiece,
-    TokenLogprob,
-    TopLogprob,
     is_generation_call,
     piece_response,
     read_generation,
@@ -74,6 +71,12 @@ from inferd.generation import (
 from inferd.runtimes import vllm_metrics, vllm_triton
 from inferd.runtimes.common import import_framework
 from inferd.runtimes.huggingface_chat import refuse_unseen_tools, template_message
+from inferd.runtimes.vllm_sampling import (
+    FINISH_REASONS,
+    STRUCTURED,
+    sampling_arguments,
+    token_logprobs,
+)
 from inferd.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -83,56 +86,6 @@ ENGINE_ARGS = "engine_args"
 MULTI_LORA = "multi_lora"
 """``parameters.extra`` key: LoRA adapters by name (vllm_backend's multi_lora.json)."""
 KNOWN_SETTINGS = (ENGINE_ARGS, MULTI_LORA, vllm_triton.CONFIG_KEY)
-FINISH_REASONS = {"stop": "stop", "length": "length"}
-STRUCTURED = "structured_outputs"  # SamplingParams' field: StructuredOutputsParams
-
-
-def sampling_arguments(request: GenerationRequest) -> dict[str, Any]:
-    """vLLM ``SamplingParams`` keywords for one OpenAI choice: the one place a field of
-    :class:`GenerationRequest` reaches the engine (``tools`` reach the chat template,
-    ``priority`` ``AsyncLLM.generate``). ``structured_outputs`` is the keywords of
-    vLLM's ``StructuredOutputsParams``, made in ``pieces``."""
-    arguments: dict[str, Any] = {
-        "n": 1,
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "seed": request.seed,
-    }
-    if request.stop:
-        arguments["stop"] = list(request.stop)
-    if request.logprobs is not None:  # k alternatives; 0: the chosen token's alone
-        arguments["logprobs"] = request.logprobs
-    if request.response_format is not None:
-        arguments[STRUCTURED] = structured_outputs(request.response_format)
-    return arguments
-
-
-def structured_outputs(form: ResponseFormat) -> dict[str, Any]:
-    """``response_format`` as vLLM's ``StructuredOutputsParams`` keywords: a schema
-    the output must match, or any JSON object."""
-    if form.type == "json_schema" and form.schema is not None:
-        return {"json": form.schema}
-    return {"json_object": True}
-
-
-def token_logprobs(token_ids: Any, positions: Any, k: int) -> list[TokenLogprob]:
-    """vLLM's log probabilities of a delta's new tokens as inferd's: each position a
-    dict (token id -> ``Logprob``) of the chosen token and the ``k`` likeliest, each
-    with its vocabulary rank (from 1); the alternatives are those ranked ``k`` or better,
-    in order, the chosen one among them if it is."""
-    made = []
-    for token, position in zip(token_ids, positions or (), strict=False):
-        chosen = position[token]
-        ranked = [e for e in position.values() if e.rank is not None and e.rank <= k]
-        top = [TopLogprob(e.decoded_token or "", e.logprob) for e in sorted(ranked, key=_rank)]
-        made.append(TokenLogprob(chosen.decoded_token or "", chosen.logprob, top))
-    return made
-
-
-def _rank(entry: Any) -> int:
-    rank: int = entry.rank
-    return rank
 
 
 def engine_arguments(extra: dict[str, Any], uri: str | Path | None, folder: Path) -> dict[str, Any]:
@@ -183,6 +136,8 @@ class VLLMModel(AsyncGenerativeModel):
             )
         arguments = engine_arguments(extra, self.settings.uri, self.settings.folder)
         self._vllm = await asyncio.to_thread(_import, "vllm")
+        if extra.get(MULTI_LORA):  # a submodule vllm's package does not import itself
+            await asyncio.to_thread(_import, "vllm.lora.request")
         self._loras = vllm_triton.lora_requests(self._vllm, extra.get(MULTI_LORA), arguments)
         # Starting the engine takes seconds to minutes (its process, the weights, warm-up):
         # in a thread. The engine's output task starts with its first request, on the
@@ -199,6 +154,11 @@ class VLLMModel(AsyncGenerativeModel):
     def openai_endpoints(self) -> tuple[str, ...]:
         """A pooling model embeds, a generating one completes: what its engine runs."""
         return (EMBEDDINGS,) if self._pooling else (COMPLETIONS, CHAT)
+
+    @property
+    def openai_adapters(self) -> tuple[str, ...]:
+        """multi_lora's adapters: each a model of its own name on /v1."""
+        return tuple(self._loras or ())
 
     def _start(self, arguments: dict[str, Any]) -> Any:
         engine_args = _import("vllm.engine.arg_utils").AsyncEngineArgs(**arguments)
@@ -234,8 +194,12 @@ class VLLMModel(AsyncGenerativeModel):
             )
         prompt = self._prompt(engine, request)
         arguments = sampling_arguments(request)
-        async for piece in self.pieces(prompt, arguments, None, priority=request.priority):
-            yield piece
+        pieces = self.pieces(prompt, arguments, request.adapter, priority=request.priority)
+        try:
+            async for piece in pieces:
+                yield piece
+        finally:  # closed early: the engine aborts the request now
+            await pieces.aclose()  # type: ignore[attr-defined]
 
     async def embed(self, request: EmbeddingRequest) -> Embeddings:
         """One ``encode`` request per text, all at once (the engine batches them)."""
