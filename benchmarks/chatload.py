@@ -8,9 +8,14 @@ counts only when it is right (HTTP 200, every event a JSON chunk or the final
 first token (request sent to first text chunk), tokens/s over the whole run (the
 usage chunk's ``completion_tokens`` asked for with ``stream_options.include_usage``;
 a server that reports none, or 0, is counted by its text chunks, one per token
-when it flushes each token as it is made), and per-stream inter-token latency
-(between text chunks). Parsing and statistics are apart from the network so they
-are tested alone.
+when it flushes each token as it is made), per-stream inter-token latency
+(between text chunks), and goodput: the streams per second that met the latency
+target (time to first token under 1 s and time per output token, (last - first
+token) / (tokens - 1), under 100 ms). Closed-loop (each stream asks again when
+done) or open-loop (``rate``: Poisson arrivals, a stream's clock starting at its
+arrival, at most ``streams`` in flight, as vLLM's benchmark_serving's
+--request-rate and --max-concurrency). Parsing and statistics are apart from the
+network so they are tested alone.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +33,8 @@ import numpy as np
 from .loadgen import LoadResult, Target
 from .sse import EVENT_END, MESSAGE, SseEvent, SseSplitter
 
+TTFT_TARGET_S = 1.0  # goodput's latency target
+TPOT_TARGET_S = 0.100
 DONE = "[DONE]"
 REQUEST_TIMEOUT_S = 60.0
 
@@ -72,6 +80,16 @@ class StreamRecord:
                 self.token_times.append(now)
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
+    def time_per_output_token(self) -> float:
+        """Seconds per token after the first (0 for a stream of one text chunk)."""
+        later = self.tokens - 1
+        return (self.token_times[-1] - self.token_times[0]) / later if later > 0 else 0.0
+
+    def met_target(self) -> bool:
+        """Within goodput's latency target (TTFT and time per output token)."""
+        ttft = self.token_times[0] - self.sent_at
+        return ttft < TTFT_TARGET_S and self.time_per_output_token() < TPOT_TARGET_S
+
     def problem(self) -> str | None:
         """Why the finished stream is wrong; None when it is right."""
         if not self.done:
@@ -99,6 +117,7 @@ class ChatResult(LoadResult):
     bad_streams: int
     itl_p50_ms: float
     itl_p99_ms: float
+    goodput_per_s: float  # right streams within the latency target, per second
 
     @property
     def errors(self) -> int:
@@ -111,6 +130,7 @@ class ChatResult(LoadResult):
             f"  streams {self.streams} ({per_s:.1f}/s, {each:.1f} tok each)"
             f"  TTFT p50/p99 {self.p50_ms:.1f}/{self.p99_ms:.1f} ms"
             f"  ITL p50/p99 {self.itl_p50_ms:.2f}/{self.itl_p99_ms:.2f} ms"
+            f"  goodput {self.goodput_per_s:.1f}/s"
         )
 
 
@@ -136,12 +156,25 @@ def chat_result(records: list[StreamRecord], bad: int, duration_s: float) -> Cha
         bad_streams=bad,
         itl_p50_ms=percentile_ms(gaps, 50),
         itl_p99_ms=percentile_ms(gaps, 99),
+        goodput_per_s=sum(r.met_target() for r in records) / duration_s if duration_s else 0.0,
     )
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, body: bytes) -> StreamRecord:
-    """Send one request and read its stream; ChatStreamError when it is wrong."""
-    record = StreamRecord(time.perf_counter())
+async def arrivals(rate: float, deadline: float) -> AsyncIterator[float]:
+    """Poisson arrival times, ``rate`` a second, until ``deadline`` (perf_counter)."""
+    generator = np.random.default_rng(0)
+    now = time.perf_counter()
+    while (now := now + float(generator.exponential(1 / rate))) < deadline:
+        await asyncio.sleep(max(0.0, now - time.perf_counter()))
+        yield now
+
+
+async def one_stream(
+    client: httpx.AsyncClient, url: str, body: bytes, arrived: float | None = None
+) -> StreamRecord:
+    """Send one request and read its stream; ChatStreamError when it is wrong. Its
+    clock starts at ``arrived`` (open-loop: waiting for a free stream counts)."""
+    record = StreamRecord(time.perf_counter() if arrived is None else arrived)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     async with client.stream("POST", url, content=body, headers=headers) as answer:
         if answer.status_code != 200:
@@ -159,23 +192,37 @@ async def one_stream(client: httpx.AsyncClient, url: str, body: bytes) -> Stream
     return record
 
 
-async def drive(url: str, body: bytes, streams: int, seconds: float) -> ChatResult:
-    """``streams`` loops, each starting a new stream until ``seconds`` have passed."""
+async def drive(
+    url: str, body: bytes, streams: int, seconds: float, rate: float | None = None
+) -> ChatResult:
+    """``streams`` loops, each starting a new stream until ``seconds`` have passed; with
+    ``rate``, streams arriving at random (Poisson, ``rate`` a second) for ``seconds``,
+    at most ``streams`` at once (an arrival waits for a free one, on its own clock)."""
     good: list[StreamRecord] = []
     bad: list[str] = []
     limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
         start = time.perf_counter()
         deadline = start + seconds
+        free = asyncio.Semaphore(streams)
+
+        async def one(arrived: float | None = None) -> None:
+            try:
+                async with free:
+                    good.append(await one_stream(client, url, body, arrived))
+            except (ChatStreamError, httpx.HTTPError) as error:
+                bad.append(str(error))
 
         async def loop() -> None:
             while time.perf_counter() < deadline:
-                try:
-                    good.append(await one_stream(client, url, body))
-                except (ChatStreamError, httpx.HTTPError) as error:
-                    bad.append(str(error))
+                await one()
 
-        await asyncio.gather(*(loop() for _ in range(streams)))
+        if rate is None:
+            await asyncio.gather(*(loop() for _ in range(streams)))
+        else:
+            await asyncio.gather(
+                *[asyncio.ensure_future(one(t)) async for t in arrivals(rate, deadline)]
+            )
         elapsed = time.perf_counter() - start
     if bad:
         print(f"    {len(bad)} wrong streams, first: {bad[0]}", flush=True)
@@ -196,13 +243,17 @@ def chat_body(model: str, max_tokens: int, prompt: str) -> bytes:
 
 @dataclass(frozen=True)
 class ChatLoad:
-    """``streams`` concurrent streaming chat completions, closed-loop."""
+    """``streams`` concurrent streaming chat completions: closed-loop, or open-loop at
+    ``rate`` streams a second (at most ``streams`` at once)."""
 
     streams: int
+    rate: float | None = None
 
     @property
     def name(self) -> str:
+        if self.rate is not None:
+            return f"chat streams at {self.rate:g}/s, at most {self.streams} at once"
         return f"{self.streams} concurrent chat streams"
 
     def run(self, target: Target, seconds: float, rate_hint: float | None) -> ChatResult:
-        return asyncio.run(drive(target.url, target.body, self.streams, seconds))
+        return asyncio.run(drive(target.url, target.body, self.streams, seconds, self.rate))

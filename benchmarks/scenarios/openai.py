@@ -58,20 +58,23 @@ $INFERD_BENCH_LITSERVE_PYTHON) names a Python with litserve, torch and
 transformers, and by vLLM's OpenAI server (python -m
 vllm.entrypoints.openai.api_server, float32, its continuous batching) when
 --vllm-python (or $INFERD_BENCH_VLLM_PYTHON) names a Python with vLLM (its CPU
-build runs here; its attention takes no head size of 16). The load is
---connections concurrent streams of POST /v1/chat/completions (stream,
-temperature 0, --max-tokens), each asking again when its stream ends; every
-stream is checked (200, chunks, finish_reason, data: [DONE]). tok/s counts the
-tokens the usage chunk reports (text chunks where it reports none); the p50/p99
-columns are time to first token; each run's line adds streams/s and per-stream
-inter-token latency. --model gpt2-small serves a GPT-2-small-sized LM instead (12
-layers, 768 wide, 124M parameters, random weights from a config, a word-level
-vocabulary of 50257: no download). --batching-off adds inferd with the Hugging Face
-runtime's continuous batching off (parameters.extra.continuous_batching: false),
-in the same rounds; --intra-op-threads sets inferd's torch threads. --vllm-runtime adds
-inferd with its vLLM runtime (inferd.runtimes.vllm, float32, the same weights; run
-inferd with a Python that has vLLM: --inferd-python), compared with vLLM's own server
-when --vllm-python is given too; set VLLM_CPU_KVCACHE_SPACE for both (e.g. 1: GiB)."""
+build runs here; its attention takes no head size of 16). The load is --connections
+concurrent streams of POST /v1/chat/completions (stream, temperature 0,
+--max-tokens), each asking again when its stream ends (with --request-rate R:
+open-loop, streams arriving at random, R a second, at most --connections at once,
+each timed from its arrival); every stream is checked (200, chunks, finish_reason,
+data: [DONE]). tok/s counts the tokens the usage chunk reports (text chunks where it
+reports none); the p50/p99 columns are time to first token; each run's line adds
+streams/s and per-stream inter-token latency, and goodput (streams a second with
+time to first token under 1 s and time per output token under 100 ms). --model
+gpt2-small serves a GPT-2-small-sized LM instead (12 layers, 768 wide, 124M
+parameters, random weights from a config, a word-level vocabulary of 50257: no
+download). --batching-off adds inferd with the Hugging Face runtime's continuous
+batching off (parameters.extra.continuous_batching: false), in the same rounds;
+--intra-op-threads sets inferd's torch threads. --vllm-runtime adds inferd with its
+vLLM runtime (inferd.runtimes.vllm, float32, the same weights; run inferd with a
+Python that has vLLM: --inferd-python), compared with vLLM's own server when
+--vllm-python is given too; set VLLM_CPU_KVCACHE_SPACE for both (e.g. 1: GiB)."""
     defaults = {"duration": 10.0, "warmup": 2.0, "rounds": 2, "connections": [1, 16]}
     compares_mlserver = False
     load_tool = "chat streams"
@@ -95,6 +98,12 @@ when --vllm-python is given too; set VLLM_CPU_KVCACHE_SPACE for both (e.g. 1: Gi
             help=f"a Python with vLLM, e.g. its CPU build (or ${VLLM_PYTHON_ENV})",
         )
         parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens per stream")
+        parser.add_argument(
+            "--request-rate",
+            type=float,
+            help="open-loop: streams arriving at random at this rate a second, at most "
+            "--connections at once (default: closed-loop, each stream asking again)",
+        )
         parser.add_argument(
             "--model", choices=sorted(SHAPES), default="tiny", help="the LM's shape"
         )
@@ -128,7 +137,7 @@ when --vllm-python is given too; set VLLM_CPU_KVCACHE_SPACE for both (e.g. 1: Gi
         return contenders
 
     def load(self, connections: int) -> Load:
-        return ChatLoad(connections)
+        return ChatLoad(connections, self.options.args.request_rate)
 
     def describe(self) -> str:
         args = self.options.args

@@ -32,6 +32,10 @@ generation at the next piece. Its last piece says why it stopped (``stop``: an e
 token or a stop string; ``length``: ``max_tokens``) and counts the tokens, as the
 model's tokenizer does (usage); a stream that ends without saying counts as
 ``stop`` and one completion token per piece.
+
+A runtime with LoRA adapters lists their names in ``openai_adapters`` (a tuple): each
+answers ``/v1`` as a model of its own name, a request to it reaching ``generate``
+with :attr:`GenerationRequest.adapter` set.
 """
 
 from __future__ import annotations
@@ -118,6 +122,9 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     # calls out of the text (server/openai/tool_calls.py).
     tools: list[dict[str, Any]] | None = None
     response_format: ResponseFormat | None = None  # None: free text
+    # One of the model's LoRA adapters (its ``openai_adapters``), which /v1's ``model``
+    # named; None: the model itself.
+    adapter: str | None = None
     priority: int = 0  # lower runs first (vLLM's meaning); 0: the default
 
     @property

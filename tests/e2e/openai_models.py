@@ -14,7 +14,8 @@ from tests.support.tiny_llm import save_tiny_chat_lm
 HF = "inferd.runtimes.huggingface.HuggingFaceModel"
 WORDS_RUNTIME = Path(__file__).resolve().parent / "runtimes" / "openai_runtime.py"
 CHAT_LM, ENCODER, WORDS, ASYNC_WORDS = "chat-lm", "encoder", "words", "async-words"
-ALL_MODELS = sorted([CHAT_LM, ENCODER, WORDS, ASYNC_WORDS])
+SHOUTING = "shouting"  # an adapter of ASYNC_WORDS: a model of its own on /v1
+ALL_MODELS = sorted([CHAT_LM, ENCODER, WORDS, ASYNC_WORDS, SHOUTING])
 
 
 def write_repository(repository: Path, *, words_delay: float = 0.0, **words: Any) -> Path:

@@ -186,7 +186,8 @@ def test_process_cpu_says_what_each_process_spent_per_request(tmp_path: Path) ->
 
 def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path) -> None:
     """2 concurrent chat streams from the tiny LM for a second, every stream checked
-    (one case: one server start; LitServe and vLLM left out: CI has neither venv)."""
+    (one case: one server start; LitServe and vLLM left out: CI has neither venv), then
+    the open-loop load (--request-rate) with goodput."""
     pytest.importorskip("transformers")
     out = tmp_path / "openai.json"
     brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "2"]
@@ -203,7 +204,16 @@ def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path
     assert (run["label"], run["unit"], run["errors"]) == ("inferd", "tok", 0)
     assert run["streams"] > 0 and run["requests"] >= run["streams"]
     assert 0 < run["p50_ms"] <= run["max_ms"]  # time to first token
-    assert "c2 (medians over rounds):" in done.stdout
+    assert 0 <= run["goodput_per_s"] <= run["streams"] / run["duration_s"] + 1e-9
+    assert "c2 (medians over rounds):" in done.stdout and "goodput" in done.stdout
+    # Open-loop: streams arriving at random, 8 a second, at most 4 at once.
+    open_loop = [*command[:-2], "--request-rate", "8", "--json-out", str(out)]
+    open_loop[open_loop.index("--connections") + 1] = "4"
+    done = subprocess.run(open_loop, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["errors"] == 0 and 0 < run["streams"] <= 8 * 3, run  # a second of arrivals
+    assert "chat streams at 8/s, at most 4 at once" in done.stdout, done.stdout
 
 
 def test_the_composition_scenario_measures_bls_and_an_ensemble(tmp_path: Path) -> None:

@@ -17,7 +17,15 @@ from tests.frameworks import require_module
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 
-from .openai_models import ALL_MODELS, ASYNC_WORDS, CHAT_LM, ENCODER, WORDS, write_repository
+from .openai_models import (
+    ALL_MODELS,
+    ASYNC_WORDS,
+    CHAT_LM,
+    ENCODER,
+    SHOUTING,
+    WORDS,
+    write_repository,
+)
 
 openai = require_module("openai", "test")
 require_module("transformers", "huggingface")
@@ -269,7 +277,22 @@ def test_three_protocol_processes(repository: Path, tmp_path: Path) -> None:
         assert f"'{CHAT_LM}' is loaded in each" not in process.log()
         vectors = client.embeddings.create(model=ENCODER, input=["a", "b"])
         assert len(vectors.data) == 2
+        shouted = client.completions.create(model=SHOUTING, prompt="a b")  # an adapter
+        assert shouted.choices[0].text == "A B"
         assert_limit_is_named(client)
+
+
+def test_an_adapter_is_a_model_of_its_own(http: httpx.Client) -> None:
+    """A model's adapter (openai_adapters) answers /v1 by its name, on its model."""
+    found = http.get(f"/v1/models/{SHOUTING}")
+    assert found.status_code == 200 and found.json()["id"] == SHOUTING, found.text
+    for model, text in ((SHOUTING, "A B"), (ASYNC_WORDS, "a b")):
+        body = {"model": model, "prompt": "a b", "n": 2}
+        answer = http.post("/v1/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        assert [c["text"] for c in answer.json()["choices"]] == [text, text]
+    refused = http.post("/v1/embeddings", json={"model": SHOUTING, "input": "a"})
+    assert openai_error(refused, 400)["param"] == "model"
 
 
 def test_an_async_engines_streams_interleave(server: ServerProcess) -> None:

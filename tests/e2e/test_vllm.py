@@ -6,7 +6,10 @@ token counter stops), bad input is a 400 in OpenAI's shape, and a Triton vllm_ba
 folder (config.pbtxt ``backend: "vllm"``, ``1/model.json``) answers tritonclient's
 ``/generate`` and the ``openai`` SDK. ``logprobs`` are transformers' log-softmax,
 ``tools`` reach the chat template, ``response_format`` constrains the output, and
-``priority`` is refused by an engine scheduling first come first served.
+``priority`` is refused by an engine scheduling first come first served. A pooling
+model answers ``/v1/embeddings`` with transformers' last hidden state, normalized. A
+LoRA adapter of multi_lora.json (a tiny Llama's, PEFT's format) is a model of its own
+on ``/v1`` and ``lora_name`` on ``/generate``, and changes the greedy output.
 
 Skipped where vllm cannot be imported: it runs in a side environment with vLLM's CPU
 build (see docs/development.md); starting the engine takes a minute or two there.
@@ -33,13 +36,14 @@ from tests.frameworks import require_module
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for
 from tests.support.serverproc import READY_PATH, ServerProcess, start_server
-from tests.support.tiny_llm import save_tiny_chat_lm
+from tests.support.tiny_llm import save_tiny_chat_lm, save_tiny_llama_with_lora
 
 openai = require_module("openai", "test")
 transformers = require_module("transformers", "huggingface")
 
 VLLM = "inferd.runtimes.vllm.VLLMModel"
-LM, TRITON = "lm", "vllm_model"
+LM, TRITON, EMBEDDER = "lm", "vllm_model", "embedder"
+LORA_BASE, ADAPTER = "llama", "flip"  # a vllm_backend folder with multi_lora.json
 PROMPTS = ["the movie", "the film was", "a plot", "the acting is"]
 JSON_WORDS = ("{", "}", "true", "false")  # enough JSON for structured outputs to spell
 GENERATED = "vllm:generation_tokens_total"
@@ -77,6 +81,18 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (triton / "config.pbtxt").write_text(CONFIG_PBTXT)
     model_json = {"model": str(weights), **ENGINE_ARGS}
     (triton / "1" / "model.json").write_text(json.dumps(model_json))
+    # The same LM as a pooling model: its last token's hidden state, normalized.
+    pooling = {**ENGINE_ARGS, "runner": "pooling", "convert": "embed"}
+    embedder = {"uri": str(weights), "extra": {"engine_args": pooling}}
+    write_model_folder(repository, EMBEDDER, VLLM, parameters=embedder)
+    llama = repository / LORA_BASE
+    (llama / "1").mkdir(parents=True)
+    save_tiny_llama_with_lora(llama / "weights", llama / "adapter")
+    (llama / "config.pbtxt").write_text(CONFIG_PBTXT.replace(TRITON, LORA_BASE))
+    lora_args = {"enable_lora": True, "max_lora_rank": 8}
+    llama_json = {"model": str(llama / "weights"), **ENGINE_ARGS, **lora_args}
+    (llama / "1" / "model.json").write_text(json.dumps(llama_json))
+    (llama / "1" / "multi_lora.json").write_text(json.dumps({ADAPTER: str(llama / "adapter")}))
     return repository
 
 
@@ -235,7 +251,7 @@ def test_triton_generate_stream_sends_deltas(server: ServerProcess):
 def test_one_engine_for_every_process(server: ServerProcess):
     """One engine per model whatever the process count (with 3, in the model host):
     its start is logged once per model, never once per protocol process."""
-    assert server.log().count("vLLM's engine started") == 2, server.log()[-4000:]
+    assert server.log().count("vLLM's engine started") == 4, server.log()[-4000:]
 
 
 def test_triton_grpc_stream_as_vllm_backends_client_sends_it(server: ServerProcess, reference: Any):
@@ -351,3 +367,55 @@ def test_priority_needs_a_priority_scheduler(server: ServerProcess):
         model=LM, prompt="x", max_tokens=1, extra_body={"priority": 0}
     )
     assert answer.usage.completion_tokens == 1  # 0, the default, is always taken
+
+
+def last_token_embedding(reference: Any, text: str) -> np.ndarray:
+    """What vLLM's pooler makes of a causal LM (``convert: "embed"``): the last token's
+    final hidden state, normalized."""
+    tokenizer, model = reference
+    hidden = model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True)
+    last = hidden.hidden_states[-1][0, -1].detach().numpy()
+    return np.asarray(last / np.linalg.norm(last), dtype=np.float32)
+
+
+def test_a_pooling_model_answers_embeddings(server: ServerProcess, reference: Any):
+    client = client_of(server)
+    assert {m.id for m in client.models.list().data} >= {LM, EMBEDDER}
+    texts = ["the movie", "a plot", "the acting is"]
+    answer = client.embeddings.create(model=EMBEDDER, input=texts)
+    tokenizer, _ = reference
+    assert answer.usage.prompt_tokens == sum(len(tokenizer(t)["input_ids"]) for t in texts)
+    for text, item in zip(texts, answer.data, strict=True):
+        expected = last_token_embedding(reference, text)
+        np.testing.assert_allclose(item.embedding, expected, atol=1e-4)
+    shorter = client.embeddings.create(model=EMBEDDER, input="a plot", dimensions=8)
+    assert len(shorter.data[0].embedding) == 8
+    with pytest.raises(openai.BadRequestError) as raised:  # longer than max_model_len
+        client.embeddings.create(model=EMBEDDER, input="the " * 1100)
+    assert "refused" in str(raised.value.body), raised.value.body
+    with pytest.raises(openai.APIStatusError) as raised:  # a pooling model generates nothing
+        client.completions.create(model=EMBEDDER, prompt="the movie", max_tokens=4)
+    assert raised.value.status_code in (400, 404), raised.value
+
+
+def test_a_lora_adapter_is_chosen_by_model_and_by_lora_name(server: ServerProcess):
+    client = client_of(server)
+    assert {m.id for m in client.models.list().data} >= {LORA_BASE, ADAPTER}
+    options: dict[str, Any] = {"prompt": "the movie", "max_tokens": 8, "temperature": 0}
+    base = client.completions.create(model=LORA_BASE, **options).choices[0].text
+    adapted = client.completions.create(model=ADAPTER, **options).choices[0].text
+    assert adapted != base, base
+    chat = client.chat.completions.create(
+        model=ADAPTER, messages=[{"role": "user", "content": "the movie"}], max_tokens=4
+    )
+    assert chat.choices[0].message.content
+    url = f"{server.url}/v2/models/{LORA_BASE}/generate"
+    sampling = {"temperature": 0, "max_tokens": 8, "lora_name": ADAPTER}
+    body = {"text_input": "the movie", "sampling_parameters": json.dumps(sampling)}
+    answer = httpx.post(url, json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    # Not streaming, the prompt leads the text (exclude_input_in_output false).
+    assert answer.json()["text_output"].split() == ("the movie " + adapted).split()
+    unknown = {**body, "sampling_parameters": json.dumps({**sampling, "lora_name": "nope"})}
+    refused = httpx.post(url, json=unknown, timeout=60)
+    assert refused.status_code == 400 and ADAPTER in refused.text, refused.text

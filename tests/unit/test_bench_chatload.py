@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 
-from benchmarks.chatload import ChatStreamError, StreamRecord, chat_data, chat_result
+from benchmarks.chatload import (
+    ChatStreamError,
+    StreamRecord,
+    arrivals,
+    chat_data,
+    chat_result,
+)
 from benchmarks.sse import SseSplitter
 
 
@@ -98,3 +106,24 @@ def test_the_usage_chunk_s_completion_tokens_count_over_text_chunks() -> None:
 def test_a_run_without_a_right_stream_has_zero_figures() -> None:
     result = chat_result([], bad=3, duration_s=1.0)
     assert (result.requests_per_s, result.p50_ms, result.itl_p99_ms, result.errors) == (0, 0, 0, 3)
+
+
+def test_goodput_counts_the_streams_within_the_latency_target() -> None:
+    fast = StreamRecord(sent_at=0.0, token_times=[0.5, 0.55, 0.6], done=True)
+    slow_first = StreamRecord(sent_at=0.0, token_times=[1.2, 1.25], done=True)  # TTFT 1.2 s
+    slow_tokens = StreamRecord(sent_at=0.0, token_times=[0.1, 0.4], done=True)  # 300 ms/token
+    assert fast.time_per_output_token() == pytest.approx(0.05)
+    assert [r.met_target() for r in (fast, slow_first, slow_tokens)] == [True, False, False]
+    result = chat_result([fast, slow_first, slow_tokens], bad=0, duration_s=2.0)
+    assert result.goodput_per_s == pytest.approx(0.5)
+    assert "goodput 0.5/s" in result.detail()
+
+
+def test_open_loop_arrivals_come_at_the_rate_until_the_deadline() -> None:
+    async def times() -> list[float]:
+        start = time.perf_counter()
+        return [t - start async for t in arrivals(200.0, start + 0.25)]
+
+    came = asyncio.run(times())
+    assert 20 <= len(came) <= 100  # about 50: Poisson, seeded
+    assert came == sorted(came) and came[-1] < 0.25

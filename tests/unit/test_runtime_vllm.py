@@ -17,7 +17,11 @@ import pytest
 
 from inferd.errors import ConfigurationError, InvalidParameter, InvalidRequest
 from inferd.generation import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
     ChatMessage,
+    EmbeddingRequest,
     GenerationRequest,
     ResponseFormat,
     TextPiece,
@@ -317,3 +321,68 @@ def test_tools_reach_the_chat_template_that_takes_them(tmp_path: Path) -> None:
     assert model._prompt(engine, request) == {"prompt_token_ids": [1, 2]}
     assert tokenizer.templated[0]["tools"] == tools
     assert tokenizer.templated[0]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+class PoolingEngine:
+    """AsyncLLM's encode: each text's vector is its length and 1; too long a text, vLLM's
+    ValueError."""
+
+    def __init__(self) -> None:
+        self.tasks: list[str] = []
+
+    async def encode(self, prompt: str, params: Any, request_id: str) -> AsyncIterator[Any]:
+        self.tasks.append(params.task)
+        if len(prompt) > 10:
+            raise ValueError("The prompt is longer than the maximum model length")
+        vector = np.array([len(prompt), 1])
+        data = SimpleNamespace(float=lambda: SimpleNamespace(numpy=lambda: vector))
+        yield SimpleNamespace(
+            outputs=SimpleNamespace(data=data), finished=True, prompt_token_ids=[0] * len(prompt)
+        )
+
+
+def pooling_model(tmp_path: Path) -> tuple[VLLMModel, PoolingEngine]:
+    model, _ = fake_model(tmp_path)
+    engine = PoolingEngine()
+    model._engine = engine
+    model._vllm.PoolingParams = lambda task: SimpleNamespace(task=task)  # type: ignore[union-attr]
+    model._pooling = True
+    return model, engine
+
+
+def test_a_pooling_model_embeds_each_text_with_encode(tmp_path: Path) -> None:
+    model, engine = pooling_model(tmp_path)
+    embeddings = asyncio.run(model.embed(EmbeddingRequest(texts=["ab", "abcd"])))
+    assert embeddings.vectors.tolist() == [[2, 1], [4, 1]]
+    assert embeddings.vectors.dtype == np.float32
+    assert embeddings.prompt_tokens == 6
+    assert engine.tasks == ["embed", "embed"]
+    assert model._running == set()
+    assert model.openai_endpoints == (EMBEDDINGS,)
+    model._pooling = False
+    assert model.openai_endpoints == (COMPLETIONS, CHAT)
+
+
+def test_a_text_the_engine_refuses_is_a_400(tmp_path: Path) -> None:
+    model, _ = pooling_model(tmp_path)
+    with pytest.raises(InvalidRequest, match="longer than the maximum model length"):
+        asyncio.run(model.embed(EmbeddingRequest(texts=["ab", "a" * 11])))
+
+
+def test_an_adapter_named_on_v1_reaches_the_engine_as_its_lora_request(tmp_path: Path) -> None:
+    model, engine = fake_model(tmp_path)
+    model._loras = {"flip": "flip's LoRARequest"}
+    seen: list[Any] = []
+    generate = engine.generate
+
+    def recording(prompt: Any, params: Any, request_id: str, **options: Any) -> Any:
+        seen.append(options["lora_request"])
+        return generate(prompt, params, request_id)
+
+    engine.generate = recording  # type: ignore[method-assign]
+    assert model.openai_adapters == ("flip",)
+    asyncio.run(collect(model.generate(GenerationRequest(prompt="x", adapter="flip"))))
+    asyncio.run(collect(model.generate(GenerationRequest(prompt="x"))))
+    assert seen == ["flip's LoRARequest", None]
+    with pytest.raises(InvalidRequest, match="no LoRA adapter 'nope'"):
+        asyncio.run(collect(model.generate(GenerationRequest(prompt="x", adapter="nope"))))

@@ -31,6 +31,11 @@ through the tokenizer's chat template (the server parses the calls). ``priority`
 needs an engine started with ``scheduling_policy: "priority"`` (else vLLM would
 ignore it: a 400). What the engine refuses (a prompt longer than the context, a bad
 value) is a 400 naming vLLM's reason.
+
+A pooling model (``engine_args`` ``runner: "pooling"``, with ``convert: "embed"`` for
+a causal LM) answers ``/v1/embeddings`` instead: each text one ``AsyncLLM.encode``
+request (task ``embed``), the texts of a request batched by the engine, the vector
+the model's pooler makes (vLLM's default for it: last token or mean, normalized).
 """
 
 from __future__ import annotations
@@ -43,18 +48,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from inferd.errors import InvalidParameter, InvalidRequest, ModelError, ModelNotReady
 from inferd.generation import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
     LOGPROBS,
     PRIORITY,
     RESPONSE_FORMAT,
     TOOLS,
     AsyncGenerativeModel,
+    EmbeddingRequest,
+    Embeddings,
     GenerationRequest,
-    ResponseFormat,
     TextPiece,
-    TokenLogprob,
-    TopLogprob,
     is_generation_call,
     piece_response,
     read_generation,
@@ -62,6 +71,12 @@ from inferd.generation import (
 from inferd.runtimes import vllm_metrics, vllm_triton
 from inferd.runtimes.common import import_framework
 from inferd.runtimes.huggingface_chat import refuse_unseen_tools, template_message
+from inferd.runtimes.vllm_sampling import (
+    FINISH_REASONS,
+    STRUCTURED,
+    sampling_arguments,
+    token_logprobs,
+)
 from inferd.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -71,56 +86,6 @@ ENGINE_ARGS = "engine_args"
 MULTI_LORA = "multi_lora"
 """``parameters.extra`` key: LoRA adapters by name (vllm_backend's multi_lora.json)."""
 KNOWN_SETTINGS = (ENGINE_ARGS, MULTI_LORA, vllm_triton.CONFIG_KEY)
-FINISH_REASONS = {"stop": "stop", "length": "length"}
-STRUCTURED = "structured_outputs"  # SamplingParams' field: StructuredOutputsParams
-
-
-def sampling_arguments(request: GenerationRequest) -> dict[str, Any]:
-    """vLLM ``SamplingParams`` keywords for one OpenAI choice: the one place a field of
-    :class:`GenerationRequest` reaches the engine (``tools`` reach the chat template,
-    ``priority`` ``AsyncLLM.generate``). ``structured_outputs`` is the keywords of
-    vLLM's ``StructuredOutputsParams``, made in ``pieces``."""
-    arguments: dict[str, Any] = {
-        "n": 1,
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "seed": request.seed,
-    }
-    if request.stop:
-        arguments["stop"] = list(request.stop)
-    if request.logprobs is not None:  # k alternatives; 0: the chosen token's alone
-        arguments["logprobs"] = request.logprobs
-    if request.response_format is not None:
-        arguments[STRUCTURED] = structured_outputs(request.response_format)
-    return arguments
-
-
-def structured_outputs(form: ResponseFormat) -> dict[str, Any]:
-    """``response_format`` as vLLM's ``StructuredOutputsParams`` keywords: a schema
-    the output must match, or any JSON object."""
-    if form.type == "json_schema" and form.schema is not None:
-        return {"json": form.schema}
-    return {"json_object": True}
-
-
-def token_logprobs(token_ids: Any, positions: Any, k: int) -> list[TokenLogprob]:
-    """vLLM's log probabilities of a delta's new tokens as inferd's: each position a
-    dict (token id -> ``Logprob``) of the chosen token and the ``k`` likeliest, each
-    with its vocabulary rank (from 1); the alternatives are those ranked ``k`` or better,
-    in order, the chosen one among them if it is."""
-    made = []
-    for token, position in zip(token_ids, positions or (), strict=False):
-        chosen = position[token]
-        ranked = [e for e in position.values() if e.rank is not None and e.rank <= k]
-        top = [TopLogprob(e.decoded_token or "", e.logprob) for e in sorted(ranked, key=_rank)]
-        made.append(TokenLogprob(chosen.decoded_token or "", chosen.logprob, top))
-    return made
-
-
-def _rank(entry: Any) -> int:
-    rank: int = entry.rank
-    return rank
 
 
 def engine_arguments(extra: dict[str, Any], uri: str | Path | None, folder: Path) -> dict[str, Any]:
@@ -157,6 +122,7 @@ class VLLMModel(AsyncGenerativeModel):
     _vllm: ModuleType | None = None
     _loras: dict[str, Any] | None = None
     _priorities = False  # started with scheduling_policy "priority"
+    _pooling = False  # started with runner "pooling": embeds, never generates
 
     async def load(self) -> bool:
         extra = self.settings.extra
@@ -170,6 +136,8 @@ class VLLMModel(AsyncGenerativeModel):
             )
         arguments = engine_arguments(extra, self.settings.uri, self.settings.folder)
         self._vllm = await asyncio.to_thread(_import, "vllm")
+        if extra.get(MULTI_LORA):  # a submodule vllm's package does not import itself
+            await asyncio.to_thread(_import, "vllm.lora.request")
         self._loras = vllm_triton.lora_requests(self._vllm, extra.get(MULTI_LORA), arguments)
         # Starting the engine takes seconds to minutes (its process, the weights, warm-up):
         # in a thread. The engine's output task starts with its first request, on the
@@ -179,7 +147,18 @@ class VLLMModel(AsyncGenerativeModel):
         self._running: set[str] = set()
         # vLLM's first-come scheduler takes a priority and ignores it: honoured only here.
         self._priorities = arguments.get("scheduling_policy") == "priority"
+        self._pooling = self._engine.model_config.runner_type == "pooling"
         return True
+
+    @property
+    def openai_endpoints(self) -> tuple[str, ...]:
+        """A pooling model embeds, a generating one completes: what its engine runs."""
+        return (EMBEDDINGS,) if self._pooling else (COMPLETIONS, CHAT)
+
+    @property
+    def openai_adapters(self) -> tuple[str, ...]:
+        """multi_lora's adapters: each a model of its own name on /v1."""
+        return tuple(self._loras or ())
 
     def _start(self, arguments: dict[str, Any]) -> Any:
         engine_args = _import("vllm.engine.arg_utils").AsyncEngineArgs(**arguments)
@@ -215,8 +194,36 @@ class VLLMModel(AsyncGenerativeModel):
             )
         prompt = self._prompt(engine, request)
         arguments = sampling_arguments(request)
-        async for piece in self.pieces(prompt, arguments, None, priority=request.priority):
-            yield piece
+        pieces = self.pieces(prompt, arguments, request.adapter, priority=request.priority)
+        try:
+            async for piece in pieces:
+                yield piece
+        finally:  # closed early: the engine aborts the request now
+            await pieces.aclose()  # type: ignore[attr-defined]
+
+    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+        """One ``encode`` request per text, all at once (the engine batches them)."""
+        engine = self._started()
+        assert self._vllm is not None
+        params = self._vllm.PoolingParams(task="embed")
+        pooled = await asyncio.gather(*(self._pooled(engine, t, params) for t in request.texts))
+        vectors = np.array([vector for vector, _ in pooled], dtype=np.float32)
+        return Embeddings(vectors.reshape(len(pooled), -1), sum(n for _, n in pooled))
+
+    async def _pooled(self, engine: Any, text: str, params: Any) -> tuple[Any, int]:
+        """One text's vector and its prompt's token count."""
+        request_id = f"inferd-{next(self._ids)}"
+        self._running.add(request_id)
+        try:
+            async for output in engine.encode(text, params, request_id):
+                if output.finished:
+                    data = output.outputs.data.float().numpy()
+                    return data, len(output.prompt_token_ids or ())
+        except Exception as error:
+            raise self._refusal(error, "embed") from None
+        finally:
+            self._running.discard(request_id)
+        raise ModelError(f"Model {self.name!r}: vLLM's engine ended {request_id} unfinished")
 
     def _prompt(self, engine: Any, request: GenerationRequest) -> Any:
         if request.messages is None:
@@ -305,15 +312,16 @@ class VLLMModel(AsyncGenerativeModel):
             )
         return loras[name]
 
-    def _refusal(self, error: Exception) -> Exception:
+    def _refusal(self, error: Exception, what: str = "generate") -> Exception:
         """vLLM's error as inferd's: the request's fault a 400, the engine's a 500."""
         if isinstance(error, InvalidRequest | ModelNotReady):
             return error
-        client_error = getattr(_import("vllm.exceptions"), "VLLMClientError", ())
-        if isinstance(error, (ValueError, TypeError, client_error)):
+        if isinstance(error, (ValueError, TypeError)):  # before importing vllm: unit tests
+            return InvalidRequest(f"Model {self.name!r} refused the request: {error}")
+        if isinstance(error, getattr(_import("vllm.exceptions"), "VLLMClientError", ())):
             return InvalidRequest(f"Model {self.name!r} refused the request: {error}")
         cause = error.__cause__ or error
-        return ModelError(f"Model {self.name!r} failed to generate: {cause}")
+        return ModelError(f"Model {self.name!r} failed to {what}: {cause}")
 
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
         if is_generation_call(request):

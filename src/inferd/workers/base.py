@@ -120,6 +120,9 @@ class LoadedInstance:
     # The OpenAI-compatible endpoints it answers ("completions", "chat", "embeddings";
     # inferd/generation.py), server/openai/.
     openai_endpoints: tuple[str, ...] = ()
+    # Its LoRA adapters, each answering /v1 as a model of its own name
+    # (GenerationRequest.adapter).
+    openai_adapters: tuple[str, ...] = ()
     # How many workers hold it, as the model host answers a bind (server/host_edge.py);
     # None from a pool, whose slots say it.
     instances: int | None = None

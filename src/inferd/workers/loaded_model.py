@@ -146,6 +146,7 @@ class LoadedModel:
             wants_headers=bool(getattr(model, "wants_headers", False)),
             custom_routes=tuple(getattr(model, "custom_routes", ())),
             openai_endpoints=tuple(getattr(model, "openai_endpoints", ())),
+            openai_adapters=tuple(getattr(model, "openai_adapters", ())),
         )
 
     @property

@@ -6,7 +6,8 @@ last message) word by word, ``extra.delay`` seconds apart, and embeds each text 
 [characters, words]. A stream of ``Words`` closed before its end creates the file
 ``extra.closed_marker`` names, so a test can see the generation stop when its client
 left. ``Words`` takes ``tools`` (its echo of a call, parsed by the server, is how the
-tests see tool calls end to end); neither takes ``logprobs``.
+tests see tool calls end to end); neither takes ``logprobs``. ``AsyncWords`` has an
+adapter, ``shouting`` (GenerationRequest.adapter): the words in capitals.
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ class Words(GenerativeModel):
 
 
 class AsyncWords(AsyncGenerativeModel):
+    openai_adapters = ("shouting",)  # a model of its own on /v1: the words in capitals
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TextPiece]:
-        words = (request.prompt or "").split()
+        shouts = request.adapter == "shouting"
+        words = [w.upper() if shouts else w for w in (request.prompt or "").split()]
         delay = float(self.settings.extra.get("delay", 0))
         for index, word in enumerate(words):
             await asyncio.sleep(delay)

@@ -89,7 +89,28 @@ class OpenAIEndpoints:
             instance = version.instance
             if version.state is ModelState.READY and instance and instance.openai_endpoints:
                 found.setdefault(version.name, instance.openai_endpoints)
+        for adapter, base in self._adapters().items():  # a model's own name wins
+            found.setdefault(adapter, tuple(k for k in found[base] if k != EMBEDDINGS))
         return found
+
+    def _adapters(self) -> dict[str, str]:
+        """Each LoRA adapter of a ready model (GenerationRequest.adapter), and its model:
+        a model of its own name for completions and chat completions."""
+        adapters: dict[str, str] = {}
+        for version in self.dataplane.registry.versions():
+            instance = version.instance
+            if version.state is ModelState.READY and instance and instance.openai_endpoints:
+                for adapter in instance.openai_adapters:
+                    adapters.setdefault(adapter, version.name)
+        return adapters
+
+    def _model_of(self, name: str) -> tuple[str, str | None]:
+        """The model ``name`` runs on, and the adapter it names, if it is an adapter's
+        and no model's name."""
+        if any(version.name == name for version in self.dataplane.registry.versions()):
+            return name, None
+        base = self._adapters().get(name)
+        return (name, None) if base is None else (base, name)
 
     def _check_serves(self, name: str, kind: str) -> str | None:
         """The version of ``name`` that answers (ModelNotFound, ModelNotReady, or a 400
@@ -134,8 +155,9 @@ class OpenAIEndpoints:
         kind: str,
     ) -> None:
         n, usage_chunk = wire.choices(body), wire.include_usage(body)
+        name, adapter = self._model_of(name)
         version = self._check_serves(name, kind)
-        runs = [_seeded(prompt, j) for prompt in prompts for j in range(n)]
+        runs = [_seeded(prompt, j, adapter) for prompt in prompts for j in range(n)]
         stats = self.dataplane.model_stats.of(name, version)
         single = isinstance(body, wire.ChatCompletionBody) and body.parallel_tool_calls is False
         answer = Completion(name, chat=kind == CHAT, n=n, single_call=single)
@@ -246,6 +268,13 @@ class OpenAIEndpoints:
         body = wire.decode(await self._body(call), wire.EmbeddingBody)
         name = wire.model_of(body)
         request = wire.embedding_call(body)
+        base, adapter = self._model_of(name)
+        if adapter is not None:
+            raise InvalidParameter(
+                f"Model {name!r} is a LoRA adapter of {base!r}: it serves completions and "
+                "chat completions, not embeddings",
+                "model",
+            )
         self._check_serves(name, EMBEDDINGS)
         context = self.edge.context(name, None, call.headers, call.receive)
         response = await self.dataplane.infer(name, None, generation_request(request), context)
@@ -307,9 +336,11 @@ def _choice(answer: Completion, index: int, run: GenerationRequest) -> Choice:
     )
 
 
-def _seeded(run: GenerationRequest, choice: int) -> GenerationRequest:
+def _seeded(run: GenerationRequest, choice: int, adapter: str | None) -> GenerationRequest:
     """The ``choice``-th choice of a prompt: its own seed (``seed + choice``), so that
-    the choices differ and each is reproducible."""
-    if choice == 0 or run.seed is None:
+    the choices differ and each is reproducible; on ``adapter``, when /v1's ``model``
+    named one."""
+    seed = run.seed if choice == 0 or run.seed is None else run.seed + choice
+    if seed == run.seed and adapter is None:
         return run
-    return msgspec.structs.replace(run, seed=run.seed + choice)
+    return msgspec.structs.replace(run, seed=seed, adapter=adapter)
