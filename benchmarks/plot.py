@@ -17,7 +17,17 @@ LABEL_KEYS = ("label", "layout", "case", "model", "protocol")
 
 
 def points(record: Mapping[str, Any]) -> list[tuple[str, float, float]]:
-    """(label, req/s, p99 ms) of every run in a results file that has both figures."""
+    """(label, req/s, p99 ms) of every run in a results file that has both figures; a
+    command's file of ``--baseline-src`` (pertree.py) holds each tree's record under
+    ``figures``, whose runs are labelled with the tree."""
+    trees = record.get("figures")
+    if isinstance(trees, dict):
+        return [
+            (f"{tree} {label}", rate, p99)
+            for tree, each in trees.items()
+            if isinstance(each, dict)
+            for label, rate, p99 in points(each)
+        ]
     rows = record.get("runs") or record.get("windows") or []
     out = []
     for row in rows:

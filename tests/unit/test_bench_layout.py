@@ -103,6 +103,18 @@ def test_plot_draws_every_run_of_a_results_file(tmp_path: Path) -> None:
     ]
 
 
+def test_plot_reads_each_tree_of_a_command_run_with_baseline_src() -> None:
+    def record(rate: float) -> dict[str, object]:
+        run = {"label": "admitted", "requests_per_s": rate, "p99_ms": 40.0}
+        return {"setup": {"scenario": "restart-overload"}, "runs": [run]}
+
+    both = {
+        "command": "restart-overload",
+        "figures": {"this": record(300.0), "baseline": record(250.0)},
+    }
+    assert points(both) == [("this admitted", 300.0, 40.0), ("baseline admitted", 250.0, 40.0)]
+
+
 def test_plot_says_when_a_command_s_record_has_nothing_to_draw(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
