@@ -50,6 +50,10 @@ GENERATED = "vllm:generation_tokens_total"
 # No torch.compile warm-up (minutes on 2 cores), a small KV cache.
 ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+# The LM's own context: long enough that a client's abort lands before the engine has
+# made every token it may ask (the tiny model makes a thousand or more a second).
+LM_POSITIONS = 8192
+LEFT_AT = 7000  # the max_tokens of the stream a client leaves
 START_TIMEOUT = 600.0
 pytestmark = pytest.mark.timeout(900)
 
@@ -71,11 +75,14 @@ instance_group [ { count: 1 kind: KIND_MODEL } ]
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("vllm")
-    parameters = {"uri": "./weights", "extra": {"engine_args": ENGINE_ARGS}}
+    lm_args = {**ENGINE_ARGS, "max_model_len": LM_POSITIONS}
+    parameters = {"uri": "./weights", "extra": {"engine_args": lm_args}}
     weights = write_model_folder(repository, LM, VLLM, parameters=parameters) / "weights"
     # One head of 32 (vLLM's CPU attention takes no head of 16); no end token: a stream
     # runs as long as max_tokens asks.
-    save_tiny_chat_lm(weights, heads=1, positions=1024, endless=True, extra_words=JSON_WORDS)
+    save_tiny_chat_lm(
+        weights, heads=1, positions=LM_POSITIONS, endless=True, extra_words=JSON_WORDS
+    )
     triton = repository / TRITON
     (triton / "1").mkdir(parents=True)
     (triton / "config.pbtxt").write_text(CONFIG_PBTXT)
@@ -98,7 +105,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # With 3 processes (the engine in the model host) in the long set: CI's time on 2 cores
 # (each start is a minute or two of engines), and a client's abort there crosses two
-# processes, which a busy machine can make slower than the tiny model's 900 tokens.
+# processes, which a busy machine can make slower than the tiny model's tokens.
 @pytest.fixture(
     scope="module",
     params=[1, pytest.param(3, marks=pytest.mark.long)],
@@ -185,11 +192,11 @@ def test_client_that_leaves_aborts_its_request(server: ServerProcess):
     client.completions.create(model=LM, prompt="warm", max_tokens=1)
     before = metric(server, GENERATED)
     stream = client.completions.create(
-        model=LM, prompt="the movie", max_tokens=900, temperature=0, stream=True
+        model=LM, prompt="the movie", max_tokens=LEFT_AT, temperature=0, stream=True
     )
     next(iter(stream))
     stream.close()  # the client leaves after its first chunk
-    # The engine's counter stops well short of 900 tokens: another request ships the
+    # The engine's counter stops well short of LEFT_AT tokens: another request ships the
     # figures (they travel with a reply) until it is still.
     seen: list[float] = []
 
@@ -199,14 +206,14 @@ def test_client_that_leaves_aborts_its_request(server: ServerProcess):
         return len(seen) > 2 and seen[-1] - seen[-2] <= 1
 
     wait_for(settled, "the generated tokens counter to settle", timeout=60, interval=0.5)
-    assert seen[-1] - before < 600, (before, seen)
+    assert seen[-1] - before < LEFT_AT / 2, (before, seen)
     assert metric(server, "vllm:num_requests_running") == 0
 
 
 def test_bad_input_is_a_400_in_openais_shape(server: ServerProcess):
     client = client_of(server)
     with pytest.raises(openai.BadRequestError) as raised:
-        client.completions.create(model=LM, prompt="the " * 1100, max_tokens=4)
+        client.completions.create(model=LM, prompt="the " * (LM_POSITIONS + 100), max_tokens=4)
     assert raised.value.status_code == 400
     body = raised.value.body
     assert isinstance(body, dict) and body.get("message"), body
