@@ -7,7 +7,6 @@ sequence in the engine, seeded sampling is reproducible, bad input is a 400."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from tests.frameworks import require_module
 from tests.support.models import write_model_folder
+from tests.support.openai_streams import client_of, greedy, streamed
 from tests.support.polling import wait_for
 from tests.support.serverproc import ServerProcess, start_server
 from tests.support.tiny_llm import save_tiny_chat_lm
@@ -58,28 +58,6 @@ def reference(repository: Path) -> Any:
     return transformers.AutoTokenizer.from_pretrained(weights), (
         transformers.AutoModelForCausalLM.from_pretrained(weights).eval()
     )
-
-
-def client_of(server: ServerProcess) -> Any:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0, timeout=120)
-
-
-def greedy(reference: Any, prompt: str, max_tokens: int) -> str:
-    tokenizer, model = reference
-    encoded = tokenizer(prompt, return_tensors="pt")
-    out = model.generate(**encoded, max_new_tokens=max_tokens, do_sample=False)
-    text: str = tokenizer.decode(out[0][encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-    return text
-
-
-def streamed(client: Any, model: str, prompt: str, **options: Any) -> list[tuple[float, str]]:
-    """Each content chunk's arrival time and text."""
-    chunks = []
-    stream = client.completions.create(model=model, prompt=prompt, stream=True, **options)
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].text:
-            chunks.append((time.monotonic(), chunk.choices[0].text))
-    return chunks
 
 
 def concurrently(count: int, call: Any) -> list[Any]:
