@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +34,20 @@ SETTINGS_FILES = ("model-settings.json", "settings.json")
 
 class MissingExtraError(ImportError):
     """A runtime's framework is not installed."""
+
+
+def warn_unread_extra(model: Model, known: Sequence[str]) -> None:
+    """Warn, naming them, about the keys of the model's ``parameters.extra`` its runtime
+    does not read (a typo there would otherwise be ignored without a word)."""
+    unknown = sorted(set(model.settings.extra) - set(known))
+    if unknown:
+        logging.getLogger(type(model).__module__).warning(
+            "Model %r: parameters.extra %s not used by %s (it reads %s)",
+            model.name,
+            ", ".join(unknown),
+            type(model).__name__,
+            ", ".join(known),
+        )
 
 
 def import_framework(module: str, runtime: str, extra: str) -> ModuleType:

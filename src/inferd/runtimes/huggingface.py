@@ -62,7 +62,13 @@ import orjson
 from inferd.errors import InvalidRequest, ModelNotReady
 from inferd.generation import is_generation_call, piece_response, read_generation
 from inferd.runtimes import common
-from inferd.runtimes.common import import_framework, response, short_error, with_derived_metadata
+from inferd.runtimes.common import (
+    import_framework,
+    response,
+    short_error,
+    warn_unread_extra,
+    with_derived_metadata,
+)
 from inferd.runtimes.huggingface_batching import (
     ContinuousEngine,
     EngineSettings,
@@ -135,14 +141,7 @@ class HuggingFaceModel(PipelineGeneration):
 
     def _checked_options(self) -> dict[str, Any]:
         extra = self.settings.extra
-        unknown = sorted(set(extra) - set(KNOWN_SETTINGS))
-        if unknown:
-            logger.warning(
-                "Model %r: parameters.extra %s not used by HuggingFaceModel (it reads %s)",
-                self.name,
-                ", ".join(unknown),
-                ", ".join(KNOWN_SETTINGS),
-            )
+        warn_unread_extra(self, KNOWN_SETTINGS)
         if not isinstance(extra.get("task"), str) or not extra["task"]:
             raise ValueError(
                 f"Model {self.name!r}: set parameters.extra.task to the pipeline's task, "

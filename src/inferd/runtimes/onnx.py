@@ -40,6 +40,7 @@ from inferd.runtimes.common import (
     requested_outputs,
     response,
     unusable_input,
+    warn_unread_extra,
     with_derived_metadata,
 )
 from inferd.tensors import codecs
@@ -150,14 +151,7 @@ class OnnxModel(Model):
         options = ort.SessionOptions()
         for key, attribute in THREAD_SETTINGS.items():
             setattr(options, attribute, self._thread_count(key))
-        unknown = sorted(set(self.settings.extra) - set(KNOWN_EXTRA))
-        if unknown:
-            logger.warning(
-                "Model %r: parameters.extra %s not used by OnnxModel (it reads %s)",
-                self.name,
-                ", ".join(unknown),
-                ", ".join(KNOWN_EXTRA),
-            )
+        warn_unread_extra(self, KNOWN_EXTRA)
         providers = self._providers(ort.get_available_providers())
         return ort.InferenceSession(str(path), options, providers=providers)
 

@@ -69,7 +69,7 @@ from inferd.generation import (
     read_generation,
 )
 from inferd.runtimes import vllm_metrics, vllm_triton
-from inferd.runtimes.common import import_framework
+from inferd.runtimes.common import import_framework, warn_unread_extra
 from inferd.runtimes.huggingface_chat import refuse_unseen_tools, template_message
 from inferd.runtimes.vllm_sampling import (
     FINISH_REASONS,
@@ -126,14 +126,7 @@ class VLLMModel(AsyncGenerativeModel):
 
     async def load(self) -> bool:
         extra = self.settings.extra
-        unknown = sorted(set(extra) - set(KNOWN_SETTINGS))
-        if unknown:
-            logger.warning(
-                "Model %r: parameters.extra %s not used by VLLMModel (it reads %s)",
-                self.name,
-                ", ".join(unknown),
-                ", ".join(KNOWN_SETTINGS),
-            )
+        warn_unread_extra(self, KNOWN_SETTINGS)
         arguments = engine_arguments(extra, self.settings.uri, self.settings.folder)
         self._vllm = await asyncio.to_thread(_import, "vllm")
         if extra.get(MULTI_LORA):  # a submodule vllm's package does not import itself
