@@ -7,6 +7,8 @@ warm caches or sockets; a contender that fails is reported and the others go on.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.common.serverproc import ServerProcess, free_ports
@@ -32,7 +34,11 @@ FAILURE_CHARS = 4000  # a failure's message ends with the server's log: its tail
 
 
 def run_rounds(scenario: Scenario, work: Path) -> tuple[list[RunRecord], list[str]]:
-    """Every case, round after round, its contenders in alternating order."""
+    """Every case, round after round, its contenders in alternating order (with
+    --start-once: round after round, each contender started once and driven through
+    every case)."""
+    if scenario.options.start_once:
+        return run_rounds_started_once(scenario, work)
     records: list[RunRecord] = []
     failures: list[str] = []
     for case in scenario.cases():
@@ -43,9 +49,7 @@ def run_rounds(scenario: Scenario, work: Path) -> tuple[list[RunRecord], list[st
                 try:
                     record = run_one(scenario, case, contender, round_index, work)
                 except RUN_FAILURES as error:
-                    message = str(error)[-FAILURE_CHARS:]
-                    print(f"  {what}: FAILED: {message}", file=sys.stderr, flush=True)
-                    failures.append(f"{case.name} {what}: {message}")
+                    failures.append(failed(f"{case.name} {what}", error))
                     continue
                 records.append(record)
                 print(f"  {what:<24} {format_run(record)}", flush=True)
@@ -53,9 +57,50 @@ def run_rounds(scenario: Scenario, work: Path) -> tuple[list[RunRecord], list[st
     return records, failures
 
 
+def run_rounds_started_once(scenario: Scenario, work: Path) -> tuple[list[RunRecord], list[str]]:
+    """Round after round, each contender (in alternating order) started once and
+    measured at every case in turn: for servers that take minutes to start."""
+    cases = scenario.cases()
+    first = cases[0]
+    if any(c.contenders != first.contenders or c.model != first.model for c in cases):
+        raise SystemExit("--start-once needs cases that differ only in their load")
+    records: list[RunRecord] = []
+    failures: list[str] = []
+    for round_index in range(scenario.options.rounds):
+        for contender in alternate(first.contenders, round_index):
+            what = f"{contender.label} round {round_index}"
+            print(f"\n{what}, started once for {len(cases)} loads:", flush=True)
+            try:
+                with started(scenario, first, contender, round_index, work) as (server, startup):
+                    for case in cases:
+                        record = measure(scenario, case, contender, round_index, server, startup)
+                        records.append(record)
+                        print(f"  {case.name:<24} {format_run(record)}", flush=True)
+                        warn_errors(f"{what} {case.name}", record.result)
+            except RUN_FAILURES as error:
+                failures.append(failed(what, error))
+    return records, failures
+
+
+def failed(what: str, error: Exception) -> str:
+    message = str(error)[-FAILURE_CHARS:]
+    print(f"  {what}: FAILED: {message}", file=sys.stderr, flush=True)
+    return f"{what}: {message}"
+
+
 def run_one(
     scenario: Scenario, case: Case, contender: Contender, round_index: int, work: Path
 ) -> RunRecord:
+    with started(scenario, case, contender, round_index, work) as (server, startup):
+        return measure(scenario, case, contender, round_index, server, startup)
+
+
+@contextmanager
+def started(
+    scenario: Scenario, case: Case, contender: Contender, round_index: int, work: Path
+) -> Iterator[tuple[ServerProcess, float]]:
+    """``contender`` serving ``case``'s repository, ready: the server and its start-up
+    seconds; stopped on leaving."""
     options = scenario.options
     ports = free_ports(3)
     repo = work / case.name.replace(" ", "-") / f"{contender.slug}-r{round_index}"
@@ -74,15 +119,28 @@ def run_one(
         startup = server.wait_until(
             ready_path(contender), timeout=options.ready_timeout, port=ready_port(contender, ports)
         )
-        target = scenario.verify(server, contender, case)
-        warm = case.load.run(target, options.warmup, None) if options.warmup > 0 else None
-        if warm is not None:
-            warn_errors(f"{contender.label} warm-up", warm)
-        before = cpu_seconds(server)
-        result = case.load.run(target, options.duration, warm.requests_per_s if warm else None)
-        after = cpu_seconds(server)
+        yield server, startup
     finally:
         server.stop()
+
+
+def measure(
+    scenario: Scenario,
+    case: Case,
+    contender: Contender,
+    round_index: int,
+    server: ServerProcess,
+    startup: float,
+) -> RunRecord:
+    """Verify, warm up, then drive ``case``'s load at ``server`` for the run's duration."""
+    options = scenario.options
+    target = scenario.verify(server, contender, case)
+    warm = case.load.run(target, options.warmup, None) if options.warmup > 0 else None
+    if warm is not None:
+        warn_errors(f"{contender.label} warm-up", warm)
+    before = cpu_seconds(server)
+    result = case.load.run(target, options.duration, warm.requests_per_s if warm else None)
+    after = cpu_seconds(server)
     all_processes, main_thread = (
         per_request_us(begin, end, result.requests)
         for begin, end in zip(before, after, strict=True)

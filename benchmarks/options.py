@@ -58,6 +58,7 @@ class Options:
     json_out: Path | None
     args: argparse.Namespace
     protocol_processes: int | None = 1  # inferd's; None: its default (the CPUs)
+    start_once: bool = False  # each contender started once a round for every case
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -91,6 +92,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) ->
         help="concurrent connections; several values: one comparison each",
     )
     add("--threads", type=int, default=1, help="load generator threads")
+    add(
+        "--start-once",
+        action="store_true",
+        help="start each server once a round and drive it at every --connections value in "
+        "turn (for servers that take minutes to start; default: a fresh server per run)",
+    )
     if spec.load_tool == "wrk":
         add("--wrk-timeout", type=float, default=10.0, help="wrk's per-request timeout, s")
     add("--ready-timeout", type=float, default=120.0, help="server start deadline, s")
@@ -255,6 +262,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         json_out=args.json_out,
         args=args,
         protocol_processes=args.protocol_processes,
+        start_once=args.start_once,
     )
 
 

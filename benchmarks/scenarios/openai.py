@@ -118,6 +118,12 @@ Python that has vLLM: --inferd-python), compared with vLLM's own server when
             help="add inferd with its vLLM runtime (--inferd-python must have vLLM)",
         )
         parser.add_argument(
+            "--without-hf",
+            action="store_true",
+            help="leave out inferd's Hugging Face runtime (with --vllm-runtime and "
+            "--vllm-python: the vLLM runtime against vLLM's own server alone)",
+        )
+        parser.add_argument(
             "--batching-off",
             action="store_true",
             help="add inferd with continuous batching off (the runtime's own loop)",
@@ -125,7 +131,7 @@ Python that has vLLM: --inferd-python), compared with vLLM's own server when
 
     def contenders(self) -> list[Contender]:
         args = self.options.args
-        contenders = [Contender(INFERD, INFERD)]
+        contenders = [] if args.without_hf else [Contender(INFERD, INFERD)]
         if args.batching_off:
             contenders.append(Contender(BATCHING_OFF, INFERD))
         if args.vllm_runtime:
@@ -134,6 +140,11 @@ Python that has vLLM: --inferd-python), compared with vLLM's own server when
             contenders.append(Contender(LITSERVE, LITSERVE))
         if args.vllm_python:
             contenders.append(Contender(VLLM, VLLM, model=MODEL))
+        if not contenders:
+            raise SystemExit(
+                "openai: --without-hf leaves no server to run: add --vllm-runtime, "
+                "--vllm-python, --litserve-python or --batching-off"
+            )
         return contenders
 
     def load(self, connections: int) -> Load:

@@ -185,21 +185,24 @@ def test_process_cpu_says_what_each_process_spent_per_request(tmp_path: Path) ->
 
 
 def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path) -> None:
-    """2 concurrent chat streams from the tiny LM for a second, every stream checked
-    (one case: one server start; LitServe and vLLM left out: CI has neither venv), then
-    the open-loop load (--request-rate) with goodput."""
+    """1 then 2 concurrent chat streams from the tiny LM for a second each, on one server
+    start (--start-once), every stream checked (LitServe and vLLM left out: CI has neither
+    venv), then the open-loop load (--request-rate) with goodput."""
     pytest.importorskip("transformers")
     out = tmp_path / "openai.json"
-    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0", "--connections", "2"]
-    command = [sys.executable, "-m", "benchmarks", "openai", *brief, "--json-out", str(out)]
+    openai = [sys.executable, "-m", "benchmarks", "openai", "--json-out", str(out)]
+    brief = ["--rounds", "1", "--duration", "1", "--warmup", "0"]
     env = server_environment()
     env.pop("INFERD_BENCH_LITSERVE_PYTHON", None)
     env.pop("INFERD_BENCH_VLLM_PYTHON", None)
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    once = [*openai, *brief, "--connections", "1", "2", "--start-once"]
+    done = subprocess.run(once, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(out.read_text())
     runs = {run["case"]: run for run in figures["runs"]}
-    assert set(runs) == {"c2"} and figures["failures"] == []
+    assert set(runs) == {"c1", "c2"} and figures["failures"] == []
+    assert runs["c1"]["startup_s"] == runs["c2"]["startup_s"]  # one start for both loads
+    assert "inferd round 0, started once for 2 loads:" in done.stdout, done.stdout
     run = runs["c2"]
     assert (run["label"], run["unit"], run["errors"]) == ("inferd", "tok", 0)
     assert run["streams"] > 0 and run["requests"] >= run["streams"]
@@ -207,8 +210,7 @@ def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path
     assert 0 <= run["goodput_per_s"] <= run["streams"] / run["duration_s"] + 1e-9
     assert "c2 (medians over rounds):" in done.stdout and "goodput" in done.stdout
     # Open-loop: streams arriving at random, 8 a second, at most 4 at once.
-    open_loop = [*command[:-2], "--request-rate", "8", "--json-out", str(out)]
-    open_loop[open_loop.index("--connections") + 1] = "4"
+    open_loop = [*openai, *brief, "--connections", "4", "--request-rate", "8"]
     done = subprocess.run(open_loop, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     run = json.loads(out.read_text())["runs"][0]

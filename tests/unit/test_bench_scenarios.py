@@ -249,6 +249,14 @@ def test_openai_runs_vllm_beside_inferd_when_given_its_python() -> None:
     assert "vLLM left out (no --vllm-python)" in scenario("openai").describe()
 
 
+def test_openai_without_hf_compares_the_vllm_runtime_with_vllm_alone() -> None:
+    bench = scenario("openai", "--without-hf", "--vllm-runtime", "--vllm-python", sys.executable)
+    assert labels(bench) == [["inferd-vllm", "vllm"], ["inferd-vllm", "vllm"]]
+    assert bench.comparisons(["inferd-vllm", "vllm"]) == [("inferd-vllm", "vllm")]
+    with pytest.raises(SystemExit, match="no server to run"):
+        scenario("openai", "--without-hf").cases()
+
+
 def test_protocol_processes_reach_inferd_through_its_environment() -> None:
     programs = Programs("/py/inferd", Path("/src/current"), "/py/mlserver")
     inferd, mlserver = Contender("inferd", "inferd"), Contender("mlserver", "mlserver")
