@@ -1,6 +1,6 @@
 """The coordinator: server-wide operations applied in every protocol process.
 
-The supervisor serves this app on its private ``coordinator.sock``. A protocol
+The supervisor serves it on its private ``coordinator.sock`` (coordinator_app.py). A protocol
 process that takes a server-wide operation (supervisor/forwarding.py) sends it
 here as its typed message (serving/operations.py); the coordinator sends the same
 message to every protocol process's private ``rest-<i>.sock`` (where each applies
@@ -32,8 +32,8 @@ the client gets (merging.py) and answers as the processes did:
   barrier's answers take to reach them.
 
 HTTP statuses are read only where a process's answer arrives (outcomes.py) and
-written only where this app answers the process that forwarded the operation
-(``_response``).
+written only where the coordinator answers the process that forwarded the
+operation (coordinator_app.py, which serves it on ``coordinator.sock``).
 
 What a partial failure leaves: the processes that applied the operation keep it
 (nothing is undone: undoing a load would unload the version that served before),
@@ -52,37 +52,24 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
-from inferd.errors import InferdError, InvalidRequest, StatusError
-from inferd.server.protocol_role import MSGPACK
+from inferd.errors import InferdError
 from inferd.serving.operations import (
     UNLOADS,
     Operation,
     ReadStatistics,
     RepositoryReload,
     UnregisterMemory,
-    encode,
     refusal_of,
 )
 from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.host_order import HostOrder
 from inferd.supervisor.journal import Journal
 from inferd.supervisor.merging import (
-    NO_PROCESS,
     Settled,
     held_anywhere,
     merge_statistics,
     settle,
-)
-from inferd.supervisor.messages import (
-    CatchUp,
-    LoadedAtStart,
-    SwitchReached,
-    decode_to_coordinator,
 )
 from inferd.supervisor.outcomes import (
     Applied,
@@ -97,9 +84,6 @@ from inferd.supervisor.outcomes import (
 from inferd.supervisor.paths import PrivatePaths
 
 logger = logging.getLogger(__name__)
-
-# Where the coordinator takes every message on coordinator.sock.
-COORDINATOR_PATH = "/coordinator"
 
 # What the client of an operation gets: its value, a refusal, or None (no process
 # answered).
@@ -274,58 +258,3 @@ def _failure(operation: Operation, outcome: Outcome) -> dict[str, Any] | None:
         case NoAnswer():
             status = 0
     return {"operation": repr(operation), "status": status, "error": said(outcome)}
-
-
-def _response(answered: Answered) -> Response:
-    """What the client gets, as the forwarding process reads it: a value (200), or a
-    refusal with the REST status it carries (503 when no process answered)."""
-    match answered:
-        case Applied(_, value):
-            return _value(value)
-        case Refused(_, refusal) | NotHeld(_, refusal):
-            return Response(encode(refusal), refusal.status, media_type=MSGPACK)
-        case _:
-            refusal = refusal_of(StatusError(NO_PROCESS, 503), 503)
-            return Response(encode(refusal), 503, media_type=MSGPACK)
-
-
-def _value(value: Any) -> Response:
-    return Response(encode(value), 200, media_type=MSGPACK)
-
-
-def build_coordinator_app(
-    paths: PrivatePaths, count: int, host: bool = False, on_demand: HostOnDemand | None = None
-) -> Starlette:
-    """The coordinator of protocol processes 0..count-1 (their sockets in ``paths``)
-    and of the model host (from the start with ``host``, else when ``on_demand``
-    starts it), as an ASGI app; ``app.state.coordinator`` holds its journal."""
-    return coordinator_app(Coordinator(paths, count, host, on_demand))
-
-
-def coordinator_app(coordinator: Coordinator) -> Starlette:
-    """``coordinator`` served as an ASGI app (``app.state.coordinator``): one path,
-    ``COORDINATOR_PATH``, whose POST body is a message of supervisor/messages.py."""
-
-    async def take(request: Request) -> Response:
-        try:
-            message = decode_to_coordinator(await request.body())
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            refused = InvalidRequest(f"Not a message to the coordinator: {error}")
-            return Response(encode(refusal_of(refused, 400)), 400, media_type=MSGPACK)
-        match message:
-            case ReadStatistics():
-                return _response(await coordinator.statistics(message))
-            case CatchUp(index):
-                return _value(await coordinator.catch_up(index))
-            case LoadedAtStart(index):
-                await coordinator.loaded(index)
-                return _value(None)
-            case SwitchReached(number, index):
-                await coordinator.switch(number, index)
-                return _value(None)
-            case _:
-                return _response(await coordinator.apply(message))
-
-    app = Starlette(routes=[Route(COORDINATOR_PATH, take, methods=["POST"])])
-    app.state.coordinator = coordinator
-    return app
