@@ -118,7 +118,7 @@ class Coordinator:
 
     def process(self, index: int) -> Process:
         """Process ``index``: a protocol process, or the model host after them."""
-        return self.host.process if index == len(self.processes) else self.processes[index]
+        return self.host.process if index == len(self.processes) else Process.protocol(index)
 
     async def loaded(self, index: int) -> None:
         """Process ``index`` has loaded its start-up models; returns once every
