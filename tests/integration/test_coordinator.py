@@ -33,7 +33,8 @@ from inferd.server.protocol_role import ProtocolProcess, private_rest_app
 from inferd.server.role_servers import ProtocolProcessServer
 from inferd.serving.backends import BackendChoice
 from inferd.serving.operations import Load, RegisterSystemMemory, Unload
-from inferd.supervisor.coordinator import Coordinator, build_coordinator_app
+from inferd.supervisor.coordinator import Coordinator
+from inferd.supervisor.coordinator_app import build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 from inferd.triton.logsettings import SetLogLevel

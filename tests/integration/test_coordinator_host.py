@@ -34,7 +34,7 @@ from inferd.serving.operations import (
     encode,
     refusal_of,
 )
-from inferd.supervisor.coordinator import build_coordinator_app
+from inferd.supervisor.coordinator_app import build_coordinator_app
 from inferd.supervisor.forwarding import call_coordinator
 from inferd.supervisor.messages import CatchUp
 from inferd.supervisor.paths import PrivatePaths

@@ -18,7 +18,7 @@ import pytest
 
 from inferd.serving.operations import RepositoryReload
 from inferd.settings import ModelSettings
-from inferd.supervisor.coordinator import build_coordinator_app
+from inferd.supervisor.coordinator_app import build_coordinator_app
 from inferd.supervisor.forwarding import catch_up
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 from inferd.supervisor.repository_changes import ServerWideChanges

@@ -159,7 +159,11 @@ def test_no_module_below_the_edges_spells_a_route(path: Path) -> None:
 # Hosting is a backend behind the data plane (serving/backends.py): the registry and
 # dispatch serve whatever backend loaded a version, and know nothing of the model host.
 KNOWS_NOTHING_OF_HOSTING = sorted(
-    [*(PACKAGE / "dispatch").glob("*.py"), PACKAGE / "serving" / "registry.py"]
+    [
+        *(PACKAGE / "dispatch").glob("*.py"),
+        PACKAGE / "serving" / "registry.py",
+        PACKAGE / "serving" / "model_version.py",
+    ]
 )
 HOSTING_MODULES = ("inferd.workers.host_client", "inferd.serving.host_backend")
 HOSTING_WORDS = re.compile(r"\bhost(ed|ing)?\b|model host|HostClient|HostBackend", re.I)

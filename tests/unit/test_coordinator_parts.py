@@ -1,5 +1,6 @@
-"""The coordinator's pure parts: the journal of typed operations, settling answers,
-summing statistics, and a forwarded refusal answered as the local error would be."""
+"""The coordinator's pure parts: the journal of typed operations, each process's answer
+read once as a typed outcome, the outcomes settled, statistics summed, and a forwarded
+refusal answered as the local error would be."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from inferd.serving.operations import (
     Load,
     LoadOnRequest,
     ReadStatistics,
+    Refusal,
     RegisterCudaMemory,
     RegisterSystemMemory,
     RepositoryReload,
@@ -45,7 +47,16 @@ from inferd.supervisor.forwarding import (
     catch_up,
 )
 from inferd.supervisor.journal import Journal
-from inferd.supervisor.merging import merge_statistics, settle
+from inferd.supervisor.merging import held_anywhere, merge_statistics, settle
+from inferd.supervisor.outcomes import (
+    Applied,
+    NoAnswer,
+    NotHeld,
+    Process,
+    Refused,
+    outcome_of,
+    said,
+)
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 
 LOAD = Load("iris", "{}")
@@ -130,20 +141,96 @@ def answer(status: int, body: Any = None, error: str = "", **headers: str) -> An
     return Answer(Path("rest-0.sock"), status, httpx.Headers(headers), orjson.dumps(body), error)
 
 
-def test_settled_answers_the_first_refusal_and_counts_who_applied() -> None:
-    answers = [answer(200, {}), answer(0, error="ConnectError"), answer(400, {"error": "no"})]
-    settled = settle(answers)
-    assert settled.answer is answers[2]
-    assert (settled.applied, settled.failed, settled.unreached) == (1, [2], [1])
-    assert not settled.ok
+FIRST, SECOND, THIRD = (Process.protocol(index) for index in range(3))
+HOST = Process.host(3)
+REFUSAL = refusal_of(InvalidRequest("failed to load 'iris': no such file"), 400)
+NOT_FOUND = refusal_of(ModelNotFound("iris"), 404)
 
 
-def test_settled_answers_the_first_success_and_none_when_nobody_answered() -> None:
-    answers = [answer(0, error="gone"), answer(200, {"a": 1}), answer(200, {"a": 2})]
-    settled = settle(answers)
-    assert settled.answer is answers[1] and settled.ok and settled.applied == 2
-    nobody = settle([answer(0, error="gone")])
-    assert nobody.answer is None and not nobody.ok and nobody.unreached == [0]
+def refused_answer(refusal: Refusal) -> Answer:
+    return Answer(Path("rest-0.sock"), refusal.status, {}, encode(refusal))
+
+
+def test_an_answer_is_read_once_into_the_outcome_of_its_process() -> None:
+    assert outcome_of(SECOND, LOAD, refused_answer(REFUSAL)) == Refused(SECOND, REFUSAL)
+    assert outcome_of(HOST, LOAD, answer(0, error="ConnectError")) == NoAnswer(HOST, "ConnectError")
+    applied = Answer(Path("rest-0.sock"), 200, {}, encode({"log_info": True}))
+    assert outcome_of(FIRST, LOAD, applied) == Applied(FIRST, {"log_info": True})
+    # "No such model" is a fact about an unload or a statistics read, a refusal of a load.
+    assert outcome_of(HOST, UNLOAD, refused_answer(NOT_FOUND)) == NotHeld(HOST, NOT_FOUND)
+    assert outcome_of(HOST, ReadStatistics("iris"), refused_answer(NOT_FOUND)) == NotHeld(
+        HOST, NOT_FOUND
+    )
+    assert outcome_of(HOST, LOAD, refused_answer(NOT_FOUND)) == Refused(HOST, NOT_FOUND)
+
+
+def test_an_answer_that_carries_no_refusal_is_refused_with_its_text_and_status() -> None:
+    outcome = outcome_of(FIRST, LOAD, Answer(Path("rest-0.sock"), 502, {}, b"Bad Gateway"))
+    assert isinstance(outcome, Refused) and outcome.refusal.status == 502
+    assert said(outcome) == "Bad Gateway"
+    forwarded = answered_error(LOAD, Answer(Path("c.sock"), 502, {}, encode(outcome.refusal)))
+    assert isinstance(forwarded, StatusError) and http_error(forwarded, "test")[0] == 502
+
+
+def test_every_process_applied_it_answers_the_first_protocol_process() -> None:
+    settled = settle([Applied(HOST, "h"), Applied(SECOND, "b"), Applied(FIRST, "a")])
+    assert settled.answer == Applied(FIRST, "a") and settled.ok
+    assert settled.values == ["a", "b", "h"]  # process order, the host last
+    assert (settled.held, settled.refused, settled.unanswered) == (3, [], [])
+
+
+def test_one_refusal_is_what_the_client_gets_and_the_others_keep_it() -> None:
+    refused = Refused(SECOND, REFUSAL)
+    settled = settle([Applied(FIRST), refused, Applied(THIRD)])
+    assert settled.answer is refused and not settled.ok
+    assert settled.refused == [refused] and settled.held == 2  # journaled: two applied it
+
+
+def test_the_hosts_refusal_says_why_better_than_a_protocol_processs() -> None:
+    hosts = Refused(HOST, refusal_of(InvalidRequest("the GPU is gone"), 400))
+    settled = settle([Refused(FIRST, REFUSAL), Refused(SECOND, REFUSAL), hosts])
+    assert settled.answer is hosts and settled.held == 0
+    assert [each.process for each in settled.refused] == [FIRST, SECOND, HOST]
+
+
+def test_the_hosts_not_held_is_no_refusal_a_protocol_processs_is() -> None:
+    unloaded = settle([Applied(FIRST), Applied(SECOND), NotHeld(HOST, NOT_FOUND)])
+    assert unloaded.answer == Applied(FIRST) and unloaded.refused == []
+    assert unloaded.values == [None, None] and unloaded.held == 3
+    unknown = settle(
+        [NotHeld(FIRST, NOT_FOUND), NotHeld(SECOND, NOT_FOUND), NotHeld(HOST, NOT_FOUND)]
+    )
+    assert unknown.answer == NotHeld(FIRST, NOT_FOUND) and not unknown.ok
+    assert [each.process for each in unknown.refused] == [FIRST, SECOND]
+
+
+def test_the_host_alone_holding_nothing_of_it_is_done() -> None:
+    """The protocol processes restarting: the host unloaded nothing, and the unload is
+    journaled for them to catch up on."""
+    settled = settle([NoAnswer(FIRST, "gone"), NotHeld(HOST, NOT_FOUND)])
+    assert settled.answer == Applied(HOST) and settled.ok
+    assert (settled.values, settled.held) == ([], 1)
+    assert settled.unanswered == [NoAnswer(FIRST, "gone")]
+
+
+def test_no_answer_from_anyone_settles_to_none() -> None:
+    settled = settle([NoAnswer(FIRST, "gone"), NoAnswer(HOST, "gone")])
+    assert settled.answer is None and not settled.ok and settled.held == 0
+    assert [each.process for each in settled.unanswered] == [FIRST, HOST]
+    assert settle([]).answer is None
+
+
+def test_a_partial_failure_answers_the_refusal_and_counts_who_applied_it() -> None:
+    outcomes = [Applied(FIRST, {}), NoAnswer(SECOND, "ConnectError"), Refused(THIRD, REFUSAL)]
+    settled = settle(outcomes)
+    assert settled.answer == Refused(THIRD, REFUSAL)
+    assert (settled.held, settled.values) == (1, [{}])
+    assert settled.unanswered == [NoAnswer(SECOND, "ConnectError")]
+
+
+def test_an_unregister_answers_the_regions_held_in_any_process() -> None:
+    settled = settle([Applied(FIRST, ["b"]), Applied(SECOND, None), Applied(HOST, ["a", "b"])])
+    assert held_anywhere(settled) == ["a", "b"]
 
 
 def stats(name: str, version: str, success: int, batches: dict[int, int], last: int) -> dict:

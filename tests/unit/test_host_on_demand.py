@@ -1,5 +1,5 @@
 """Which loads start the model host (supervisor/host_on_demand.py), and the journal's
-reading of which model an operation loads (supervisor/coordinator.py ``loaded_model``)."""
+reading of which model an operation loads (supervisor/host_order.py ``loaded_model``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from inferd.serving.operations import (
     Unload,
 )
 from inferd.settings import ServerSettings
-from inferd.supervisor.coordinator import loaded_model
 from inferd.supervisor.host_on_demand import HostOnDemand, HostUnavailable
+from inferd.supervisor.host_order import loaded_model
 from inferd.supervisor.hosting_rules import LOADED_LATER
 from tests.support.models import add_custom_model
 

@@ -8,7 +8,7 @@ import time
 
 from inferd.errors import InvalidRequest
 from inferd.observability.stats import ModelStats
-from inferd.serving.registry import ModelVersion
+from inferd.serving.model_version import ModelVersion
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 
 # One debug line per inference request; a logger of its own so that logging_settings

@@ -182,10 +182,15 @@ def refusal_of(error: BaseException, status: int) -> Refusal:
     return Refusal(name, message, status, attributes)
 
 
+def decode_refusal(data: bytes) -> Refusal:
+    """The :class:`Refusal` ``data`` encodes; msgspec.ValidationError or DecodeError if none."""
+    return _refusal_decoder.decode(data)
+
+
 def error_of(refusal: bytes) -> InferdError:
     """The error an encoded :class:`Refusal` stands for: the same class where it is one
     of ``inferd.errors``, else a StatusError of the same status (and Retry-After)."""
-    found = _refusal_decoder.decode(refusal)
+    found = decode_refusal(refusal)
     known = getattr(errors, found.error, None)
     if isinstance(known, type) and issubclass(known, InferdError):
         rebuilt = error_from_wire((found.error, found.message, dict(found.attributes)))

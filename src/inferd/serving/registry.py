@@ -1,8 +1,9 @@
 """The model registry: which model versions exist and what state each is in.
 
-Each version is loaded, answered and unloaded by a backend (serving/backends.py):
-this process's own (its pool, through dispatch), unless a :class:`BackendChoice`
-names another for it.
+Each version (a :class:`~inferd.serving.model_version.ModelVersion`) is loaded,
+answered and unloaded by a backend (serving/backends.py): this process's own (its
+pool, through dispatch), unless a :class:`BackendChoice` names another for it
+(model_version.py ``Backends``).
 
 Loading a model name replaces the set of versions served under it: new versions
 are loaded (and an existing version reloaded) before the old instances are
@@ -18,11 +19,9 @@ import asyncio
 import itertools
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from inferd.dispatch.scheduler import Scheduler
 from inferd.errors import (
     ConfigurationError,
     InferdError,
@@ -32,48 +31,19 @@ from inferd.errors import (
     ModelNotReady,
 )
 from inferd.observability.logs import SERVER_EVENT
-from inferd.observability.stats import ModelStats, ModelStatsTable
-from inferd.serving.backends import Backend, BackendChoice, VersionCalls
-from inferd.serving.declared_inputs import DeclaredInputs, enforced_inputs
-from inferd.serving.local_backend import LocalBackend
-from inferd.serving.response_cache import ResponseCache, VersionCache
+from inferd.observability.stats import ModelStatsTable
+from inferd.serving.backends import BackendChoice
+from inferd.serving.model_version import Backends, ModelVersion
+from inferd.serving.response_cache import ResponseCache
 from inferd.settings import ModelSettings
-from inferd.settings.model import NamedBySettings
 from inferd.triton.classification import Classifier
 from inferd.types import ModelState, RepositoryEntry
-from inferd.workers.base import Control, LoadedInstance, Pool
-from inferd.workers.inprocess import InProcessPool
+from inferd.workers.base import Control, Pool
 
 logger = logging.getLogger(__name__)
 
 # Awaited by a load between loading its new instances and serving them.
 Switch = Callable[[], Awaitable[None]]
-
-
-@dataclass(slots=True)
-class ModelVersion(NamedBySettings):
-    """One version of a model and the instance that serves it."""
-
-    settings: ModelSettings
-    state: ModelState = ModelState.LOADING
-    reason: str = ""
-    instance: LoadedInstance | None = None  # what its backend loaded: metadata, how it answers
-    # What loaded it and answers it (serving/backends.py), by this instance id.
-    backend: Backend | None = None
-    instance_id: int = 0
-    calls: VersionCalls | None = None  # its infer and infer_stream; None once retired
-    # This process's dispatch of it, when it runs here (its queue is a metric).
-    scheduler: Scheduler | None = None
-    load_seconds: float = 0.0  # how long loading this instance took
-    # Its counters: shared by every instance of this name and version, so they
-    # survive reloads.
-    stats: ModelStats | None = None
-    # Its entries in the response cache, when the server and the model turn it on.
-    cache: VersionCache | None = None
-    # The inputs its settings declare, checked on each request (None: none declared).
-    declared: DeclaredInputs | None = None
-    # Triton's classification of its outputs: whether it batches, its label files.
-    classifier: Classifier | None = None
 
 
 @dataclass(slots=True)
@@ -95,27 +65,16 @@ class Registry:
         none; 0: none) and ``cache``: this process's own backend's. ``choice``: which
         versions another backend serves, when this server is one of several processes
         (serving/backends.py); None: this process's serves every model."""
-        self._local = LocalBackend(pool, stats, max_queue_size, cache)
+        self._backends = Backends(pool, stats, max_queue_size, cache, choice, self.instance_failed)
         self._choice = choice
-        # The versions the choice runs in this process beside the pool's workers.
-        self._in_process: LocalBackend | None = None
-        if choice is not None and choice.in_process is not None:
-            in_process = InProcessPool()
-            in_process.on_instance_failed(self.instance_failed)
-            self._in_process = LocalBackend(in_process, stats, max_queue_size, cache)
         self.stats = stats
         self._models: dict[str, _Model] = {}
         self._instance_ids = itertools.count(1)
-        pool.on_instance_failed(self.instance_failed)
 
     def control(self, message: Control) -> None:
         """Deliver a feature's control message where the instances run (worker
         processes too; see workers.base.Control), e.g. the logging extension's level."""
-        self._local.control(message)
-        if self._in_process is not None:
-            self._in_process.control(message)
-        if self._choice is not None and self._choice.elsewhere is not None:
-            self._choice.elsewhere.control(message)
+        self._backends.control(message)
 
     def names(self) -> list[str]:
         return list(self._models)
@@ -245,7 +204,7 @@ class Registry:
             logger.info("Loaded %s in %.2fs", new.settings.label, seconds, extra=SERVER_EVENT)
         for _, old in loaded:
             if old is not None and old.calls is not None:
-                await self._retire(old)
+                await old.retire()
 
     async def _load_version(
         self, model: _Model, settings: ModelSettings
@@ -261,36 +220,15 @@ class Registry:
         except ConfigurationError as error:
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        instance_id = next(self._instance_ids)
-        backend = self._backend_of(settings)
+        backend = self._backends.of(settings)
         where = f" ({backend.where})" if backend.where else ""
         logger.info("Loading %s%s", new.settings.label, where, extra=SERVER_EVENT)
-        started = time.perf_counter()
         try:
-            opened = await backend.load(instance_id, settings)
+            await new.load(backend, next(self._instance_ids))
         except Exception as error:
-            await backend.unload(instance_id)
             self._mark_failed(model, new, old, error)
             raise _as_inferd_error(error) from error
-        new.backend, new.instance_id, new.instance = backend, instance_id, opened.instance
-        new.calls, new.scheduler = opened.calls, opened.scheduler
-        new.stats, new.cache = opened.stats, opened.cache
-        new.reason = opened.instance.reason  # where it runs, a failed reload's (kept serving)
-        new.declared = enforced_inputs(settings)
-        new.load_seconds = time.perf_counter() - started
-        new.stats.loaded(new.load_seconds)  # model_load_seconds
         return new, old
-
-    def _backend_of(self, settings: ModelSettings) -> Backend:
-        """This process's backend, unless the choice names another for ``settings``."""
-        choice = self._choice
-        if choice is None or choice.here(settings):
-            return self._local
-        in_process = choice.in_process
-        if self._in_process is not None and in_process is not None and in_process(settings):
-            return self._in_process
-        assert choice.elsewhere is not None  # served() left out what has no backend
-        return choice.elsewhere
 
     def _mark_failed(
         self, model: _Model, new: ModelVersion, old: ModelVersion | None, error: Exception
@@ -342,19 +280,9 @@ class Registry:
         found = model.versions[version]
         found.state = ModelState.UNLOADING
         logger.info("Unloading %s", found.settings.label, extra=SERVER_EVENT)
-        await self._retire(found)
+        await found.retire()
         del model.versions[version]
         logger.info("Unloaded %s", found.settings.label, extra=SERVER_EVENT)
-
-    async def _retire(self, version: ModelVersion) -> None:
-        cache, version.cache = version.cache, None
-        if cache is not None:
-            cache.close()
-        calls, version.calls = version.calls, None
-        version.scheduler = None
-        if calls is not None and version.backend is not None:
-            await calls.close()
-            await version.backend.unload(version.instance_id)
 
     async def close(self) -> None:
         for name in list(self._models):

@@ -24,7 +24,7 @@ import msgspec
 from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.serving.operations import Operation, decode_value, error_of
 from inferd.serving.server_wide import ServerWide
-from inferd.supervisor.coordinator import COORDINATOR_PATH
+from inferd.supervisor.coordinator_app import COORDINATOR_PATH
 from inferd.supervisor.fanout import Answer, deliver
 from inferd.supervisor.messages import CatchUp, LoadedAtStart, SwitchReached
 from inferd.supervisor.paths import ProtocolRole

@@ -1,12 +1,16 @@
-"""One answer out of every protocol process's answer to the same call.
+"""One answer out of every process's outcome of the same call.
 
 - :func:`settle`: an operation fanned out (a load, a region registered) answers
-  as every process that answered did, or with the first failure as its process
-  gave it (status, body, ``Retry-After``). A process that gave no answer at all
-  (its socket missing or refused: it is starting, restarting or gone) is left
-  out: it catches up from the journal before it serves again.
+  as every process that applied it did, or with a refusal as its process gave it
+  (outcomes.py: each process's answer is already a typed outcome here). A process
+  that gave no answer at all (starting, restarting or gone) is left out: it
+  catches up from the journal before it serves again. The model host's
+  "no such model" (``NotHeld``) to an unload or a statistics read is no refusal:
+  it holds only the models no protocol process copies.
 - :func:`merge_statistics`: Triton's statistics of several processes as one
   server's, every count and nanosecond summed per model version and per batch size.
+- :func:`held_anywhere`: an unregister's answer, the regions a request holds in
+  any process.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.supervisor.fanout import Answer
+from inferd.supervisor.outcomes import Applied, NoAnswer, NotHeld, Outcome, Refused
 
 NO_PROCESS = "No protocol process answered"
 
@@ -24,30 +28,70 @@ NO_PROCESS = "No protocol process answered"
 class Settled:
     """What a fanned-out call comes to.
 
-    ``answer``: the first failure, else the first success; None when no process
-    answered. ``applied``: how many processes applied it. ``failed`` and
-    ``unreached``: the indexes of the processes that refused it or gave no answer."""
+    ``answer``: what the client gets (see :func:`settle`); None when no process
+    answered. ``applied``: the processes that applied it, with their values, in
+    process order. ``held``: how many processes are where it leaves them (those
+    that applied it, and the model host that holds nothing of it): it is journaled
+    when any is. ``refused`` and ``unanswered``: the processes that refused it or
+    gave no answer."""
 
-    answer: Answer | None
-    applied: int
-    failed: list[int] = field(default_factory=list)
-    unreached: list[int] = field(default_factory=list)
+    answer: Applied | Refused | NotHeld | None
+    applied: list[Applied] = field(default_factory=list)
+    held: int = 0
+    refused: list[Refused | NotHeld] = field(default_factory=list)
+    unanswered: list[NoAnswer] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.answer is not None and self.answer.ok
+        return isinstance(self.answer, Applied)
+
+    @property
+    def values(self) -> list[Any]:
+        """What each process that applied it answered, in process order."""
+        return [applied.value for applied in self.applied]
 
 
-def settle(answers: Sequence[Answer]) -> Settled:
-    """The answers of processes 0..n-1 (in that order) to one call, settled."""
-    failed = [index for index, answer in enumerate(answers) if answer.status and not answer.ok]
-    unreached = [index for index, answer in enumerate(answers) if not answer.status]
-    succeeded = [answer for answer in answers if answer.ok]
-    if failed:
-        chosen: Answer | None = answers[failed[0]]
-    else:
-        chosen = succeeded[0] if succeeded else None
-    return Settled(chosen, len(succeeded), failed, unreached)
+def settle(outcomes: Sequence[Outcome]) -> Settled:
+    """Every process's outcome of one call, settled. The answer is the model host's
+    refusal (it says why better than a protocol process's, which found the host's
+    version unavailable), else the first protocol process's refusal, else the first
+    that applied it (the host's "no such model" last: it applied nothing)."""
+    applied: list[Applied] = []
+    refused: list[Refused | NotHeld] = []
+    unanswered: list[NoAnswer] = []
+    host_holds_nothing: list[NotHeld] = []
+    for outcome in sorted(outcomes, key=lambda outcome: outcome.process):
+        match outcome:
+            case Applied():
+                applied.append(outcome)
+            case NotHeld() if outcome.process.is_host:
+                host_holds_nothing.append(outcome)
+            case Refused() | NotHeld():
+                refused.append(outcome)
+            case NoAnswer():
+                unanswered.append(outcome)
+    held = len(applied) + len(host_holds_nothing)
+    answer = _answer(refused, applied, host_holds_nothing)
+    return Settled(answer, applied, held, refused, unanswered)
+
+
+def _answer(
+    refused: list[Refused | NotHeld], applied: list[Applied], host_holds_nothing: list[NotHeld]
+) -> Applied | Refused | NotHeld | None:
+    by_host = [outcome for outcome in refused if outcome.process.is_host]
+    if by_host or refused:
+        return (by_host or refused)[0]
+    if applied:
+        return applied[0]
+    if host_holds_nothing:  # done there, with nothing to say
+        return Applied(host_holds_nothing[0].process)
+    return None
+
+
+def held_anywhere(settled: Settled) -> list[str]:
+    """An unregister's answer: the regions a request holds in any process (each
+    process answers those it holds), so that none drops a region another still uses."""
+    return sorted({name for value in settled.values for name in value or ()})
 
 
 # Fields that say which statistics these are, not how many: kept as they are.

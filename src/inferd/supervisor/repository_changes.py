@@ -32,7 +32,8 @@ from inferd.serving.registry import Switch
 from inferd.serving.repository import ModelRepository
 from inferd.serving.repository_poll import ModelChanges, RepositoryPoller
 from inferd.settings import ServerSettings
-from inferd.supervisor.coordinator import Coordinator, why
+from inferd.supervisor.coordinator import Coordinator
+from inferd.supervisor.outcomes import Applied, said
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ class ServerWideChanges(ModelChanges):
 
     async def _apply(self, change: Operation, action: str) -> None:
         name = getattr(change, "name", "")
-        answer = await self._coordinator.apply(change)
-        if answer is not None and answer.ok:
+        answered = await self._coordinator.apply(change)
+        if isinstance(answered, Applied):
             logger.info("Model %r: the repository's change (%s) is applied", name, action)
         else:  # the coordinator logged which process and why
-            said = why(answer) if answer is not None else "no process"
-            logger.warning("Model %r: the repository's change (%s) failed: %s", name, action, said)
+            why = said(answered) if answered is not None else "no process"
+            logger.warning("Model %r: the repository's change (%s) failed: %s", name, action, why)
 
 
 def repository_poll(
