@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import serving_layout
 from inferd.observability.logs import configure_logging, speak_for_server
 from inferd.server.app import InferenceServer
 from inferd.server.shutdown import exit_stopped
@@ -21,7 +22,6 @@ from inferd.settings.loader import load_server_settings
 from inferd.settings.sources import Source, folder_source, setting_sources
 from inferd.settings.sources import as_json as sources_json
 from inferd.settings.sources import as_table as sources_table
-from inferd.supervisor.hosting_rules import serving_layout
 from inferd.supervisor.main import Supervisor, run_supervisor
 from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune

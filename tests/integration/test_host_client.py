@@ -1,5 +1,5 @@
-"""A protocol process's client of the model host (workers/host_client.py) against a
-real host edge (server/host_edge.py) over a unix socket: binding, calls, and what
+"""A protocol process's client of the model host (host/client.py) against a
+real host edge (host/edge.py) over a unix socket: binding, calls, and what
 happens when the host goes away and comes back."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from inferd.errors import InferdError, ModelNotReady, WorkerLost
+from inferd.host.client import HostClient
+from inferd.host.edge import close_host, serve_host
 from inferd.server.app import InferenceServer
-from inferd.server.host_edge import close_host, serve_host
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers.host_client import HostClient
 
 from .conftest import StartServer
 

@@ -1,4 +1,4 @@
-"""Which loads start the model host (supervisor/host_on_demand.py), and the journal's
+"""Which loads start the model host (host/on_demand.py), and the journal's
 reading of which model an operation loads (supervisor/coordinator.py ``loaded_model``)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from inferd.host.on_demand import HostOnDemand, HostUnavailable
+from inferd.host.placement import LOADED_LATER
 from inferd.serving.operations import (
     ChangeLogSettings,
     Load,
@@ -18,8 +20,6 @@ from inferd.serving.operations import (
 )
 from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import loaded_model
-from inferd.supervisor.host_on_demand import HostOnDemand, HostUnavailable
-from inferd.supervisor.hosting_rules import LOADED_LATER
 from tests.support.models import add_custom_model
 
 

@@ -1,4 +1,4 @@
-"""Which models each protocol process may hold a copy of (supervisor/hosting_rules.py)."""
+"""Which models each protocol process may hold a copy of (host/placement.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from inferd.settings import ModelSettings, ServerSettings
-from inferd.supervisor.child import protocol_server
-from inferd.supervisor.hosting_rules import (
+from inferd.host.placement import (
     copied,
     needs_model_host,
     queue_share,
     serving_layout,
     why_not_replicated,
 )
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.supervisor.child import protocol_server
 from inferd.supervisor.paths import PrivatePaths, ProtocolRole
 
 # Settings as a settings.json that sets neither parallel_workers nor the cache.
@@ -126,7 +126,7 @@ def test_copied_models_need_no_host() -> None:
 def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, "inferd.supervisor.hosting_rules"):
+    with caplog.at_level(logging.INFO, "inferd.host.placement"):
         assert needs_model_host(DEFAULTS, [model("a"), model("gpu", devices=["cuda:0"])])
     assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
     assert "Model 'a' is copied into every protocol process" in caplog.text

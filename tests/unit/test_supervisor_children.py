@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
+from inferd.host.process import ModelHostServer, host_server
 from inferd.server.app import InferenceServer
-from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer
+from inferd.server.role_servers import ProtocolProcessServer
 from inferd.serving.server_wide import LocalServerWide
 from inferd.settings import ServerSettings
-from inferd.supervisor.child import host_server, protocol_server, protocol_settings
+from inferd.supervisor.child import protocol_server, protocol_settings
 from inferd.supervisor.children import (
     CONFIGURATION_EXIT_STATUS,
     Backoff,

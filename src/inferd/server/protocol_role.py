@@ -21,7 +21,7 @@ Then the process:
   others serve meanwhile, and a connection never waits on one still starting;
 - runs in its own pool only the models every protocol process may hold a copy of
   (``backends``, serving/backends.py): the others run in the model host, answered
-  through its backend (serving/host_backend.py);
+  through its backend (host/backend.py);
 - does not poll the repository (``repository_poll_secs``): the supervisor polls it
   once for every process and sends each change to each on the private socket
   (``RepositoryReload``, ``RepositoryRemove``), where the process applies it as a
@@ -29,7 +29,7 @@ Then the process:
 
 The model host is one more process of the same kind (``host_socket`` set): it runs
 those other models, with the server's own worker settings, and serves them to the
-protocol processes on ``host_socket`` (server/host_edge.py). It opens no public port.
+protocol processes on ``host_socket`` (host/edge.py). It opens no public port.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class ProtocolProcess:
     # The model host: serves its models to the protocol processes here, no public port.
     host_socket: Path | None = None
     # The queue bound of a model this process runs that sets none: its share of the
-    # server's max_queue_size (supervisor/hosting_rules.py queue_share); None: the server's.
+    # server's max_queue_size (host/placement.py queue_share); None: the server's.
     queue_bound: int | None = None
     # Whether it loads the repository's models at its start (load_models_at_startup
     # permitting): not a model host started later, for a load (it catches up instead).

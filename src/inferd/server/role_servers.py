@@ -5,10 +5,8 @@
   coordinator (the ``ServerWide`` it is given: ``supervisor/forwarding.py``), a
   request's load on request too; it opens the public ports shared with the other
   protocol processes (``SO_REUSEPORT``).
-- :class:`ModelHostServer`: opens no public port; it serves its models to the
-  protocol processes on ``host.sock`` (``host_edge.py``). What is server-wide
-  reaches it from the coordinator only (it takes no client's operation), and it
-  loads what it is told, evicting nothing itself.
+- the model host's server (``host/process.py`` ``ModelHostServer``), a
+  :class:`RoleServer` too: it opens no public port, only ``host.sock``.
 
 Both serve the coordinator's operations, their REST app (no access rules) and
 their metrics on private sockets, and start in the same order: private sockets,
@@ -19,11 +17,9 @@ in a process restarted after a death (protocol_role.py).
 
 from __future__ import annotations
 
-import asyncio
 import signal
 
 from inferd.server.grpc.server import GrpcServer
-from inferd.server.host_edge import close_host, serve_host
 from inferd.server.http_servers import Listening, Running, run_servers, uvicorn_config, wait_started
 from inferd.server.listener import SignalFreeServer
 from inferd.server.parts import ServerParts
@@ -132,29 +128,3 @@ class ProtocolProcessServer(RoleServer):
         for what, server, task in public:
             await wait_started(what, server, task, self.settings.host)
         return public, grpc_server
-
-
-class ModelHostServer(RoleServer):
-    """The model host: its models served to the protocol processes on ``host.sock``
-    (``role.host_socket``); no public port, no operation of its own to forward."""
-
-    def __init__(self, settings: ServerSettings, role: ProtocolProcess) -> None:
-        if role.host_socket is None:
-            raise ValueError("a model host's role names its host socket")
-        super().__init__(settings, role, None)
-        self.host_socket = role.host_socket
-        self._host: asyncio.Server | None = None
-        on_demand = self.dataplane.on_demand
-        if on_demand is not None:  # it loads what it is told and evicts nothing
-            on_demand.join_processes(None)
-
-    async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
-        """``host.sock`` (at a restart after its models, as ports: a protocol process
-        reconnecting then finds a host that answers, or none, never one whose load
-        would hold its requests)."""
-        self._host = await serve_host(self.dataplane, bind_unix(self.host_socket), self.pool)
-        return [], None
-
-    def after_shutdown(self) -> None:
-        if self._host is not None:  # the protocol processes have gone: nothing more comes
-            close_host(self._host)

@@ -2,7 +2,7 @@
 
 Runtimes in this process call its dataplane directly (``model_calls.serve_calls``).
 The dataplane is also served to its worker processes on a private unix socket
-with the model host's edge (``host_edge.py``: ``LOAD (name, version)``,
+with the model host's edge (``host/edge.py``: ``LOAD (name, version)``,
 ``PREDICT``, ``STREAM`` run on this dataplane), its path in the environment the
 workers inherit (``workers/calls_client.py`` connects to it).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from inferd import model_calls
 from inferd.context import RequestContext
-from inferd.server.host_edge import close_host, serve_host
+from inferd.host.edge import close_host, serve_host
 from inferd.server.protocol_role import ProtocolProcess, bind_unix
 from inferd.serving.dataplane import DataPlane
 from inferd.types import InferenceRequest, InferenceResponse

@@ -6,12 +6,13 @@ Started by the supervisor (``main.py``), or forked from the protocol fork parent
 ``INFERD_PROTOCOL_INDEX`` and, in the model host, ``INFERD_MODEL_HOST`` set.
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole server in its role (server/role_servers.py:
-a ``ProtocolProcessServer``, or the ``ModelHostServer``). A protocol process's
-own models run in it (``parallel_workers: 0``): the models hosting_rules.py copies, decided from the
+a ``ProtocolProcessServer``, or the model host's ``host/process.py``
+``ModelHostServer``). A protocol process's own models run in it
+(``parallel_workers: 0``): the models host/placement.py copies, decided from the
 server's settings as configured, with the process's share of the server's
 ``max_queue_size`` (those the fork parent loaded before forking this process are
 adopted, workers/preloaded.py; the others load here); the others it reaches in the
-model host (serving/host_backend.py), which the coordinator starts before such a load
+model host (host/backend.py), which the coordinator starts before such a load
 when none runs yet, and those the coordinator placed there when they were loaded
 after the start (a load marked ``hosted``: one copy for every process). The model
 host runs exactly those, with the server's worker settings, and opens no public port.
@@ -28,12 +29,15 @@ from functools import partial
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
+from inferd.host.backend import HostBackend
+from inferd.host.client import HostClient
+from inferd.host.placement import copied, queue_share
+from inferd.host.process import host_server
 from inferd.observability.logs import configure_logging, speak_for_server, tag_process
 from inferd.server.protocol_role import ProtocolProcess
-from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer, RoleServer
+from inferd.server.role_servers import ProtocolProcessServer, RoleServer
 from inferd.server.shutdown import exit_stopped
 from inferd.serving.backends import BackendChoice
-from inferd.serving.host_backend import HostBackend
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
@@ -44,10 +48,8 @@ from inferd.supervisor.forwarding import (
     switch_together,
     wait_for_every_process,
 )
-from inferd.supervisor.hosting_rules import copied, queue_share
 from inferd.supervisor.paths import ProtocolRole, protocol_role
 from inferd.workers import oom_score
-from inferd.workers.host_client import HostClient
 from inferd.workers.worker import die_with_parent
 
 logger = logging.getLogger(__name__)
@@ -111,47 +113,6 @@ def protocol_backends(
     waiting = queue_share(settings.max_queue_size, settings.protocol_processes) or None
     host = HostClient(role.paths.host, role.host_at_start, most_waiting=waiting)
     return BackendChoice(here=here, elsewhere=HostBackend(host))
-
-
-def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
-    """The model host's server: the models no protocol process copies, run as a lone
-    server runs them (its worker settings), and those loaded after the start, run in
-    its own process; served on ``host.sock``. What is server-wide reaches it from the
-    coordinator, and it catches up on it as a protocol process does (it waits for no
-    one: it is not public)."""
-
-    async def catch_up_with_the_others() -> None:
-        outcome = await catch_up(role)
-        if outcome.get("applied"):
-            logger.info("Caught up with the protocol processes: %s", outcome)
-
-    hosted_later: set[str] = set()  # copied models the coordinator placed here
-
-    def here(model: ModelSettings) -> bool:
-        return not copied(model, settings)
-
-    def in_process(model: ModelSettings) -> bool:
-        # Loaded after the start: in the host's own process, as each protocol process
-        # would have run its copy (no worker to start, no second hop).
-        return model.name in hosted_later
-
-    process = ProtocolProcess(
-        rest_socket=role.paths.rest(role.index),
-        metrics_socket=role.paths.metrics(role.index),
-        backends=BackendChoice(here=here, in_process=in_process),
-        hosted_later=hosted_later,
-        before_public=catch_up_with_the_others,
-        # At the server's start host.sock opens first: the protocol processes' loads
-        # wait there for the host's. Restarted, it opens once its models are loaded.
-        open_ports_first=not role.restarted,
-        host_socket=role.paths.host,
-        # Started later, for a load: the models it runs are those the coordinator has
-        # applied (its journal, then that load), none of its own from the repository.
-        models_at_start=not role.host_started_later,
-        # Its models call the others in a protocol process (it is process N, after them).
-        calls_elsewhere=tuple(role.paths.calls(index) for index in range(role.index)),
-    )
-    return ModelHostServer(settings, process)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ it to itself), waits for every answer and answers as they did (merging.py):
 - statistics are read from every process and summed;
 - the model host (when one runs: process N, after the N protocol processes) takes
   every operation too, with two orders: a load reaches it first (a protocol process
-  binds to the version the host has loaded: workers/host_client.py), an unload last
+  binds to the version the host has loaded: host/client.py), an unload last
   (the protocol processes stop sending it requests, then it drains them). It holds
   only the models no protocol process copies, so its "no such model" to an unload
   or a statistics read is no refusal. A load after the start runs in it (one copy
@@ -58,6 +58,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferd.errors import InferdError, InvalidRequest, StatusError
+from inferd.host.on_demand import HostOnDemand
 from inferd.server.protocol_role import MSGPACK
 from inferd.serving.operations import (
     LOADS,
@@ -74,7 +75,6 @@ from inferd.serving.operations import (
     refusal_of,
 )
 from inferd.supervisor.fanout import Answer, deliver, deliver_to_each
-from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.journal import Journal
 from inferd.supervisor.merging import NO_PROCESS, Settled, merge_statistics, settle
 from inferd.supervisor.messages import (

@@ -11,7 +11,7 @@ when it exits) holds unix sockets only these processes may open:
 - ``metrics-<i>.sock`` — protocol process ``i``'s Prometheus exposition (the
   supervisor serves ``metrics_port`` by summing them);
 - ``host.sock`` — the model host's models (when one runs), which every protocol
-  process reaches there (workers/host_client.py); the host is also process ``N`` (after
+  process reaches there (host/client.py); the host is also process ``N`` (after
   the N protocol processes) for its ``rest-N.sock`` and ``metrics-N.sock``;
 - ``calls-<i>.sock`` — protocol process ``i``'s models, for the model calls of the
   models the host runs (server/worker_calls.py).

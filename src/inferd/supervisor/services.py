@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inferd.host.on_demand import HostOnDemand
 from inferd.server.listener import listen_tcp
 from inferd.server.protocol_role import bind_unix
 from inferd.server.transport import metrics_options
 from inferd.supervisor.coordinator import Coordinator, coordinator_app
-from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.main import ServiceFactory, Supervised
 from inferd.supervisor.metrics import build_metrics_app
 from inferd.supervisor.repository_changes import repository_poll

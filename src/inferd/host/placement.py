@@ -37,14 +37,14 @@ That table places the models loaded at start. A model loaded after the start
 (repository API, repository poll, a request's load of a model the fork parent does
 not hold, a reload, a new version) runs in the model host whatever its settings
 (:data:`LOADED_LATER`): the coordinator decides it once per load
-(supervisor/host_on_demand.py ``placement``) and marks the load ``hosted``, so every
+(host/on_demand.py ``placement``) and marks the load ``hosted``, so every
 process places it alike.
 
 The model host (docs/design.md "The model host") is one more process that runs
 such models as a lone server would, with the server's worker settings, and serves
 them to every protocol process. It starts with the server when a model loaded at
 start needs it (:func:`needs_model_host`), else the coordinator starts it when a
-load first needs it (supervisor/host_on_demand.py): any model can be loaded at any
+load first needs it (host/on_demand.py): any model can be loaded at any
 time, whatever the layout. With 2 CPUs or fewer and ``protocol_processes`` left to
 its default, a start-up model that needs the host makes the server one protocol
 process instead (:func:`serving_layout`, :data:`SMALLEST_HOSTING`).

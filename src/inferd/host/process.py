@@ -1,0 +1,96 @@
+"""The model host process: its server and how it is made from its role.
+
+A whole server (the lone server's parts, ``server/parts.py``, served as a
+``server/role_servers.py`` ``RoleServer``) that opens no public port: it serves its
+models to the protocol processes on ``host.sock`` (``edge.py``). What is
+server-wide reaches it from the coordinator only (it takes no client's operation),
+and it loads what it is told, evicting nothing itself. It runs the models no
+protocol process copies (``placement.py``), with the server's worker settings, and
+those the coordinator placed in it when they were loaded after the start, in its
+own process (``on_demand.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from inferd.host.edge import close_host, serve_host
+from inferd.host.placement import copied
+from inferd.server.grpc.server import GrpcServer
+from inferd.server.http_servers import Running
+from inferd.server.protocol_role import ProtocolProcess, bind_unix
+from inferd.server.role_servers import RoleServer
+from inferd.serving.backends import BackendChoice
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.supervisor.forwarding import catch_up
+from inferd.supervisor.paths import ProtocolRole
+
+logger = logging.getLogger(__name__)
+
+
+class ModelHostServer(RoleServer):
+    """The model host: its models served to the protocol processes on ``host.sock``
+    (``role.host_socket``); no public port, no operation of its own to forward."""
+
+    def __init__(self, settings: ServerSettings, role: ProtocolProcess) -> None:
+        if role.host_socket is None:
+            raise ValueError("a model host's role names its host socket")
+        super().__init__(settings, role, None)
+        self.host_socket = role.host_socket
+        self._host: asyncio.Server | None = None
+        on_demand = self.dataplane.on_demand
+        if on_demand is not None:  # it loads what it is told and evicts nothing
+            on_demand.join_processes(None)
+
+    async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
+        """``host.sock`` (at a restart after its models, as ports: a protocol process
+        reconnecting then finds a host that answers, or none, never one whose load
+        would hold its requests)."""
+        self._host = await serve_host(self.dataplane, bind_unix(self.host_socket), self.pool)
+        return [], None
+
+    def after_shutdown(self) -> None:
+        if self._host is not None:  # the protocol processes have gone: nothing more comes
+            close_host(self._host)
+
+
+def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
+    """The model host's server: the models no protocol process copies, run as a lone
+    server runs them (its worker settings), and those loaded after the start, run in
+    its own process; served on ``host.sock``. What is server-wide reaches it from the
+    coordinator, and it catches up on it as a protocol process does (it waits for no
+    one: it is not public)."""
+
+    async def catch_up_with_the_others() -> None:
+        outcome = await catch_up(role)
+        if outcome.get("applied"):
+            logger.info("Caught up with the protocol processes: %s", outcome)
+
+    hosted_later: set[str] = set()  # copied models the coordinator placed here
+
+    def here(model: ModelSettings) -> bool:
+        return not copied(model, settings)
+
+    def in_process(model: ModelSettings) -> bool:
+        # Loaded after the start: in the host's own process, as each protocol process
+        # would have run its copy (no worker to start, no second hop).
+        return model.name in hosted_later
+
+    process = ProtocolProcess(
+        rest_socket=role.paths.rest(role.index),
+        metrics_socket=role.paths.metrics(role.index),
+        backends=BackendChoice(here=here, in_process=in_process),
+        hosted_later=hosted_later,
+        before_public=catch_up_with_the_others,
+        # At the server's start host.sock opens first: the protocol processes' loads
+        # wait there for the host's. Restarted, it opens once its models are loaded.
+        open_ports_first=not role.restarted,
+        host_socket=role.paths.host,
+        # Started later, for a load: the models it runs are those the coordinator has
+        # applied (its journal, then that load), none of its own from the repository.
+        models_at_start=not role.host_started_later,
+        # Its models call the others in a protocol process (it is process N, after them).
+        calls_elsewhere=tuple(role.paths.calls(index) for index in range(role.index)),
+    )
+    return ModelHostServer(settings, process)
