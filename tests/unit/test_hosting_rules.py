@@ -15,9 +15,10 @@ from inferd.host.placement import (
     serving_layout,
     why_not_replicated,
 )
+from inferd.server.roles import HostStart, Role
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.supervisor.child import protocol_server
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole
+from inferd.supervisor.paths import PrivatePaths, ProcessRole
 
 # Settings as a settings.json that sets neither parallel_workers nor the cache.
 DEFAULTS = ServerSettings(protocol_processes=4)
@@ -165,7 +166,9 @@ def test_a_protocol_process_queues_its_share(tmp_path: Path) -> None:
     settings = ServerSettings(
         model_repository_root=str(tmp_path), protocol_processes=3, max_queue_size=64
     )
-    server = protocol_server(settings, ProtocolRole(PrivatePaths(tmp_path), index=0))
+    server = protocol_server(
+        settings, ProcessRole(PrivatePaths(tmp_path), 0, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+    )
     assert server.role is not None and server.role.queue_bound == 21
     # Its settings stay the server's (Triton's model configuration reports the bound).
     assert server.settings.max_queue_size == 64 and server.settings.parallel_workers == 0

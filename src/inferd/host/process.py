@@ -14,28 +14,36 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from inferd.host.edge import close_host, serve_host
 from inferd.host.placement import copied
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.http_servers import Running
-from inferd.server.protocol_role import ProtocolProcess, bind_unix
+from inferd.server.protocol_role import bind_unix
 from inferd.server.role_servers import RoleServer
+from inferd.server.roles import RoleProcess
 from inferd.serving.backends import BackendChoice
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.supervisor.forwarding import catch_up
-from inferd.supervisor.paths import ProtocolRole
+from inferd.supervisor.paths import ProcessRole
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelHostProcess(RoleProcess):
+    """What makes a server the model host: the socket it serves its models on."""
+
+    host_socket: Path = field(kw_only=True)
 
 
 class ModelHostServer(RoleServer):
     """The model host: its models served to the protocol processes on ``host.sock``
     (``role.host_socket``); no public port, no operation of its own to forward."""
 
-    def __init__(self, settings: ServerSettings, role: ProtocolProcess) -> None:
-        if role.host_socket is None:
-            raise ValueError("a model host's role names its host socket")
+    def __init__(self, settings: ServerSettings, role: ModelHostProcess) -> None:
         super().__init__(settings, role, None)
         self.host_socket = role.host_socket
         self._host: asyncio.Server | None = None
@@ -55,7 +63,7 @@ class ModelHostServer(RoleServer):
             close_host(self._host)
 
 
-def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer:
+def host_server(settings: ServerSettings, role: ProcessRole) -> ModelHostServer:
     """The model host's server: the models no protocol process copies, run as a lone
     server runs them (its worker settings), and those loaded after the start, run in
     its own process; served on ``host.sock``. What is server-wide reaches it from the
@@ -77,19 +85,18 @@ def host_server(settings: ServerSettings, role: ProtocolRole) -> ModelHostServer
         # would have run its copy (no worker to start, no second hop).
         return model.name in hosted_later
 
-    process = ProtocolProcess(
+    process = ModelHostProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
         backends=BackendChoice(here=here, in_process=in_process),
         hosted_later=hosted_later,
-        before_public=catch_up_with_the_others,
         # At the server's start host.sock opens first: the protocol processes' loads
         # wait there for the host's. Restarted, it opens once its models are loaded.
-        open_ports_first=not role.restarted,
-        host_socket=role.paths.host,
-        # Started later, for a load: the models it runs are those the coordinator has
+        # Started for a load: the models it runs are those the coordinator has
         # applied (its journal, then that load), none of its own from the repository.
-        models_at_start=not role.host_started_later,
+        start=role.start_order(),
+        catch_up=catch_up_with_the_others,
+        host_socket=role.paths.host,
         # Its models call the others in a protocol process (it is process N, after them).
         calls_elsewhere=tuple(role.paths.calls(index) for index in range(role.index)),
     )

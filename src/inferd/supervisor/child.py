@@ -3,7 +3,7 @@ SUPERVISOR_PID MODEL_REPOSITORY``.
 
 Started by the supervisor (``main.py``), or forked from the protocol fork parent
 (``protocol_parent.py``, which then calls :func:`serve_role`), with ``INFERD_PRIVATE_DIR``,
-``INFERD_PROTOCOL_INDEX`` and, in the model host, ``INFERD_MODEL_HOST`` set.
+``INFERD_PROTOCOL_INDEX``, ``INFERD_ROLE`` and ``INFERD_HOST_START`` set (paths.py).
 It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole server in its role (server/role_servers.py:
 a ``ProtocolProcessServer``, or the model host's ``host/process.py``
@@ -34,8 +34,8 @@ from inferd.host.client import HostClient
 from inferd.host.placement import copied, queue_share
 from inferd.host.process import host_server
 from inferd.observability.logs import configure_logging, speak_for_server, tag_process
-from inferd.server.protocol_role import ProtocolProcess
 from inferd.server.role_servers import ProtocolProcessServer, RoleServer
+from inferd.server.roles import HostStart, ProtocolProcess, Role
 from inferd.server.shutdown import exit_stopped
 from inferd.serving.backends import BackendChoice
 from inferd.settings import ModelSettings, ServerSettings
@@ -48,7 +48,7 @@ from inferd.supervisor.forwarding import (
     switch_together,
     wait_for_every_process,
 )
-from inferd.supervisor.paths import ProtocolRole, protocol_role
+from inferd.supervisor.paths import ProcessRole, process_role
 from inferd.workers import oom_score
 from inferd.workers.worker import die_with_parent
 
@@ -60,7 +60,7 @@ def protocol_settings(settings: ServerSettings) -> ServerSettings:
     return settings.model_copy(update={"parallel_workers": 0})
 
 
-def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolProcessServer:
+def protocol_server(settings: ServerSettings, role: ProcessRole) -> ProtocolProcessServer:
     """The server of protocol process ``role.index``: what is server-wide it
     sends to the coordinator, and once its models loaded, before it is ready, it
     catches up on what the others were told (a process restarted after a death, or
@@ -83,8 +83,8 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
         # Its share of the server's bound: at most max_queue_size requests of a copied
         # model wait in the whole server.
         queue_bound=queue_share(settings.max_queue_size, settings.protocol_processes),
-        before_public=catch_up_with_the_others,
-        open_ports_first=not role.restarted,
+        start=role.start_order(),
+        catch_up=catch_up_with_the_others,
         switch=partial(switch_together, role),
         calls_socket=role.paths.calls(role.index),  # the host's models call its models
     )
@@ -97,7 +97,7 @@ def protocol_server(settings: ServerSettings, role: ProtocolRole) -> ProtocolPro
 
 
 def protocol_backends(
-    settings: ServerSettings, role: ProtocolRole, hosted_later: set[str]
+    settings: ServerSettings, role: ProcessRole, hosted_later: set[str]
 ) -> BackendChoice:
     """A protocol process runs the models it may copy, unless the coordinator placed
     them in the model host when they were loaded after the start (``hosted_later``:
@@ -111,7 +111,8 @@ def protocol_backends(
 
     # As many calls may wait for a restarting host as requests may wait here.
     waiting = queue_share(settings.max_queue_size, settings.protocol_processes) or None
-    host = HostClient(role.paths.host, role.host_at_start, most_waiting=waiting)
+    with_server = role.host_start is HostStart.WITH_SERVER  # its socket is waited for
+    host = HostClient(role.paths.host, with_server, most_waiting=waiting)
     return BackendChoice(here=here, elsewhere=HostBackend(host))
 
 
@@ -127,26 +128,27 @@ def serve_role(repository: Path, forked: bool = False) -> None:
     or ``forked`` by the protocol fork parent); exits when the server stops."""
     # A Ctrl-C reaches the whole process group: the supervisor forwards it as SIGTERM.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    role = protocol_role()
+    role = process_role()
     if role is None:
         sys.exit("inferd.supervisor.child is started by `inferd start`, which sets its role")
     spawned = oom_score.FORKED if forked else oom_score.SPAWNED
-    oom_score.take_role(oom_score.MODEL_HOST if role.is_host else spawned)
+    is_host = role.role is Role.MODEL_HOST
+    oom_score.take_role(oom_score.MODEL_HOST if is_host else spawned)
     try:
         settings = load_server_settings(repository, command_line=CommandLine.from_environment())
         configure_logging(settings)
-        if role.is_host:
+        if is_host:
             tag_process("model host", role.index)
         else:
             tag_process("protocol process", role.index)
         # The server's events are told once, by protocol process 0 (a hosted model's
         # too: it binds every one); the others' lines of them are detail (DEBUG).
         # Restarted, it tells nothing of its own start: the others served meanwhile.
-        speak_for_server(role.index == 0 and not role.is_host, once_ready=role.restarted)
+        speak_for_server(role.index == 0 and not is_host, once_ready=role.restarted)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         server: RoleServer = (
-            host_server(settings, role) if role.is_host else protocol_server(settings, role)
+            host_server(settings, role) if is_host else protocol_server(settings, role)
         )
         _run(server.run())
     except ConfigurationError as error:

@@ -30,17 +30,12 @@ from pathlib import Path
 
 from inferd.errors import ConfigurationError
 from inferd.server.listener import listen_tcp
+from inferd.server.roles import HostStart, Role
 from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
 from inferd.supervisor.loading import GrpcHealthProcess, fork_grpc_health, loading_service_parts
-from inferd.supervisor.paths import (
-    HOST_AT_START,
-    HOST_LATER,
-    HOST_PEER,
-    MODEL_HOST_ENV,
-    PrivatePaths,
-)
+from inferd.supervisor.paths import PrivatePaths, role_environment
 from inferd.supervisor.protocol_forks import EarlyParent, ProtocolForks, fork_parent_early
 from inferd.supervisor.served import (
     RunningService,
@@ -120,6 +115,8 @@ class Supervisor:
         self.repository = repository
         self.count = count
         self.host = host
+        # When the model host starts: a fact of the server each process is told.
+        self.host_start = HostStart.WITH_SERVER if host else HostStart.FOR_A_LOAD
         self._service_factories = list(services)
         self._stopping = asyncio.Event()
         self._protocol: list[Child] = []
@@ -175,9 +172,11 @@ class Supervisor:
 
     async def _supervise(self, paths: PrivatePaths) -> list[Child]:
         command = [*child_command(), str(self.repository)]
-        environment = environment_of_children(paths)
-        if self.host:  # their start-up load binds to it: they wait for its socket
-            environment[MODEL_HOST_ENV] = HOST_PEER
+        # With the host at start, their start-up load binds to it: they wait for its socket.
+        environment = {
+            **environment_of_children(paths),
+            **role_environment(Role.PROTOCOL, self.host_start),
+        }
         forks = self._forks = (
             ProtocolForks(str(self.repository), environment, self._early)
             if self.settings.fork_protocol_processes
@@ -193,7 +192,7 @@ class Supervisor:
         ]
         kept = [asyncio.create_task(child.keep_running()) for child in protocol]
         if self.host:  # watched as a protocol process is: it cannot start, the server stops
-            kept.append(self._start_host_child(HOST_AT_START))
+            kept.append(self._start_host_child())
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
@@ -250,11 +249,14 @@ class Supervisor:
         forks = self._forks
         return {pid for _, pid in self.pids()} | (forks.own_pids() if forks else set())
 
-    def _start_host_child(self, when: str) -> asyncio.Task[None]:
+    def _start_host_child(self) -> asyncio.Task[None]:
         """Start the model host (process ``count``) and keep it running; its watch."""
         assert self._paths is not None
         command = [*child_command(), str(self.repository)]
-        environment = {**environment_of_children(self._paths), MODEL_HOST_ENV: when}
+        environment = {
+            **environment_of_children(self._paths),
+            **role_environment(Role.MODEL_HOST, self.host_start),
+        }
         self._host = Child(self.count, command, environment, self._paths, "The model host")
         self._host_kept = asyncio.create_task(self._host.keep_running())
         return self._host_kept
@@ -267,7 +269,7 @@ class Supervisor:
             raise RuntimeError("the server is stopping")
         if self._host is None or (self._host_kept is not None and self._host_kept.done()):
             logger.info("Starting the model host: a model loaded now runs in it")
-            self._start_host_child(HOST_LATER)
+            self._start_host_child()
         host, kept = self._host, self._host_kept
         assert host is not None and kept is not None
         ready = asyncio.create_task(host.ready.wait())
