@@ -89,6 +89,11 @@ class HostClient:
         self._bound: dict[int, tuple[str, str | None]] = {}
         self._failure_handler: Callable[[int, str], None] | None = None
         self._closing = False
+        self._server_stopping = False
+
+    def server_stopping(self) -> None:
+        """The server stops, the host with it: losing the host is no failure now."""
+        self._server_stopping = True
 
     async def close(self) -> None:
         self._closing = True
@@ -260,7 +265,11 @@ class HostClient:
         return channel
 
     def _lost(self) -> None:
-        if not self._closing:
+        if self._closing:
+            return
+        if self._server_stopping:  # an orderly stop: the host stopped with the server
+            logger.debug("The model host closed its connection: the server is stopping")
+        else:
             logger.warning("Lost the connection to the model host; reconnecting on the next call")
 
     @staticmethod

@@ -60,11 +60,22 @@ class RoleServer(ServerParts):
         self._switch = switch
         self._public: list[Running] = []
         self._grpc_server: GrpcServer | None = None
+        self._told_of_stop: list[Callable[[], None]] = []
         # None of its models reads ready before the process is (every process loaded).
         self.dataplane.models_ready_once_started = True
 
     def calls_role(self) -> RoleProcess:
         return self.role
+
+    def when_stopping(self, told: Callable[[], None]) -> None:
+        """Call ``told`` as soon as its stop begins (its SIGTERM), before it drains."""
+        self._told_of_stop.append(told)
+
+    def stop(self) -> None:
+        super().stop()
+        told, self._told_of_stop = self._told_of_stop, []
+        for call in told:
+            call()
 
     async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
         """Its public side (a protocol process's ports, the host's socket)."""

@@ -93,6 +93,9 @@ def protocol_server(settings: ServerSettings, role: ProcessRole) -> ProtocolProc
     host = process.backends.elsewhere
     if isinstance(host, HostBackend):  # the host gives up a version: here too
         host.client.on_instance_failed(server.registry.instance_failed)
+        # The supervisor stops the host with this process: its connection's loss is
+        # expected from then on (its calls were answered: the host drains them first).
+        server.when_stopping(host.client.server_stopping)
     return server
 
 
