@@ -131,14 +131,15 @@ def start(
         settings = _load(repository, command_line)
         configure_logging(settings)
         startup_models = _check_repository(settings)
-        count, host = serving_layout(settings, startup_models)
-        if count == 1:
+        layout = serving_layout(settings, startup_models)
+        if layout.processes == 1:
             _run(InferenceServer(settings))
             status = 0
         else:
             command_line.export()  # the processes the supervisor starts read it
+            layout.placement.export()  # decided once, here: they read it, not the rules
             speak_for_server(True)  # its services' uvicorn lines are detail too
-            supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
+            supervisor = Supervisor(settings, repository, layout, SUPERVISOR_SERVICES)
             # Not 0 when a protocol process did not drain by its deadline.
             status = run_supervisor(supervisor)
     except ConfigurationError as error:

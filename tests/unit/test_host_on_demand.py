@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferd.host.on_demand import HostOnDemand, HostUnavailable
-from inferd.host.placement import LOADED_LATER
+from inferd.host.placement import LOADED_LATER, Placement
 from inferd.serving.operations import (
     ChangeLogSettings,
     Load,
@@ -18,6 +18,7 @@ from inferd.serving.operations import (
     RepositoryRemove,
     Unload,
 )
+from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.supervisor.coordinator import loaded_model
 from tests.support.models import add_custom_model
@@ -28,7 +29,9 @@ def on_demand(repository: Path, start: object = None) -> HostOnDemand:
         raise AssertionError("not started here")
 
     settings = ServerSettings(model_repository_root=str(repository))
-    return HostOnDemand(settings, start or never)  # type: ignore[arg-type]
+    # The placement inferd start made of the repository as it is now.
+    placement = Placement.decide(settings, ModelRepository(repository).find_all())
+    return HostOnDemand(settings, start or never, placement.copied_names())  # type: ignore[arg-type]
 
 
 def test_a_model_loaded_after_the_start_runs_in_the_host_whatever_its_settings(

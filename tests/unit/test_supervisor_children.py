@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import Placement
 from inferd.host.process import ModelHostServer, host_server
 from inferd.server.app import InferenceServer
 from inferd.server.role_servers import ProtocolProcessServer
@@ -92,9 +93,8 @@ def test_each_role_starts_in_its_order() -> None:
 def test_a_protocol_process_runs_its_models_in_process(tmp_path: Path) -> None:
     settings = ServerSettings(model_repository_root=str(tmp_path), parallel_workers=4)
     assert protocol_settings(settings).parallel_workers == 0
-    server = protocol_server(
-        settings, ProcessRole(PrivatePaths(tmp_path), 1, Role.PROTOCOL, HostStart.FOR_A_LOAD)
-    )
+    role = ProcessRole(PrivatePaths(tmp_path), 1, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+    server = protocol_server(settings, role, Placement())
     assert server.settings.parallel_workers == 0
     assert server.role is not None
     assert server.role.rest_socket == tmp_path / "rest-1.sock"
@@ -109,13 +109,15 @@ def test_each_kind_of_server_is_built_knowing_where_its_operations_go(tmp_path: 
     paths = PrivatePaths(tmp_path)
     lone = InferenceServer(settings)
     assert isinstance(lone.server_wide, LocalServerWide)
-    process = protocol_server(settings, ProcessRole(paths, 0, Role.PROTOCOL, HostStart.FOR_A_LOAD))
+    role = ProcessRole(paths, 0, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+    process = protocol_server(settings, role, Placement())
     assert isinstance(process, ProtocolProcessServer)
     assert isinstance(process.server_wide, ForwardingServerWide)
     assert process.server_wide.coordinator == paths.coordinator
     assert process.dataplane.on_demand is not None
     assert process.dataplane.on_demand.forward == process.server_wide.load_on_request
-    host = host_server(settings, ProcessRole(paths, 2, Role.MODEL_HOST, HostStart.WITH_SERVER))
+    role = ProcessRole(paths, 2, Role.MODEL_HOST, HostStart.WITH_SERVER)
+    host = host_server(settings, role, Placement())
     assert isinstance(host, ModelHostServer) and isinstance(host.server_wide, LocalServerWide)
     assert host.host_socket == paths.host
     assert host.dataplane.on_demand is not None and host.dataplane.on_demand.max_loaded == 0

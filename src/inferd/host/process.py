@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.host.edge import close_host, serve_host
-from inferd.host.placement import copied
+from inferd.host.placement import Placement, why_not_replicated
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.http_servers import Running
 from inferd.server.protocol_role import bind_unix
@@ -63,22 +63,28 @@ class ModelHostServer(RoleServer):
             close_host(self._host)
 
 
-def host_server(settings: ServerSettings, role: ProcessRole) -> ModelHostServer:
-    """The model host's server: the models no protocol process copies, run as a lone
-    server runs them (its worker settings), and those loaded after the start, run in
-    its own process; served on ``host.sock``. What is server-wide reaches it from the
-    coordinator, and it catches up on it as a protocol process does (it waits for no
-    one: it is not public)."""
+def host_server(
+    settings: ServerSettings, role: ProcessRole, placement: Placement
+) -> ModelHostServer:
+    """The model host's server: the models the placement hosts (decided once, by
+    inferd start), run as a lone server runs them (its worker settings), and those
+    the coordinator placed here when they were loaded after the start: in its
+    workers when their settings ask for what one copy gives (the rules, read for
+    that load), else in its own process; served on ``host.sock``. What is
+    server-wide reaches it from the coordinator, and it catches up on it as a
+    protocol process does (it waits for no one: it is not public)."""
 
     async def catch_up_with_the_others() -> None:
         outcome = await catch_up(role)
         if outcome.get("applied"):
             logger.info("Caught up with the protocol processes: %s", outcome)
 
-    hosted_later: set[str] = set()  # copied models the coordinator placed here
+    hosted_later: set[str] = set()  # the models the coordinator placed here since
 
     def here(model: ModelSettings) -> bool:
-        return not copied(model, settings)
+        if placement.hosts(model):
+            return True
+        return model.name in hosted_later and why_not_replicated(model, settings) is not None
 
     def in_process(model: ModelSettings) -> bool:
         # Loaded after the start: in the host's own process, as each protocol process

@@ -8,14 +8,15 @@ It reads the server settings the way ``inferd start`` did (the same files, the
 same environment) and runs a whole server in its role (server/role_servers.py:
 a ``ProtocolProcessServer``, or the model host's ``host/process.py``
 ``ModelHostServer``). A protocol process's own models run in it
-(``parallel_workers: 0``): the models host/placement.py copies, decided from the
-server's settings as configured, with the process's share of the server's
-``max_queue_size`` (those the fork parent loaded before forking this process are
-adopted, workers/preloaded.py; the others load here); the others it reaches in the
-model host (host/backend.py), which the coordinator starts before such a load
-when none runs yet, and those the coordinator placed there when they were loaded
-after the start (a load marked ``hosted``: one copy for every process). The model
-host runs exactly those, with the server's worker settings, and opens no public port.
+(``parallel_workers: 0``): the models the placement copies (host/placement.py,
+decided once by inferd start, read from the environment), with the process's
+share of the server's ``max_queue_size`` (those the fork parent loaded before
+forking this process are adopted, workers/preloaded.py; the others load here);
+the others it reaches in the model host (host/backend.py), which the coordinator
+starts before such a load when none runs yet, and those the coordinator placed
+there when they were loaded after the start (a load marked ``hosted``: one copy
+for every process). The model host runs exactly those, with the server's worker
+settings, and opens no public port.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from inferd.errors import ConfigurationError
 from inferd.host.backend import HostBackend
 from inferd.host.client import HostClient
-from inferd.host.placement import copied, queue_share
+from inferd.host.placement import Placement, queue_share
 from inferd.host.process import host_server
 from inferd.observability.logs import configure_logging, speak_for_server, tag_process
 from inferd.server.role_servers import ProtocolProcessServer, RoleServer
@@ -60,7 +61,9 @@ def protocol_settings(settings: ServerSettings) -> ServerSettings:
     return settings.model_copy(update={"parallel_workers": 0})
 
 
-def protocol_server(settings: ServerSettings, role: ProcessRole) -> ProtocolProcessServer:
+def protocol_server(
+    settings: ServerSettings, role: ProcessRole, placement: Placement
+) -> ProtocolProcessServer:
     """The server of protocol process ``role.index``: what is server-wide it
     sends to the coordinator, and once its models loaded, before it is ready, it
     catches up on what the others were told (a process restarted after a death, or
@@ -78,7 +81,7 @@ def protocol_server(settings: ServerSettings, role: ProcessRole) -> ProtocolProc
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
-        backends=protocol_backends(settings, role, hosted_later),
+        backends=protocol_backends(settings, role, placement, hosted_later),
         hosted_later=hosted_later,
         # Its share of the server's bound: at most max_queue_size requests of a copied
         # model wait in the whole server.
@@ -100,17 +103,17 @@ def protocol_server(settings: ServerSettings, role: ProcessRole) -> ProtocolProc
 
 
 def protocol_backends(
-    settings: ServerSettings, role: ProcessRole, hosted_later: set[str]
+    settings: ServerSettings, role: ProcessRole, placement: Placement, hosted_later: set[str]
 ) -> BackendChoice:
-    """A protocol process runs the models it may copy, unless the coordinator placed
-    them in the model host when they were loaded after the start (``hosted_later``:
-    one copy for every process); the others run in the host, reached (connected)
-    when a load first binds one: the host may start after this process, when the
-    coordinator starts it for that load. ``settings`` are the server's as configured
-    (which models are copied depends on what the user set)."""
+    """A protocol process runs the models the placement copies (decided once, by
+    inferd start), unless the coordinator placed them in the model host when they
+    were loaded again after the start (``hosted_later``: one copy for every
+    process); the others run in the host, reached (connected) when a load first
+    binds one: the host may start after this process, when the coordinator starts
+    it for that load."""
 
     def here(model: ModelSettings) -> bool:
-        return copied(model, settings) and model.name not in hosted_later
+        return placement.copies(model) and model.name not in hosted_later
 
     # As many calls may wait for a restarting host as requests may wait here.
     waiting = queue_share(settings.max_queue_size, settings.protocol_processes) or None
@@ -150,8 +153,11 @@ def serve_role(repository: Path, forked: bool = False) -> None:
         speak_for_server(role.index == 0 and not is_host, once_ready=role.restarted)
         # httpx logs each request at INFO: here each call to the coordinator.
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        placement = Placement.from_environment()  # inferd start's, decided once
         server: RoleServer = (
-            host_server(settings, role) if is_host else protocol_server(settings, role)
+            host_server(settings, role, placement)
+            if is_host
+            else protocol_server(settings, role, placement)
         )
         _run(server.run())
     except ConfigurationError as error:

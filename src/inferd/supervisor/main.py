@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import Layout, Placement
 from inferd.server.listener import listen_tcp
 from inferd.server.roles import HostStart, Role
 from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
@@ -73,6 +74,7 @@ class Supervised:
     paths: PrivatePaths
     count: int
     settings: ServerSettings
+    placement: Placement  # where each model loaded at start runs
     host: bool = False  # a model host runs from the start too, as process ``count``
     # Starts the model host (a load needs it) and returns once it is ready.
     start_host: Callable[[], Awaitable[None]] = _no_host
@@ -105,18 +107,20 @@ class Supervisor:
         self,
         settings: ServerSettings,
         repository: Path,
-        count: int,
+        layout: Layout,
         services: Sequence[ServiceFactory] = (),
-        host: bool = False,
     ) -> None:
-        """``host``: run the model host from the start (a model loaded at start needs
-        it); else it starts when a load first needs it (:meth:`start_host`)."""
+        """``layout.host_at_start``: run the model host from the start (a model loaded
+        at start needs it); else it starts when a load first needs it (:meth:`start_host`).
+        ``layout.placement``: where each model loaded at start runs, which the services
+        are given (every process reads it from the environment inferd start set)."""
         self.settings = settings
         self.repository = repository
-        self.count = count
-        self.host = host
+        self.count = layout.processes
+        self.host = layout.host_at_start
+        self.placement = layout.placement
         # When the model host starts: a fact of the server each process is told.
-        self.host_start = HostStart.WITH_SERVER if host else HostStart.FOR_A_LOAD
+        self.host_start = HostStart.WITH_SERVER if self.host else HostStart.FOR_A_LOAD
         self._service_factories = list(services)
         self._stopping = asyncio.Event()
         self._protocol: list[Child] = []
@@ -148,6 +152,7 @@ class Supervisor:
                 paths,
                 self.count,
                 self.settings,
+                self.placement,
                 self.host,
                 start_host=self.start_host,
                 host_runs=lambda: self._host is not None,

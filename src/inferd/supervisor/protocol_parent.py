@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import ConfigurationError
-from inferd.host.placement import copied
+from inferd.host.placement import Placement
 from inferd.model import Model
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.runtimes.common import no_progress_monitor
@@ -169,8 +169,9 @@ def preload(settings: ServerSettings, left_out: list[str]) -> tuple[list[Model],
     except ConfigurationError:
         return [], ""  # each protocol process says what is wrong with the repository
     models: list[Model] = []
+    placement = Placement.from_environment()  # inferd start's (host/placement.py)
     for model_settings in found:
-        if not copied(model_settings, settings) or model_settings.label in left_out:
+        if not placement.copies(model_settings) or model_settings.label in left_out:
             continue
         model, hazard = _load_one(model_settings)
         if hazard:

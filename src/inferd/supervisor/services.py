@@ -24,7 +24,10 @@ def coordinator(supervised: Supervised) -> Sequence[Service]:
     """Server-wide operations, applied in every protocol process (coordinator.py), the
     model host started when a load needs it, and the repository's changes."""
     settings = supervised.settings
-    on_demand = HostOnDemand(settings, supervised.start_host)
+    # The fork parent loaded at start (when it runs) what every process copies.
+    forked = settings.fork_protocol_processes
+    shared = supervised.placement.copied_names() if forked else frozenset()
+    on_demand = HostOnDemand(settings, supervised.start_host, shared)
     found = Coordinator(supervised.paths, supervised.count, supervised.host, on_demand)
     found.before_ready = supervised.before_ready
     poll = repository_poll(settings, found, supervised.stopping)
