@@ -4,10 +4,10 @@ A whole server (the lone server's parts, ``server/parts.py``, served as a
 ``server/role_servers.py`` ``RoleServer``) that opens no public port: it serves its
 models to the protocol processes on ``host.sock`` (``edge.py``). What is
 server-wide reaches it from the coordinator only (it takes no client's operation),
-and it loads what it is told, evicting nothing itself. It runs the models no
-protocol process copies (``placement.py``), with the server's worker settings, and
-those the coordinator placed in it when they were loaded after the start, in its
-own process (``on_demand.py``).
+and it loads what it is told, evicting nothing itself. It runs the models the
+placement hosts (``placement.py``, decided once by inferd start), with the server's
+worker settings, and those the coordinator placed in it when they were loaded
+after the start (``on_demand.py``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ class ModelHostServer(RoleServer):
         return [], None
 
     def after_shutdown(self) -> None:
-        if self._host is not None:  # the protocol processes have gone: nothing more comes
+        # Its calls are answered (drained): the protocol processes, stopped with it,
+        # take the end of their connections as expected (client.py server_stopping).
+        if self._host is not None:
             close_host(self._host)
 
 
