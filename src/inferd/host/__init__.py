@@ -6,8 +6,9 @@ protocol process may copy, and serves them to every protocol process
   settings and the server's, and the server's layout they decide at start;
 - ``on_demand.py`` — the host started when a load first needs it, and the
   placement of each load after the start (the coordinator's);
-- ``process.py`` — the host process: its server (``ModelHostServer``) and how it
-  is made from its role;
+- ``process.py`` — the host process: its server (``ModelHostServer``), how it is
+  made from its role, and the supervisor's keeper of it (``HostKeeper``: started
+  with the server or for a load, kept running);
 - ``edge.py`` and ``streams.py`` — the host's side of the protocol processes'
   connections on ``host.sock`` (and of a protocol process's model calls socket);
 - ``client.py`` — a protocol process's client of ``host.sock`` (a worker's client

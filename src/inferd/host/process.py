@@ -1,4 +1,5 @@
-"""The model host process: its server and how it is made from its role.
+"""The model host process: its server, how it is made from its role, and how the
+supervisor starts it (:class:`HostKeeper`).
 
 A whole server (the lone server's parts, ``server/parts.py``, served as a
 ``server/role_servers.py`` ``RoleServer``) that opens no public port: it serves its
@@ -23,11 +24,12 @@ from inferd.server.grpc.server import GrpcServer
 from inferd.server.http_servers import Running
 from inferd.server.protocol_role import bind_unix
 from inferd.server.role_servers import RoleServer
-from inferd.server.roles import RoleProcess
+from inferd.server.roles import HostStart, Role, RoleProcess
 from inferd.serving.backends import BackendChoice
 from inferd.settings import ModelSettings, ServerSettings
+from inferd.supervisor.children import Child, environment_of_children
 from inferd.supervisor.forwarding import catch_up
-from inferd.supervisor.paths import ProcessRole
+from inferd.supervisor.paths import PrivatePaths, ProcessRole, role_environment
 
 logger = logging.getLogger(__name__)
 
@@ -109,3 +111,53 @@ def host_server(
         calls_elsewhere=tuple(role.paths.calls(index) for index in range(role.index)),
     )
     return ModelHostServer(settings, process)
+
+
+# How long a load that starts the model host waits for it to answer ready (it loads
+# no model of its own then: an import and the journal's replay).
+HOST_START_SECONDS = 120.0
+
+
+class HostKeeper:
+    """The supervisor's side of the model host (process ``index``, after the
+    protocol processes): started with them when a model loaded at start needs it
+    (:meth:`start`), else for the load that first needs it (:meth:`start_for_a_load`);
+    kept running as they are (restarted when it dies, children.py)."""
+
+    def __init__(
+        self, index: int, command: list[str], paths: PrivatePaths, host_start: HostStart
+    ) -> None:
+        self._index, self._command, self._paths = index, command, paths
+        self._host_start = host_start
+        self.child: Child | None = None
+        self.kept: asyncio.Task[None] | None = None  # its watch (keep_running)
+
+    def start(self) -> asyncio.Task[None]:
+        """Start the host and keep it running; its watch."""
+        environment = {
+            **environment_of_children(self._paths),
+            **role_environment(Role.MODEL_HOST, self._host_start),
+        }
+        self.child = Child(self._index, self._command, environment, self._paths, "The model host")
+        self.kept = asyncio.create_task(self.child.keep_running())
+        return self.kept
+
+    async def start_for_a_load(self) -> None:
+        """Start the host for a load that needs it, and return once it answers ready
+        (at once when it runs); RuntimeError when it exited, or did not become ready
+        within HOST_START_SECONDS."""
+        if self.child is None or (self.kept is not None and self.kept.done()):
+            logger.info("Starting the model host: a model loaded now runs in it")
+            self.start()
+        child, kept = self.child, self.kept
+        assert child is not None and kept is not None
+        ready = asyncio.create_task(child.ready.wait())
+        done, _ = await asyncio.wait(
+            [ready, kept], timeout=HOST_START_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+        if ready in done:
+            return
+        ready.cancel()
+        if kept in done and kept.exception() is not None:
+            raise RuntimeError(str(kept.exception()))
+        raise RuntimeError(f"it did not answer ready within {HOST_START_SECONDS:g}s (see the log)")
