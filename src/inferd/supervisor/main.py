@@ -123,7 +123,6 @@ class Supervisor:
         self._stopping = asyncio.Event()
         self._protocol: list[Child] = []
         self._host: HostKeeper | None = None  # made with the private folder
-        self._paths: PrivatePaths | None = None
         self._forks: ProtocolForks | None = None
         self._loading: RunningService | None = None  # the REST port while loading
         self._loading_grpc: GrpcHealthProcess | None = None  # the gRPC port's health meanwhile
@@ -144,7 +143,6 @@ class Supervisor:
         # httpx logs each request at INFO: here that is every readiness poll.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with private_folder() as paths:
-            self._paths = paths
             command = [*child_command(), str(self.repository)]
             self._host = HostKeeper(self.count, command, paths, self.host_start)
             supervised = Supervised(
