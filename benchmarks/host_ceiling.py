@@ -34,7 +34,8 @@ from benchmarks.common.procstat import children, cpu_seconds, environment
 from benchmarks.common.serverproc import start_server
 from benchmarks.options import add_json_out, command_parser
 from benchmarks.results import write_command_record
-from inferd.supervisor.paths import protocol_role
+from inferd.server.roles import Role
+from inferd.supervisor.paths import process_role
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
@@ -48,8 +49,8 @@ BOUND = "bound"  # what a client says once its connection is bound to the model
 def host_of(supervisor: int) -> tuple[int, Path]:
     """The model host's pid and its socket, read from its environment."""
     for pid in children(supervisor):
-        role = protocol_role(environment(pid))
-        if role is not None and role.is_host:
+        role = process_role(environment(pid))
+        if role is not None and role.role is Role.MODEL_HOST:
             return pid, role.paths.host
     raise RuntimeError("no model host runs (its model should have needed one)")
 

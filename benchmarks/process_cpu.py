@@ -31,7 +31,8 @@ from benchmarks.common.procstat import cpu_seconds, descendants, environment
 from benchmarks.common.serverproc import free_ports, server_environment, spawn
 from benchmarks.options import add_json_out, command_parser
 from benchmarks.results import write_command_record
-from inferd.supervisor.paths import protocol_role
+from inferd.server.roles import Role
+from inferd.supervisor.paths import process_role
 
 from .scale.mlp import mlp_row, write_mlp_model
 
@@ -58,8 +59,8 @@ def what_process(pid: int) -> str:
     if "inferd.supervisor.protocol_parent" in args or comm == PROTOCOL_PARENT:
         return "protocol fork parent"
     environ = environment(pid)
-    role = protocol_role(environ)
-    if role is not None and role.is_host:
+    role = process_role(environ)
+    if role is not None and role.role is Role.MODEL_HOST:
         return "model host"
     index = environ.get("INFERD_PROTOCOL_INDEX")
     return f"protocol process {index}" if index is not None else " ".join(args)[-60:]

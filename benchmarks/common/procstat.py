@@ -198,7 +198,7 @@ def serving_processes(server_pid: int) -> set[int]:
             started_with = environment(pid)
         except OSError:  # it exited since it was listed (a killed one, not reaped yet)
             continue
-        if "INFERD_MODEL_HOST" not in started_with:
+        if started_with.get("INFERD_ROLE") != "model-host":
             protocol.add(pid)
     return protocol or {server_pid}
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import serving_layout
 from inferd.observability.logs import configure_logging, speak_for_server
 from inferd.server.app import InferenceServer
 from inferd.server.shutdown import exit_stopped
@@ -21,7 +22,6 @@ from inferd.settings.loader import load_server_settings
 from inferd.settings.sources import Source, folder_source, setting_sources
 from inferd.settings.sources import as_json as sources_json
 from inferd.settings.sources import as_table as sources_table
-from inferd.supervisor.hosting_rules import serving_layout
 from inferd.supervisor.main import Supervisor, run_supervisor
 from inferd.supervisor.services import SUPERVISOR_SERVICES
 from inferd.tools.commands import bench, infer, tune
@@ -131,14 +131,15 @@ def start(
         settings = _load(repository, command_line)
         configure_logging(settings)
         startup_models = _check_repository(settings)
-        count, host = serving_layout(settings, startup_models)
-        if count == 1:
+        layout = serving_layout(settings, startup_models)
+        if layout.processes == 1:
             _run(InferenceServer(settings))
             status = 0
         else:
             command_line.export()  # the processes the supervisor starts read it
+            layout.placement.export()  # decided once, here: they read it, not the rules
             speak_for_server(True)  # its services' uvicorn lines are detail too
-            supervisor = Supervisor(settings, repository, count, SUPERVISOR_SERVICES, host)
+            supervisor = Supervisor(settings, repository, layout, SUPERVISOR_SERVICES)
             # Not 0 when a protocol process did not drain by its deadline.
             status = run_supervisor(supervisor)
     except ConfigurationError as error:

@@ -1,7 +1,7 @@
 """A model loaded after the start is loaded once per server, however it is loaded
 (issue #43): through the repository API, by the repository poll, on a request, a
 reload of a model copied at start. With 3 protocol processes and default settings
-such a model runs in the model host (supervisor/host_on_demand.py ``placement``),
+such a model runs in the model host (host/on_demand.py ``placement``),
 so each protocol process pays no copy of it: loaded in each it would cost its
 weights (``HEAVY_MIB``) three times.
 

@@ -154,3 +154,10 @@ def test_a_server_of_three_processes_logs_each_server_event_once(
     for index in (1, 2):
         assert f"DEBUG [protocol process {index}] [inferd.server.parts] inferd is ready" in log
     assert "DEBUG [model host 3] [inferd.serving.registry] Loaded model 'hosted'" in log
+    # An orderly stop: the host stops with the protocol processes, which lose their
+    # connection to it then as expected, with no warning (it is no failure).
+    answer = httpx.post(f"{server.url}/v2/models/hosted/infer", json={"inputs": [X]})
+    assert answer.status_code == 200, answer.text
+    assert server.stop() == 0
+    lost = [line for line in server.log().splitlines() if "Lost the connection" in line]
+    assert not [line for line in lost if " WARNING " in line], lost

@@ -228,7 +228,7 @@ def _model_host(supervisor: int) -> int:
     environment too)."""
     parent, forked = protocol_parent(supervisor), forked_protocol_processes(supervisor)
     spawned = children(supervisor) - forked - {parent}
-    (host,) = [pid for pid in spawned if "INFERD_MODEL_HOST" in environment(pid)]
+    (host,) = [pid for pid in spawned if environment(pid).get("INFERD_ROLE") == "model-host"]
     return host
 
 

@@ -1,5 +1,5 @@
 """What a user configured holds with one protocol process and with three
-(supervisor/hosting_rules.py: where a model runs, from its settings and the server's).
+(host/placement.py: where a model runs, from its settings and the server's).
 
 - ``cache_enabled``: one response cache for the server, so a repeat is answered
   from it whichever process takes its connection;

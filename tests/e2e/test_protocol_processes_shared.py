@@ -25,9 +25,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from inferd.host.placement import SMALLEST_HOSTING
 from inferd.protocol import pb, pb_grpc
 from inferd.settings.cpu_quota import available_cpus
-from inferd.supervisor.hosting_rules import SMALLEST_HOSTING
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.procstat import descendants, served_by

@@ -29,14 +29,15 @@ import pytest
 import uvicorn
 
 from inferd.protocol import pb, pb_grpc
-from inferd.server.protocol_role import ProtocolProcess, private_rest_app
+from inferd.server.protocol_role import private_rest_app
 from inferd.server.role_servers import ProtocolProcessServer
+from inferd.server.roles import HostStart, ProtocolProcess, Role
 from inferd.serving.backends import BackendChoice
 from inferd.serving.operations import Load, RegisterSystemMemory, Unload
 from inferd.supervisor.coordinator import Coordinator
 from inferd.supervisor.coordinator_app import build_coordinator_app
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole
+from inferd.supervisor.paths import PrivatePaths, ProcessRole
 from inferd.triton.logsettings import SetLogLevel
 from inferd.triton.shm import SharedMemoryRegistry
 from tests.support.models import write_model_folder
@@ -91,11 +92,13 @@ class Cluster:
     async def start_process(self, index: int, **settings: Any) -> Process:
         """Protocol process ``index`` as a supervisor's child builds it, its models
         loaded and ready (not caught up: a test does that)."""
-        switch = partial(switch_together, ProtocolRole(self.paths, index))
+        told_role = ProcessRole(self.paths, index, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+        switch = partial(switch_together, told_role)
         role = ProtocolProcess(
             self.paths.rest(index),
             self.paths.metrics(index),
             BackendChoice(here=lambda _: True),
+            told_role.start_order(),
             switch=switch,
         )
         server = ProtocolProcessServer(
@@ -356,7 +359,7 @@ async def test_a_process_that_starts_later_catches_up_from_the_journal(
         # Process 2 starts as its settings make it: echo loaded, late not, no region.
         third = await cluster.start_process(2)
         assert third.server.registry.find("echo") and third.told == []
-        outcome = await catch_up(ProtocolRole(cluster.paths, 2))
+        outcome = await catch_up(ProcessRole(cluster.paths, 2, Role.PROTOCOL, HostStart.FOR_A_LOAD))
         assert outcome == {"applied": 4, "failed": []}
         assert third.server.registry.find("late").settings.max_batch_size == 8
         assert (await infer(third, "echo")).status_code == 404
@@ -379,4 +382,7 @@ async def test_a_replayed_unload_of_a_model_never_loaded_there_is_no_failure(
     unloaded = await cluster.processes[0].public.post("/v2/repository/models/echo/unload")
     assert unloaded.status_code == 200
     await cluster.start_process(2, load_models_at_startup=False)
-    assert await catch_up(ProtocolRole(cluster.paths, 2)) == {"applied": 1, "failed": []}
+    assert await catch_up(ProcessRole(cluster.paths, 2, Role.PROTOCOL, HostStart.FOR_A_LOAD)) == {
+        "applied": 1,
+        "failed": [],
+    }

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from inferd.server.roles import HostStart, Role
 from inferd.serving.operations import RepositoryReload
 from inferd.settings import ModelSettings
 from inferd.supervisor.coordinator_app import build_coordinator_app
 from inferd.supervisor.forwarding import catch_up
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole
+from inferd.supervisor.paths import PrivatePaths, ProcessRole
 from inferd.supervisor.repository_changes import ServerWideChanges
 from inferd.types import ModelState
 from inferd.workers.base import LoadedInstance
@@ -58,7 +59,10 @@ async def test_a_new_folder_is_served_by_every_process_and_a_later_one_catches_u
         assert (await infer(process, "late")).status_code == 200
     assert cluster.coordinator.journal.operations() == [RepositoryReload("late")]
     third = await cluster.start_process(2, load_models_at_startup=False)
-    assert await catch_up(ProtocolRole(cluster.paths, 2)) == {"applied": 1, "failed": []}
+    assert await catch_up(ProcessRole(cluster.paths, 2, Role.PROTOCOL, HostStart.FOR_A_LOAD)) == {
+        "applied": 1,
+        "failed": [],
+    }
     assert (await infer(third, "late")).status_code == 200
 
 

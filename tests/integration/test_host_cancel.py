@@ -1,4 +1,4 @@
-"""The model host's edge (server/host_edge.py) when a protocol process's client
+"""The model host's edge (host/edge.py) when a protocol process's client
 leaves: ``Channel.cancel_call`` sends ``CANCEL`` of a forwarded call, which takes it
 out of the host's queue unrun; and what a traced call (``PREDICT_TIMED``) answers
 (workers/messages.py ``HostRun``), the host's own record of it."""
@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inferd.host import client as host_client
+from inferd.host.edge import close_host, serve_host
 from inferd.observability.trace_record import BatchRun
 from inferd.server.app import InferenceServer
-from inferd.server.host_edge import close_host, serve_host
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers import host_client, ipc, messages
+from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for_async

@@ -1,10 +1,11 @@
-"""A protocol process's client of the model host (workers/host_client.py) against a
-real host edge (server/host_edge.py) over a unix socket: binding, calls, and what
+"""A protocol process's client of the model host (host/client.py) against a
+real host edge (host/edge.py) over a unix socket: binding, calls, and what
 happens when the host goes away and comes back."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import socket
 import tempfile
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 
 from inferd.errors import InferdError, ModelNotReady, WorkerLost
+from inferd.host.client import HostClient
+from inferd.host.edge import close_host, serve_host
 from inferd.server.app import InferenceServer
-from inferd.server.host_edge import close_host, serve_host
 from inferd.types import InferenceRequest, Tensor
-from inferd.workers.host_client import HostClient
+from tests.support.polling import wait_for_async
 
 from .conftest import StartServer
 
@@ -110,6 +112,28 @@ async def test_a_load_fails_at_once_when_no_host_ever_ran(host: Host) -> None:
         assert (await asyncio.wait_for(loading, 10)).metadata.name == "echo"
     finally:
         await pool.close()
+
+
+async def test_losing_the_host_warns_unless_the_server_is_stopping(
+    host: Host, pool: HostClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host gone while serving is a failure (WARNING); in an orderly stop the host
+    stops with the protocol processes, and its going is expected (DEBUG)."""
+    lost = "Lost the connection to the model host"
+    await host.serve()
+    await pool.bind(1, *ECHO)
+    with caplog.at_level(logging.DEBUG, "inferd.host.client"):
+        host.stop()
+        await wait_for_async(lambda: lost in caplog.text, "the loss logged")
+        assert [r.levelname for r in caplog.records if lost in r.message] == ["WARNING"]
+        caplog.clear()
+        await host.serve()
+        assert np.array_equal(await echoed(pool), ROW)  # connected again
+        pool.server_stopping()
+        host.stop()
+        stopping = "closed its connection: the server is stopping"
+        await wait_for_async(lambda: stopping in caplog.text, "the loss logged")
+        assert [r.levelname for r in caplog.records if "model host" in r.message] == ["DEBUG"]
 
 
 async def test_a_call_while_the_host_is_gone_waits_for_its_return_which_binds_again(

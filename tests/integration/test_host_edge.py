@@ -1,4 +1,4 @@
-"""The model host's edge (server/host_edge.py): a real in-process DataPlane served on
+"""The model host's edge (host/edge.py): a real in-process DataPlane served on
 a unix socket, reached with the worker IPC's own client, ``workers/channel.py``."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from inferd.errors import InvalidRequest, ModelNotFound
+from inferd.host.edge import close_host, serve_host
 from inferd.server.app import InferenceServer
-from inferd.server.host_edge import close_host, serve_host
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse, Tensor
 from inferd.workers import ipc, messages

@@ -20,15 +20,17 @@ PACKAGE = ROOT / "src" / "inferd"
 DESIGN = ROOT / "docs" / "design.md"
 
 # Top to bottom, as docs/design.md lists them ("Import rules"). A name is a package
-# of inferd or a module at its root.
+# of inferd or a module at its root, or a module of the model host's package
+# (``host.client``): that package holds one feature's parts, each at the layer of
+# what it imports; the package itself holds nothing.
 LAYERS: list[set[str]] = [
     {"__main__", "cli", "ray"},
     {"tools"},
-    {"supervisor"},
-    {"server"},
-    {"serving"},
+    {"supervisor", "host.placement", "host.on_demand", "host.process"},
+    {"server", "host.edge", "host.streams"},
+    {"serving", "host.backend"},
     {"dispatch"},
-    {"workers"},
+    {"workers", "host.client"},
     {"compat"},
     {"runtimes"},
     {"triton"},
@@ -36,8 +38,10 @@ LAYERS: list[set[str]] = [
     {"observability"},
     {"custom_metrics"},
     {"settings"},
-    {"tensors", "types", "errors", "json_refusals", "version", "protocol", "user_code"},
+    {"tensors", "types", "errors", "json_refusals", "version", "protocol", "user_code", "host"},
 ]
+# The package whose modules sit at layers of their own (above).
+FEATURE_PACKAGE = "host"
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 EDGE_ONLY = ("starlette", "uvicorn", "grpc", "grpc_health", "grpc_reflection", "google.protobuf")
 MAY_IMPORT_EDGE_LIBRARIES = {"supervisor", "server", "protocol", "tools"}
@@ -69,7 +73,7 @@ def test_the_layout_lists_every_package_and_nothing_else() -> None:
 def test_the_import_rules_name_the_layers_in_order() -> None:
     rules = design_section("Import rules")
     rows = re.findall(r"^\d+\. (.+)$", rules, re.M)
-    named = [set(re.findall(r"`(\w+)`", row)) for row in rows]
+    named = [set(re.findall(r"`([\w.]+)`", row)) for row in rows]
     assert named == LAYERS
 
 
@@ -78,7 +82,21 @@ def top_name(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "inferd":
         return None
+    if len(parts) > 2 and parts[1] == FEATURE_PACKAGE:
+        return f"{FEATURE_PACKAGE}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
+
+
+PACKAGES_OF_MODULES = ("inferd", f"inferd.{FEATURE_PACKAGE}")
+
+
+def layer_name(relative: Path) -> str:
+    """The layer name of a module under src/inferd (see :func:`top_name`)."""
+    if len(relative.parts) == 1:
+        return relative.stem
+    if relative.parts[0] == FEATURE_PACKAGE and relative.stem != "__init__":
+        return f"{FEATURE_PACKAGE}.{relative.stem}"
+    return relative.parts[0]
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
@@ -86,9 +104,9 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module == "inferd":
+        elif isinstance(node, ast.ImportFrom) and node.module in PACKAGES_OF_MODULES:
             # `from inferd import custom_metrics` imports that module, not the package's API
-            found += [(node.lineno, f"inferd.{alias.name}") for alias in node.names]
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.lineno, node.module))
     return found
@@ -100,7 +118,7 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "protocol" not in p.parts)
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
     relative = path.relative_to(PACKAGE)
-    mine = relative.parts[0] if len(relative.parts) > 1 else relative.stem
+    mine = layer_name(relative)
     upward = [
         f"line {line}: {module}"
         for line, module in imports_of(path)
@@ -140,7 +158,7 @@ SUPERVISOR_EDGES = {"loading.py", "children.py"}
 BELOW_THE_EDGES = sorted(
     p
     for p in MODULES
-    if p.relative_to(PACKAGE).parts[0] in {"serving", "dispatch", "workers"}
+    if p.relative_to(PACKAGE).parts[0] in {"serving", "dispatch", "workers", "host"}
     or (p.parent.name == "supervisor" and p.name not in SUPERVISOR_EDGES)
 )
 
@@ -165,7 +183,7 @@ KNOWS_NOTHING_OF_HOSTING = sorted(
         PACKAGE / "serving" / "model_version.py",
     ]
 )
-HOSTING_MODULES = ("inferd.workers.host_client", "inferd.serving.host_backend")
+HOSTING_MODULES = ("inferd.host.",)
 HOSTING_WORDS = re.compile(r"\bhost(ed|ing)?\b|model host|HostClient|HostBackend", re.I)
 
 

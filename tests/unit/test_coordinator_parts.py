@@ -21,6 +21,7 @@ from inferd.errors import (
     StatusError,
 )
 from inferd.server.errors import grpc_error, http_error
+from inferd.server.roles import HostStart, Role
 from inferd.serving.operations import (
     ChangeLogSettings,
     ChangeTraceSettings,
@@ -57,7 +58,7 @@ from inferd.supervisor.outcomes import (
     outcome_of,
     said,
 )
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole
+from inferd.supervisor.paths import PrivatePaths, ProcessRole
 
 LOAD = Load("iris", "{}")
 UNLOAD = Unload("iris")
@@ -309,7 +310,7 @@ async def test_without_a_coordinator_operations_and_catching_up_are_unavailable(
     with pytest.raises(CoordinatorUnreachable, match=r"Unload\(name='m'\)"):
         await ForwardingServerWide(paths.coordinator).unload("m")
     with pytest.raises(CoordinatorUnreachable, match=r"CatchUp\(index=1\)"):
-        await catch_up(ProtocolRole(paths, 1))
+        await catch_up(ProcessRole(paths, 1, Role.PROTOCOL, HostStart.FOR_A_LOAD))
 
 
 @pytest.mark.anyio

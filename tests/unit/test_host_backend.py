@@ -1,4 +1,4 @@
-"""The model host's backend (serving/host_backend.py) over a fake client: a hosted
+"""The model host's backend (host/backend.py) over a fake client: a hosted
 version is bound, answered, traced, drained and unbound, and nothing of this
 process's dispatch runs on its way."""
 
@@ -12,16 +12,16 @@ import pytest
 
 from inferd.context import RequestContext
 from inferd.errors import ModelNotReady
+from inferd.host.backend import HostBackend
+from inferd.host.client import HostClient
 from inferd.observability.stats import ModelStatsTable
 from inferd.observability.trace_record import BatchRun, RequestTrace
 from inferd.serving.backends import BackendChoice
-from inferd.serving.host_backend import HostBackend
 from inferd.serving.registry import Registry
 from inferd.settings import ModelSettings
 from inferd.settings.loader import model_settings_from_dict
 from inferd.types import InferenceRequest, InferenceResponse, ModelMetadata, Tensor
 from inferd.workers.base import LoadedInstance
-from inferd.workers.host_client import HostClient
 
 from .test_registry import FakePool
 

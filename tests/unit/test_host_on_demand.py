@@ -1,4 +1,4 @@
-"""Which loads start the model host (supervisor/host_on_demand.py), and the journal's
+"""Which loads start the model host (host/on_demand.py), and the journal's
 reading of which model an operation loads (supervisor/host_order.py ``loaded_model``)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from inferd.host.on_demand import HostOnDemand, HostUnavailable
+from inferd.host.placement import LOADED_LATER, Placement
 from inferd.serving.operations import (
     ChangeLogSettings,
     Load,
@@ -16,10 +18,9 @@ from inferd.serving.operations import (
     RepositoryRemove,
     Unload,
 )
+from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.supervisor.host_on_demand import HostOnDemand, HostUnavailable
 from inferd.supervisor.host_order import loaded_model
-from inferd.supervisor.hosting_rules import LOADED_LATER
 from tests.support.models import add_custom_model
 
 
@@ -28,7 +29,9 @@ def on_demand(repository: Path, start: object = None) -> HostOnDemand:
         raise AssertionError("not started here")
 
     settings = ServerSettings(model_repository_root=str(repository))
-    return HostOnDemand(settings, start or never)  # type: ignore[arg-type]
+    # The placement inferd start made of the repository as it is now.
+    placement = Placement.decide(settings, ModelRepository(repository).find_all())
+    return HostOnDemand(settings, start or never, placement.copied_names())  # type: ignore[arg-type]
 
 
 def test_a_model_loaded_after_the_start_runs_in_the_host_whatever_its_settings(

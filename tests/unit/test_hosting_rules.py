@@ -1,4 +1,4 @@
-"""Which models each protocol process may hold a copy of (supervisor/hosting_rules.py)."""
+"""Which models each protocol process may hold a copy of (host/placement.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,19 @@ from typing import Any
 
 import pytest
 
-from inferd.settings import ModelSettings, ServerSettings
-from inferd.supervisor.child import protocol_server
-from inferd.supervisor.hosting_rules import (
+from inferd.errors import ConfigurationError
+from inferd.host.placement import (
+    PLACEMENT_ENV,
+    Placement,
     copied,
-    needs_model_host,
     queue_share,
     serving_layout,
     why_not_replicated,
 )
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole
+from inferd.server.roles import HostStart, Role
+from inferd.settings import ModelSettings, ServerSettings
+from inferd.supervisor.child import protocol_server
+from inferd.supervisor.paths import PrivatePaths, ProcessRole
 
 # Settings as a settings.json that sets neither parallel_workers nor the cache.
 DEFAULTS = ServerSettings(protocol_processes=4)
@@ -119,24 +122,28 @@ def test_parallel_workers_from_the_environment_counts_as_set(
 
 def test_copied_models_need_no_host() -> None:
     assert copied(model(), DEFAULTS) and not copied(model(workers=2), DEFAULTS)
-    assert not needs_model_host(DEFAULTS, [model("a"), model("b")])
-    assert not needs_model_host(DEFAULTS, [])
+    placement = Placement.decide(DEFAULTS, [model("a"), model("b", parameters={"version": "2"})])
+    assert not placement.hosted
+    assert placement.copied == {("a", None), ("b", "2")}
+    assert not Placement.decide(DEFAULTS, []).hosted
 
 
 def test_a_model_that_cannot_be_copied_needs_the_host_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, "inferd.supervisor.hosting_rules"):
-        assert needs_model_host(DEFAULTS, [model("a"), model("gpu", devices=["cuda:0"])])
+    with caplog.at_level(logging.INFO, "inferd.host.placement"):
+        placement = Placement.decide(DEFAULTS, [model("a"), model("gpu", devices=["cuda:0"])])
+    assert placement.hosted == {("gpu", None)} and placement.copied == {("a", None)}
     assert "Model 'gpu' runs in the model host" in caplog.text and "GPU" in caplog.text
     assert "Model 'a' is copied into every protocol process" in caplog.text
 
 
 def test_the_layout_runs_the_host_when_a_start_up_model_needs_it() -> None:
     settings = ServerSettings(protocol_processes=4)
-    assert serving_layout(settings, [model("a")]) == (4, False)
-    assert serving_layout(settings, [model("a"), model("b", max_batch_size=8)]) == (4, True)
-    assert serving_layout(ServerSettings(protocol_processes=1), [model(workers=2)]) == (1, False)
+    assert serving_layout(settings, [model("a")])[:2] == (4, False)
+    assert serving_layout(settings, [model("a"), model("b", max_batch_size=8)])[:2] == (4, True)
+    one = ServerSettings(protocol_processes=1)
+    assert serving_layout(one, [model(workers=2)]) == (1, False, Placement())  # none decided
 
 
 def left_to_the_default(cpus: int) -> ServerSettings:
@@ -148,11 +155,11 @@ def left_to_the_default(cpus: int) -> ServerSettings:
 
 def test_two_cpus_left_to_the_default_serve_a_hosted_model_from_one_process() -> None:
     batched = [model("b", max_batch_size=8)]
-    assert serving_layout(left_to_the_default(2), batched) == (1, False)
-    assert serving_layout(left_to_the_default(2), [model("a")]) == (2, False)
+    assert serving_layout(left_to_the_default(2), batched)[:2] == (1, False)
+    assert serving_layout(left_to_the_default(2), [model("a")])[:2] == (2, False)
     asked = ServerSettings(protocol_processes=2)  # said so: both, the host too
-    assert serving_layout(asked, batched) == (2, True)
-    assert serving_layout(left_to_the_default(3), batched) == (3, True)
+    assert serving_layout(asked, batched)[:2] == (2, True)
+    assert serving_layout(left_to_the_default(3), batched)[:2] == (3, True)
 
 
 def test_each_process_queues_its_share_of_the_servers_bound() -> None:
@@ -165,7 +172,8 @@ def test_a_protocol_process_queues_its_share(tmp_path: Path) -> None:
     settings = ServerSettings(
         model_repository_root=str(tmp_path), protocol_processes=3, max_queue_size=64
     )
-    server = protocol_server(settings, ProtocolRole(PrivatePaths(tmp_path), index=0))
+    role = ProcessRole(PrivatePaths(tmp_path), 0, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+    server = protocol_server(settings, role, Placement())
     assert server.role is not None and server.role.queue_bound == 21
     # Its settings stay the server's (Triton's model configuration reports the bound).
     assert server.settings.max_queue_size == 64 and server.settings.parallel_workers == 0
@@ -175,6 +183,28 @@ def test_parallel_workers_set_on_two_cpus_serves_one_process_with_workers() -> N
     asked = left_to_the_default(2)
     asked.parallel_workers = 2
     asked.model_fields_set.add("parallel_workers")
-    assert serving_layout(asked, [model("a")]) == (1, False)
+    assert serving_layout(asked, [model("a")])[:2] == (1, False)
     many = ServerSettings(protocol_processes=4, parallel_workers=2)
-    assert serving_layout(many, [model("a")]) == (4, True)
+    assert serving_layout(many, [model("a")])[:2] == (4, True)
+
+
+def test_the_placement_decided_at_start_reaches_each_process_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """inferd start decides it once and exports it; each process reads that, not the
+    rules: a model the rules would copy is hosted if the placement says so."""
+    monkeypatch.setenv(PLACEMENT_ENV, "")  # undone after the test, what export() sets too
+    with pytest.raises(ConfigurationError, match=PLACEMENT_ENV):
+        Placement.from_environment()
+    decided = Placement.decide(
+        DEFAULTS, [model("a"), model("b", max_batch_size=8, parameters={"version": "1"})]
+    )
+    decided.export()
+    read = Placement.from_environment()
+    assert read == decided
+    assert read.copies(model("a")) and not read.hosts(model("a"))
+    assert read.hosts(model("b", max_batch_size=8, parameters={"version": "1"}))
+    # Hosted at start, whatever its settings say now.
+    assert not read.copies(model("b", parameters={"version": "1"}))
+    assert not read.copies(model("c")) and not read.hosts(model("c"))  # not there at start
+    assert read.copied_names() == {"a"}

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import Placement
+from inferd.host.process import ModelHostServer, host_server
 from inferd.server.app import InferenceServer
-from inferd.server.role_servers import ModelHostServer, ProtocolProcessServer
+from inferd.server.role_servers import ProtocolProcessServer
+from inferd.server.roles import HostStart, Role, start_order
 from inferd.serving.server_wide import LocalServerWide
 from inferd.settings import ServerSettings
-from inferd.supervisor.child import host_server, protocol_server, protocol_settings
+from inferd.supervisor.child import protocol_server, protocol_settings
 from inferd.supervisor.children import (
     CONFIGURATION_EXIT_STATUS,
     Backoff,
@@ -23,7 +26,7 @@ from inferd.supervisor.children import (
     environment_of_children,
 )
 from inferd.supervisor.forwarding import ForwardingServerWide
-from inferd.supervisor.paths import PrivatePaths, ProtocolRole, protocol_role
+from inferd.supervisor.paths import PrivatePaths, ProcessRole, process_role, role_environment
 from tests.support.polling import wait_for_async
 
 
@@ -50,15 +53,48 @@ def test_an_exit_says_its_code_or_its_signal() -> None:
 def test_a_child_is_told_the_private_folder_and_reads_its_role(tmp_path: Path) -> None:
     paths = PrivatePaths(tmp_path)
     environment = environment_of_children(paths)
-    role = protocol_role({**environment, "INFERD_PROTOCOL_INDEX": "3"})
-    assert role == ProtocolRole(paths, 3)
-    assert protocol_role({}) is None
+    told = role_environment(Role.MODEL_HOST, HostStart.FOR_A_LOAD)
+    role = process_role({**environment, **told, "INFERD_PROTOCOL_INDEX": "3"})
+    assert role == ProcessRole(paths, 3, Role.MODEL_HOST, HostStart.FOR_A_LOAD)
+    told = role_environment(Role.PROTOCOL, HostStart.WITH_SERVER)
+    role = process_role({**environment, **told, "INFERD_PROTOCOL_INDEX": "0"})
+    assert role == ProcessRole(paths, 0, Role.PROTOCOL, HostStart.WITH_SERVER)
+    assert process_role({}) is None
+
+
+def test_each_role_starts_in_its_order() -> None:
+    """The public side first at the server's start (live while the models load), last
+    in a restart; a host started for a load loads nothing of its own (it catches up)."""
+    first = start_order(Role.PROTOCOL, HostStart.WITH_SERVER, restarted=False)
+    assert [step.name for step in first] == [
+        "WORKERS",
+        "PRIVATE",
+        "PUBLIC",
+        "MODELS",
+        "CATCH_UP",
+        "READY",
+    ]
+    again = start_order(Role.PROTOCOL, HostStart.FOR_A_LOAD, restarted=True)
+    assert [step.name for step in again] == [
+        "WORKERS",
+        "PRIVATE",
+        "MODELS",
+        "CATCH_UP",
+        "PUBLIC",
+        "READY",
+    ]
+    assert start_order(Role.MODEL_HOST, HostStart.WITH_SERVER, restarted=False) == first
+    later = start_order(Role.MODEL_HOST, HostStart.FOR_A_LOAD, restarted=False)
+    assert [step.name for step in later] == ["PRIVATE", "PUBLIC", "CATCH_UP", "READY"]
+    later_again = start_order(Role.MODEL_HOST, HostStart.FOR_A_LOAD, restarted=True)
+    assert [step.name for step in later_again] == ["PRIVATE", "CATCH_UP", "PUBLIC", "READY"]
 
 
 def test_a_protocol_process_runs_its_models_in_process(tmp_path: Path) -> None:
     settings = ServerSettings(model_repository_root=str(tmp_path), parallel_workers=4)
     assert protocol_settings(settings).parallel_workers == 0
-    server = protocol_server(settings, ProtocolRole(PrivatePaths(tmp_path), 1))
+    role = ProcessRole(PrivatePaths(tmp_path), 1, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+    server = protocol_server(settings, role, Placement())
     assert server.settings.parallel_workers == 0
     assert server.role is not None
     assert server.role.rest_socket == tmp_path / "rest-1.sock"
@@ -73,13 +109,15 @@ def test_each_kind_of_server_is_built_knowing_where_its_operations_go(tmp_path: 
     paths = PrivatePaths(tmp_path)
     lone = InferenceServer(settings)
     assert isinstance(lone.server_wide, LocalServerWide)
-    process = protocol_server(settings, ProtocolRole(paths, 0))
+    role = ProcessRole(paths, 0, Role.PROTOCOL, HostStart.FOR_A_LOAD)
+    process = protocol_server(settings, role, Placement())
     assert isinstance(process, ProtocolProcessServer)
     assert isinstance(process.server_wide, ForwardingServerWide)
     assert process.server_wide.coordinator == paths.coordinator
     assert process.dataplane.on_demand is not None
     assert process.dataplane.on_demand.forward == process.server_wide.load_on_request
-    host = host_server(settings, ProtocolRole(paths, 2, is_host=True))
+    role = ProcessRole(paths, 2, Role.MODEL_HOST, HostStart.WITH_SERVER)
+    host = host_server(settings, role, Placement())
     assert isinstance(host, ModelHostServer) and isinstance(host.server_wide, LocalServerWide)
     assert host.host_socket == paths.host
     assert host.dataplane.on_demand is not None and host.dataplane.on_demand.max_loaded == 0

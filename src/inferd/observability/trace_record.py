@@ -29,7 +29,7 @@ class BatchRun:
     worker: int | None = None
     predict_started_ns: int = 0
     predict_ended_ns: int = 0
-    # A model host's version (workers/host_client.py): how long the batch waited in the
+    # A model host's version (host/client.py): how long the batch waited in the
     # host's queue once this process sent it, and False when the host answered from
     # its response cache (no model work: no child spans, as a lone server's hit).
     waited_ns: int = 0

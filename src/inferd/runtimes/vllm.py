@@ -15,7 +15,7 @@ with ``backend: "vllm"``, the engine arguments in ``<version>/model.json``) beco
 these settings (triton/model_folder.py).
 
 One engine per server: the model runs in the model host under several protocol
-processes (supervisor/hosting_rules.py), never a copy per process. vLLM schedules
+processes (host/placement.py), never a copy per process. vLLM schedules
 and batches every stream itself: a generation holds no slot of the model (up to
 ``max_concurrent_streams``), and a stream closed early (the client left, its
 deadline passed, the server drains) aborts its request in the engine, whose

@@ -29,9 +29,9 @@ from inferd.server.grpc.edge import GrpcEdge
 from inferd.server.grpc.server import GrpcServer
 from inferd.server.http_servers import Listening, Running, stop_servers, uvicorn_config
 from inferd.server.listener import SignalFreeServer, listen_tcp
-from inferd.server.protocol_role import ProtocolProcess
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
+from inferd.server.roles import RoleProcess
 from inferd.server.shutdown import SIGNALS, Shutdown, servers_stop_after
 from inferd.server.traced import start_tracing
 from inferd.server.transport import metrics_options, rest_options
@@ -236,7 +236,7 @@ class ServerParts:
     async def serve(self, shutdown: Shutdown) -> None:
         raise NotImplementedError
 
-    def calls_role(self) -> ProtocolProcess | None:
+    def calls_role(self) -> RoleProcess | None:
         """A supervisor's protocol process or model host (role_servers.py): where model
         calls cross between its processes. None: a lone server."""
         return None

@@ -1,9 +1,9 @@
 """What changes when a server is one of several protocol processes (``protocol_processes`` > 1).
 
 The supervisor (``inferd/supervisor/``) starts each protocol process as a
-``ProtocolProcessServer``, and the model host as the ``ModelHostServer``
-(``role_servers.py``: the lone server's parts), given a :class:`ProtocolProcess`.
-Then the process:
+``ProtocolProcessServer`` (``role_servers.py``: the lone server's parts), given a
+``ProtocolProcess`` (``roles.py``), and the model host as the host's
+``ModelHostServer`` (``host/process.py``). Then the process:
 
 - serves on a private unix socket (``rest_socket``), in a folder only these
   processes can open, the server-wide operations the supervisor's coordinator sends
@@ -13,23 +13,23 @@ Then the process:
   on another (``metrics_socket``), which the supervisor sums on ``metrics_port``
   (it opens no TCP metrics port itself);
 - opens the public REST and gRPC ports with ``SO_REUSEPORT`` (every protocol
-  process binds them and the kernel spreads connections). At the server's start
-  (``open_ports_first``) it opens them before loading its models, as a lone server
-  does: a liveness probe answers while a long load runs (all processes load at once,
-  and each is ready when its models are). A process restarted after a death opens
-  them last, after its models and ``before_public`` (where it catches up): the
-  others serve meanwhile, and a connection never waits on one still starting;
+  process binds them and the kernel spreads connections). At the server's start it
+  opens them before loading its models, as a lone server does: a liveness probe
+  answers while a long load runs (all processes load at once, and each is ready
+  when its models are). A process restarted after a death opens them last, after
+  its models and its catch-up: the others serve meanwhile, and a connection never
+  waits on one still starting (``roles.py`` ``start_order``);
 - runs in its own pool only the models every protocol process may hold a copy of
   (``backends``, serving/backends.py): the others run in the model host, answered
-  through its backend (serving/host_backend.py);
+  through its backend (host/backend.py);
 - does not poll the repository (``repository_poll_secs``): the supervisor polls it
   once for every process and sends each change to each on the private socket
   (``RepositoryReload``, ``RepositoryRemove``), where the process applies it as a
   lone server's poller would (serving/repository_poll.py ``LocalChanges``).
 
-The model host is one more process of the same kind (``host_socket`` set): it runs
+The model host is one more process of the same kind (``Role.MODEL_HOST``): it runs
 those other models, with the server's own worker settings, and serves them to the
-protocol processes on ``host_socket`` (server/host_edge.py). It opens no public port.
+protocol processes on ``host.sock`` (host/edge.py). It opens no public port.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from inferd.errors import InvalidRequest
 from inferd.server.errors import http_error
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
-from inferd.serving.backends import BackendChoice
+from inferd.server.roles import SwitchBarrier
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.operations import (
     LOADS,
@@ -69,43 +68,6 @@ from inferd.serving.server_wide import LocalServerWide
 # status the REST edge would have answered): the coordinator's one path into a process.
 OPERATION_PATH = "/private/operation"
 MSGPACK = "application/msgpack"
-# Awaits the coordinator's switch barrier of that number (a repository reload's).
-SwitchBarrier = Callable[[int], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class ProtocolProcess:
-    """What makes an InferenceServer one of a supervisor's protocol processes."""
-
-    rest_socket: Path
-    metrics_socket: Path
-    # Which backend serves each model: this process's own, or the model host's.
-    backends: BackendChoice
-    # Awaited after the models loaded, before the process is ready (and, unless
-    # open_ports_first, before the public ports open).
-    before_public: Callable[[], Awaitable[None]] | None = None
-    # At the server's start: public ports before the models load (live meanwhile).
-    open_ports_first: bool = False
-    # The model host: serves its models to the protocol processes here, no public port.
-    host_socket: Path | None = None
-    # The queue bound of a model this process runs that sets none: its share of the
-    # server's max_queue_size (supervisor/hosting_rules.py queue_share); None: the server's.
-    queue_bound: int | None = None
-    # Whether it loads the repository's models at its start (load_models_at_startup
-    # permitting): not a model host started later, for a load (it catches up instead).
-    models_at_start: bool = True
-    # A repository reload's barrier; None: a reload serves its new instances as soon
-    # as they are loaded.
-    switch: SwitchBarrier | None = None
-
-    # A protocol process serves its dataplane here to the model host's model calls
-    # (server/worker_calls.py); the host calls at these the models it does not hold.
-    calls_socket: Path | None = None
-    calls_elsewhere: tuple[Path, ...] = ()
-    # The models the coordinator placed in the model host when they were loaded after
-    # the start (a load marked ``hosted``): the backend choice reads it, the
-    # coordinator's operations add to it (OperationsHere) before they load.
-    hosted_later: set[str] = field(default_factory=set)
 
 
 class OperationsHere:

@@ -1,36 +1,39 @@
 """A supervisor's protocol process and its model host: the lone server's parts
-(``parts.py``), served in a role (``protocol_role.py`` ``ProtocolProcess``).
+(``parts.py``), served in a role (``roles.py``: a ``ProtocolProcess``, or the host's
+``ModelHostProcess``).
 
 - :class:`ProtocolProcessServer`: its server-wide operations go to the supervisor's
   coordinator (the ``ServerWide`` it is given: ``supervisor/forwarding.py``), a
   request's load on request too; it opens the public ports shared with the other
   protocol processes (``SO_REUSEPORT``).
-- :class:`ModelHostServer`: opens no public port; it serves its models to the
-  protocol processes on ``host.sock`` (``host_edge.py``). What is server-wide
-  reaches it from the coordinator only (it takes no client's operation), and it
-  loads what it is told, evicting nothing itself.
+- the model host's server (``host/process.py`` ``ModelHostServer``), a
+  :class:`RoleServer` too: it opens no public port, only ``host.sock``.
 
 Both serve the coordinator's operations, their REST app (no access rules) and
-their metrics on private sockets, and start in the same order: private sockets,
-models, ``before_public`` (catching up), then ready; their public side (ports or
-``host.sock``) opens first at the server's start (live while they load) and last
-in a process restarted after a death (protocol_role.py).
+their metrics on private sockets, and start in their role's order
+(``roles.py`` ``start_order``: workers, private sockets, models, catching up, then
+ready; their public side, ports or ``host.sock``, first at the server's start, live
+while they load, and last in a process restarted after a death).
 """
 
 from __future__ import annotations
 
-import asyncio
 import signal
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from inferd.server.grpc.server import GrpcServer
-from inferd.server.host_edge import close_host, serve_host
 from inferd.server.http_servers import Listening, Running, run_servers, uvicorn_config, wait_started
 from inferd.server.listener import SignalFreeServer
 from inferd.server.parts import ServerParts
-from inferd.server.protocol_role import ProtocolProcess, bind_unix, private_rest_app
+from inferd.server.protocol_role import bind_unix, private_rest_app
+from inferd.server.roles import ProtocolProcess, RoleProcess, Step, SwitchBarrier
 from inferd.server.shutdown import CUT_SIGNAL, SAME_STOP_SECONDS, Shutdown
 from inferd.serving.server_wide import ServerWide
 from inferd.settings import ServerSettings
+
+# Not done once a stop began: no port opens, and nothing says ready, after a SIGTERM.
+AFTER_A_STOP_SKIPPED = (Step.PUBLIC, Step.READY)
 
 
 class RoleServer(ServerParts):
@@ -45,48 +48,76 @@ class RoleServer(ServerParts):
     same_stop_seconds = SAME_STOP_SECONDS
 
     def __init__(
-        self, settings: ServerSettings, role: ProtocolProcess, server_wide: ServerWide | None
+        self,
+        settings: ServerSettings,
+        role: RoleProcess,
+        server_wide: ServerWide | None,
+        queue_bound: int | None = None,
+        switch: SwitchBarrier | None = None,
     ) -> None:
-        super().__init__(settings, server_wide, role.backends, role.queue_bound)
+        super().__init__(settings, server_wide, role.backends, queue_bound)
         self.role = role
+        self._switch = switch
+        self._public: list[Running] = []
+        self._grpc_server: GrpcServer | None = None
+        self._told_of_stop: list[Callable[[], None]] = []
         # None of its models reads ready before the process is (every process loaded).
         self.dataplane.models_ready_once_started = True
 
-    def calls_role(self) -> ProtocolProcess:
+    def calls_role(self) -> RoleProcess:
         return self.role
+
+    def when_stopping(self, told: Callable[[], None]) -> None:
+        """Call ``told`` as soon as its stop begins (its SIGTERM), before it drains."""
+        self._told_of_stop.append(told)
+
+    def stop(self) -> None:
+        super().stop()
+        told, self._told_of_stop = self._told_of_stop, []
+        for call in told:
+            call()
 
     async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
         """Its public side (a protocol process's ports, the host's socket)."""
         raise NotImplementedError
 
     async def serve(self, shutdown: Shutdown) -> None:
-        """Private sockets, models, ``before_public``; the public side before the models
-        at the start (live while they load), after them in a restart joining processes
-        that serve (protocol_role.py)."""
-        role = self.role
+        """The steps of its start, in its role's order (roles.py ``start_order``),
+        then serve until stopped; the public side and ready are skipped once stopping
+        (never opened after a SIGTERM)."""
         private = run_servers(self._private_servers())
-        public: list[Running] = []
-        grpc_server = None
+        steps: dict[Step, Callable[[], Awaitable[None]] | None] = {
+            Step.WORKERS: self.pool.start,
+            Step.PRIVATE: partial(self._private_started, private),
+            Step.PUBLIC: self._open_public,
+            Step.MODELS: self._load_models,
+            Step.CATCH_UP: self.role.catch_up,
+            Step.READY: self._ready,
+        }
         try:
-            if role.models_at_start:  # else its workers start with a load that needs them
-                await self.pool.start()
-            for what, server, task in private:
-                await wait_started(what, server, task, self.settings.host)
-            if role.open_ports_first:
-                public, grpc_server = await self.open_public()
-            if self.settings.load_models_at_startup and role.models_at_start:
-                await self.dataplane.load_all()
-            if role.before_public is not None:
-                await role.before_public()
-            if not role.open_ports_first and not self.stopping:  # never after a SIGTERM
-                public, grpc_server = await self.open_public()
-            if not self.stopping:
-                self.mark_ready()
-            await self.wait_for_stop(*(task for _, _, task in [*public, *private]))
+            for step in self.role.start:
+                run = steps[step]
+                if run is not None and not (self.stopping and step in AFTER_A_STOP_SKIPPED):
+                    await run()
+            await self.wait_for_stop(*(task for _, _, task in [*self._public, *private]))
         finally:
-            await self.shut_down(shutdown, public, private, grpc_server)
+            await self.shut_down(shutdown, self._public, private, self._grpc_server)
             self.after_shutdown()
             shutdown.finished()
+
+    async def _private_started(self, private: list[Running]) -> None:
+        for what, server, task in private:
+            await wait_started(what, server, task, self.settings.host)
+
+    async def _open_public(self) -> None:
+        self._public, self._grpc_server = await self.open_public()
+
+    async def _load_models(self) -> None:
+        if self.settings.load_models_at_startup:
+            await self.dataplane.load_all()
+
+    async def _ready(self) -> None:
+        self.mark_ready()
 
     def after_shutdown(self) -> None:
         """What is left to close once the servers stopped and the models unloaded."""
@@ -96,7 +127,7 @@ class RoleServer(ServerParts):
         statistics: these are the supervisor's and tests' requests, not clients'), and
         the metrics exposition, each on its own unix socket."""
         role = self.role
-        rest = private_rest_app(self.dataplane, self.changes, role.switch, role.hosted_later)
+        rest = private_rest_app(self.dataplane, self.changes, self._switch, role.hosted_later)
         apps = [("Private REST server", rest, role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self.metrics_app(), role.metrics_socket))
@@ -119,7 +150,7 @@ class ProtocolProcessServer(RoleServer):
     def __init__(
         self, settings: ServerSettings, role: ProtocolProcess, server_wide: ServerWide
     ) -> None:
-        super().__init__(settings, role, server_wide)
+        super().__init__(settings, role, server_wide, role.queue_bound, role.switch)
         on_demand = self.dataplane.on_demand
         if on_demand is not None:  # a request's load is server-wide
             on_demand.join_processes(server_wide.load_on_request)
@@ -132,29 +163,3 @@ class ProtocolProcessServer(RoleServer):
         for what, server, task in public:
             await wait_started(what, server, task, self.settings.host)
         return public, grpc_server
-
-
-class ModelHostServer(RoleServer):
-    """The model host: its models served to the protocol processes on ``host.sock``
-    (``role.host_socket``); no public port, no operation of its own to forward."""
-
-    def __init__(self, settings: ServerSettings, role: ProtocolProcess) -> None:
-        if role.host_socket is None:
-            raise ValueError("a model host's role names its host socket")
-        super().__init__(settings, role, None)
-        self.host_socket = role.host_socket
-        self._host: asyncio.Server | None = None
-        on_demand = self.dataplane.on_demand
-        if on_demand is not None:  # it loads what it is told and evicts nothing
-            on_demand.join_processes(None)
-
-    async def open_public(self) -> tuple[list[Running], GrpcServer | None]:
-        """``host.sock`` (at a restart after its models, as ports: a protocol process
-        reconnecting then finds a host that answers, or none, never one whose load
-        would hold its requests)."""
-        self._host = await serve_host(self.dataplane, bind_unix(self.host_socket), self.pool)
-        return [], None
-
-    def after_shutdown(self) -> None:
-        if self._host is not None:  # the protocol processes have gone: nothing more comes
-            close_host(self._host)

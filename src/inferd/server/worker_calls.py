@@ -2,14 +2,14 @@
 
 Runtimes in this process call its dataplane directly (``model_calls.serve_calls``).
 The dataplane is also served to its worker processes on a private unix socket
-with the model host's edge (``host_edge.py``: ``LOAD (name, version)``,
+with the model host's edge (``host/edge.py``: ``LOAD (name, version)``,
 ``PREDICT``, ``STREAM`` run on this dataplane), its path in the environment the
 workers inherit (``workers/calls_client.py`` connects to it).
 
 With protocol processes (docs/design.md "Models that call models"), each protocol
 process serves its dataplane to the model host the same way, on ``calls-<i>.sock``
-(``ProtocolProcess.calls_socket``); the host calls there the models it does not
-hold (copied into the protocol processes, ``ProtocolProcess.calls_elsewhere``):
+(``RoleProcess.calls_socket``); the host calls there the models it does not
+hold (copied into the protocol processes, ``RoleProcess.calls_elsewhere``):
 its own runtimes through :class:`HostCalls`, its workers by binding on the first
 socket that holds the model (the host's own first).
 """
@@ -25,8 +25,9 @@ from pathlib import Path
 
 from inferd import model_calls
 from inferd.context import RequestContext
-from inferd.server.host_edge import close_host, serve_host
-from inferd.server.protocol_role import ProtocolProcess, bind_unix
+from inferd.host.edge import close_host, serve_host
+from inferd.server.protocol_role import bind_unix
+from inferd.server.roles import RoleProcess
 from inferd.serving.dataplane import DataPlane
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.calls_client import SOCKET_VARIABLE, ServerCalls, socket_variable, spread
@@ -34,7 +35,7 @@ from inferd.workers.calls_client import SOCKET_VARIABLE, ServerCalls, socket_var
 
 @contextlib.asynccontextmanager
 async def model_calls_served(
-    dataplane: DataPlane, role: ProtocolProcess | None = None
+    dataplane: DataPlane, role: RoleProcess | None = None
 ) -> AsyncIterator[None]:
     """Serve model calls while the server runs (enter it before the workers start)."""
     elsewhere = list(role.calls_elsewhere) if role is not None else []

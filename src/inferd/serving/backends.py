@@ -8,8 +8,8 @@ its backend's. Two backends implement :class:`Backend`:
 - this process's own (serving/local_backend.py): the version runs in this
   process's pool, reached through its dispatch (queue, batcher, sequences), its
   counts in the server's statistics, its answers in the response cache;
-- the model host's (serving/host_backend.py): with several protocol processes, a
-  version that cannot be copied into each (supervisor/hosting_rules.py) runs once,
+- the model host's (host/backend.py): with several protocol processes, a
+  version that cannot be copied into each (host/placement.py) runs once,
   in the model host, and each of its requests goes there as it came, through a
   client of the host's socket: the host's queue, batcher, cache and counts are the
   model's.

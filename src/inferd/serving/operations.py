@@ -36,7 +36,7 @@ class Load(Operation, frozen=True, tag=True):
     name: str
     config: str | None = None
     # The coordinator placed it in the model host: loaded after the start, one copy
-    # serves every protocol process (supervisor/hosting_rules.py LOADED_LATER).
+    # serves every protocol process (host/placement.py LOADED_LATER).
     hosted: bool = False
 
 

@@ -54,6 +54,7 @@ from typing import Any
 import msgspec
 
 from inferd.errors import InferdError
+from inferd.host.on_demand import HostOnDemand
 from inferd.serving.operations import (
     UNLOADS,
     Operation,
@@ -62,7 +63,6 @@ from inferd.serving.operations import (
     UnregisterMemory,
     refusal_of,
 )
-from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.host_order import HostOrder
 from inferd.supervisor.journal import Journal
 from inferd.supervisor.merging import (

@@ -18,10 +18,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferd.errors import InvalidRequest, StatusError
+from inferd.host.on_demand import HostOnDemand
 from inferd.server.protocol_role import MSGPACK
 from inferd.serving.operations import ReadStatistics, encode, refusal_of
 from inferd.supervisor.coordinator import Answered, Coordinator
-from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.merging import NO_PROCESS
 from inferd.supervisor.messages import (
     CatchUp,

@@ -27,7 +27,7 @@ from inferd.serving.server_wide import ServerWide
 from inferd.supervisor.coordinator_app import COORDINATOR_PATH
 from inferd.supervisor.fanout import Answer, deliver
 from inferd.supervisor.messages import CatchUp, LoadedAtStart, SwitchReached
-from inferd.supervisor.paths import ProtocolRole
+from inferd.supervisor.paths import ProcessRole
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def answered_error(message: msgspec.Struct, answer: Answer) -> Exception:
         return StatusError(answer.body.decode("utf-8", "replace"), answer.status)
 
 
-async def catch_up(role: ProtocolRole) -> dict[str, Any]:
+async def catch_up(role: ProcessRole) -> dict[str, Any]:
     """Have the coordinator replay its journal to this process (``role``): how many
     operations it applied and the ones it refused (the coordinator logs them);
     CoordinatorUnreachable if it does not answer."""
@@ -75,13 +75,13 @@ async def catch_up(role: ProtocolRole) -> dict[str, Any]:
     return outcome
 
 
-async def wait_for_every_process(role: ProtocolRole) -> None:
+async def wait_for_every_process(role: ProcessRole) -> None:
     """Tell the coordinator this process has loaded its start-up models, and return
     once every protocol process has (CoordinatorUnreachable if it does not answer)."""
     await call_coordinator(role.paths.coordinator, LoadedAtStart(role.index))
 
 
-async def switch_together(role: ProtocolRole, number: int) -> None:
+async def switch_together(role: ProcessRole, number: int) -> None:
     """Return once every protocol process has loaded what the repository reload of
     switch ``number`` brings (the coordinator's barrier), so they serve it together.
     A coordinator that cannot say so (the server is stopping) does not hold the new

@@ -6,7 +6,7 @@ protocol process binds to the version the host has loaded: workers/host_client.p
 an unload last (the protocol processes stop sending it requests, then it drains
 them); any other operation reaches every process at once.
 
-A load after the start runs in it (one copy for every process: host_on_demand.py
+A load after the start runs in it (one copy for every process: host/on_demand.py
 ``placement``, decided here, once, and sent marked ``hosted``); when none runs
 yet, such a load starts it first, outside the coordinator's lock (the host catches
 up under it), so any model can be loaded at any time. A load waits, outside the
@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from inferd.host.on_demand import HostOnDemand
 from inferd.serving.operations import LOADS, UNLOADS, Load, LoadOnRequest, Operation
-from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.outcomes import NoAnswer, Outcome, Process, ask
 from inferd.supervisor.paths import PrivatePaths
 
@@ -52,7 +52,7 @@ class HostOrder:
 
     async def placed(self, operation: Operation) -> Operation:
         """``operation`` as every process applies it: a load that runs in the model host
-        (host_on_demand.py ``placement``: one decision, logged once) marked ``hosted``,
+        (host/on_demand.py ``placement``: one decision, logged once) marked ``hosted``,
         the host started first when none runs. Raises the start's InferdError."""
         load = loaded_model(operation)
         if self._on_demand is None or load is None:

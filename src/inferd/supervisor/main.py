@@ -29,18 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import Layout, Placement
+from inferd.host.process import HostKeeper
 from inferd.server.listener import listen_tcp
+from inferd.server.roles import HostStart, Role
 from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
 from inferd.supervisor.children import Child, describe_exit, environment_of_children
 from inferd.supervisor.loading import GrpcHealthProcess, fork_grpc_health, loading_service_parts
-from inferd.supervisor.paths import (
-    HOST_AT_START,
-    HOST_LATER,
-    HOST_PEER,
-    MODEL_HOST_ENV,
-    PrivatePaths,
-)
+from inferd.supervisor.paths import PrivatePaths, role_environment
 from inferd.supervisor.protocol_forks import EarlyParent, ProtocolForks, fork_parent_early
 from inferd.supervisor.served import (
     RunningService,
@@ -58,9 +55,6 @@ logger = logging.getLogger(__name__)
 EXIT_MARGIN_SECONDS = 5.0
 # inferd start's status when a protocol process did not drain: a lone server's then.
 UNDRAINED_EXIT_STATUS = FORCED_EXIT_STATUS
-# How long a load that starts the model host waits for it to answer ready (it loads
-# no model of its own then: an import and the journal's replay).
-HOST_START_SECONDS = 120.0
 
 
 async def _no_host() -> None:
@@ -78,6 +72,7 @@ class Supervised:
     paths: PrivatePaths
     count: int
     settings: ServerSettings
+    placement: Placement  # where each model loaded at start runs
     host: bool = False  # a model host runs from the start too, as process ``count``
     # Starts the model host (a load needs it) and returns once it is ready.
     start_host: Callable[[], Awaitable[None]] = _no_host
@@ -110,22 +105,24 @@ class Supervisor:
         self,
         settings: ServerSettings,
         repository: Path,
-        count: int,
+        layout: Layout,
         services: Sequence[ServiceFactory] = (),
-        host: bool = False,
     ) -> None:
-        """``host``: run the model host from the start (a model loaded at start needs
-        it); else it starts when a load first needs it (:meth:`start_host`)."""
+        """``layout.host_at_start``: run the model host from the start (a model loaded
+        at start needs it); else it starts when a load first needs it (:meth:`start_host`).
+        ``layout.placement``: where each model loaded at start runs, which the services
+        are given (every process reads it from the environment inferd start set)."""
         self.settings = settings
         self.repository = repository
-        self.count = count
-        self.host = host
+        self.count = layout.processes
+        self.host = layout.host_at_start
+        self.placement = layout.placement
+        # When the model host starts: a fact of the server each process is told.
+        self.host_start = HostStart.WITH_SERVER if self.host else HostStart.FOR_A_LOAD
         self._service_factories = list(services)
         self._stopping = asyncio.Event()
         self._protocol: list[Child] = []
-        self._host: Child | None = None
-        self._host_kept: asyncio.Task[None] | None = None
-        self._paths: PrivatePaths | None = None
+        self._host: HostKeeper | None = None  # made with the private folder
         self._forks: ProtocolForks | None = None
         self._loading: RunningService | None = None  # the REST port while loading
         self._loading_grpc: GrpcHealthProcess | None = None  # the gRPC port's health meanwhile
@@ -146,14 +143,16 @@ class Supervisor:
         # httpx logs each request at INFO: here that is every readiness poll.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with private_folder() as paths:
-            self._paths = paths
+            command = [*child_command(), str(self.repository)]
+            self._host = HostKeeper(self.count, command, paths, self.host_start)
             supervised = Supervised(
                 paths,
                 self.count,
                 self.settings,
+                self.placement,
                 self.host,
                 start_host=self.start_host,
-                host_runs=lambda: self._host is not None,
+                host_runs=lambda: self._host_child() is not None,
                 stopping=self._stopping,
                 pids=self.pids,
                 before_ready=self._stop_loading,
@@ -175,9 +174,11 @@ class Supervisor:
 
     async def _supervise(self, paths: PrivatePaths) -> list[Child]:
         command = [*child_command(), str(self.repository)]
-        environment = environment_of_children(paths)
-        if self.host:  # their start-up load binds to it: they wait for its socket
-            environment[MODEL_HOST_ENV] = HOST_PEER
+        # With the host at start, their start-up load binds to it: they wait for its socket.
+        environment = {
+            **environment_of_children(paths),
+            **role_environment(Role.PROTOCOL, self.host_start),
+        }
         forks = self._forks = (
             ProtocolForks(str(self.repository), environment, self._early)
             if self.settings.fork_protocol_processes
@@ -193,7 +194,8 @@ class Supervisor:
         ]
         kept = [asyncio.create_task(child.keep_running()) for child in protocol]
         if self.host:  # watched as a protocol process is: it cannot start, the server stops
-            kept.append(self._start_host_child(HOST_AT_START))
+            assert self._host is not None
+            kept.append(self._host.start())
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
@@ -212,7 +214,7 @@ class Supervisor:
             # after they exit it got a grace period of its own, and a model still busy
             # at their deadline held the exit to twice shutdown_grace_seconds); its
             # drain answers what they forwarded before, so it is waited for last.
-            host, host_kept = self._host, self._host_kept
+            host, host_kept = self._host_child(), self._host.kept if self._host else None
             if host is not None and host_kept is not None:
                 if not host.stopping:  # started while they were stopping
                     host.stop()
@@ -238,7 +240,7 @@ class Supervisor:
 
     def pids(self) -> list[tuple[str, int]]:
         """The server's processes now, by role (the model host's workers are its own)."""
-        forks, host = self._forks, self._host
+        forks, host = self._forks, self._host_child()
         found: list[tuple[str, int | None]] = [("supervisor", os.getpid())]
         found.append(("protocol_fork_parent", forks.pid if forks else None))
         found += [("protocol_process", c.process.pid) for c in self._protocol if c.process]
@@ -250,48 +252,30 @@ class Supervisor:
         forks = self._forks
         return {pid for _, pid in self.pids()} | (forks.own_pids() if forks else set())
 
-    def _start_host_child(self, when: str) -> asyncio.Task[None]:
-        """Start the model host (process ``count``) and keep it running; its watch."""
-        assert self._paths is not None
-        command = [*child_command(), str(self.repository)]
-        environment = {**environment_of_children(self._paths), MODEL_HOST_ENV: when}
-        self._host = Child(self.count, command, environment, self._paths, "The model host")
-        self._host_kept = asyncio.create_task(self._host.keep_running())
-        return self._host_kept
+    def _host_child(self) -> Child | None:
+        """The model host's process, once started (with the server, or for a load)."""
+        return self._host.child if self._host is not None else None
 
     async def start_host(self) -> None:
         """Start the model host, for a load of a model that needs it, and return once it
-        answers ready (at once when it runs); RuntimeError when it cannot be: the
-        server is stopping, or it did not become ready within HOST_START_SECONDS."""
-        if self._stopping.is_set():
+        answers ready (host/process.py ``HostKeeper.start_for_a_load``); RuntimeError
+        when it cannot be (the server is stopping, too)."""
+        if self._stopping.is_set() or self._host is None:
             raise RuntimeError("the server is stopping")
-        if self._host is None or (self._host_kept is not None and self._host_kept.done()):
-            logger.info("Starting the model host: a model loaded now runs in it")
-            self._start_host_child(HOST_LATER)
-        host, kept = self._host, self._host_kept
-        assert host is not None and kept is not None
-        ready = asyncio.create_task(host.ready.wait())
-        done, _ = await asyncio.wait(
-            [ready, kept], timeout=HOST_START_SECONDS, return_when=asyncio.FIRST_COMPLETED
-        )
-        if ready in done:
-            return
-        ready.cancel()
-        if kept in done and kept.exception() is not None:
-            raise RuntimeError(str(kept.exception()))
-        raise RuntimeError(f"it did not answer ready within {HOST_START_SECONDS:g}s (see the log)")
+        await self._host.start_for_a_load()
 
     def _on_signal(self, signum: int) -> None:
         """Every signal is forwarded as SIGTERM: the first drains each process, a
         second cuts what still runs (as for a lone server)."""
         name = signal.Signals(signum).name
         if not self._stopping.is_set():
-            self._stop(self._protocol, f"Received {name}", self._host)
+            self._stop(self._protocol, f"Received {name}", self._host_child())
         else:
             logger.info("Received %s again: protocol processes stop what still runs", name)
             # CUT_SIGNAL, not SIGTERM: a SIGTERM within SAME_STOP_SECONDS of the first
             # is taken for the same stop (sent by a service manager too).
-            for child in [*self._protocol, *([self._host] if self._host else [])]:
+            host = self._host_child()
+            for child in [*self._protocol, *([host] if host else [])]:
                 child.signal(CUT_SIGNAL)
 
     def _stop(self, children: Sequence[Child], why: str, host: Child | None = None) -> None:
@@ -307,7 +291,8 @@ class Supervisor:
             child.stop()
 
     async def _announce(self, protocol: Sequence[Child]) -> None:
-        waited = [*protocol, *([self._host] if self.host and self._host else [])]
+        host_child = self._host_child()
+        waited = [*protocol, *([host_child] if self.host and host_child else [])]
         await asyncio.gather(*(child.ready.wait() for child in waited))
         host = " and the model host" if self.host else ""
         logger.info("inferd is serving with %d protocol processes%s", self.count, host)

@@ -11,15 +11,15 @@ when it exits) holds unix sockets only these processes may open:
 - ``metrics-<i>.sock`` — protocol process ``i``'s Prometheus exposition (the
   supervisor serves ``metrics_port`` by summing them);
 - ``host.sock`` — the model host's models (when one runs), which every protocol
-  process reaches there (workers/host_client.py); the host is also process ``N`` (after
+  process reaches there (host/client.py); the host is also process ``N`` (after
   the N protocol processes) for its ``rest-N.sock`` and ``metrics-N.sock``;
 - ``calls-<i>.sock`` — protocol process ``i``'s models, for the model calls of the
   models the host runs (server/worker_calls.py).
 
-A protocol process knows the folder and its index from the environment
-(``INFERD_PRIVATE_DIR``, ``INFERD_PROTOCOL_INDEX``), set by the supervisor; the
-model host is told that it is the host, and whether it was started with the server
-or later, when a load first needed it (``INFERD_MODEL_HOST``).
+Each process knows the folder, its index and its role from the environment
+(``INFERD_PRIVATE_DIR``, ``INFERD_PROTOCOL_INDEX``, ``INFERD_ROLE``: server/roles.py
+``Role``), set by the supervisor, and when the model host starts
+(``INFERD_HOST_START``: ``HostStart``, the same for every process).
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.server.roles import HostStart, Role, Step, start_order
+
 PRIVATE_DIR_ENV = "INFERD_PRIVATE_DIR"
 PROTOCOL_INDEX_ENV = "INFERD_PROTOCOL_INDEX"
 # Set ("1") for a process started again after a death: it joins processes that serve.
 RESTARTED_ENV = "INFERD_PROTOCOL_RESTARTED"
-# In the model host: "start" when it started with the server (a model loaded at start
-# needed it), "later" when the coordinator started it for a load; "peer" in the
-# protocol processes when it starts with them (their start-up load waits for it).
-MODEL_HOST_ENV = "INFERD_MODEL_HOST"
-HOST_AT_START = "start"
-HOST_LATER = "later"
-HOST_PEER = "peer"
+# What the process is (a Role's value).
+ROLE_ENV = "INFERD_ROLE"
+# When the model host starts (a HostStart's value): told to every process.
+HOST_START_ENV = "INFERD_HOST_START"
 
 
 @dataclass(frozen=True)
@@ -66,33 +65,34 @@ class PrivatePaths:
 
 
 @dataclass(frozen=True)
-class ProtocolRole:
-    """What a protocol process is told by its supervisor."""
+class ProcessRole:
+    """What a process is told by its supervisor."""
 
     paths: PrivatePaths
     index: int
+    role: Role
+    host_start: HostStart  # when the model host starts, for the whole server
     restarted: bool = False  # started again after a death (not at the server's start)
-    is_host: bool = False  # this process is the model host
-    # The host started later, for a load: it loads no model of its own at its start,
-    # only what the coordinator applied (its journal) and applies from then on.
-    host_started_later: bool = False
-    # A protocol process whose model host starts with it (a model loaded at start needs it).
-    host_at_start: bool = False
+
+    def start_order(self) -> tuple[Step, ...]:
+        return start_order(self.role, self.host_start, self.restarted)
 
 
-def protocol_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> ProtocolRole | None:
+def role_environment(role: Role, host_start: HostStart) -> dict[str, str]:
+    """What tells a process its role (with environment_of_children's folder)."""
+    return {ROLE_ENV: role.value, HOST_START_ENV: host_start.value}
+
+
+def process_role(environ: os._Environ[str] | dict[str, str] = os.environ) -> ProcessRole | None:
     """This process's role when a supervisor started it, else None (a lone server)."""
     folder = environ.get(PRIVATE_DIR_ENV)
     index = environ.get(PROTOCOL_INDEX_ENV)
     if not folder or index is None:
         return None
-    restarted = environ.get(RESTARTED_ENV) == "1"
-    host = environ.get(MODEL_HOST_ENV, "")
-    return ProtocolRole(
+    return ProcessRole(
         PrivatePaths(Path(folder)),
         int(index),
-        restarted,
-        is_host=host in (HOST_AT_START, HOST_LATER),
-        host_started_later=host == HOST_LATER,
-        host_at_start=host == HOST_PEER,
+        Role(environ[ROLE_ENV]),
+        HostStart(environ[HOST_START_ENV]),
+        restarted=environ.get(RESTARTED_ENV) == "1",
     )

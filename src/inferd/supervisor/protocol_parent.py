@@ -7,7 +7,7 @@ serve. FD is its end of a ``SOCK_SEQPACKET`` pair, one pickled message a packet.
 
 What runs here before the first fork, and nothing else (docs/design.md "Protocol
 processes forked from loaded models"): the imports of a protocol process's stack;
-each model that every protocol process copies (supervisor/hosting_rules.py) and that
+each model that every protocol process copies (host/placement.py) and that
 loads at start, its ``load()`` run to its end on an event loop closed afterwards;
 ``gc.collect()`` and ``gc.freeze()``. GNU OpenMP is held to one thread while the
 models load (fork_safety.hold_openmp: no pool starts) and given its threads back in
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import ConfigurationError
+from inferd.host.placement import Placement
 from inferd.model import Model
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.runtimes.common import no_progress_monitor
@@ -53,7 +54,6 @@ from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
-from inferd.supervisor.hosting_rules import copied
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
 from inferd.workers import oom_score, preloaded
 from inferd.workers.adoption import fork_adopted, name_process
@@ -169,8 +169,9 @@ def preload(settings: ServerSettings, left_out: list[str]) -> tuple[list[Model],
     except ConfigurationError:
         return [], ""  # each protocol process says what is wrong with the repository
     models: list[Model] = []
+    placement = Placement.from_environment()  # inferd start's (host/placement.py)
     for model_settings in found:
-        if not copied(model_settings, settings) or model_settings.label in left_out:
+        if not placement.copies(model_settings) or model_settings.label in left_out:
             continue
         model, hazard = _load_one(model_settings)
         if hazard:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inferd.host.on_demand import HostOnDemand
 from inferd.server.listener import listen_tcp
 from inferd.server.protocol_role import bind_unix
 from inferd.server.transport import metrics_options
 from inferd.supervisor.coordinator import Coordinator
 from inferd.supervisor.coordinator_app import coordinator_app
-from inferd.supervisor.host_on_demand import HostOnDemand
 from inferd.supervisor.main import ServiceFactory, Supervised
 from inferd.supervisor.metrics import build_metrics_app
 from inferd.supervisor.repository_changes import repository_poll
@@ -25,7 +25,10 @@ def coordinator(supervised: Supervised) -> Sequence[Service]:
     """Server-wide operations, applied in every protocol process (coordinator.py), the
     model host started when a load needs it, and the repository's changes."""
     settings = supervised.settings
-    on_demand = HostOnDemand(settings, supervised.start_host)
+    # The fork parent loaded at start (when it runs) what every process copies.
+    forked = settings.fork_protocol_processes
+    shared = supervised.placement.copied_names() if forked else frozenset()
+    on_demand = HostOnDemand(settings, supervised.start_host, shared)
     found = Coordinator(supervised.paths, supervised.count, supervised.host, on_demand)
     found.before_ready = supervised.before_ready
     poll = repository_poll(settings, found, supervised.stopping)

@@ -123,7 +123,7 @@ class LoadedInstance:
     # Its LoRA adapters, each answering /v1 as a model of its own name
     # (GenerationRequest.adapter).
     openai_adapters: tuple[str, ...] = ()
-    # How many workers hold it, as the model host answers a bind (server/host_edge.py);
+    # How many workers hold it, as the model host answers a bind (host/edge.py);
     # None from a pool, whose slots say it.
     instances: int | None = None
     # Why what serves is not what was loaded last ("": it is): a model host's version

@@ -2,10 +2,10 @@
 
 A worker has no dataplane of its own. Its server serves one for its workers on a
 unix socket (``server/worker_calls.py``, with the model host's edge,
-``server/host_edge.py``), whose path it puts in the workers' environment
+``host/edge.py``), whose path it puts in the workers' environment
 (:data:`SOCKET_VARIABLE`); this module registers a
 :class:`~inferd.model_calls.ModelCaller` that reaches it through a
-:class:`~inferd.workers.host_client.HostClient`, the same client a protocol process
+:class:`~inferd.host.client.HostClient`, the same client a protocol process
 reaches the model host with. A call then runs in the server's process through the
 called model's queue and batcher, as a client's request.
 
@@ -27,9 +27,9 @@ from pathlib import Path
 from inferd import model_calls
 from inferd.context import RequestContext
 from inferd.errors import InferdError, ModelNotFound, ModelNotReady, WorkerLost
+from inferd.host.client import HostClient
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.base import taken
-from inferd.workers.host_client import HostClient
 
 # The environment variable naming the sockets a worker's model calls go to, in the
 # order they are tried (os.pathsep between them).

@@ -2,7 +2,7 @@
 
 See messages.py for what travels on it (and ipc.py for how);
 :class:`~inferd.workers.process.WorkerProcess` owns one per worker process, a
-protocol process one to the model host (``host_client.py``). Streams travel on it
+protocol process one to the model host (``host/client.py``). Streams travel on it
 too: each is known by the call id of its ``Stream`` command, and its replies go
 to its :class:`~inferd.workers.remote_stream.RemoteStream`.
 """

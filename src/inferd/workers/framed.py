@@ -2,7 +2,7 @@
 
 The main process's end of a worker's socket (``workers/channel.py`` ``Channel``)
 and the model host's end of a protocol process's connection
-(``server/host_edge.py`` ``HostConnection``) read the same frames (:mod:`inferd.workers.ipc`)
+(``host/edge.py`` ``HostConnection``) read the same frames (:mod:`inferd.workers.ipc`)
 the same way: an asyncio buffered protocol whose buffer is the
 :class:`~inferd.workers.ipc.FrameDecoder`'s, so the bytes land where the messages
 are decoded from; every read's whole messages are handed on at once

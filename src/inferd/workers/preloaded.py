@@ -9,7 +9,7 @@ instance, or a load after an unload, loads the model afresh in this process.
 A model this process loads that was not loaded before the fork (not fork-safe, or
 a request's load of a start-up model again after an eviction) is a copy of its own
 in every protocol process: that is logged once per model, with the cost. A model
-loaded after the start otherwise runs in the model host (supervisor/host_on_demand.py).
+loaded after the start otherwise runs in the model host (host/on_demand.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The credit pump of a stream run for another process, on an event loop.
 
-A stream that the model host runs for a protocol process (``server/host_streams.py``
+A stream that the model host runs for a protocol process (``host/streams.py``
 ``HostStream``) and an async generator's stream in a worker
 (``workers/worker_streams.py``) send their responses to the process that asked for
 them while the stream holds credit (see :mod:`inferd.workers.remote_stream` for the

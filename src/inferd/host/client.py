@@ -1,11 +1,11 @@
 """A client of the model host: the models it runs, reached over its socket.
 
 With several protocol processes, a model that cannot be copied into each of them
-(supervisor/hosting_rules.py: a GPU, adaptive batching, sequences, its own worker
+(host/placement.py: a GPU, adaptive batching, sequences, its own worker
 processes) is loaded once, in the model host, a server of its own with no public
 port (docs/design.md "The model host"). A protocol process still takes such a
 model's requests off the wire and decodes them; its data plane hands each to the
-host backend (serving/host_backend.py), which sends it, decoded, through this
+host backend (host/backend.py), which sends it, decoded, through this
 client over ``host.sock`` and hands back its answer. The host runs it through its
 own data plane: one queue and one batcher for every process's requests, one
 holder for a sequence's, whichever process took them. Nothing of the protocol
@@ -89,6 +89,11 @@ class HostClient:
         self._bound: dict[int, tuple[str, str | None]] = {}
         self._failure_handler: Callable[[int, str], None] | None = None
         self._closing = False
+        self._server_stopping = False
+
+    def server_stopping(self) -> None:
+        """The server stops, the host with it: losing the host is no failure now."""
+        self._server_stopping = True
 
     async def close(self) -> None:
         self._closing = True
@@ -260,7 +265,11 @@ class HostClient:
         return channel
 
     def _lost(self) -> None:
-        if not self._closing:
+        if self._closing:
+            return
+        if self._server_stopping:  # an orderly stop: the host stopped with the server
+            logger.debug("The model host closed its connection: the server is stopping")
+        else:
             logger.warning("Lost the connection to the model host; reconnecting on the next call")
 
     @staticmethod

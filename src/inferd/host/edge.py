@@ -17,7 +17,7 @@ as a worker's loop is, turns them into calls on the host's
   queue wait, batch and predict, ``messages.HostRun``); a ``Cancel`` of one
   (its client left) is its client's disconnect here: it leaves the queue unrun.
   ``Stream`` (with ``Credit`` and ``Cancel``) runs ``DataPlane.infer_stream``
-  (``host_streams.py``).
+  (``host/streams.py``).
   Each call is a task of its own, answered when it ends, in whatever order.
 - ``ApplyControl`` is answered and ignored: the host gets server-wide settings from
   the coordinator, as every process does. A worker's own commands (``Init``,
@@ -44,8 +44,8 @@ from typing import Any, NamedTuple
 
 from inferd.context import RequestContext
 from inferd.errors import InferdError, ModelNotFound
+from inferd.host.streams import HostStream, Responses, with_headers
 from inferd.observability.trace_record import RequestTrace
-from inferd.server.host_streams import HostStream, Responses, with_headers
 from inferd.serving.dataplane import DataPlane
 from inferd.serving.registry import Registry
 from inferd.serving.runtime_headers import HEADERS

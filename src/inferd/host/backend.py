@@ -1,5 +1,5 @@
 """The model host's backend (serving/backends.py): versions the model host runs,
-answered through a client of its socket (workers/host_client.py).
+answered through a client of its socket (host/client.py).
 
 A protocol process neither queues, batches, caches nor counts such a version's
 requests: each goes to the host as it came, where the host's data plane runs it
@@ -23,13 +23,13 @@ from collections.abc import AsyncGenerator
 
 from inferd.context import RequestContext
 from inferd.errors import ModelNotReady
+from inferd.host.client import HostClient
 from inferd.observability.stats import ModelStats, rows_of
 from inferd.observability.trace_record import shared_run
 from inferd.serving.backends import Opened
 from inferd.settings import ModelSettings
 from inferd.types import InferenceRequest, InferenceResponse
 from inferd.workers.base import Control, taken
-from inferd.workers.host_client import HostClient
 
 
 def unloading() -> ModelNotReady:

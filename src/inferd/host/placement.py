@@ -33,18 +33,22 @@ core"); setting -> where the model runs: why.
     with the processes. The server's ``max_queue_size`` stays the server's: each
     process lets at most its share wait (:func:`queue_share`: bound // N, at least 1).
 
-That table places the models loaded at start. A model loaded after the start
+That table places the models loaded at start, once: ``inferd start`` applies it
+(:meth:`Placement.decide`) and passes the decision to every process of the server
+(:class:`Placement`, in the environment), which each reads instead of the rules:
+the protocol fork parent, the protocol processes, the model host, the coordinator.
+A model loaded after the start
 (repository API, repository poll, a request's load of a model the fork parent does
 not hold, a reload, a new version) runs in the model host whatever its settings
 (:data:`LOADED_LATER`): the coordinator decides it once per load
-(supervisor/host_on_demand.py ``placement``) and marks the load ``hosted``, so every
+(host/on_demand.py ``placement``) and marks the load ``hosted``, so every
 process places it alike.
 
 The model host (docs/design.md "The model host") is one more process that runs
 such models as a lone server would, with the server's worker settings, and serves
 them to every protocol process. It starts with the server when a model loaded at
-start needs it (:func:`needs_model_host`), else the coordinator starts it when a
-load first needs it (supervisor/host_on_demand.py): any model can be loaded at any
+start needs it (:func:`serving_layout`), else the coordinator starts it when a
+load first needs it (host/on_demand.py): any model can be loaded at any
 time, whatever the layout. With 2 CPUs or fewer and ``protocol_processes`` left to
 its default, a start-up model that needs the host makes the server one protocol
 process instead (:func:`serving_layout`, :data:`SMALLEST_HOSTING`).
@@ -52,9 +56,14 @@ process instead (:func:`serving_layout`, :data:`SMALLEST_HOSTING`).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
 
+from inferd.errors import ConfigurationError
 from inferd.runtimes.huggingface_batching import batches_continuously
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.runtime_names import VLLM
@@ -162,21 +171,88 @@ def copied(model: ModelSettings, server: ServerSettings) -> bool:
     return why_not_replicated(model, server) is None
 
 
-def needs_model_host(server: ServerSettings, startup_models: Iterable[ModelSettings]) -> bool:
-    """Whether a model loaded at start must run in the model host; logs where each
-    model runs and why."""
-    needed = False
-    for model in startup_models:
-        reason = why_not_replicated(model, server)
-        label = model.label[:1].upper() + model.label[1:]
-        if reason is None:
-            logger.info("%s is copied into every protocol process (runs in each)", label)
-        else:
-            logger.info(
-                "%s runs in the model host, once, for every protocol process: %s", label, reason
-            )
-            needed = True
-    return needed
+# Where inferd start passes its placement to every process of the server.
+PLACEMENT_ENV = "INFERD_PLACEMENT"
+# A model version: its name and version (None: the model's only one).
+Key = tuple[str, str | None]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where each model loaded at start runs, decided once, by ``inferd start``
+    (:meth:`decide`), and passed to every process it starts (:meth:`export`): the
+    versions every protocol process copies, and those the model host runs. Each
+    process reads it (:meth:`from_environment`) rather than the rules again; what is
+    loaded after the start the coordinator places, once per load (on_demand.py)."""
+
+    copied: frozenset[Key] = frozenset()
+    hosted: frozenset[Key] = frozenset()
+
+    @classmethod
+    def decide(cls, server: ServerSettings, startup_models: Iterable[ModelSettings]) -> Placement:
+        """The rules applied to each model loaded at start; logs where each runs and why."""
+        copied: set[Key] = set()
+        hosted: set[Key] = set()
+        for model in startup_models:
+            reason = why_not_replicated(model, server)
+            label = model.label[:1].upper() + model.label[1:]
+            if reason is None:
+                logger.info("%s is copied into every protocol process (runs in each)", label)
+                copied.add(_key(model))
+            else:
+                logger.info(
+                    "%s runs in the model host, once, for every protocol process: %s",
+                    label,
+                    reason,
+                )
+                hosted.add(_key(model))
+        return cls(frozenset(copied), frozenset(hosted))
+
+    def copies(self, model: ModelSettings) -> bool:
+        """Whether every protocol process loaded ``model`` at start (a copy each)."""
+        return _key(model) in self.copied
+
+    def hosts(self, model: ModelSettings) -> bool:
+        """Whether the model host runs ``model`` from the start."""
+        return _key(model) in self.hosted
+
+    def copied_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.copied)
+
+    def export(self) -> None:
+        """Make this the placement the processes started from here read."""
+        as_lists = {"copied": sorted(self.copied, key=str), "hosted": sorted(self.hosted, key=str)}
+        os.environ[PLACEMENT_ENV] = json.dumps(as_lists)
+
+    @classmethod
+    def from_environment(cls) -> Placement:
+        """The placement inferd start exported; ConfigurationError when there is none."""
+        raw = os.environ.get(PLACEMENT_ENV)
+        try:
+            data = json.loads(raw or "")
+            return cls(_keys(data["copied"]), _keys(data["hosted"]))
+        except (ValueError, KeyError, TypeError):
+            raise ConfigurationError(
+                f"{PLACEMENT_ENV} is not what inferd start sets ({raw!r}): the server's "
+                "processes are started by inferd start"
+            ) from None
+
+
+def _key(model: ModelSettings) -> Key:
+    return model.name, model.version
+
+
+def _keys(listed: list[list[str | None]]) -> frozenset[Key]:
+    return frozenset((str(name), version) for name, version in listed)
+
+
+class Layout(NamedTuple):
+    """How the server runs: its protocol processes, whether the model host starts
+    with them (else when a load first needs it), and its placement."""
+
+    processes: int
+    host_at_start: bool
+    placement: Placement
 
 
 # Up to this many CPUs, a hosted model loaded at start with the default
@@ -188,26 +264,24 @@ def needs_model_host(server: ServerSettings, startup_models: Iterable[ModelSetti
 SMALLEST_HOSTING = 3
 
 
-def serving_layout(
-    settings: ServerSettings, startup_models: Iterable[ModelSettings]
-) -> tuple[int, bool]:
-    """How many protocol processes serve, and whether the model host starts with them
-    (else it starts when a load first needs it)."""
+def serving_layout(settings: ServerSettings, startup_models: Iterable[ModelSettings]) -> Layout:
+    """How the server runs (one protocol process: a lone server, no placement made)."""
     count = settings.protocol_processes
     if count <= 1:
-        return count, False
-    if not needs_model_host(settings, startup_models):
+        return Layout(count, False, Placement())
+    placement = Placement.decide(settings, startup_models)
+    if not placement.hosted:
         _log_queue_share(settings, count)
-        return count, False
+        return Layout(count, False, placement)
     if count < SMALLEST_HOSTING and "protocol_processes" not in settings.model_fields_set:
         logger.info(
             "Serving with one protocol process: with %d CPUs the model host would cost "
             "more than the second process brings; set protocol_processes to have both",
             count,
         )
-        return 1, False
+        return Layout(1, False, placement)
     _log_queue_share(settings, count)
-    return count, True
+    return Layout(count, True, placement)
 
 
 def _log_queue_share(settings: ServerSettings, count: int) -> None:

@@ -1,7 +1,7 @@
 """The model host, started when a load first needs it.
 
 With several protocol processes a model that no protocol process may copy
-(hosting_rules.py ``why_not_replicated``) runs in the model host. The host starts
+(host/placement.py ``why_not_replicated``) runs in the model host. The host starts
 with the server when a model loaded at start needs it; otherwise none runs until
 a load needs one: a repository API load (with or without a configuration
 override) or a change the repository poll found. Before it applies such a load,
@@ -12,10 +12,10 @@ and when one of its versions must be hosted it has the supervisor start the host
 started loads no model of its own: it catches up on the coordinator's journal
 (what was applied before it ran), and then the load that needed it reaches it
 first, as every load does when a host runs; the protocol processes bind to it
-after (workers/host_client.py connects when a load first needs the host).
+after (host/client.py connects when a load first needs the host).
 
 A model loaded after the start runs in the host too, whatever its settings
-(:meth:`HostOnDemand.placement`, hosting_rules.py ``LOADED_LATER``): only the models
+(:meth:`HostOnDemand.placement`, host/placement.py ``LOADED_LATER``): only the models
 loaded at start are shared copy-on-write by the protocol processes (the fork parent
 loaded them before forking); loaded later in each process, a model would cost a
 copy per process. The one exception is a request's first load of a model the fork
@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from inferd.errors import ConfigurationError, ErrorCode, InferdError
+from inferd.host.placement import LOADED_LATER, why_not_replicated
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.supervisor.hosting_rules import LOADED_LATER, copied, why_not_replicated
 from inferd.triton.override import apply_override
 
 logger = logging.getLogger(__name__)
@@ -46,16 +46,22 @@ class HostUnavailable(InferdError, code=ErrorCode.UNAVAILABLE):
 class HostOnDemand:
     """Starts the model host (through ``start``, the supervisor's) for a load that needs it."""
 
-    def __init__(self, settings: ServerSettings, start: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        start: Callable[[], Awaitable[None]],
+        shared_at_start: frozenset[str] = frozenset(),
+    ) -> None:
+        """``shared_at_start``: the models the protocol fork parent loaded at start
+        (those the placement copies, when the processes are forked), whose first load
+        on request each process adopts (shared)."""
         self._repository = ModelRepository(
             Path(settings.model_repository_root), loaded_later=not settings.load_models_at_startup
         )
         self._max_request_size = settings.max_request_size
         # As configured: which models are copied depends on what the user set.
         self._settings = settings
-        # The models the protocol fork parent loads at start, whose first load on
-        # request each process adopts (shared): the copied ones the start loads.
-        self._shared_at_start = _copied_at_start(settings, self._repository)
+        self._shared_at_start = shared_at_start
         self._hosted: set[str] = set()  # the models placed in the host so far
         self._start = start
         self._starting: asyncio.Future[None] | None = None
@@ -105,15 +111,3 @@ class HostOnDemand:
             if self._starting is starting:
                 self._starting = None
             raise HostUnavailable(f"The model host could not be started: {error}") from error
-
-
-def _copied_at_start(settings: ServerSettings, repository: ModelRepository) -> frozenset[str]:
-    """The names of the models every protocol process copies from the start (the
-    protocol fork parent loads them: protocol_parent.py ``preload``)."""
-    if not settings.load_models_at_startup or not settings.fork_protocol_processes:
-        return frozenset()
-    try:
-        found = repository.find_all()
-    except ConfigurationError:
-        return frozenset()
-    return frozenset(model.name for model in found if copied(model, settings))
