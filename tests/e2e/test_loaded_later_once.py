@@ -217,7 +217,8 @@ def test_a_model_added_after_the_start_and_loaded_by_a_request_is_one_copy(
 ) -> None:
     """``load_on_request``: a model in the repository at start is adopted from the fork
     parent by each process on its first request (copied, no hop); one added after the
-    start is loaded once, in the host, by its first request."""
+    start is loaded once, in the host, by its first request, and so is the first one
+    when a request loads it again after an unload."""
     repository = tmp_path / "models"
     _add_heavy(repository, "at_start", megabytes=16)
     server = start_server(repository, {**SETTINGS, "load_on_request": True})
@@ -233,5 +234,10 @@ def test_a_model_added_after_the_start_and_loaded_by_a_request_is_one_copy(
 
         wait_for(answered, server.log, 30, 0.2)
         _assert_loaded_once(server, "heavy", before)
+        # Unloaded (as an eviction does), then asked again: the fork parent's copy was
+        # adopted once, so this load runs in the host (in each process: a copy each).
+        unload = httpx.post(f"{server.url}/v2/repository/models/at_start/unload", timeout=60)
+        assert unload.status_code == 200, unload.text
+        _assert_loaded_once(server, "at_start", _pss_mib(server))
     finally:
         server.stop()

@@ -56,6 +56,15 @@ def test_a_request_s_first_load_of_a_model_the_fork_parent_holds_is_adopted(
     assert host.placement("plain", None, on_request=True) == LOADED_LATER  # stays there
 
 
+def test_a_request_s_next_load_of_an_adopted_model_runs_in_the_host(tmp_path: Path) -> None:
+    """The parent's copy is adopted once: loaded again on request (after an eviction or
+    an unload) each process would load a copy of its own."""
+    add_custom_model(tmp_path, "plain", "SlowEcho")
+    host = on_demand(tmp_path)
+    assert host.placement("plain", None, on_request=True) is None
+    assert host.placement("plain", None, on_request=True) == LOADED_LATER
+
+
 def test_a_configuration_override_that_turns_batching_on_needs_the_host(tmp_path: Path) -> None:
     add_custom_model(tmp_path, "simple", "SlowEcho")
     reason = on_demand(tmp_path).placement("simple", '{"max_batch_size": "16"}', on_request=True)

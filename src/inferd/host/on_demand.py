@@ -19,7 +19,9 @@ A model loaded after the start runs in the host too, whatever its settings
 loaded at start are shared copy-on-write by the protocol processes (the fork parent
 loaded them before forking); loaded later in each process, a model would cost a
 copy per process. The one exception is a request's first load of a model the fork
-parent loaded (load_on_request): each process adopts the parent's copy, shared.
+parent loaded (load_on_request): each process adopts the parent's copy, shared. A
+copy is adopted once (workers/preloaded.py), so the next load on request of that
+model (after an eviction or an unload) runs in the host too.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class HostOnDemand:
         self._settings = settings
         self._shared_at_start = shared_at_start
         self._hosted: set[str] = set()  # the models placed in the host so far
+        self._adopted: set[str] = set()  # the fork parent's copies adopted on request
         self._start = start
         self._starting: asyncio.Future[None] | None = None
 
@@ -71,16 +74,18 @@ class HostOnDemand:
         the model host, once for every protocol process (logged once, here); None when
         each process loads it: a request's first load (``on_request``) of a model the
         fork parent holds, or settings that cannot be read (every process refuses that
-        load and says why). Reads the repository: call it in a thread."""
+        load and says why). A fork parent's copy is adopted once: a request's next load
+        of it runs in the host. Reads the repository: call it in a thread."""
         try:
             found = self._repository.find(name)
             if config is not None:
                 found = [apply_override(v, config, self._max_request_size) for v in found]
         except (ConfigurationError, InferdError):
             return None
+        adoptable = on_request and name in self._shared_at_start
+        adopted = adoptable and name not in self._hosted and name not in self._adopted
         for version in found:
             reason = why_not_replicated(version, self._settings)
-            adopted = on_request and name in self._shared_at_start and name not in self._hosted
             if reason is None and not adopted:
                 reason = LOADED_LATER
             if reason is not None:
@@ -91,6 +96,8 @@ class HostOnDemand:
                 )
                 self._hosted.add(name)  # each process binds it from now on, loaded again too
                 return reason
+        if adopted:
+            self._adopted.add(name)
         return None
 
     def needs_host(self, name: str, config: str | None) -> bool:

@@ -4,12 +4,12 @@ A protocol process forked from the protocol fork parent
 (supervisor/protocol_parent.py) finds here the models that parent loaded: the
 in-process pool adopts one (no import, no load, only its warm-up) when its
 settings are exactly those it is asked to load. Each is adopted once: a second
-instance, or a load after an unload, loads the model afresh in this process.
+instance loads the model afresh in this process, and a request's load of it after an
+unload or an eviction is placed in the model host (host/on_demand.py).
 
-A model this process loads that was not loaded before the fork (not fork-safe, or
-a request's load of a start-up model again after an eviction) is a copy of its own
-in every protocol process: that is logged once per model, with the cost. A model
-loaded after the start otherwise runs in the model host (host/on_demand.py).
+A model this process loads that was not loaded before the fork (not fork-safe) is a
+copy of its own in every protocol process: that is logged once per model, with the
+cost. A model loaded after the start otherwise runs in the model host.
 """
 
 from __future__ import annotations
