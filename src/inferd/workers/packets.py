@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadModel:
     """Import and load the model, to fork its workers from (once, first)."""
 
@@ -54,21 +54,21 @@ class LoadModel:
     settings: ModelSettings
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Loaded:
     """The model is loaded: workers can be forked from the parent (its pid)."""
 
     pid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadFailed:
     """The model's load raised this error."""
 
     error: ipc.WireError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unforkable:
     """The model loaded, but forking the parent is not safe now: why (each worker loads
     the model instead)."""
@@ -76,14 +76,14 @@ class Unforkable:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForkWorker:
     """Fork a worker serving the socket that travels beside this message."""
 
     token: int  # names the answer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
     """The protocol fork parent (its pid) loaded the copied models (their labels)."""
 
@@ -91,7 +91,7 @@ class Ready:
     labels: list[str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForkProtocol:
     """Fork a protocol process with this whole environment (its index, restart flag,
     the supervisor's private folder)."""
@@ -100,7 +100,7 @@ class ForkProtocol:
     environment: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Forked:
     """The child of the fork ``token`` asked for runs as ``pid`` (adopted by the asker)."""
 
@@ -108,7 +108,7 @@ class Forked:
     pid: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForkFailed:
     """The fork ``token`` asked for was not made: why."""
 
