@@ -193,7 +193,7 @@ def test_one_worker_is_spawned_by_default_and_forked_when_fork_workers_is_true(
     assert not any(is_fork_parent(pid) for pid in children(server.process.pid))
     assert _infer_pid(server) in children(server.process.pid)
     repository = _heavy_repository(tmp_path, load_seconds=0)
-    settings = {"parallel_workers": 1, "fork_workers": True}
+    settings = {"parallel_workers": 1, "fork_workers": True, **ONE_PROCESS}
     with start_server(repository, settings, log_dir=repository) as forked:
         _fork_parent(forked)
         assert _infer_pid(forked) in _forked(forked)

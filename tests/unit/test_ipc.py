@@ -137,6 +137,31 @@ def test_garbage_is_a_protocol_error() -> None:
         feed(decoder, data, [1 << 30])
 
 
+@pytest.mark.parametrize("name", ["small float", "large int", "bytes"])
+def test_one_whole_frame_decodes_to_its_message(name: str) -> None:
+    # A packet of the fork parents' channel: a large array rides out-of-band there too.
+    message = ("m", ipc.pack_tensors([Tensor("t", ARRAYS[name])]))
+    back = ipc.decode_frame(frame_bytes(message))
+    assert back[0] == "m"
+    np.testing.assert_array_equal(ipc.unpack_tensors(back[1])[0].data, ARRAYS[name])
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"",
+        frame_bytes(("m", ARRAYS["large int"]))[:-1],  # its out-of-band buffer cut
+        frame_bytes("m")[:-1],  # its header cut
+        frame_bytes("m") + frame_bytes("n"),  # two frames
+        frame_bytes("m") + b"\x00",
+    ],
+    ids=["empty", "buffer cut", "header cut", "two frames", "a byte after it"],
+)
+def test_what_is_not_one_whole_frame_is_a_protocol_error(frame: bytes) -> None:
+    with pytest.raises(ipc.ProtocolError, match="not one whole frame"):
+        ipc.decode_frame(frame)
+
+
 @pytest.mark.parametrize(
     "error",
     [

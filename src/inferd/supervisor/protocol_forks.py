@@ -31,17 +31,14 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from inferd.supervisor import protocol_parent
+from inferd.workers import packets
 from inferd.workers.adoption import AdoptedChild, become_subreaper, name_process
 from inferd.workers.fork_safety import fork_hazards
-from inferd.workers.packets import receive_packets, send_packet
 
 logger = logging.getLogger(__name__)
 
-# The largest message (a packet): an environment, a few KiB.
-MAX_MESSAGE = 1 << 20
 # How long the parent may take to exit once its socket closed.
 EXIT_GRACE = 5.0
 
@@ -152,7 +149,7 @@ class ProtocolForks:
         self._tokens = itertools.count()
         self._starting = asyncio.Lock()
         self._closed = False
-        # It exited before it ever answered READY: every start would (the log says why).
+        # It exited before it ever said Ready: every start would (the log says why).
         self._broken = False
         self._reaping: set[asyncio.Task[int]] = set()
         self._replacing: asyncio.Task[bool] | None = None
@@ -182,7 +179,7 @@ class ProtocolForks:
         assert self._sock is not None
         token = next(self._tokens)
         self._forks[token] = forked = asyncio.get_running_loop().create_future()
-        self._send((protocol_parent.FORK, token, dict(environment)))
+        self._send(packets.ForkProtocol(token, dict(environment)))
         return await forked
 
     async def close(self) -> None:
@@ -250,27 +247,24 @@ class ProtocolForks:
 
     def _on_readable(self) -> None:
         sock = self._sock
-        if sock is not None and not receive_packets(sock, MAX_MESSAGE, self._handle):
+        if sock is not None and not packets.receive_waiting(sock, self._handle):
             self._on_parent_gone()
 
-    def _handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == protocol_parent.READY and self._ready and not self._ready.done():
-            _, pid, labels = message
-            logger.info(
-                "Protocol fork parent (pid %d) loaded %s: protocol processes share them",
-                pid,
-                ", ".join(labels) or "no model",
-            )
-            self._ready.set_result(labels)
-        elif kind == protocol_parent.FORKED:
-            _, token, pid = message
-            self._adopted[pid] = child = AdoptedChild(pid)
-            self._resolve(token, child)
-        elif kind == protocol_parent.FORK_FAILED:
-            _, token, why = message
-            logger.warning("Could not fork a protocol process (%s): starting one afresh", why)
-            self._resolve(token, None)
+    def _handle(self, message: packets.Message) -> None:
+        match message:
+            case packets.Ready(pid, labels) if self._ready and not self._ready.done():
+                logger.info(
+                    "Protocol fork parent (pid %d) loaded %s: protocol processes share them",
+                    pid,
+                    ", ".join(labels) or "no model",
+                )
+                self._ready.set_result(labels)
+            case packets.Forked(token, pid):
+                self._adopted[pid] = child = AdoptedChild(pid)
+                self._resolve(token, child)
+            case packets.ForkFailed(token, why):
+                logger.warning("Could not fork a protocol process (%s): starting one afresh", why)
+                self._resolve(token, None)
 
     def _resolve(self, token: int, child: AdoptedChild | None) -> None:
         forked = self._forks.pop(token, None)
@@ -305,10 +299,10 @@ class ProtocolForks:
             if not self._broken:
                 self._replacing = asyncio.get_running_loop().create_task(self._running())
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: packets.Message) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):  # gone: its EOF tells us
-                send_packet(self._sock, message)
+                packets.send(self._sock, message)
 
     def _drop_socket(self) -> None:
         sock, self._sock = self._sock, None

@@ -3,7 +3,8 @@
 Started by the supervisor (supervisor/protocol_forks.py) as ``python -m
 inferd.supervisor.protocol_parent SUPERVISOR_PID REPOSITORY FD`` when
 ``fork_protocol_processes`` is on (the default) and several protocol processes
-serve. FD is its end of a ``SOCK_SEQPACKET`` pair, one pickled message a packet.
+serve. FD is its end of a ``SOCK_SEQPACKET`` pair, one message of
+:mod:`inferd.workers.packets` a packet.
 
 What runs here before the first fork, and nothing else (docs/design.md "Protocol
 processes forked from loaded models"): the imports of a protocol process's stack;
@@ -19,8 +20,8 @@ is logged (its name and what it costs) and the parent starts over without it
 process. A model whose load failed is left out too: each process loads it and
 reports the failure as without this parent.
 
-Then it answers ``READY`` and serves ``FORK`` (the child's whole environment: its
-index, restart flag, the supervisor's private folder), each child becoming a
+Then it says ``Ready`` and serves ``ForkProtocol`` (the child's whole environment:
+its index, restart flag, the supervisor's private folder), each child becoming a
 protocol process that adopts the preloaded models (workers/preloaded.py). A child
 is forked through a middle process that exits at once (workers/adoption.py): the
 supervisor, a subreaper, adopts and reaps it, so this parent's death takes no
@@ -41,7 +42,6 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 from inferd.errors import ConfigurationError
 from inferd.host.placement import Placement
@@ -55,7 +55,7 @@ from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
 from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
-from inferd.workers import oom_score, preloaded
+from inferd.workers import oom_score, packets, preloaded
 from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.fork_safety import (
     OMP_NUM_THREADS,
@@ -71,12 +71,6 @@ from inferd.workers.worker import die_with_parent
 
 logger = logging.getLogger(__name__)
 
-# Supervisor -> parent.
-FORK = "fork"  # (FORK, token, environment)
-# Parent -> supervisor.
-READY = "ready"  # (READY, pid, labels of the models loaded here)
-FORKED = "forked"  # (FORKED, token, pid)
-FORK_FAILED = "fork-failed"  # (FORK_FAILED, token, why)
 # What a protocol process imports only once it serves (a lazy import of uvicorn's,
 # httpx's, asyncio's): imported here, their pages are shared instead of each process's.
 SERVING_MODULES = (
@@ -110,28 +104,28 @@ class ProtocolForkServer(ForkServer):
 
     def announce_ready(self) -> None:
         """Tell the supervisor that protocol processes can be forked now."""
-        self._send((READY, os.getpid(), [model.settings.label for model in self._preloaded]))
+        self._send(packets.Ready(os.getpid(), [model.settings.label for model in self._preloaded]))
 
-    def _handle(self, message: tuple[Any, ...], fds: list[int]) -> None:
-        if message[0] == FORK:
-            _, token, environment = message
-            self._fork_protocol(token, environment)
-        for fd in fds:
-            os.close(fd)
+    def _handle(self, message: packets.Message, fds: list[int]) -> None:
+        match message:
+            case packets.ForkProtocol(token, environment):
+                self._fork_protocol(token, environment)
+            case _:
+                logger.error("The protocol fork parent was sent a %s", type(message).__name__)
 
     def _fork_protocol(self, token: int, environment: dict[str, str]) -> None:
         hazards = fork_hazards()
-        if hazards:  # nothing here should start one after READY; said, never forked blind
-            self._send((FORK_FAILED, token, "; ".join(hazards)))
+        if hazards:  # nothing here should start one after Ready; said, never forked blind
+            self._send(packets.ForkFailed(token, "; ".join(hazards)))
             return
         try:
             pid = fork_adopted(self._adopter)
         except OSError as error:
-            self._send((FORK_FAILED, token, f"fork failed: {error}"))
+            self._send(packets.ForkFailed(token, f"fork failed: {error}"))
             return
         if pid == 0:
             self._become_protocol_process(environment)
-        self._send((FORKED, token, pid))
+        self._send(packets.Forked(token, pid))
 
     def _become_protocol_process(self, environment: dict[str, str]) -> None:
         """In the child: drop what is the parent's, serve as a protocol process, exit."""

@@ -7,7 +7,7 @@ instead of spawned, so everything else about a worker (its channel, its books,
 its restarts by the pool) is as for any worker.
 
 A worker's socket pair is made here, as for a spawned worker; its other end
-travels to the fork parent beside the FORK command and is closed here at once,
+travels to the fork parent beside the ``ForkWorker`` command and is closed here at once,
 so the worker's socket reaches end-of-file when the main process closes its end
 (or dies). The worker is not the fork parent's child but this process's: forked
 through a middle process that exits at once, it is adopted here (this process is a
@@ -31,11 +31,10 @@ from typing import Any
 
 from inferd.errors import WorkerLost
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.workers import forkserver, ipc
+from inferd.workers import ipc, packets
 from inferd.workers.adoption import AdoptedChild, become_subreaper
 from inferd.workers.channel import Channel
 from inferd.workers.environments import WorkerEnvironment
-from inferd.workers.packets import receive_packets, send_packet
 from inferd.workers.process import WorkerProcess
 from inferd.workers.spawn import describe_exit, spawn_module
 
@@ -57,7 +56,7 @@ class ForkParent:
         self._server = server
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
-        self._loaded: asyncio.Future[tuple[str, Any]] | None = None
+        self._loaded: asyncio.Future[packets.Message] | None = None
         self._forks: dict[int, asyncio.Future[AdoptedChild]] = {}
         self._tokens = itertools.count()
         self._restart_lock = asyncio.Lock()
@@ -90,8 +89,8 @@ class ForkParent:
         self._loaded = loaded = loop.create_future()
         import_path = list(sys.path) if self.environment is None else []
         try:
-            self._send((forkserver.LOAD, import_path, self._server, self.settings))
-            kind, detail = await loaded
+            self._send(packets.LoadModel(import_path, self._server, self.settings))
+            answer = await loaded
         except WorkerLost:
             await self._stop()
             raise WorkerLost(
@@ -101,12 +100,12 @@ class ForkParent:
         except BaseException:
             await self._stop()
             raise
-        if kind == forkserver.FAILED:
+        if isinstance(answer, packets.LoadFailed):
             await self._stop()
-            raise ipc.error_from_wire(detail)
-        if kind == forkserver.UNFORKABLE:
+            raise ipc.error_from_wire(answer.error)
+        if isinstance(answer, packets.Unforkable):
             await self._stop()
-            return str(detail)
+            return answer.why
         self._loaded_once = True
         logger.info("Loaded model %r in its fork parent (pid %s) in %.2fs",
                     self.settings.name, self.pid, time.monotonic() - begun)  # fmt: skip
@@ -130,13 +129,13 @@ class ForkParent:
 
     async def fork(self, worker_socket: socket.socket) -> AdoptedChild:
         """A new worker serving ``worker_socket``'s other end, the model adopted on its
-        first LOAD; WorkerLost if no fork parent can give one."""
+        first LoadInWorker; WorkerLost if no fork parent can give one."""
         await self._ensure_running()
         token = next(self._tokens)
         future: asyncio.Future[AdoptedChild] = asyncio.get_running_loop().create_future()
         self._forks[token] = future
         try:
-            self._send((forkserver.FORK, token), worker_socket.fileno())
+            self._send(packets.ForkWorker(token), worker_socket.fileno())
             return await future
         finally:
             self._forks.pop(token, None)
@@ -161,12 +160,12 @@ class ForkParent:
                 self._released = True
                 raise WorkerLost(f"Model {self.settings.name!r} cannot be forked any more: {why}")
 
-    def _send(self, message: tuple[Any, ...], fd: int | None = None) -> None:
+    def _send(self, message: packets.Message, fd: int | None = None) -> None:
         sock = self._sock
         if sock is None:
             raise WorkerLost(f"The fork parent of model {self.settings.name!r} has stopped")
         try:
-            send_packet(sock, message, fd)
+            packets.send(sock, message, fd)
         except OSError as error:  # a full buffer too: it has stopped reading
             self._lost()
             raise WorkerLost(
@@ -175,20 +174,21 @@ class ForkParent:
 
     def _readable(self) -> None:
         sock = self._sock
-        if sock is not None and not receive_packets(sock, forkserver.MAX_MESSAGE, self._received):
+        if sock is not None and not packets.receive_waiting(sock, self._received):
             self._lost()
 
-    def _received(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind in (forkserver.LOADED, forkserver.FAILED, forkserver.UNFORKABLE):
-            _settle(self._loaded, lambda future: future.set_result((kind, message[1])))
-        elif kind == forkserver.FORKED:
-            child = AdoptedChild(message[2])
-            _settle(self._forks.get(message[1]), lambda future: future.set_result(child))
-        elif kind == forkserver.FORK_FAILED:
-            name = self.settings.name
-            error = WorkerLost(f"Cannot fork a worker of model {name!r}: {message[2]}")
-            _settle(self._forks.get(message[1]), lambda future: future.set_exception(error))
+    def _received(self, message: packets.Message) -> None:
+        match message:
+            case packets.Loaded() | packets.LoadFailed() | packets.Unforkable():
+                _settle(self._loaded, lambda future: future.set_result(message))
+            case packets.Forked(token, pid):
+                child = AdoptedChild(pid)
+                _settle(self._forks.get(token), lambda future: future.set_result(child))
+            case packets.ForkFailed(token, why):
+                error = WorkerLost(f"Cannot fork a worker of model {self.settings.name!r}: {why}")
+                _settle(self._forks.get(token), lambda future: future.set_exception(error))
+            case _:
+                logger.error("A model's fork parent sent a %s", type(message).__name__)
 
     def _lost(self) -> None:
         """The fork parent's socket closed: it exited (or died); its workers serve on.

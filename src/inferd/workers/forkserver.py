@@ -2,22 +2,22 @@
 
 Started by the main process as ``python -m inferd.workers.forkserver FD PARENT_PID``
 (the model environment's interpreter for a model with its own environment), with
-one end of a UNIX ``SOCK_SEQPACKET`` pair as file descriptor FD: one pickled
-message per packet, and a worker's socket travels as ``SCM_RIGHTS`` beside the
-command that forks it.
+one end of a UNIX ``SOCK_SEQPACKET`` pair as file descriptor FD: one message of
+:mod:`inferd.workers.packets` per packet, and a worker's socket travels as
+``SCM_RIGHTS`` beside the command that forks it.
 
 The process stays clean so that forking it is safe (:mod:`.fork_safety`): one
 Python thread, no event loop running, no CUDA, no grpc core running. It blocks on
 its socket and does two things:
 
-- ``LOAD``: import and load the model (its ``load()`` runs to the end on an event
-  loop that is closed afterwards), then ``gc.freeze()``, so the collector never
-  writes to the model's objects and their pages stay shared with the workers.
-  Answered ``LOADED``, ``FAILED`` (the load's error) or ``UNFORKABLE`` (why the
+- ``LoadModel``: import and load the model (its ``load()`` runs to the end on an
+  event loop that is closed afterwards), then ``gc.freeze()``, so the collector
+  never writes to the model's objects and their pages stay shared with the workers.
+  Answered ``Loaded``, ``LoadFailed`` (the load's error) or ``Unforkable`` (why the
   model must be loaded in each worker instead).
-- ``FORK``: check again that forking is safe, fork; the child becomes a worker
+- ``ForkWorker``: check again that forking is safe, fork; the child becomes a worker
   (:class:`PreloadedWorker`) on the socket that came with the command. Answered
-  ``FORKED`` with the child's pid.
+  ``Forked`` with the child's pid (or ``ForkFailed``).
 
 A worker is not this process's child: it is forked through a middle process that
 exits at once (:func:`inferd.workers.adoption.fork_adopted`), so the main process,
@@ -35,17 +35,15 @@ import contextlib
 import gc
 import logging
 import os
-import pickle
 import signal
 import socket
 import sys
-from typing import Any
 
 from inferd import custom_metrics
 from inferd.model import Model, WorkerContext
 from inferd.observability.logs import configure_logging
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.workers import ipc, oom_score
+from inferd.workers import ipc, oom_score, packets
 from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.base import LoadedInstance
 from inferd.workers.fork_safety import (
@@ -62,19 +60,8 @@ from inferd.workers.worker import Worker, die_with_parent
 
 logger = logging.getLogger(__name__)
 
-# Main process -> fork parent.
-LOAD = "load"  # (LOAD, sys.path or [], ServerSettings, ModelSettings)
-FORK = "fork"  # (FORK, token), the worker's socket as SCM_RIGHTS
-# Fork parent -> main process.
-LOADED = "loaded"  # (LOADED, pid)
-FAILED = "failed"  # (FAILED, ipc.WireError)
-UNFORKABLE = "unforkable"  # (UNFORKABLE, why)
-FORKED = "forked"  # (FORKED, token, pid)
-FORK_FAILED = "fork-failed"  # (FORK_FAILED, token, why)
 # A forked worker's name (ps, /proc/PID/comm): its command line is its fork parent's.
 WORKER_NAME = "inferd-worker"
-# The largest message (a packet): settings and error messages are far smaller.
-MAX_MESSAGE = 1 << 20
 
 
 class ForkServer:
@@ -90,22 +77,26 @@ class ForkServer:
     def serve(self) -> None:
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(self._control, MAX_MESSAGE, 1)
+                received = packets.receive(self._control)
             except ConnectionResetError:  # the main process died with data unread
                 return
-            if not data:
+            except ipc.ProtocolError:
+                logger.exception("A fork parent's command is unreadable; reading on")
+                continue
+            if received is None:
                 return  # the main process closed its end (or died)
-            self._handle(pickle.loads(data), fds)
+            message, fds = received
+            self._handle(message, fds)
+            packets.close_all(fds)  # a fork closed its own; anything else is not ours to keep
 
-    def _handle(self, message: tuple[Any, ...], fds: list[int]) -> None:
-        if message[0] == LOAD:
-            _, sys_path, server, settings = message
-            self._load(sys_path, server, settings)
-        elif message[0] == FORK:
-            self._fork(message[1], fds)
-        for fd in fds:  # a fork closed its own; anything else is not ours to keep
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    def _handle(self, message: packets.Message, fds: list[int]) -> None:
+        match message:
+            case packets.LoadModel(sys_path, server, settings):
+                self._load(sys_path, server, settings)
+            case packets.ForkWorker(token):
+                self._fork(token, fds)
+            case _:
+                logger.error("A model's fork parent was sent a %s", type(message).__name__)
 
     def _load(self, sys_path: list[str], server: ServerSettings, settings: ModelSettings) -> None:
         if sys_path:  # the main process's, as a worker's Init gives it
@@ -121,7 +112,7 @@ class ForkServer:
         try:
             self._model = asyncio.run(load_model(settings))
         except Exception as error:
-            self._send((FAILED, ipc.error_to_wire(error)))
+            self._send(packets.LoadFailed(ipc.error_to_wire(error)))
             return
         gc.collect()
         gc.freeze()  # the collector never touches these objects: their pages stay shared
@@ -131,24 +122,24 @@ class ForkServer:
         if not hazards and (openmp := openmp_hazard()):
             hazards.append(openmp)
         if hazards:
-            self._send((UNFORKABLE, "; ".join(hazards)))
+            self._send(packets.Unforkable("; ".join(hazards)))
         else:
-            self._send((LOADED, os.getpid()))
+            self._send(packets.Loaded(os.getpid()))
 
     def _fork(self, token: int, fds: list[int]) -> None:
         hazards = fork_hazards()
         if self._model is None or len(fds) != 1 or hazards:
             why = "; ".join(hazards) or "no model loaded, or no socket came with the command"
-            self._send((FORK_FAILED, token, why))
+            self._send(packets.ForkFailed(token, why))
             return
         try:
             pid = fork_adopted(self._adopter)
         except OSError as error:  # out of processes or memory: the pool backs off
-            self._send((FORK_FAILED, token, f"fork failed: {error}"))
+            self._send(packets.ForkFailed(token, f"fork failed: {error}"))
             return
         if pid == 0:
             self._become_worker(fds.pop())
-        self._send((FORKED, token, pid))
+        self._send(packets.Forked(token, pid))
 
     def _become_worker(self, fd: int) -> None:
         """In the child: drop what is the fork parent's, serve the worker's socket, exit."""
@@ -169,9 +160,9 @@ class ForkServer:
         finally:
             os._exit(code)  # never back into the fork parent's loop, nor its atexit
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: packets.Message) -> None:
         with contextlib.suppress(OSError):  # the main process is gone: EOF ends the loop
-            self._control.send(pickle.dumps(message))
+            packets.send(self._control, message)
 
 
 async def load_model(settings: ModelSettings) -> Model:

@@ -17,7 +17,8 @@ costs less than the copy it saves.
 Both ends use :class:`FrameDecoder`: the caller through an asyncio buffered
 protocol (``channel.Channel``, many calls multiplexed by call id), a worker
 through blocking ``recv_into`` (:func:`receive`), the model host through its
-edge's buffered protocol.
+edge's buffered protocol. The fork parents' channel (:mod:`inferd.workers.packets`)
+sends each frame as one packet, read back whole (:func:`decode_frame`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ LENGTH_SIZE = 8
 # ~3 us more per encode + decode out-of-band than in-band).
 IN_BAND_LIMIT = 2048
 SCRATCH_SIZE = 256 * 1024
+# The least free room the decoder's buffer offers a read.
+MIN_ROOM = 4096
 # sendmsg takes at most IOV_MAX (1024 on Linux) pieces per call.
 MAX_PIECES = 1024
 
@@ -197,7 +200,7 @@ class FrameDecoder(Generic[Message]):
     def get_buffer(self) -> memoryview:
         if self._target is not None:
             return memoryview(self._target)[self._filled :]
-        if len(self._scratch) - self._end < 4096:
+        if len(self._scratch) - self._end < MIN_ROOM:
             self._make_room()
         return self._view[self._end :]
 
@@ -287,6 +290,18 @@ class FrameDecoder(Generic[Message]):
             self._target, self._filled = target, available
             return False
         return True
+
+
+def decode_frame(frame: Buffer) -> Any:
+    """The message of one whole frame (a packet of the fork parents' channel,
+    workers/packets.py): the same decoder as a stream's, fed once; ProtocolError
+    unless ``frame`` is exactly one frame."""
+    decoder: FrameDecoder[Any] = FrameDecoder(len(frame) + MIN_ROOM)
+    decoder.get_buffer()[: len(frame)] = frame
+    messages = decoder.buffer_updated(len(frame))
+    if len(messages) != 1 or decoder._end:  # a cut frame, or bytes after it
+        raise ProtocolError(f"a packet of {len(frame)} bytes is not one whole frame")
+    return messages[0]
 
 
 def _unpickle(header: Buffer, buffers: list[bytearray]) -> Any:
