@@ -273,7 +273,7 @@ CONFIG = (
 )
 
 
-def fuzz(document_url: str, config: Path) -> None:
+def fuzz(document_url: str, config: Path, max_examples: int = 25) -> None:
     """Run the schemathesis CLI (its pytest plugin does not support pytest 9 yet)."""
     config.write_text(CONFIG)
     command = [
@@ -282,7 +282,7 @@ def fuzz(document_url: str, config: Path) -> None:
         "run",
         document_url,
         "--phases=examples,coverage,fuzzing",
-        "--max-examples=25",
+        f"--max-examples={max_examples}",
         "--seed=1",  # the same cases on every run: a failure reproduces
         "--request-timeout=10",
     ]
@@ -296,10 +296,15 @@ def test_fuzz_a_model_document(docs_server: ServerProcess, prefix: str, tmp_path
     fuzz(f"{docs_server.url}{prefix}/docs/dataplane.json", tmp_path / "schemathesis.toml")
 
 
-def test_fuzz_the_dataplane_document(start: Any, tmp_path: Path) -> None:
+# The whole document's fuzz takes half a minute of CI at 25 examples an operation: 8 in
+# CI, 25 in the long set.
+@pytest.mark.parametrize(
+    "max_examples", [8, pytest.param(25, marks=pytest.mark.long)], ids=["short", "long"]
+)
+def test_fuzz_the_dataplane_document(start: Any, tmp_path: Path, max_examples: int) -> None:
     """On its own server: the fuzzer unloads the models it finds in the index."""
     server = start(build_docs_repository(tmp_path / "repository"))
-    fuzz(server.url + "/v2/docs/dataplane.json", tmp_path / "schemathesis.toml")
+    fuzz(server.url + "/v2/docs/dataplane.json", tmp_path / "schemathesis.toml", max_examples)
     assert server.process.poll() is None
 
 
