@@ -30,12 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common.procstat import children, cpu_seconds, environment
+from benchmarks.common.procstat import children, cpu_seconds, is_model_host, unix_socket_paths
 from benchmarks.common.serverproc import start_server
 from benchmarks.options import add_json_out, command_parser
 from benchmarks.results import write_command_record
-from inferd.server.roles import Role
-from inferd.supervisor.paths import process_role
 from inferd.types import InferenceRequest, Tensor
 from inferd.workers import ipc, messages
 from inferd.workers.channel import Channel
@@ -47,11 +45,13 @@ BOUND = "bound"  # what a client says once its connection is bound to the model
 
 
 def host_of(supervisor: int) -> tuple[int, Path]:
-    """The model host's pid and its socket, read from its environment."""
+    """The model host's pid and its socket (the one it listens on: forked, its
+    /proc/PID/environ is its parent's)."""
     for pid in children(supervisor):
-        role = process_role(environment(pid))
-        if role is not None and role.role is Role.MODEL_HOST:
-            return pid, role.paths.host
+        if is_model_host(pid):
+            sockets = [Path(p) for p in unix_socket_paths(pid) if p.endswith("/host.sock")]
+            if sockets:
+                return pid, sockets[0]
     raise RuntimeError("no model host runs (its model should have needed one)")
 
 

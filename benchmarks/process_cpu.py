@@ -46,6 +46,7 @@ def process_tree(pid: int) -> list[tuple[int, str]]:
 
 FORKED_PROTOCOL = "inferd-proto-"  # a forked protocol process's name (protocol_parent.py)
 PROTOCOL_PARENT = "inferd-protopar"  # the parent's, forked from the supervisor
+FORKED_HOST = "inferd-host"  # the model host's, forked by the protocol fork parent
 
 
 def what_process(pid: int) -> str:
@@ -56,6 +57,8 @@ def what_process(pid: int) -> str:
     comm = Path(f"/proc/{pid}/comm").read_text().strip()
     if comm.startswith(FORKED_PROTOCOL):  # forked: its command line is its parent's
         return f"protocol process {comm.removeprefix(FORKED_PROTOCOL)}"
+    if comm == FORKED_HOST:  # forked too: its environ is its parent's
+        return "model host"
     if "inferd.supervisor.protocol_parent" in args or comm == PROTOCOL_PARENT:
         return "protocol fork parent"
     environ = environment(pid)

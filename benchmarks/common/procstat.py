@@ -113,6 +113,7 @@ def _started_as(pid: int, module: bytes) -> bool:
 
 FORKED_WORKER_NAME = "inferd-worker"  # a forked worker's comm (its cmdline is its parent's)
 FORKED_PROTOCOL_PREFIX = "inferd-proto-"  # a forked protocol process's comm, then its index
+FORKED_HOST_NAME = "inferd-host"  # the model host's comm when forked by the protocol fork parent
 
 
 def _name(pid: int) -> str:
@@ -136,7 +137,20 @@ def is_forked_worker(pid: int) -> bool:
 def is_supervised(pid: int) -> bool:
     """Whether ``pid`` is a protocol process or the model host a supervisor started
     (spawned: its module; or forked by the protocol fork parent: its name)."""
-    return _started_as(pid, SUPERVISED_MODULE) or _name(pid).startswith(FORKED_PROTOCOL_PREFIX)
+    name = _name(pid)
+    forked = name.startswith(FORKED_PROTOCOL_PREFIX) or name == FORKED_HOST_NAME
+    return forked or _started_as(pid, SUPERVISED_MODULE)
+
+
+def is_model_host(pid: int) -> bool:
+    """Whether ``pid`` is a supervisor's model host: forked (its name; its
+    /proc/PID/environ is its parent's), or spawned (its environment names its role)."""
+    if _name(pid) == FORKED_HOST_NAME:
+        return True
+    try:
+        return environment(pid).get("INFERD_ROLE") == "model-host"
+    except OSError:
+        return False
 
 
 def workers(server_pid: int) -> set[int]:
@@ -166,7 +180,8 @@ def is_protocol_parent(pid: int) -> bool:
     name = _name(pid)
     if name == PROTOCOL_PARENT_NAME:
         return True
-    return not name.startswith(FORKED_PROTOCOL_PREFIX) and _started_as(pid, PROTOCOL_PARENT_MODULE)
+    forked = name.startswith(FORKED_PROTOCOL_PREFIX) or name == FORKED_HOST_NAME
+    return not forked and _started_as(pid, PROTOCOL_PARENT_MODULE)
 
 
 def protocol_parent(supervisor_pid: int) -> int | None:
@@ -190,15 +205,12 @@ def served_by(supervisor_pid: int) -> set[int]:
 
 def serving_processes(server_pid: int) -> set[int]:
     """The processes that run a server's in-process models: the server itself when it
-    is a lone server, else its protocol processes (not the model host, whose
-    environment names it)."""
+    is a lone server, else its protocol processes (not the model host)."""
     protocol = set()
     for pid in served_by(server_pid):
-        try:
-            started_with = environment(pid)
-        except OSError:  # it exited since it was listed (a killed one, not reaped yet)
-            continue
-        if started_with.get("INFERD_ROLE") != "model-host":
+        if not (PROC / str(pid) / "environ").exists():
+            continue  # it exited since it was listed (a killed one, not reaped yet)
+        if not is_model_host(pid):
             protocol.add(pid)
     return protocol or {server_pid}
 

@@ -32,14 +32,15 @@ from typing import Any
 import httpx
 import pytest
 
+from inferd.supervisor.protocol_parent import HOST_NAME
 from tests.support.models import add_custom_model
 from tests.support.polling import wait_for
 from tests.support.procstat import (
     children,
-    environment,
     forked_protocol_processes,
     is_fork_parent,
     is_forked_worker,
+    is_model_host,
     protocol_parent,
 )
 from tests.support.serverproc import LEFT_OUT, ServerProcess, start_server
@@ -181,7 +182,9 @@ def test_hosted_model_a_protocol_process(hosted_layout: ServerProcess) -> None:
 
 
 def test_hosted_model_the_protocol_fork_parent(hosted_layout: ServerProcess) -> None:
+    host = _model_host(hosted_layout.process.pid)  # forked by it: the supervisor's child
     _kill_the_protocol_fork_parent(hosted_layout, 3)
+    assert _model_host(hosted_layout.process.pid) == host  # it did not die with its parent
 
 
 def _forked_workers(server: ServerProcess) -> set[int]:
@@ -224,11 +227,9 @@ def test_a_models_only_worker(forked_workers: ServerProcess) -> None:
 
 
 def _model_host(supervisor: int) -> int:
-    """The model host: the one spawned process (a parent started afresh has its
-    environment too)."""
-    parent, forked = protocol_parent(supervisor), forked_protocol_processes(supervisor)
-    spawned = children(supervisor) - forked - {parent}
-    (host,) = [pid for pid in spawned if environment(pid).get("INFERD_ROLE") == "model-host"]
+    """The model host: forked by the protocol fork parent, as the protocol processes
+    are (named so: its environ is its parent's)."""
+    (host,) = [pid for pid in children(supervisor) if is_model_host(pid)]
     return host
 
 
@@ -253,6 +254,8 @@ def test_hosted_model_the_model_host(hosted_layout: ServerProcess) -> None:
         failed
     )
     assert _model_host(server.process.pid) != host
+    # Forked again by the protocol fork parent, as at the start: its imports are shared.
+    assert Path(f"/proc/{_model_host(server.process.pid)}/comm").read_text().strip() == HOST_NAME
 
 
 def _oom_score(pid: int) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from inferd.errors import ConfigurationError
 from inferd.host.placement import Placement
-from inferd.host.process import ModelHostServer, host_server
+from inferd.host.process import HostKeeper, ModelHostServer, host_server
 from inferd.server.app import InferenceServer
 from inferd.server.role_servers import ProtocolProcessServer
 from inferd.server.roles import HostStart, Role, start_order
@@ -22,6 +23,7 @@ from inferd.supervisor.children import (
     CONFIGURATION_EXIT_STATUS,
     Backoff,
     Child,
+    ChildProcess,
     describe_exit,
     environment_of_children,
 )
@@ -157,3 +159,31 @@ async def test_a_process_that_crashes_at_start_is_started_again(tmp_path: Path) 
     await wait_for_async(started_twice, "a second start", timeout=30, interval=0.05)
     child.stop()
     await asyncio.wait_for(watching, timeout=30)  # stopped, not raised
+
+
+@pytest.mark.anyio
+async def test_the_model_host_is_forked_in_its_role_else_spawned(tmp_path: Path) -> None:
+    """host/process.py HostKeeper: forked by the protocol fork parent with the host's
+    environment (its index after the protocol processes', its role); spawned when that
+    fork gives none (no parent runs, or it could not fork)."""
+    asked: list[dict[str, str]] = []
+
+    async def fork(environment: Mapping[str, str]) -> ChildProcess | None:
+        asked.append(dict(environment))
+        return None
+
+    spawned = tmp_path / "spawned"
+    command = [sys.executable, "-c", f"open({str(spawned)!r}, 'a').write('spawned')"]
+    keeper = HostKeeper(2, command, PrivatePaths(tmp_path), HostStart.FOR_A_LOAD, fork)
+    kept = keeper.start()
+
+    async def spawned_instead() -> bool:
+        return bool(asked) and spawned.exists()
+
+    await wait_for_async(spawned_instead, "a spawned host", timeout=30, interval=0.05)
+    assert keeper.child is not None
+    keeper.child.stop()
+    await asyncio.wait_for(kept, timeout=30)
+    role = process_role(asked[0])
+    assert role is not None and role.role is Role.MODEL_HOST and role.index == 2
+    assert role.host_start is HostStart.FOR_A_LOAD and not role.restarted

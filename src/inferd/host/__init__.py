@@ -8,7 +8,8 @@ protocol process may copy, and serves them to every protocol process
   placement of each load after the start (the coordinator's);
 - ``process.py`` — the host process: its server (``ModelHostServer``), how it is
   made from its role, and the supervisor's keeper of it (``HostKeeper``: started
-  with the server or for a load, kept running);
+  with the server or for a load, forked from the protocol fork parent when one runs,
+  kept running);
 - ``edge.py`` and ``streams.py`` — the host's side of the protocol processes'
   connections on ``host.sock`` (and of a protocol process's model calls socket);
 - ``client.py`` — a protocol process's client of ``host.sock`` (a worker's client

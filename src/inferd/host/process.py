@@ -27,7 +27,7 @@ from inferd.server.role_servers import RoleServer
 from inferd.server.roles import HostStart, Role, RoleProcess
 from inferd.serving.backends import BackendChoice
 from inferd.settings import ModelSettings, ServerSettings
-from inferd.supervisor.children import Child, environment_of_children
+from inferd.supervisor.children import Child, Fork, environment_of_children
 from inferd.supervisor.forwarding import catch_up
 from inferd.supervisor.paths import PrivatePaths, ProcessRole, role_environment
 
@@ -122,13 +122,21 @@ class HostKeeper:
     """The supervisor's side of the model host (process ``index``, after the
     protocol processes): started with them when a model loaded at start needs it
     (:meth:`start`), else for the load that first needs it (:meth:`start_for_a_load`);
-    kept running as they are (restarted when it dies, children.py)."""
+    kept running as they are (restarted when it dies, children.py). Forked from the
+    protocol fork parent as they are (``fork``), when one runs: it shares the imported
+    modules' pages with them instead of importing the stack again; else spawned."""
 
     def __init__(
-        self, index: int, command: list[str], paths: PrivatePaths, host_start: HostStart
+        self,
+        index: int,
+        command: list[str],
+        paths: PrivatePaths,
+        host_start: HostStart,
+        fork: Fork | None = None,
     ) -> None:
         self._index, self._command, self._paths = index, command, paths
         self._host_start = host_start
+        self._fork = fork
         self.child: Child | None = None
         self.kept: asyncio.Task[None] | None = None  # its watch (keep_running)
 
@@ -138,7 +146,9 @@ class HostKeeper:
             **environment_of_children(self._paths),
             **role_environment(Role.MODEL_HOST, self._host_start),
         }
-        self.child = Child(self._index, self._command, environment, self._paths, "The model host")
+        self.child = Child(
+            self._index, self._command, environment, self._paths, "The model host", self._fork
+        )
         self.kept = asyncio.create_task(self.child.keep_running())
         return self.kept
 

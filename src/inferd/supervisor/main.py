@@ -24,7 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +35,12 @@ from inferd.server.listener import listen_tcp
 from inferd.server.roles import HostStart, Role
 from inferd.server.shutdown import CUT_SIGNAL, FORCED_EXIT_STATUS
 from inferd.settings import ServerSettings
-from inferd.supervisor.children import Child, describe_exit, environment_of_children
+from inferd.supervisor.children import (
+    Child,
+    ChildProcess,
+    describe_exit,
+    environment_of_children,
+)
 from inferd.supervisor.loading import GrpcHealthProcess, fork_grpc_health, loading_service_parts
 from inferd.supervisor.paths import PrivatePaths, role_environment
 from inferd.supervisor.protocol_forks import EarlyParent, ProtocolForks, fork_parent_early
@@ -144,7 +149,8 @@ class Supervisor:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with private_folder() as paths:
             command = [*child_command(), str(self.repository)]
-            self._host = HostKeeper(self.count, command, paths, self.host_start)
+            fork = self._fork_host if self.settings.fork_protocol_processes else None
+            self._host = HostKeeper(self.count, command, paths, self.host_start, fork)
             supervised = Supervised(
                 paths,
                 self.count,
@@ -251,6 +257,12 @@ class Supervisor:
         """The processes this supervisor started (waited for by their handles)."""
         forks = self._forks
         return {pid for _, pid in self.pids()} | (forks.own_pids() if forks else set())
+
+    async def _fork_host(self, environment: Mapping[str, str]) -> ChildProcess | None:
+        """The model host forked by the protocol fork parent; None (then spawned) when
+        none runs (protocol_forks.py says why)."""
+        forks = self._forks
+        return await forks.fork(environment) if forks is not None else None
 
     def _host_child(self) -> Child | None:
         """The model host's process, once started (with the server, or for a load)."""

@@ -22,10 +22,12 @@ reports the failure as without this parent.
 
 Then it says ``Ready`` and serves ``ForkProtocol`` (the child's whole environment:
 its index, restart flag, the supervisor's private folder), each child becoming a
-protocol process that adopts the preloaded models (workers/preloaded.py). A child
-is forked through a middle process that exits at once (workers/adoption.py): the
-supervisor, a subreaper, adopts and reaps it, so this parent's death takes no
-protocol process with it. It ignores SIGTERM and SIGINT (its children drain on the
+protocol process that adopts the preloaded models (workers/preloaded.py), or the
+model host (its role in that environment), which adopts none: it loads its own, and
+shares the imported modules' pages as the protocol processes do. A child is forked
+through a middle process that exits at once (workers/adoption.py): the supervisor, a
+subreaper, adopts and reaps it, so this parent's death takes no protocol process (nor
+the host) with it. It ignores SIGTERM and SIGINT (its children drain on the
 supervisor's word) and exits when its socket closes.
 """
 
@@ -48,13 +50,14 @@ from inferd.host.placement import Placement
 from inferd.model import Model
 from inferd.observability.logs import configure_logging, tag_process
 from inferd.runtimes.common import no_progress_monitor
+from inferd.server.roles import Role
 from inferd.server.shutdown import exit_stopped
 from inferd.serving.repository import ModelRepository
 from inferd.settings import ModelSettings, ServerSettings
 from inferd.settings.command_line import CommandLine
 from inferd.settings.loader import load_server_settings
 from inferd.supervisor import child
-from inferd.supervisor.paths import PROTOCOL_INDEX_ENV
+from inferd.supervisor.paths import PROTOCOL_INDEX_ENV, ROLE_ENV
 from inferd.workers import oom_score, packets, preloaded
 from inferd.workers.adoption import fork_adopted, name_process
 from inferd.workers.fork_safety import (
@@ -87,6 +90,9 @@ SERVING_MODULES = (
 # This parent's name (ps, /proc/PID/comm; 15 bytes at most) when it was forked from the
 # supervisor: its command line is the supervisor's.
 PARENT_NAME = "inferd-protopar"
+# The model host's name when forked from this parent (a protocol process's: "inferd-proto-"
+# and its index).
+HOST_NAME = "inferd-host"
 # The models a start of this parent left out (their load was not fork-safe): JSON list
 # of labels, set by the parent itself before it starts over.
 LEFT_OUT_ENV = "INFERD_FORK_LEFT_OUT"
@@ -137,16 +143,22 @@ class ProtocolForkServer(ForkServer):
             os.environ.clear()
             os.environ.update(environment)
             release_openmp(environment.get(OMP_NUM_THREADS))
-            # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says which.
-            name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
-            preloaded.offer(self._preloaded)
+            # Its command line is the parent's: its name (ps, top, /proc/PID/comm) says
+            # which; so does /proc/PID/environ, the parent's, not its own.
+            if environment.get(ROLE_ENV) == Role.MODEL_HOST.value:
+                # The host loads its own models: the copies are the protocol processes'
+                # (a copied model placed in the host after an eviction loads there).
+                name_process(HOST_NAME)
+            else:
+                name_process(f"inferd-proto-{environment.get(PROTOCOL_INDEX_ENV, '')}")
+                preloaded.offer(self._preloaded)
             child.serve_role(self._repository, forked=True)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
             if isinstance(exit_.code, str):
                 print(exit_.code, file=sys.stderr)
         except BaseException:
-            logger.exception("A forked protocol process failed")
+            logger.exception("A forked protocol process (or model host) failed")
             code = 1
         finally:
             logging.shutdown()
