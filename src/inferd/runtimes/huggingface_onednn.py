@@ -62,6 +62,8 @@ def _weight(torch: ModuleType, module: Any) -> Any:
     """The layer's weight as ``[out, in]`` (a view: GPT-2's ``Conv1D`` keeps it
     transposed), for a float32 CPU ``nn.Linear`` or ``Conv1D``; None for the rest."""
     kind = type(module)
+    if hasattr(module, "_hf_hook"):  # accelerate's (offloading, device maps): its own forward
+        return None
     if kind is torch.nn.Linear:
         weight = module.weight
     elif kind.__name__ == "Conv1D" and kind.__module__.startswith("transformers."):
@@ -75,13 +77,16 @@ def _weight(torch: ModuleType, module: Any) -> Any:
 
 def _forward(torch: ModuleType, linear: Any, module: Any, weight: Any) -> Any:
     original = module.forward
-    bias = module.bias
+    transposed = weight is not module.weight  # Conv1D: read again at each call, as its
+    # own forward does (a weight assigned anew is the one used)
 
     def forward(x: Any) -> Any:
-        if x.dtype != torch.float32 or (torch.is_grad_enabled() and weight.requires_grad):
+        weight = module.weight.t() if transposed else module.weight
+        if x.dtype != weight.dtype or (torch.is_grad_enabled() and weight.requires_grad):
             return original(x)
-        rows = x.reshape(-1, x.shape[-1])
-        return linear(rows, weight, bias, "none", [], "").view(*x.shape[:-1], weight.shape[0])
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        out = linear(rows, weight, module.bias, "none", [], "")
+        return out.view(*x.shape[:-1], weight.shape[0])
 
     return forward
 
