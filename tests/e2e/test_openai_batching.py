@@ -88,12 +88,14 @@ def test_concurrent_greedy_streams_are_generates_own(server: ServerProcess, refe
 # Long: it reads interleaving from client-side arrival times, which a busy 2-core
 # machine skews (a client thread may send only after another stream ended); the
 # engine's interleaving is checked in CI by the greedy-equality and bound tests.
+# Each stream is long (the tiny LM makes 64 tokens for 16 streams in well under a
+# second): the last client's request must arrive before the first stream ends.
 @pytest.mark.long
 def test_sixteen_streams_interleave(server: ServerProcess) -> None:
     def one(index: int) -> list[tuple[float, str]]:
         with client_of(server) as client:
             prompt = PROMPTS[index % len(PROMPTS)]
-            return streamed(client, LM, prompt, max_tokens=64, temperature=0)
+            return streamed(client, LM, prompt, max_tokens=400, temperature=0)
 
     streams = concurrently(16, one)
     assert all(len(chunks) > 32 for chunks in streams)

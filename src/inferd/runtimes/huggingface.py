@@ -54,6 +54,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,7 @@ import orjson
 from inferd.errors import InvalidRequest, ModelNotReady
 from inferd.generation import is_generation_call, piece_response, read_generation
 from inferd.runtimes import common
+from inferd.runtimes import huggingface_onednn as onednn
 from inferd.runtimes.common import (
     import_framework,
     response,
@@ -103,6 +105,7 @@ KNOWN_SETTINGS = (
     "continuous_batching",
     "max_running_sequences",
     "kv_cache_tokens",
+    "onednn_linear",
 )
 TEXT_TASKS = (
     "text-classification",
@@ -162,19 +165,21 @@ class HuggingFaceModel(PipelineGeneration):
     def _build_pipeline(self, extra: dict[str, Any]) -> Any:
         transformers = import_framework("transformers", type(self).__name__, EXTRA)
         common.no_progress_monitor()
-        self._set_threads(extra)
+        torch = self._set_threads(extra)
         task = extra["task"]
         if task == "translation":
             task += str(extra.get("task_suffix", ""))
         model = self._location(extra.get("pretrained_model")) or str(self.settings.uri)
         tokenizer = self._location(extra.get("pretrained_tokenizer")) or model
-        return transformers.pipeline(
+        pipeline = transformers.pipeline(
             task,
             model=model,
             tokenizer=tokenizer,
             model_kwargs=extra.get("model_kwargs"),
             device=extra.get("device", self.context.device),
         )
+        onednn.apply_setting(torch, self.name, extra, pipeline.model)
+        return pipeline
 
     def _location(self, name: Any) -> str | None:
         """A folder named relative to the model's folder, or a Hub id as given."""
@@ -185,7 +190,7 @@ class HuggingFaceModel(PipelineGeneration):
             return str(self.settings.folder / path)
         return str(name)
 
-    def _set_threads(self, extra: dict[str, Any]) -> None:
+    def _set_threads(self, extra: dict[str, Any]) -> ModuleType:
         torch = import_framework("torch", type(self).__name__, EXTRA)
         if extra.get("intra_op_threads") is not None:
             torch.set_num_threads(int(extra["intra_op_threads"]))
@@ -194,6 +199,7 @@ class HuggingFaceModel(PipelineGeneration):
                 torch.set_num_interop_threads(int(extra["inter_op_threads"]))
             except RuntimeError as error:  # only possible before the process's first parallel op
                 logger.warning("Model %r: inter_op_threads not applied: %s", self.name, error)
+        return torch
 
     def _usable_batch_size(self) -> int:
         """``max_batch_size``, once padding works: rows of a batch must be padded to
