@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.procstat import served_by, unix_socket_paths
+from tests.support.procstat import is_model_host, served_by, unix_socket_paths
 from tests.support.serverproc import ServerProcess
 
 REST_SOCKET = re.compile(r"/rest-(\d+)\.sock$")
@@ -29,6 +29,8 @@ def protocol_sockets(server: ServerProcess) -> list[Path]:
     which may predate the supervisor's private folder): each binds its own."""
     found: dict[int, Path] = {}
     for pid in served_by(server.process.pid):
+        if is_model_host(pid):  # forked, by its name: host.sock comes after its catch-up
+            continue
         paths = unix_socket_paths(pid)
         if any(path.endswith(HOST_SOCKET) for path in paths):
             continue  # the model host: it has a REST socket too, and serves no client

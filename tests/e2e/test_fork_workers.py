@@ -141,8 +141,9 @@ def _summary(measured: Measured) -> dict[int, tuple[float, float]]:
 def test_added_workers_share_a_heavy_custom_model(heavy: Measured) -> None:
     print("heavy: workers -> (ready s, PSS MiB)", _summary(heavy))
     assert _per_added_worker(heavy) <= PSS_PER_WORKER_LIMIT, heavy
-    # The 128 MiB of weights are in the tree once, not once per worker.
-    assert heavy[4][2] < 128 * 2, heavy
+    # The 128 MiB of weights are in the tree once, not once per worker: three added
+    # workers add less than one more copy.
+    assert heavy[4][2] - heavy[1][2] < 128, heavy
 
 
 def test_added_workers_share_a_scikit_learn_forest(forest: Measured) -> None:

@@ -368,7 +368,9 @@ def test_a_killed_process_is_restarted_and_serves_again(
     # tells nothing of its own start (the server served all along): the supervisor
     # says it is back.
     (new,) = restarted
-    assert f"Protocol process 0 (pid {new}) is serving" in two.log()
+    # Said once the supervisor's ready poll (backing off to 1 s) finds it ready, which
+    # may come after its public port answered the load.
+    wait_for(lambda: f"Protocol process 0 (pid {new}) is serving" in two.log(), two.log, 10)
     told = [line for line in two.log().splitlines() if " INFO " in line]
     assert sum("inferd is ready" in line for line in told) == 1, told
     assert sum("Loading model 'slow'" in line for line in told) == 1, told

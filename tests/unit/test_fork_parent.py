@@ -77,9 +77,10 @@ def test_a_fork_parent_reads_on_past_an_unreadable_command_and_stops_at_the_clos
         ForkServer(control, adopter=0).serve()  # no model loaded: it must not fork
         answer = packets.receive(main)
         assert answer is not None
-        assert answer[0] == packets.ForkFailed(
-            3, "no model loaded, or no socket came with the command"
-        )
+        # Why it did not fork depends on this test process too (threads that earlier
+        # tests left running are checked first): the command was answered, refused.
+        (refused, _) = answer
+        assert isinstance(refused, packets.ForkFailed) and refused.token == 3, refused
     finally:
         for sock in (main, control, worker_ours, worker_theirs):
             sock.close()
