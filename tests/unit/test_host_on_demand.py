@@ -40,7 +40,7 @@ def test_a_model_loaded_after_the_start_runs_in_the_host_whatever_its_settings(
     """Loaded later in each protocol process it would be a copy per process."""
     add_custom_model(tmp_path, "plain", "SlowEcho")
     assert on_demand(tmp_path).placement("plain", None) == LOADED_LATER
-    assert on_demand(tmp_path).needs_host("plain", None)
+    assert on_demand(tmp_path).placement("plain", None) is not None
 
 
 def test_a_request_s_first_load_of_a_model_the_fork_parent_holds_is_adopted(
@@ -70,14 +70,14 @@ def test_a_configuration_override_that_turns_batching_on_needs_the_host(tmp_path
     reason = on_demand(tmp_path).placement("simple", '{"max_batch_size": "16"}', on_request=True)
     assert reason is not None and "max_batch_size: 16" in reason
     add_custom_model(tmp_path, "pinned", "SlowEcho", workers=1)
-    assert on_demand(tmp_path).needs_host("pinned", None)
+    assert on_demand(tmp_path).placement("pinned", None) is not None
 
 
 def test_settings_that_cannot_be_read_start_nothing(tmp_path: Path) -> None:
     """Every process refuses such a load and says why: no host is started for it."""
-    assert not on_demand(tmp_path).needs_host("missing", None)
+    assert on_demand(tmp_path).placement("missing", None) is None
     add_custom_model(tmp_path, "simple", "SlowEcho")
-    assert not on_demand(tmp_path).needs_host("simple", "{not json")
+    assert on_demand(tmp_path).placement("simple", "{not json") is None
 
 
 @pytest.mark.anyio

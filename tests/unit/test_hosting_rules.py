@@ -12,7 +12,6 @@ from inferd.errors import ConfigurationError
 from inferd.host.placement import (
     PLACEMENT_ENV,
     Placement,
-    copied,
     queue_share,
     serving_layout,
     why_not_replicated,
@@ -109,19 +108,25 @@ def test_parallel_workers_the_user_set_runs_every_model_in_workers(workers: int)
     why = why_not_replicated(model(), asked)
     assert why is not None and f"parallel_workers: {workers}" in why
     # Left to its default (1), or set to 0, the model is copied as before.
-    assert copied(model(), ServerSettings()) and ServerSettings().parallel_workers == 1
-    assert copied(model(), ServerSettings(parallel_workers=0))
+    assert (
+        why_not_replicated(model(), ServerSettings()) is None
+        and ServerSettings().parallel_workers == 1
+    )
+    assert why_not_replicated(model(), ServerSettings(parallel_workers=0)) is None
 
 
 def test_parallel_workers_from_the_environment_counts_as_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("INFERD_PARALLEL_WORKERS", "2")
-    assert not copied(model(), ServerSettings())
+    assert why_not_replicated(model(), ServerSettings()) is not None
 
 
 def test_copied_models_need_no_host() -> None:
-    assert copied(model(), DEFAULTS) and not copied(model(workers=2), DEFAULTS)
+    assert (
+        why_not_replicated(model(), DEFAULTS) is None
+        and why_not_replicated(model(workers=2), DEFAULTS) is not None
+    )
     placement = Placement.decide(DEFAULTS, [model("a"), model("b", parameters={"version": "2"})])
     assert not placement.hosted
     assert placement.copied == {("a", None), ("b", "2")}

@@ -5,7 +5,7 @@ With several protocol processes a model that no protocol process may copy
 with the server when a model loaded at start needs it; otherwise none runs until
 a load needs one: a repository API load (with or without a configuration
 override) or a change the repository poll found. Before it applies such a load,
-the coordinator asks :meth:`HostOnDemand.needs_host`, which reads the model's
+the coordinator asks :meth:`HostOnDemand.placement`, which reads the model's
 settings as every process is about to (the same repository, the same override),
 and when one of its versions must be hosted it has the supervisor start the host
 (:meth:`HostOnDemand.start`) and waits until it answers ready. The host so
@@ -99,10 +99,6 @@ class HostOnDemand:
         if adopted:
             self._adopted.add(name)
         return None
-
-    def needs_host(self, name: str, config: str | None) -> bool:
-        """Whether a load of ``name`` after the start runs in the host (see placement)."""
-        return self.placement(name, config) is not None
 
     async def start(self) -> None:
         """Start the host and wait until it is ready: once, however many loads ask at

@@ -166,11 +166,6 @@ def _device_parameter(model: ModelSettings) -> str | None:
     return None
 
 
-def copied(model: ModelSettings, server: ServerSettings) -> bool:
-    """Whether every protocol process loads a copy of ``model`` (else the host runs it)."""
-    return why_not_replicated(model, server) is None
-
-
 # Where inferd start passes its placement to every process of the server.
 PLACEMENT_ENV = "INFERD_PLACEMENT"
 # A model version: its name and version (None: the model's only one).
