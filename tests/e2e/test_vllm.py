@@ -167,15 +167,33 @@ def test_chat_usage_and_seeded_sampling(server: ServerProcess):
 
 def test_client_that_leaves_aborts_its_request(server: ServerProcess):
     client = client_of(server)
+    # On a busy machine the engine can make most of the stream's tokens before its first
+    # chunk reaches the client: such a try shows nothing of an abort, and is made again.
+    for _ in range(3):
+        made, after_leaving = tokens_of_a_stream_left_at_its_first_chunk(server, client)
+        if made < LEFT_AT / 4:
+            break
+    else:
+        pytest.fail(f"the first chunk came only after {made:.0f} of {LEFT_AT} tokens, 3 times")
+    # Not aborted, the engine would make the LEFT_AT - made (>= 3/4 of LEFT_AT) left.
+    assert after_leaving < LEFT_AT / 2, (made, after_leaving)
+    assert metric(server, "vllm:num_requests_running") == 0
+
+
+def tokens_of_a_stream_left_at_its_first_chunk(
+    server: ServerProcess, client: Any
+) -> tuple[float, float]:
+    """The engine's tokens of a stream that its client closes at its first chunk: made
+    before it left, made after (the counter settled)."""
     client.completions.create(model=LM, prompt="warm", max_tokens=1)
     before = metric(server, GENERATED)
     stream = client.completions.create(
         model=LM, prompt="the movie", max_tokens=LEFT_AT, temperature=0, stream=True
     )
     next(iter(stream))
+    left = metric(server, GENERATED)
     stream.close()  # the client leaves after its first chunk
-    # The engine's counter stops well short of LEFT_AT tokens: another request ships the
-    # figures (they travel with a reply) until it is still.
+    # Another request ships the figures (they travel with a reply) until they are still.
     seen: list[float] = []
 
     def settled() -> bool:
@@ -184,8 +202,7 @@ def test_client_that_leaves_aborts_its_request(server: ServerProcess):
         return len(seen) > 2 and seen[-1] - seen[-2] <= 1
 
     wait_for(settled, "the generated tokens counter to settle", timeout=60, interval=0.5)
-    assert seen[-1] - before < LEFT_AT / 2, (before, seen)
-    assert metric(server, "vllm:num_requests_running") == 0
+    return left - before, seen[-1] - left
 
 
 def test_bad_input_is_a_400_in_openais_shape(server: ServerProcess):
