@@ -42,7 +42,7 @@ class ChatLM(ls.LitAPI):
                 token = int(out.logits[0, -1].argmax())
                 if token == eos:
                     return
-                yield (" " if step else "") + self.tokenizer.decode([token])
+                yield (" " if step else "") + str(self.tokenizer.decode([token]))
                 ids = torch.tensor([[token]])
 
 

@@ -203,9 +203,16 @@ def choose_servers(only: str | None, mlserver_python: str | None) -> tuple[str, 
     return servers
 
 
-def check_executable(option: str, path: str | None) -> None:
-    if path is not None and shutil.which(path) is None:
+def executable(option: str, path: str | None) -> str | None:
+    """``path`` made absolute (servers start in other folders), or None: a relative
+    path found here would not be found from a server's own folder. Not resolved: a
+    virtualenv's python is a link that must stay inside the virtualenv."""
+    if path is None:
+        return None
+    found = shutil.which(path)
+    if found is None:
         raise ValueError(f"{option} {path}: no such executable")
+    return os.path.abspath(found)
 
 
 def spec_of(specs: Sequence[ScenarioSpec], name: str) -> ScenarioSpec:
@@ -225,24 +232,25 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
     mlserver_python = getattr(args, "mlserver_python", None)
     try:
         servers = choose_servers(getattr(args, "only", None), mlserver_python)
-        check_executable("--mlserver-python", mlserver_python if MLSERVER in servers else None)
-        check_executable("--inferd-python", args.inferd_python)
-        check_executable("--litserve-python", getattr(args, "litserve_python", None))
-        check_executable("--vllm-python", getattr(args, "vllm_python", None))
-        check_executable("--triton-python", getattr(args, "triton_python", None))
+        if MLSERVER in servers:
+            mlserver_python = executable("--mlserver-python", mlserver_python)
+        pythons = {
+            name: executable(f"--{name.replace('_', '-')}", getattr(args, name, None))
+            for name in ("inferd_python", "litserve_python", "vllm_python", "triton_python")
+        }
         inferd_src = resolve_source(args.inferd_src)
         baseline = resolve_source(args.baseline_src) if args.baseline_src else None
         check_counts(args, spec_of(specs, args.scenario).load_tool)
     except ValueError as error:
         parser.error(str(error))
     programs = Programs(
-        inferd_python=args.inferd_python,
+        inferd_python=pythons["inferd_python"] or sys.executable,
         inferd_src=inferd_src,
         mlserver_python=mlserver_python,
         pyvoy=getattr(args, "envoy_floor", None),
-        litserve_python=getattr(args, "litserve_python", None),
-        vllm_python=getattr(args, "vllm_python", None),
-        triton_python=getattr(args, "triton_python", None),
+        litserve_python=pythons["litserve_python"],
+        vllm_python=pythons["vllm_python"],
+        triton_python=pythons["triton_python"],
     )
     return Options(
         scenario=args.scenario,

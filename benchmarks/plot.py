@@ -62,18 +62,23 @@ def main(argv: Sequence[str]) -> int:
         def label(self) -> str:
             return self.name
 
-    zero = dict.fromkeys(("rate", "p50_ms", "p90_ms", "p95_ms", "mean_ms"), 0.0)
-    unread = {"server_queue_us": 0.0, "server_compute_us": 0.0, "windows": 1, "stable": True}
-    steps = [
+    steps: list[StepResult] = [
         Point(
             concurrency=0,
+            rate=0.0,
             requests=0,
             errors=0,
             unsent=0,
             throughput=rate,
+            p50_ms=0.0,
+            p90_ms=0.0,
+            p95_ms=0.0,
             p99_ms=p99,
-            **zero,
-            **unread,
+            mean_ms=0.0,
+            server_queue_us=0.0,
+            server_compute_us=0.0,
+            windows=1,
+            stable=True,
             name=label,
         )
         for label, rate, p99 in found

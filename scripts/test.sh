@@ -123,7 +123,7 @@ step "ruff"
 $VENV/bin/python -m ruff check src tests benchmarks scripts examples
 $VENV/bin/python -m ruff format --check src tests benchmarks scripts examples
 step "mypy"
-$VENV/bin/python -m mypy src
+$VENV/bin/python -m mypy src benchmarks
 
 step "co-installable: inferd + kserve, inferd + tensorflow-cpu<2.18 (pip --dry-run)"
 finished co_install_dry_runs

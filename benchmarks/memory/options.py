@@ -15,9 +15,9 @@ from ..options import (
     ONLY_CHOICES,
     add_output_arguments,
     add_source_arguments,
-    check_executable,
     choose_servers,
     command_parser,
+    executable,
 )
 from ..repository import SKLEARN_IMPLEMENTATION
 from ..servers import INFERD, MLSERVER, Contender, resolve_source
@@ -124,9 +124,10 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
     if args.trees < 1 or args.rows < 10:
         raise ValueError("--trees must be >= 1 and --rows >= 10")
     kinds = choose_servers(args.only, args.mlserver_python)
-    check_executable("--inferd-python", args.inferd_python)
-    mlserver_python = args.mlserver_python if MLSERVER in kinds else None
-    check_executable("--mlserver-python", mlserver_python)
+    inferd_python = executable("--inferd-python", args.inferd_python) or sys.executable
+    mlserver_python = executable(
+        "--mlserver-python", args.mlserver_python if MLSERVER in kinds else None
+    )
     if mlserver_python is not None:
         check_mlserver_sklearn(mlserver_python)
     return MemoryOptions(
@@ -139,7 +140,7 @@ def _options(args: argparse.Namespace) -> MemoryOptions:
         trees=args.trees,
         rows=args.rows,
         ready_timeout=args.ready_timeout,
-        inferd_python=args.inferd_python,
+        inferd_python=inferd_python,
         inferd_src=resolve_source(args.inferd_src),
         mlserver_python=mlserver_python,
         work_dir=args.work_dir,

@@ -118,7 +118,7 @@ most any such server can show against MLServer over gRPC."""
     def cases(self) -> list[Case]:
         contenders = tuple(with_baseline(self.contenders(), self.options.baseline_src))
         args = self.options.args
-        floor = (Contender(FLOOR, FLOOR),) if args.reference else ()
+        floor: tuple[Contender, ...] = (Contender(FLOOR, FLOOR),) if args.reference else ()
         floor += (Contender(TRITON, TRITON),) if args.triton_python else ()
         return [
             Case(

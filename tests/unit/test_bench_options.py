@@ -172,3 +172,18 @@ def test_every_run_says_how_many_protocol_processes_inferd_ran() -> None:
     assert processes_label(4) == "4 protocol processes"
     assert processes_label(None) == "its default protocol processes (the CPUs it may use)"
     assert describe_setup(parse("rest", "--protocol-processes", "2"))["protocol_processes"] == 2
+
+
+def test_a_relative_python_is_made_absolute_not_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server starts in its own folder, where a relative path finds nothing; a
+    virtualenv's python is a link that must stay inside its virtualenv."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    relative = "venv/bin/python"
+    options = parse("openai", "--vllm-python", relative, "--inferd-python", relative)
+    assert options.programs.vllm_python == str(bin_dir / "python")
+    assert options.programs.inferd_python == str(bin_dir / "python")
