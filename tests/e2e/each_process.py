@@ -19,7 +19,6 @@ from tests.support.procstat import is_model_host, served_by, unix_socket_paths
 from tests.support.serverproc import ServerProcess
 
 REST_SOCKET = re.compile(r"/rest-(\d+)\.sock$")
-HOST_SOCKET = "/host.sock"  # bound by the model host only
 
 
 def protocol_sockets(server: ServerProcess) -> list[Path]:
@@ -29,12 +28,9 @@ def protocol_sockets(server: ServerProcess) -> list[Path]:
     which may predate the supervisor's private folder): each binds its own."""
     found: dict[int, Path] = {}
     for pid in served_by(server.process.pid):
-        if is_model_host(pid):  # forked, by its name: host.sock comes after its catch-up
+        if is_model_host(pid):  # it has a REST socket too, and serves no client
             continue
-        paths = unix_socket_paths(pid)
-        if any(path.endswith(HOST_SOCKET) for path in paths):
-            continue  # the model host: it has a REST socket too, and serves no client
-        for path in paths:
+        for path in unix_socket_paths(pid):
             if match := REST_SOCKET.search(path):
                 found[int(match[1])] = Path(path)
     return [found[index] for index in sorted(found)]
