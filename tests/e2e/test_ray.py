@@ -74,9 +74,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     from inferd.ray import build
 
     repository = write_models(tmp_path_factory.mktemp("ray") / "models")
-    http_port, grpc_port = free_ports(2)
     nodes = two_nodes(Cluster)
     ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False)
+    # Picked once the cluster's own processes hold theirs: Ray's start binds ports of its
+    # own, which a port picked before it may be (a fresh run's gRPC proxy: "Failed to bind").
+    http_port, grpc_port = free_ports(2)
     try:
         serve.start(
             proxy_location="HeadOnly",  # one proxy: both nodes share this machine's ports
