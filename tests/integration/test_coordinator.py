@@ -1,8 +1,9 @@
 """Server-wide operations across protocol processes, through the coordinator.
 
 Three ProtocolProcessServers stand for protocol processes 0, 1 and 2 (in-process
-models, in this event loop): each serves its private app on ``rest-<i>.sock``
-under uvicorn, beside the coordinator's app on ``coordinator.sock``, and the public
+models, in this event loop): each takes the coordinator's operations on
+``operations-<i>.sock`` and serves its private REST app on ``rest-<i>.sock`` under
+uvicorn, beside the coordinator's calls on ``coordinator.sock``, and the public
 apps of 0 and 1 send server-wide operations through the ForwardingServerWide each
 was built with, as a protocol process's do. Process 2 is down (no socket) until a test starts it and
 has it catch up from the journal.
@@ -29,17 +30,18 @@ import pytest
 import uvicorn
 
 from inferd.protocol import pb, pb_grpc
-from inferd.server.protocol_role import private_rest_app
+from inferd.server.protocol_role import OperationsHere, bind_unix, private_rest_app
 from inferd.server.role_servers import ProtocolProcessServer
 from inferd.server.roles import HostStart, ProtocolProcess, Role
 from inferd.serving.backends import BackendChoice
 from inferd.serving.operations import Load, RegisterSystemMemory, Unload
 from inferd.supervisor.coordinator import Coordinator
-from inferd.supervisor.coordinator_app import build_coordinator_app
+from inferd.supervisor.coordinator_calls import coordinator_calls
 from inferd.supervisor.forwarding import ForwardingServerWide, catch_up, switch_together
 from inferd.supervisor.paths import PrivatePaths, ProcessRole
 from inferd.triton.logsettings import SetLogLevel
 from inferd.triton.shm import SharedMemoryRegistry
+from inferd.workers.private_calls import Handler, close_server, serve_calls
 from tests.support.models import write_model_folder
 from tests.support.polling import wait_for_async
 
@@ -78,6 +80,21 @@ class Cluster:
         self.repository = repository
         self.processes: list[Process] = []
         self._served: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+        self._answering: list[asyncio.Server] = []
+
+    @classmethod
+    async def start(cls, folder: Path, repository: Path) -> Cluster:
+        """Processes 0 and 1 up, 2 down; the coordinator knows all three."""
+        paths = PrivatePaths(folder)
+        coordinator = Coordinator(paths, 3)
+        cluster = cls(folder, coordinator, repository)
+        await cluster.answer(coordinator_calls(coordinator), paths.coordinator)
+        for index in range(2):
+            await cluster.start_process(index)
+        return cluster
+
+    async def answer(self, handle: Handler, socket: Path) -> None:
+        self._answering.append(await serve_calls(bind_unix(socket), handle))
 
     async def serve(self, app: Any, socket: Path) -> None:
         config = uvicorn.Config(app, uds=str(socket), lifespan="off", log_config=None)
@@ -97,6 +114,7 @@ class Cluster:
         role = ProtocolProcess(
             self.paths.rest(index),
             self.paths.metrics(index),
+            self.paths.operations(index),
             BackendChoice(here=lambda _: True),
             told_role.start_order(),
             switch=switch,
@@ -118,8 +136,9 @@ class Cluster:
             tell(message)
 
         server.pool.control = recording  # type: ignore[method-assign]
-        app = private_rest_app(server.dataplane, server.changes, switch)
-        await self.serve(app, self.paths.rest(index))
+        here = OperationsHere(server.dataplane, server.changes, switch)
+        await self.answer(here.take, self.paths.operations(index))
+        await self.serve(private_rest_app(server.dataplane), self.paths.rest(index))
         process = Process(server, rest_client(server), told)
         self.processes.append(process)
         return process
@@ -130,6 +149,7 @@ class Cluster:
         for server, _ in self._served:
             server.should_exit = True
         await asyncio.gather(*(task for _, task in self._served))
+        await asyncio.gather(*(close_server(server) for server in self._answering))
         for process in self.processes:
             await process.server.close()
 
@@ -147,12 +167,7 @@ async def cluster(
     start_inferd: StartServer, private_folder: Path, repository: Path
 ) -> AsyncIterator[Cluster]:
     """Processes 0 and 1 up, 2 down; the coordinator knows all three."""
-    paths = PrivatePaths(private_folder)
-    app = build_coordinator_app(paths, 3)
-    cluster = Cluster(private_folder, app.state.coordinator, repository)
-    await cluster.serve(app, paths.coordinator)
-    for index in range(2):
-        await cluster.start_process(index)
+    cluster = await Cluster.start(private_folder, repository)
     yield cluster
     await cluster.stop()
 

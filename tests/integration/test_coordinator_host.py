@@ -2,8 +2,8 @@
 reaches the host first, an unload last, and the host's "no such model" to an unload
 or a statistics read is no refusal.
 
-Three small apps on unix sockets stand for protocol processes 0 and 1 and the host
-(process 2); each records when an operation (its class's name) reached it and
+Three small handlers of private calls stand for protocol processes 0 and 1 and the
+host (process 2); each records when an operation (its class's name) reached it and
 answers as a test says.
 """
 
@@ -17,28 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from inferd.errors import InferdError, InvalidRequest, ModelNotFound
-from inferd.server.protocol_role import MSGPACK, OPERATION_PATH
-from inferd.serving.operations import (
-    ChangeLogSettings,
-    Load,
-    ReadStatistics,
-    Unload,
-    decode_operation,
-    encode,
-    refusal_of,
-)
-from inferd.supervisor.coordinator_app import build_coordinator_app
+from inferd.server.protocol_role import bind_unix
+from inferd.serving.operations import ChangeLogSettings, Load, ReadStatistics, Unload
+from inferd.supervisor.coordinator import Coordinator
+from inferd.supervisor.coordinator_calls import coordinator_calls
 from inferd.supervisor.forwarding import call_coordinator
 from inferd.supervisor.messages import CatchUp
 from inferd.supervisor.paths import PrivatePaths
-from tests.support.polling import wait_for_async
+from inferd.workers.private_calls import Handler, close_server, serve_calls
 
 pytestmark = pytest.mark.anyio
 
@@ -52,18 +40,17 @@ class Recorder:
         self.reached: list[tuple[int, str]] = []
         self.refusals: dict[tuple[int, str], InferdError] = {}
 
-    def app(self, index: int) -> Starlette:
-        async def operation(request: Request) -> Response:
-            kind = type(decode_operation(await request.body())).__name__
+    def handler(self, index: int) -> Handler:
+        async def operation(message: Any) -> Any:
+            kind = type(message).__name__
             self.reached.append((index, kind))
             await asyncio.sleep(0.01)  # operations sent at once would interleave here
             refusal = self.refusals.get((index, kind))
             if refusal is not None:
-                status = 404 if isinstance(refusal, ModelNotFound) else 400
-                return Response(encode(refusal_of(refusal, status)), status, media_type=MSGPACK)
-            return Response(encode(self.value(kind, index)), 200, media_type=MSGPACK)
+                raise refusal
+            return self.value(kind, index)
 
-        return Starlette(routes=[Route(OPERATION_PATH, operation, methods=["POST"])])
+        return operation
 
     @staticmethod
     def value(kind: str, index: int) -> Any:
@@ -83,22 +70,15 @@ def folder() -> Iterator[Path]:
 async def setup(folder: Path) -> AsyncIterator[tuple[Path, Recorder]]:
     paths = PrivatePaths(folder)
     recorder = Recorder()
-    apps = [(recorder.app(i), paths.rest(i)) for i in range(3)]
-    apps.append((build_coordinator_app(paths, 2, host=True), paths.coordinator))
-    servers = []
-    for app, socket in apps:
-        server = uvicorn.Server(
-            uvicorn.Config(app, uds=str(socket), lifespan="off", log_config=None)
-        )
-        servers.append((server, asyncio.create_task(server.serve())))
-        await wait_for_async(lambda server=server: server.started, f"uvicorn on {socket}")
+    handlers = [(recorder.handler(i), paths.operations(i)) for i in range(3)]
+    coordinator = Coordinator(paths, 2, host=True)
+    handlers.append((coordinator_calls(coordinator), paths.coordinator))
+    servers = [await serve_calls(bind_unix(socket), handle) for handle, socket in handlers]
     # A host catches up from the journal as it starts, and a load waits for that
     # (HOST_CATCH_UP_WAIT_SECONDS) before it is applied; so does this one.
     await call_coordinator(paths.coordinator, CatchUp(HOST))
     yield paths.coordinator, recorder
-    for server, _ in servers:
-        server.should_exit = True
-    await asyncio.gather(*(task for _, task in servers))
+    await asyncio.gather(*(close_server(server) for server in servers))
 
 
 async def test_a_load_reaches_the_host_before_any_protocol_process(setup: Any) -> None:
@@ -145,7 +125,7 @@ async def test_a_process_that_does_not_answer_is_left_out_of_a_read_and_an_opera
     setup: Any, folder: Path
 ) -> None:
     coordinator, recorder = setup
-    PrivatePaths(folder).rest(0).unlink()  # process 0 is restarting: nothing listens
+    PrivatePaths(folder).operations(0).unlink()  # process 0 is restarting: nothing listens
     summed = await call_coordinator(coordinator, ReadStatistics("m"))
     assert summed == [{"name": "m", "version": "1", "inference_count": 2 + 3}]
     await call_coordinator(coordinator, Load("m"))  # it catches up when it starts

@@ -19,9 +19,8 @@ import pytest
 from inferd.server.roles import HostStart, Role
 from inferd.serving.operations import RepositoryReload
 from inferd.settings import ModelSettings
-from inferd.supervisor.coordinator_app import build_coordinator_app
 from inferd.supervisor.forwarding import catch_up
-from inferd.supervisor.paths import PrivatePaths, ProcessRole
+from inferd.supervisor.paths import ProcessRole
 from inferd.supervisor.repository_changes import ServerWideChanges
 from inferd.types import ModelState
 from inferd.workers.base import LoadedInstance
@@ -38,12 +37,7 @@ pytestmark = pytest.mark.anyio
 async def cluster(start_inferd: StartServer, repository: Path) -> AsyncIterator[Cluster]:
     # Under /tmp, short: a unix socket's path has at most 107 bytes.
     private_folder = Path(tempfile.mkdtemp(prefix="inferd-poll-"))
-    paths = PrivatePaths(private_folder)
-    app = build_coordinator_app(paths, 3)
-    cluster = Cluster(private_folder, app.state.coordinator, repository)
-    await cluster.serve(app, paths.coordinator)
-    for index in range(2):
-        await cluster.start_process(index)
+    cluster = await Cluster.start(private_folder, repository)
     yield cluster
     await cluster.stop()
     shutil.rmtree(private_folder, ignore_errors=True)

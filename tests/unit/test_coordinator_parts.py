@@ -1,15 +1,15 @@
-"""The coordinator's pure parts: the journal of typed operations, each process's answer
-read once as a typed outcome, the outcomes settled, statistics summed, and a forwarded
-refusal answered as the local error would be."""
+"""The coordinator's parts: the journal of typed operations, each process's reply read
+once as a typed outcome (over a real private call), the outcomes settled, statistics
+summed, and a forwarded refusal answered as the local error would be."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import orjson
 import pytest
 
 from inferd.errors import (
@@ -20,7 +20,8 @@ from inferd.errors import (
     PermissionDenied,
     StatusError,
 )
-from inferd.server.errors import grpc_error, http_error
+from inferd.server.errors import grpc_error, http_error, portable_error
+from inferd.server.protocol_role import bind_unix
 from inferd.server.roles import HostStart, Role
 from inferd.serving.operations import (
     ChangeLogSettings,
@@ -29,36 +30,30 @@ from inferd.serving.operations import (
     Load,
     LoadOnRequest,
     ReadStatistics,
-    Refusal,
     RegisterCudaMemory,
     RegisterSystemMemory,
     RepositoryReload,
     RepositoryRemove,
     Unload,
     UnregisterMemory,
-    encode,
-    refusal_of,
 )
 from inferd.supervisor.coordinator import Coordinator
-from inferd.supervisor.fanout import Answer
-from inferd.supervisor.forwarding import (
-    CoordinatorUnreachable,
-    ForwardingServerWide,
-    answered_error,
-    catch_up,
-)
+from inferd.supervisor.coordinator_calls import coordinator_calls
+from inferd.supervisor.forwarding import CoordinatorUnreachable, ForwardingServerWide, catch_up
 from inferd.supervisor.journal import Journal
-from inferd.supervisor.merging import held_anywhere, merge_statistics, settle
+from inferd.supervisor.merging import NO_PROCESS, held_anywhere, merge_statistics, settle
 from inferd.supervisor.outcomes import (
     Applied,
     NoAnswer,
     NotHeld,
     Process,
     Refused,
-    outcome_of,
+    ask,
     said,
 )
 from inferd.supervisor.paths import PrivatePaths, ProcessRole
+from inferd.triton.shm import RegionNotFound
+from inferd.workers.private_calls import Handler, call, close_server, serve_calls
 
 LOAD = Load("iris", "{}")
 UNLOAD = Unload("iris")
@@ -138,39 +133,84 @@ def test_a_read_is_not_journaled() -> None:
         Journal().applied(ReadStatistics("iris"), [])
 
 
-def answer(status: int, body: Any = None, error: str = "", **headers: str) -> Answer:
-    return Answer(Path("rest-0.sock"), status, httpx.Headers(headers), orjson.dumps(body), error)
-
-
 FIRST, SECOND, THIRD = (Process.protocol(index) for index in range(3))
 HOST = Process.host(3)
-REFUSAL = refusal_of(InvalidRequest("failed to load 'iris': no such file"), 400)
-NOT_FOUND = refusal_of(ModelNotFound("iris"), 404)
+REFUSAL = InvalidRequest("failed to load 'iris': no such file")
+NOT_FOUND = ModelNotFound("iris")
 
 
-def refused_answer(refusal: Refusal) -> Answer:
-    return Answer(Path("rest-0.sock"), refusal.status, {}, encode(refusal))
+@contextlib.asynccontextmanager
+async def answering(socket_path: Path, handle: Handler) -> AsyncIterator[None]:
+    """``handle`` answering calls on ``socket_path`` while the block runs."""
+    server = await serve_calls(bind_unix(socket_path), handle)
+    try:
+        yield
+    finally:
+        await close_server(server)
 
 
-def test_an_answer_is_read_once_into_the_outcome_of_its_process() -> None:
-    assert outcome_of(SECOND, LOAD, refused_answer(REFUSAL)) == Refused(SECOND, REFUSAL)
-    assert outcome_of(HOST, LOAD, answer(0, error="ConnectError")) == NoAnswer(HOST, "ConnectError")
-    applied = Answer(Path("rest-0.sock"), 200, {}, encode({"log_info": True}))
-    assert outcome_of(FIRST, LOAD, applied) == Applied(FIRST, {"log_info": True})
+def refusing(error: Exception) -> Handler:
+    async def handle(message: Any) -> Any:
+        raise portable_error(error, "test")
+
+    return handle
+
+
+def same_error(outcome: Any, cls: type, message: str) -> bool:
+    return type(outcome.error) is cls and outcome.error.message == message
+
+
+@pytest.mark.anyio
+async def test_a_reply_is_read_once_into_the_outcome_of_its_process(tmp_path: Path) -> None:
+    paths = PrivatePaths(tmp_path)
+    async with answering(paths.operations(1), refusing(REFUSAL)):
+        refused = await ask(paths, SECOND, LOAD)
+    assert isinstance(refused, Refused) and refused.process == SECOND
+    assert same_error(refused, InvalidRequest, REFUSAL.message)
+
+    async def log_settings(message: Any) -> Any:
+        return {"log_info": True, "asked": repr(message)}
+
+    async with answering(paths.operations(0), log_settings):
+        applied = await ask(paths, FIRST, LOAD)
+    assert applied == Applied(FIRST, {"log_info": True, "asked": repr(LOAD)})
     # "No such model" is a fact about an unload or a statistics read, a refusal of a load.
-    assert outcome_of(HOST, UNLOAD, refused_answer(NOT_FOUND)) == NotHeld(HOST, NOT_FOUND)
-    assert outcome_of(HOST, ReadStatistics("iris"), refused_answer(NOT_FOUND)) == NotHeld(
-        HOST, NOT_FOUND
-    )
-    assert outcome_of(HOST, LOAD, refused_answer(NOT_FOUND)) == Refused(HOST, NOT_FOUND)
+    async with answering(paths.operations(3), refusing(NOT_FOUND)):
+        outcomes = [await ask(paths, HOST, op) for op in (UNLOAD, ReadStatistics("iris"), LOAD)]
+    assert [type(outcome) for outcome in outcomes] == [NotHeld, NotHeld, Refused]
+    assert all(same_error(outcome, ModelNotFound, NOT_FOUND.message) for outcome in outcomes)
 
 
-def test_an_answer_that_carries_no_refusal_is_refused_with_its_text_and_status() -> None:
-    outcome = outcome_of(FIRST, LOAD, Answer(Path("rest-0.sock"), 502, {}, b"Bad Gateway"))
-    assert isinstance(outcome, Refused) and outcome.refusal.status == 502
-    assert said(outcome) == "Bad Gateway"
-    forwarded = answered_error(LOAD, Answer(Path("c.sock"), 502, {}, encode(outcome.refusal)))
-    assert isinstance(forwarded, StatusError) and http_error(forwarded, "test")[0] == 502
+@pytest.mark.anyio
+async def test_a_process_that_does_not_listen_or_answers_no_frame_gave_no_answer(
+    tmp_path: Path,
+) -> None:
+    paths = PrivatePaths(tmp_path)
+    gone = await ask(paths, HOST, LOAD)  # nothing at its socket
+    assert isinstance(gone, NoAnswer) and "FileNotFoundError" in said(gone)
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.write(b"not a frame")
+        writer.close()
+
+    server = await asyncio.start_unix_server(garbage, str(paths.operations(0)))
+    async with server:
+        broken = await ask(paths, FIRST, LOAD)
+    assert isinstance(broken, NoAnswer) and "answered no reply" in said(broken)
+
+
+@pytest.mark.anyio
+async def test_an_error_no_other_process_knows_crosses_as_the_status_rest_answers(
+    tmp_path: Path,
+) -> None:
+    paths = PrivatePaths(tmp_path)
+    unknown = RegionNotFound("no region 'r'")  # of inferd/triton, not inferd.errors
+    async with answering(paths.operations(0), refusing(unknown)):
+        refused = await ask(paths, FIRST, LOAD)
+    assert isinstance(refused, Refused) and isinstance(refused.error, StatusError)
+    assert http_error(refused.error, "test")[0] == http_error(unknown, "test")[0] == 404
+    assert said(refused) == "no region 'r'"
 
 
 def test_every_process_applied_it_answers_the_first_protocol_process() -> None:
@@ -188,7 +228,7 @@ def test_one_refusal_is_what_the_client_gets_and_the_others_keep_it() -> None:
 
 
 def test_the_hosts_refusal_says_why_better_than_a_protocol_processs() -> None:
-    hosts = Refused(HOST, refusal_of(InvalidRequest("the GPU is gone"), 400))
+    hosts = Refused(HOST, InvalidRequest("the GPU is gone"))
     settled = settle([Refused(FIRST, REFUSAL), Refused(SECOND, REFUSAL), hosts])
     assert settled.answer is hosts and settled.held == 0
     assert [each.process for each in settled.refused] == [FIRST, SECOND, HOST]
@@ -280,26 +320,47 @@ def test_statistics_are_summed_per_version_and_batch_size() -> None:
         Overloaded("Too many requests", retry_after=3),
         StatusError("a runtime's own", 418),
     ],
+    ids=lambda error: type(error).__name__,
 )
-def test_a_refusal_forwarded_answers_as_the_local_error(local: InferdError) -> None:
-    status, body, headers = http_error(local, "test")
-    refused = Answer(Path("coordinator.sock"), status, {}, encode(refusal_of(local, status)))
-    forwarded = answered_error(UNLOAD, refused)
+@pytest.mark.anyio
+async def test_a_refusal_forwarded_answers_as_the_local_error(
+    local: InferdError, tmp_path: Path
+) -> None:
+    """A process refuses, the coordinator answers its refusal, the forwarding process
+    raises it: the client's answer is the local error's, over REST and gRPC."""
+    coordinator = Coordinator(PrivatePaths(tmp_path), 1)
+    paths = coordinator.paths
+    async with (
+        answering(paths.operations(0), refusing(local)),
+        answering(paths.coordinator, coordinator_calls(coordinator)),
+    ):
+        with pytest.raises(InferdError) as raised:
+            await ForwardingServerWide(paths.coordinator).unload("x")
+    forwarded = raised.value
     assert type(forwarded) is type(local)
-    assert http_error(forwarded, "test") == (status, body, headers)
+    assert http_error(forwarded, "test") == http_error(local, "test")
     assert grpc_error(forwarded, "test") == grpc_error(local, "test")
 
 
-def test_an_answer_that_is_no_refusal_keeps_its_status() -> None:
-    error = answered_error(UNLOAD, answer(502, "Bad Gateway"))
-    assert http_error(error, "test")[0] == 502 and "Bad Gateway" in error.message
+@pytest.mark.anyio
+async def test_no_process_answering_is_unavailable(tmp_path: Path) -> None:
+    coordinator = Coordinator(PrivatePaths(tmp_path), 2)  # neither process listens
+    async with answering(coordinator.paths.coordinator, coordinator_calls(coordinator)):
+        with pytest.raises(StatusError, match=NO_PROCESS) as raised:
+            await ForwardingServerWide(coordinator.paths.coordinator).load("x", None)
+        with pytest.raises(InvalidRequest, match="Not a message to the coordinator: str"):
+            await call(coordinator.paths.coordinator, "hello")
+    assert http_error(raised.value, "test")[0] == 503
 
 
-def test_a_coordinator_that_does_not_answer_is_unavailable() -> None:
-    error = answered_error(UNLOAD, answer(0, error="ConnectError: refused"))
-    assert isinstance(error, CoordinatorUnreachable)
+@pytest.mark.anyio
+async def test_a_coordinator_that_does_not_answer_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(CoordinatorUnreachable) as raised:
+        await ForwardingServerWide(tmp_path / "coordinator.sock").unload("m")
+    error = raised.value
     assert http_error(error, "test")[0] == 503
-    assert "could not reach the coordinator" in error.message and "refused" in error.message
+    assert "could not reach the coordinator" in error.message
+    assert "No such file" in error.message
 
 
 @pytest.mark.anyio

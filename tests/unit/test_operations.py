@@ -1,5 +1,5 @@
 """Server-wide operations as typed messages (serving/operations.py): each one
-encodes and decodes to itself, a refusal comes back as the error raised, and an
+crosses a private call's frame as itself, a refusal comes back as the error raised, and an
 operation is applied by the method it names, here (LocalServerWide) and in a
 protocol process (OperationsHere: the repository's changes with their barrier)."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
 import pytest
 
 from inferd.errors import InferdError, InvalidRequest, ModelNotFound, Overloaded, StatusError
+from inferd.server.errors import http_error, portable_error
 from inferd.server.protocol_role import OperationsHere
 from inferd.serving.operations import (
     ChangeLogSettings,
@@ -24,16 +24,12 @@ from inferd.serving.operations import (
     RepositoryRemove,
     Unload,
     UnregisterMemory,
-    decode_operation,
-    decode_value,
-    encode,
-    error_of,
     model_of,
-    refusal_of,
 )
 from inferd.serving.server_wide import LocalServerWide
-from inferd.supervisor.messages import CatchUp, LoadedAtStart, SwitchReached, decode_to_coordinator
+from inferd.supervisor.messages import CatchUp, LoadedAtStart, SwitchReached
 from inferd.triton.shm import RegionNotFound
+from inferd.workers import ipc
 
 OPERATIONS = [
     Load("a/b", '{"max_batch_size": 4}'),
@@ -52,58 +48,56 @@ OPERATIONS = [
 ]
 
 
+def through_a_frame(message: Any) -> Any:
+    """``message`` as the other end of a private call reads it back."""
+    return ipc.decode_frame(b"".join(bytes(piece) for piece in ipc.encode(message)))
+
+
 @pytest.mark.parametrize("operation", OPERATIONS, ids=repr)
 def test_every_operation_travels_as_itself(operation: Any) -> None:
-    data = encode(operation)
-    assert decode_operation(data) == operation
-    assert decode_to_coordinator(data) == operation  # the coordinator takes it too
+    assert through_a_frame(operation) == operation
 
 
 @pytest.mark.parametrize("request_", [CatchUp(2), LoadedAtStart(0), SwitchReached(5, 1)], ids=repr)
 def test_the_coordinators_own_requests_travel_as_themselves(request_: Any) -> None:
-    assert decode_to_coordinator(encode(request_)) == request_
+    assert through_a_frame(request_) == request_
 
 
-def test_a_coordinator_request_is_no_operation_for_a_process() -> None:
-    with pytest.raises(msgspec.ValidationError):
-        decode_operation(encode(CatchUp(1)))
-
-
-@pytest.mark.parametrize(
-    "data",
-    [b"\x81\xa2op\xa4Drop", encode({"op": "Load"}), encode([1, 2]), b"not msgpack \xc1"],
-)
-def test_what_is_no_operation_is_refused_on_decoding(data: bytes) -> None:
-    with pytest.raises((msgspec.ValidationError, msgspec.DecodeError)):
-        decode_operation(data)
-
-
-def test_values_travel_as_plain_data() -> None:
-    stats = [{"name": "m", "version": "", "inference_count": 3}]
-    assert decode_value(encode(stats)) == stats
-    assert decode_value(encode(None)) is None
+def crossed(error: Exception) -> Exception:
+    """``error`` raised where an operation is applied, as the caller gets it back."""
+    return ipc.error_from_wire(through_a_frame(ipc.error_to_wire(portable_error(error, "test"))))
 
 
 @pytest.mark.parametrize(
-    ("error", "status"),
+    "error",
     [
-        (InvalidRequest("failed to load 'x': bad config"), 400),
-        (ModelNotFound("x"), 404),
-        (Overloaded("busy", retry_after=3), 503),
-        (StatusError("a runtime's own", 418), 418),
+        InvalidRequest("failed to load 'x': bad config"),
+        ModelNotFound("x"),
+        Overloaded("busy", retry_after=3),
+        StatusError("a runtime's own", 418),
     ],
+    ids=lambda error: type(error).__name__,
 )
-def test_a_refusal_comes_back_as_the_error_raised(error: InferdError, status: int) -> None:
-    back = error_of(encode(refusal_of(error, status)))
-    assert type(back) is type(error)
+def test_a_refusal_comes_back_as_the_error_raised(error: InferdError) -> None:
+    back = crossed(error)
+    assert type(back) is type(error) and isinstance(back, InferdError)
     assert back.message == error.message and back.retry_after == error.retry_after
     assert back.code == error.code
 
 
 def test_an_error_inferd_errors_does_not_name_keeps_its_status() -> None:
-    back = error_of(encode(refusal_of(RegionNotFound("no region 'r'"), 404)))
+    back = crossed(RegionNotFound("no region 'r'"))
     assert isinstance(back, StatusError) and back.http_status == 404
     assert back.message == "no region 'r'"
+
+
+def test_an_unexpected_error_crosses_as_a_500_that_says_what_it_was(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    back = crossed(KeyError("settings"))
+    assert isinstance(back, StatusError) and back.http_status == 500
+    assert back.message == "'settings'"
+    assert "Unexpected error serving test" in caplog.text  # logged where it happened
 
 
 def test_model_of_names_the_model_a_load_or_unload_is_about() -> None:
@@ -176,7 +170,7 @@ async def test_a_protocol_process_applies_the_repositorys_changes_at_their_barri
         passed.append(number)
 
     here = OperationsHere(recording, recording, barrier)  # type: ignore[arg-type]
-    assert await here.answer(encode(RepositoryReload("m", switch=4))) == (200, encode(None))
+    assert await here.take(RepositoryReload("m", switch=4)) is None
     await here.apply(RepositoryReload("n"))  # no barrier: serves once loaded
     await here.apply(RepositoryRemove("m"))
     await here.apply(Unload("m"))
@@ -187,14 +181,13 @@ async def test_a_protocol_process_applies_the_repositorys_changes_at_their_barri
 @pytest.mark.anyio
 async def test_a_process_answers_what_is_no_operation_with_a_refusal() -> None:
     here = OperationsHere(Recording(), Recording())  # type: ignore[arg-type]
-    status, body = await here.answer(b"\x81\xa2op\xa4Drop")
-    assert status == 400
-    error = error_of(body)
-    assert isinstance(error, InvalidRequest) and "Not a server-wide operation" in error.message
-    status, body = await here.answer(encode(RegisterSystemMemory("r", "/k", 0, 8)))
-    assert status == 403 and "Shared memory" in error_of(body).message
+    with pytest.raises(InvalidRequest, match="Not a server-wide operation: CatchUp"):
+        await here.take(CatchUp(1))  # the coordinator's own, not a process's
+    with pytest.raises(InferdError, match="Shared memory") as raised:
+        await here.take(RegisterSystemMemory("r", "/k", 0, 8))
+    assert http_error(raised.value, "test")[0] == 403
 
 
 def test_messages_are_small() -> None:
-    # What a forwarded load costs on the wire: its fields and its tag, no path.
-    assert len(encode(Load("iris"))) < 32
+    # What a forwarded load costs on the wire: its class and fields, no path.
+    assert sum(len(piece) for piece in ipc.encode(Load("iris"))) < 100

@@ -98,6 +98,7 @@ def host_server(
     process = ModelHostProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
+        operations_socket=role.paths.operations(role.index),
         backends=BackendChoice(here=here, in_process=in_process),
         hosted_later=hosted_later,
         # At the server's start host.sock opens first: the protocol processes' loads

@@ -15,6 +15,7 @@ import logging
 import grpc
 from starlette.requests import ClientDisconnect
 
+from inferd import errors
 from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, error_body
 
@@ -74,6 +75,23 @@ def http_error(error: Exception, serving: str) -> tuple[int, bytes, HttpHeaders]
         return CLIENT_CLOSED_REQUEST, error_body(CLIENT_DISCONNECTED), list(_JSON_HEADERS)
     logger.error("Unexpected error serving %s", serving, exc_info=error)
     return 500, error_body(INTERNAL_ERROR), list(_JSON_HEADERS)
+
+
+def portable_error(error: Exception, serving: str) -> InferdError:
+    """``error`` as it crosses a private channel to be answered by another process:
+    itself where the other side rebuilds it as it is (a class of ``inferd.errors``:
+    workers/ipc.py ``error_from_wire``), else a StatusError of the status REST answers
+    it with (and its Retry-After), so that the client gets the same answer from any
+    process. ``serving`` names the call in the log line of an unexpected error."""
+    if isinstance(error, InferdError) and getattr(errors, type(error).__name__, None) is type(
+        error
+    ):
+        return error
+    status, _, _ = http_error(error, serving)
+    message = error.message if isinstance(error, InferdError) else str(error)
+    portable = StatusError(message or type(error).__name__, status)
+    portable.retry_after = error.retry_after if isinstance(error, InferdError) else None
+    return portable
 
 
 def grpc_error(

@@ -5,13 +5,13 @@ The supervisor (``inferd/supervisor/``) starts each protocol process as a
 ``ProtocolProcess`` (``roles.py``), and the model host as the host's
 ``ModelHostServer`` (``host/process.py``). Then the process:
 
-- serves on a private unix socket (``rest_socket``), in a folder only these
-  processes can open, the server-wide operations the supervisor's coordinator sends
-  as typed messages (``OPERATION_PATH``: serving/operations.py, applied here alone by
-  :class:`OperationsHere`), and its whole REST app without access rules (the
-  supervisor's readiness poll, tests asking each process); its metrics exposition
-  on another (``metrics_socket``), which the supervisor sums on ``metrics_port``
-  (it opens no TCP metrics port itself);
+- serves on private unix sockets, in a folder only these processes can open, the
+  server-wide operations the supervisor's coordinator sends (``operations_socket``:
+  a typed message of serving/operations.py per call, in ipc frames,
+  workers/private_calls.py; applied here alone by :class:`OperationsHere`), its
+  whole REST app without access rules (``rest_socket``: the supervisor's readiness
+  poll, tests asking each process) and its metrics exposition (``metrics_socket``),
+  which the supervisor sums on ``metrics_port`` (it opens no TCP metrics port itself);
 - opens the public REST and gRPC ports with ``SO_REUSEPORT`` (every protocol
   process binds them and the kernel spreads connections). At the server's start it
   opens them before loading its models, as a lone server does: a liveness probe
@@ -40,13 +40,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
-
 from inferd.errors import InvalidRequest
-from inferd.server.errors import http_error
+from inferd.server.errors import portable_error
 from inferd.server.rest.api import build_rest_app
 from inferd.server.rest.fastpath import RestApp
 from inferd.server.roles import SwitchBarrier
@@ -56,18 +51,9 @@ from inferd.serving.operations import (
     Operation,
     RepositoryReload,
     RepositoryRemove,
-    decode_operation,
-    encode,
-    refusal_of,
 )
 from inferd.serving.repository_poll import ModelChanges
 from inferd.serving.server_wide import LocalServerWide
-
-# Where a private socket takes a server-wide operation (serving/operations.py), as a
-# msgpack message in a POST body, answered with its value (200) or its Refusal (the
-# status the REST edge would have answered): the coordinator's one path into a process.
-OPERATION_PATH = "/private/operation"
-MSGPACK = "application/msgpack"
 
 
 class OperationsHere:
@@ -101,14 +87,15 @@ class OperationsHere:
                 return await self.local.apply(operation)
         return None
 
-    async def answer(self, body: bytes) -> tuple[int, bytes]:
-        """The status and msgpack body that answer an encoded operation."""
+    async def take(self, message: Any) -> Any:
+        """One of the coordinator's calls (workers/private_calls.py): the operation's
+        value, or the error that refuses it, as it crosses (``portable_error``)."""
+        if not isinstance(message, Operation):
+            raise InvalidRequest(f"Not a server-wide operation: {type(message).__name__}")
         try:
-            operation = _decoded(body)
-            return 200, encode(await self.apply(operation))
+            return await self.apply(message)
         except Exception as error:
-            status, _, _ = http_error(error, "a server-wide operation")
-            return status, encode(refusal_of(error, status))
+            raise portable_error(error, "a server-wide operation") from None
 
     def _barrier(self, number: int | None) -> Callable[[], Awaitable[None]] | None:
         if number is None or self.switch is None:
@@ -117,45 +104,13 @@ class OperationsHere:
         return lambda: await_barrier(number)
 
 
-def _decoded(body: bytes) -> Operation:
-    try:
-        return decode_operation(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
-        raise InvalidRequest(f"Not a server-wide operation: {error}") from None
-
-
-def private_rest_app(
-    dataplane: DataPlane,
-    changes: ModelChanges,
-    switch: SwitchBarrier | None = None,
-    hosted_later: set[str] | None = None,
-) -> PrivateRestApp:
-    """The app of a protocol process's ``rest-<i>.sock``: the REST app with every API
-    group open (the public edge that took a call decided access), not counted in the
-    public metrics (its callers are the supervisor and tests, not clients); and the
-    coordinator's operations (OPERATION_PATH), applied here alone."""
-    rest = build_rest_app(
+def private_rest_app(dataplane: DataPlane) -> RestApp:
+    """The app of a process's ``rest-<i>.sock``: the REST app with every API group open
+    (the public edge that took a call decided access), not counted in the public
+    metrics (its callers are the supervisor's readiness poll and tests, not clients)."""
+    return build_rest_app(
         dataplane, dataplane.settings, guards={}, server_wide=LocalServerWide(dataplane)
     )
-    return PrivateRestApp(rest, OperationsHere(dataplane, changes, switch, hosted_later))
-
-
-class PrivateRestApp:
-    """The REST API, and the server-wide operations the coordinator sends."""
-
-    def __init__(self, rest: RestApp, operations: OperationsHere) -> None:
-        self.rest = rest
-        self.operations = operations
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != OPERATION_PATH:
-            await self.rest(scope, receive, send)
-            return
-        if scope["method"] != "POST":
-            await Response(status_code=405, headers={"allow": "POST"})(scope, receive, send)
-            return
-        status, body = await self.operations.answer(await Request(scope, receive).body())
-        await Response(body, status, media_type=MSGPACK)(scope, receive, send)
 
 
 def bind_unix(path: Path) -> socket.socket:

@@ -9,15 +9,17 @@
 - the model host's server (``host/process.py`` ``ModelHostServer``), a
   :class:`RoleServer` too: it opens no public port, only ``host.sock``.
 
-Both serve the coordinator's operations, their REST app (no access rules) and
-their metrics on private sockets, and start in their role's order
-(``roles.py`` ``start_order``: workers, private sockets, models, catching up, then
-ready; their public side, ports or ``host.sock``, first at the server's start, live
-while they load, and last in a process restarted after a death).
+Both serve the coordinator's operations (in frames: workers/private_calls.py),
+their REST app (no access rules) and their metrics on private sockets, and start
+in their role's order (``roles.py`` ``start_order``: workers, private sockets,
+models, catching up, then ready; their public side, ports or ``host.sock``, first at
+the server's start, live while they load, and last in a process restarted after a
+death).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -26,11 +28,12 @@ from inferd.server.grpc.server import GrpcServer
 from inferd.server.http_servers import Listening, Running, run_servers, uvicorn_config, wait_started
 from inferd.server.listener import SignalFreeServer
 from inferd.server.parts import ServerParts
-from inferd.server.protocol_role import bind_unix, private_rest_app
+from inferd.server.protocol_role import OperationsHere, bind_unix, private_rest_app
 from inferd.server.roles import ProtocolProcess, RoleProcess, Step, SwitchBarrier
 from inferd.server.shutdown import CUT_SIGNAL, SAME_STOP_SECONDS, Shutdown
 from inferd.serving.server_wide import ServerWide
 from inferd.settings import ServerSettings
+from inferd.workers.private_calls import close_server, serve_calls
 
 # Not done once a stop began: no port opens, and nothing says ready, after a SIGTERM.
 AFTER_A_STOP_SKIPPED = (Step.PUBLIC, Step.READY)
@@ -61,6 +64,7 @@ class RoleServer(ServerParts):
         self._public: list[Running] = []
         self._grpc_server: GrpcServer | None = None
         self._told_of_stop: list[Callable[[], None]] = []
+        self._operations: asyncio.Server | None = None
         # None of its models reads ready before the process is (every process loaded).
         self.dataplane.models_ready_once_started = True
 
@@ -101,11 +105,16 @@ class RoleServer(ServerParts):
                     await run()
             await self.wait_for_stop(*(task for _, _, task in [*self._public, *private]))
         finally:
+            if self._operations is not None:  # no operation starts on a stopping process
+                await close_server(self._operations)
             await self.shut_down(shutdown, self._public, private, self._grpc_server)
             self.after_shutdown()
             shutdown.finished()
 
     async def _private_started(self, private: list[Running]) -> None:
+        role = self.role
+        here = OperationsHere(self.dataplane, self.changes, self._switch, role.hosted_later)
+        self._operations = await serve_calls(bind_unix(role.operations_socket), here.take)
         for what, server, task in private:
             await wait_started(what, server, task, self.settings.host)
 
@@ -123,12 +132,12 @@ class RoleServer(ServerParts):
         """What is left to close once the servers stopped and the models unloaded."""
 
     def _private_servers(self) -> list[Listening]:
-        """The coordinator's operations and the REST app without access rules (nor HTTP
-        statistics: these are the supervisor's and tests' requests, not clients'), and
-        the metrics exposition, each on its own unix socket."""
+        """The REST app without access rules (nor HTTP statistics: these are the
+        supervisor's and tests' requests, not clients') and the metrics exposition,
+        each on its own unix socket (the coordinator's operations are served beside
+        them, in frames: ``_private_started``)."""
         role = self.role
-        rest = private_rest_app(self.dataplane, self.changes, self._switch, role.hosted_later)
-        apps = [("Private REST server", rest, role.rest_socket)]
+        apps = [("Private REST server", private_rest_app(self.dataplane), role.rest_socket)]
         if self.settings.metrics_enabled:
             apps.append(("Private metrics server", self.metrics_app(), role.metrics_socket))
         return [

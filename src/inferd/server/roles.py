@@ -83,6 +83,8 @@ class RoleProcess:
 
     rest_socket: Path
     metrics_socket: Path
+    # Where it takes the coordinator's operations (workers/private_calls.py).
+    operations_socket: Path
     # Which backend serves each model: this process's own, or the model host's.
     backends: BackendChoice
     # What it does at its start, in order (start_order).

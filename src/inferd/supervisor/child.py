@@ -81,6 +81,7 @@ def protocol_server(
     process = ProtocolProcess(
         rest_socket=role.paths.rest(role.index),
         metrics_socket=role.paths.metrics(role.index),
+        operations_socket=role.paths.operations(role.index),
         backends=protocol_backends(settings, role, placement, hosted_later),
         hosted_later=hosted_later,
         # Its share of the server's bound: at most max_queue_size requests of a copied

@@ -1,18 +1,19 @@
 """The coordinator: server-wide operations applied in every protocol process.
 
-The supervisor serves it on its private ``coordinator.sock`` (coordinator_app.py). A protocol
-process that takes a server-wide operation (supervisor/forwarding.py) sends it
-here as its typed message (serving/operations.py); the coordinator sends the same
-message to every protocol process's private ``rest-<i>.sock`` (where each applies
-it to itself), reads each answer once into a typed outcome of the process it came
-from (outcomes.py: applied, refused, not held, no answer), settles them into what
-the client gets (merging.py) and answers as the processes did:
+The supervisor serves it on its private ``coordinator.sock`` (coordinator_calls.py).
+A protocol process that takes a server-wide operation (supervisor/forwarding.py)
+sends it here as its typed message (serving/operations.py); the coordinator sends
+the same message to every protocol process's private ``operations-<i>.sock`` (where
+each applies it to itself), each a call in ipc frames (workers/private_calls.py),
+reads each reply once into a typed outcome of the process it came from
+(outcomes.py: applied, refused, not held, no answer), settles them into what the
+client gets (merging.py) and answers as the processes did:
 
 - one at a time: a lock orders the operations, so every process applies them in
   the same order (two loads of one model cannot end differently in two processes);
 - all that answered applied it: the first one's value; one refused it: that
-  refusal as its process gave it (``Refusal``: the error's class, message and
-  status), logged with which process;
+  refusal as its process gave it (the error, rebuilt as its class), logged with
+  which process;
 - a process that does not answer at all (starting, restarting) is left out and
   catches up from the journal (journal.py) before it serves its public ports:
   its ``CatchUp`` (supervisor/messages.py), under the same lock, replays the
@@ -31,9 +32,10 @@ the client gets (merging.py) and answers as the processes did:
   start serving the new version together, within the few milliseconds the
   barrier's answers take to reach them.
 
-HTTP statuses are read only where a process's answer arrives (outcomes.py) and
-written only where the coordinator answers the process that forwarded the
-operation (coordinator_app.py, which serves it on ``coordinator.sock``).
+No HTTP status travels between them: a reply is a value or an error of its class
+(outcomes.py reads each process's; coordinator_calls.py answers the process that
+forwarded the operation), and the edge that took the client's call maps it as it
+maps a local one.
 
 What a partial failure leaves: the processes that applied the operation keep it
 (nothing is undone: undoing a load would unload the version that served before),
@@ -61,7 +63,6 @@ from inferd.serving.operations import (
     ReadStatistics,
     RepositoryReload,
     UnregisterMemory,
-    refusal_of,
 )
 from inferd.supervisor.host_order import HostOrder
 from inferd.supervisor.journal import Journal
@@ -139,7 +140,7 @@ class Coordinator:
         try:
             operation = await self.host.placed(operation)
         except InferdError as error:
-            return Refused(self.host.process, refusal_of(error, 503))
+            return Refused(self.host.process, error)
         await self.host.ready_for(operation)
         async with self._lock:
             # Another load may start the host meanwhile: whether this one reaches it is this.
@@ -217,8 +218,10 @@ class Coordinator:
 
     def _log_settled(self, operation: Operation, settled: Settled) -> None:
         for refused in settled.refused:
-            status, message = refused.refusal.status, refused.refusal.message
-            logger.warning("%s refused %r (%d): %s", refused.process, operation, status, message)
+            error = refused.error
+            logger.warning(
+                "%s refused %r (%s): %s", refused.process, operation, type(error).__name__, error
+            )
         for unanswered in settled.unanswered:
             logger.warning(
                 "%s did not answer %r (%s); it catches up when it starts",
@@ -244,17 +247,17 @@ class _Barrier:
 
 
 def _failure(operation: Operation, outcome: Outcome) -> dict[str, Any] | None:
-    """A replayed operation's failure as the catch-up lists it (the status of its
-    refusal, 0 for no answer); None where the process is where ``operation`` leaves
-    it: it applied it, or it unloads a model the process does not hold (it did not
-    load it at start-up)."""
+    """A replayed operation's failure as the catch-up lists it (the class of its
+    refusal's error, "NoAnswer" for none); None where the process is where
+    ``operation`` leaves it: it applied it, or it unloads a model the process does
+    not hold (it did not load it at start-up)."""
     match outcome:
         case Applied():
             return None
         case NotHeld() if isinstance(operation, UNLOADS):
             return None
-        case Refused(_, refusal) | NotHeld(_, refusal):
-            status = refusal.status
+        case Refused(_, error) | NotHeld(_, error):
+            refused = type(error).__name__
         case NoAnswer():
-            status = 0
-    return {"operation": repr(operation), "status": status, "error": said(outcome)}
+            refused = "NoAnswer"
+    return {"operation": repr(operation), "refused": refused, "error": said(outcome)}

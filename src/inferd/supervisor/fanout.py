@@ -1,12 +1,10 @@
 """One HTTP request sent to each protocol process's private socket, answers gathered.
 
-The coordinator sends the protocol processes typed messages (serving/operations.py:
-a load fanned out is a ``Load`` applied in each process, and so on), POSTed to
-``OPERATION_PATH`` on unix sockets only these processes can open (see
-``paths.py``); the supervisor's metrics endpoint and its readiness poll read the
-processes' exposition and health there. httpx carries it (its transport speaks
-HTTP over a unix socket); this traffic is a handful of requests per operator
-action, not the request path.
+What the supervisor reads of every process over HTTP, on unix sockets only these
+processes can open (see ``paths.py``): its readiness poll (each ``rest-<i>.sock``'s
+health) and its metrics endpoint (each ``metrics-<i>.sock``'s exposition). httpx
+carries it (its transport speaks HTTP over a unix socket). The coordinator's
+operations travel in ipc frames instead (workers/private_calls.py).
 """
 
 from __future__ import annotations
@@ -15,16 +13,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from inferd.server.protocol_role import MSGPACK, OPERATION_PATH
-from inferd.serving.operations import encode
-
 # A private request's host: any name does, the socket decides where it goes.
 _BASE_URL = "http://inferd.internal"
-_MSGPACK_HEADERS = {"content-type": MSGPACK}
 
 
 @dataclass(frozen=True)
@@ -79,15 +72,3 @@ async def fan_out(
             *(send(socket, method, path, content, headers, timeout_s) for socket in sockets)
         )
     )
-
-
-async def deliver(
-    socket: Path, message: Any, path: str = OPERATION_PATH, timeout_s: float | None = None
-) -> Answer:
-    """A typed message (msgspec Struct) to the process at ``socket``; its answer."""
-    return await send(socket, "POST", path, encode(message), _MSGPACK_HEADERS, timeout_s)
-
-
-async def deliver_to_each(sockets: Sequence[Path], message: Any) -> list[Answer]:
-    """The same message to every socket at once; answers in the sockets' order."""
-    return list(await asyncio.gather(*(deliver(socket, message) for socket in sockets)))

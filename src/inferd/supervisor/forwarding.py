@@ -7,7 +7,7 @@
   process raised, rebuilt as the same class (so REST answers the same status and
   gRPC the same code).
 - What the process does with the operations the coordinator sends every process
-  is ``server/protocol_role.py``'s ``OperationsHere``, on its ``rest-<i>.sock``.
+  is ``server/protocol_role.py``'s ``OperationsHere``, on its ``operations-<i>.sock``.
 - :func:`catch_up`: a process that starts (or restarts) has the coordinator replay
   its journal to it. Call it once ``rest-<i>.sock`` serves and the start-up models
   are loaded (the journal may unload one of them), before serving the public ports.
@@ -21,13 +21,12 @@ from typing import Any
 
 import msgspec
 
-from inferd.errors import ErrorCode, InferdError, StatusError
-from inferd.serving.operations import Operation, decode_value, error_of
+from inferd.errors import ErrorCode, InferdError
+from inferd.serving.operations import Operation
 from inferd.serving.server_wide import ServerWide
-from inferd.supervisor.coordinator_app import COORDINATOR_PATH
-from inferd.supervisor.fanout import Answer, deliver
 from inferd.supervisor.messages import CatchUp, LoadedAtStart, SwitchReached
 from inferd.supervisor.paths import ProcessRole
+from inferd.workers.private_calls import CallUnanswered, call
 
 logger = logging.getLogger(__name__)
 
@@ -47,24 +46,14 @@ class ForwardingServerWide(ServerWide):
 
 
 async def call_coordinator(coordinator: Path, message: msgspec.Struct) -> Any:
-    """The value of the coordinator's answer to ``message``; the error it stands for
-    if not a success."""
-    answer = await deliver(coordinator, message, COORDINATOR_PATH)
-    if not answer.ok:
-        raise answered_error(message, answer)
-    return decode_value(answer.body)
-
-
-def answered_error(message: msgspec.Struct, answer: Answer) -> Exception:
-    """The error a refused (or unanswered) message to the coordinator stands for."""
-    if not answer.status:
-        return CoordinatorUnreachable(
-            f"{message!r} could not reach the coordinator of the protocol processes: {answer.error}"
-        )
+    """The value of the coordinator's answer to ``message``; the error it refused it
+    with (the class the refusing process raised), CoordinatorUnreachable if none came."""
     try:
-        return error_of(answer.body)
-    except (msgspec.DecodeError, msgspec.ValidationError):  # not a refusal: a transport's
-        return StatusError(answer.body.decode("utf-8", "replace"), answer.status)
+        return await call(coordinator, message)
+    except CallUnanswered as error:
+        raise CoordinatorUnreachable(
+            f"{message!r} could not reach the coordinator of the protocol processes: {error}"
+        ) from None
 
 
 async def catch_up(role: ProcessRole) -> dict[str, Any]:

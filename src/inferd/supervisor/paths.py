@@ -6,13 +6,17 @@ when it exits) holds unix sockets only these processes may open:
 - ``coordinator.sock`` — the supervisor's coordinator: server-wide operations
   (repository load/unload, log level, shared memory registration, statistics)
   sent by a protocol process, applied in every protocol process before answering;
+- ``operations-<i>.sock`` — protocol process ``i``'s side of the coordinator: the
+  operations the coordinator sends it, applied there alone (both in ipc frames, a call
+  per connection: workers/private_calls.py);
 - ``rest-<i>.sock`` — protocol process ``i``'s own REST app, answering for that
-  process alone (the coordinator fans out through these);
+  process alone (the supervisor's readiness poll, tests);
 - ``metrics-<i>.sock`` — protocol process ``i``'s Prometheus exposition (the
   supervisor serves ``metrics_port`` by summing them);
 - ``host.sock`` — the model host's models (when one runs), which every protocol
   process reaches there (host/client.py); the host is also process ``N`` (after
-  the N protocol processes) for its ``rest-N.sock`` and ``metrics-N.sock``;
+  the N protocol processes) for its ``operations-N.sock``, ``rest-N.sock`` and
+  ``metrics-N.sock``;
 - ``calls-<i>.sock`` — protocol process ``i``'s models, for the model calls of the
   models the host runs (server/worker_calls.py).
 
@@ -55,6 +59,9 @@ class PrivatePaths:
 
     def metrics(self, index: int) -> Path:
         return self.folder / f"metrics-{index}.sock"
+
+    def operations(self, index: int) -> Path:
+        return self.folder / f"operations-{index}.sock"
 
     @property
     def host(self) -> Path:

@@ -14,27 +14,37 @@ from typing import Any
 import uvicorn
 
 from inferd.server.listener import SignalFreeServer
+from inferd.workers.private_calls import Handler, serve_calls
 
 
 @dataclass(frozen=True)
 class Service:
-    """An ASGI app the supervisor serves, on a socket bound for it; ``options``:
-    uvicorn's for it (TLS: ``transport.metrics_options`` for ``metrics_ssl``);
-    ``background``: work it does beside, run as a task while it is served (the
-    repository poll), which returns once the supervisor stops."""
+    """What the supervisor serves on a socket bound for it: an ASGI ``app`` (uvicorn
+    serves it; ``options``: uvicorn's for it, TLS: ``transport.metrics_options`` for
+    ``metrics_ssl``), or private ``calls`` in ipc frames (workers/private_calls.py:
+    the coordinator's); ``background``: work it does beside, run as a task while it is
+    served (the repository poll), which returns once the supervisor stops."""
 
     what: str
     app: Any
     sock: socket.socket
     options: Mapping[str, Any] = field(default_factory=dict)
     background: Callable[[], Coroutine[Any, Any, None]] | None = None
+    calls: Handler | None = None
 
 
-# A service being served: its server, the task serving it, and its background's.
-RunningService = tuple[uvicorn.Server, asyncio.Task[None], asyncio.Task[None] | None]
+# A service being served: its uvicorn server (None for private calls), the task
+# serving it, and its background's.
+RunningService = tuple[uvicorn.Server | None, asyncio.Task[None], asyncio.Task[None] | None]
 
 
 def serve_service(service: Service) -> RunningService:
+    beside: asyncio.Task[None] | None = None
+    if service.background is not None:
+        beside = asyncio.create_task(service.background(), name=f"{service.what}: beside")
+    if service.calls is not None:
+        answering = _answer_calls(service.sock, service.calls)
+        return None, asyncio.create_task(answering, name=service.what), beside
     config = uvicorn.Config(
         service.app,
         lifespan="off",
@@ -43,11 +53,17 @@ def serve_service(service: Service) -> RunningService:
         **({"server_header": False} | dict(service.options)),
     )
     server = SignalFreeServer(config)
-    serving = asyncio.create_task(server.serve([service.sock]), name=service.what)
-    beside: asyncio.Task[None] | None = None
-    if service.background is not None:
-        beside = asyncio.create_task(service.background(), name=f"{service.what}: beside")
-    return server, serving, beside
+    return server, asyncio.create_task(server.serve([service.sock]), name=service.what), beside
+
+
+async def _answer_calls(sock: socket.socket, handle: Handler) -> None:
+    """``handle`` answering calls on ``sock`` until cancelled (the calls under way are
+    not waited for: their processes are gone by then)."""
+    server = await serve_calls(sock, handle)
+    try:
+        await asyncio.Future()
+    finally:
+        server.close()
 
 
 async def end_services(running: Sequence[RunningService]) -> None:
@@ -68,8 +84,11 @@ async def end_services(running: Sequence[RunningService]) -> None:
 async def stop_services(running: Sequence[RunningService]) -> None:
     """Every service told to stop first, then each awaited: one by one, each uvicorn
     server's shutdown ticks (0.1 s each) added up past shutdown_grace_seconds."""
-    for server, _, beside in running:
-        server.should_exit = True
+    for server, task, beside in running:
+        if server is not None:
+            server.should_exit = True
+        else:
+            task.cancel()
         if beside is not None:
             beside.cancel()
     for _, task, beside in running:

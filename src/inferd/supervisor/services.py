@@ -12,7 +12,7 @@ from inferd.server.listener import listen_tcp
 from inferd.server.protocol_role import bind_unix
 from inferd.server.transport import metrics_options
 from inferd.supervisor.coordinator import Coordinator
-from inferd.supervisor.coordinator_app import coordinator_app
+from inferd.supervisor.coordinator_calls import coordinator_calls
 from inferd.supervisor.main import ServiceFactory, Supervised
 from inferd.supervisor.metrics import build_metrics_app
 from inferd.supervisor.repository_changes import repository_poll
@@ -33,7 +33,7 @@ def coordinator(supervised: Supervised) -> Sequence[Service]:
     found.before_ready = supervised.before_ready
     poll = repository_poll(settings, found, supervised.stopping)
     sock = bind_unix(supervised.paths.coordinator)
-    return [Service("Coordinator", coordinator_app(found), sock, background=poll)]
+    return [Service("Coordinator", None, sock, background=poll, calls=coordinator_calls(found))]
 
 
 def summed_metrics(supervised: Supervised) -> Sequence[Service]:
