@@ -104,8 +104,14 @@ co_install_dry_runs() {
     rm -rf "$wheel_dir"
 }
 
+# The dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt):
+# mostly PyPI lookups, so it waits on the network beside the checks below.
+audit() {
+    "$PYTHON" scripts/audit_dependencies.py --python $VENV/bin/python
+}
+
 declare -A side_jobs
-for job in make_kserve_venv make_mlserver_venv make_lowest_venv make_vllm_venv co_install_dry_runs; do
+for job in audit make_kserve_venv make_mlserver_venv make_lowest_venv make_vllm_venv co_install_dry_runs; do
     "$job" >".ci-logs/$job.log" 2>&1 &
     side_jobs[$job]=$!
 done
@@ -116,14 +122,15 @@ finished() {
     echo "!! $job failed:"; cat ".ci-logs/$job.log"; return 1
 }
 
-step "dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt)"
-"$PYTHON" scripts/audit_dependencies.py --python $VENV/bin/python
-
 step "ruff"
 $VENV/bin/python -m ruff check src tests benchmarks scripts examples
 $VENV/bin/python -m ruff format --check src tests benchmarks scripts examples
 step "mypy"
 $VENV/bin/python -m mypy src benchmarks
+
+step "dependency audit (known vulnerabilities; exceptions: scripts/audit-exceptions.txt)"
+finished audit
+tail -n 3 .ci-logs/audit.log
 
 step "co-installable: inferd + kserve, inferd + tensorflow-cpu<2.18 (pip --dry-run)"
 finished co_install_dry_runs
