@@ -114,7 +114,9 @@ def started(
     scenario.write_repository(repo, contender, case)
     processes = contender.protocol_processes
     processes = options.protocol_processes if processes == AS_OPTION else processes
-    server = start(contender, options.programs, repo, ports, processes)
+    server = start(
+        contender, options.programs, repo, ports, processes, own_session=not options.shared_session
+    )
     try:
         startup = server.wait_until(
             ready_path(contender), timeout=options.ready_timeout, port=ready_port(contender, ports)

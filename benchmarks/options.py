@@ -59,6 +59,9 @@ class Options:
     args: argparse.Namespace
     protocol_processes: int | None = 1  # inferd's; None: its default (the CPUs)
     start_once: bool = False  # each contender started once a round for every case
+    # The servers in this command's session (their own process group only); False: each
+    # in a session of its own (common/serverproc.py spawn).
+    shared_session: bool = False
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -97,6 +100,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: ScenarioSpec) ->
         action="store_true",
         help="start each server once a round and drive it at every --connections value in "
         "turn (for servers that take minutes to start; default: a fresh server per run)",
+    )
+    add(
+        "--shared-session",
+        action="store_true",
+        help="start the servers in this command's session (a process group of their own) "
+        "rather than each in a session of its own: under Linux's autogroup scheduling a "
+        "session is a scheduling group, so a server's busy processes (vLLM's engine) then "
+        "share the CPUs with the load generator thread by thread instead of splitting one "
+        "session's share with its own front end (default: a session each, as the recorded "
+        "figures ran)",
     )
     if spec.load_tool == "wrk":
         add("--wrk-timeout", type=float, default=10.0, help="wrk's per-request timeout, s")
@@ -271,6 +284,7 @@ def parse_options(specs: Sequence[ScenarioSpec], argv: Sequence[str] | None = No
         args=args,
         protocol_processes=args.protocol_processes,
         start_once=args.start_once,
+        shared_session=args.shared_session,
     )
 
 

@@ -232,6 +232,7 @@ def start(
     repo: Path,
     ports: Sequence[int],
     protocol_processes: int | None = None,
+    own_session: bool = True,
 ) -> ServerProcess:
     command, env = command_and_env(contender, programs, repo, ports[1], protocol_processes)
     return spawn(
@@ -242,6 +243,7 @@ def start(
         ports=ports,
         env=env,
         ca_file=contender.ca_file,
+        own_session=own_session,
     )
 
 

@@ -52,6 +52,7 @@ def describe_setup(options: Options) -> dict[str, Any]:
         "protocol_processes": options.protocol_processes,  # None: the server's default
         "mlserver_python": programs.mlserver_python,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "shared_session": options.shared_session,
         "note": "servers and load generator share all CPUs; nothing is pinned",
     }
 
@@ -91,7 +92,11 @@ def main(argv: Sequence[str]) -> int:
     use_inferd_source(options.programs.inferd_src)
     scenario = SCENARIOS[options.scenario](options)
     print(scenario.describe())
-    print(f"servers and load share {os.cpu_count()} CPUs; nothing is pinned", flush=True)
+    sessions = "this command's session" if options.shared_session else "a session each"
+    print(
+        f"servers and load share {os.cpu_count()} CPUs; nothing is pinned; servers in {sessions}",
+        flush=True,
+    )
     print(f"inferd runs {processes_label(options.protocol_processes)}", flush=True)
     if scenario.compares_mlserver and options.programs.mlserver_python is None:
         print(f"MLServer left out: pass --mlserver-python or set ${MLSERVER_PYTHON_ENV}")

@@ -152,8 +152,8 @@ class ServerProcess:
         return " ".join(map(str, command)) if isinstance(command, list) else str(command)
 
     def _kill_group(self) -> None:
-        # The server leads its own process group (start_new_session), so the group id
-        # is its pid; nothing is left to kill once it and its children have gone.
+        # The server leads its own process group (spawn), so the group id is its pid;
+        # nothing is left to kill once it and its children have gone.
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
 
@@ -182,12 +182,15 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     ca_file: Path | None = None,
+    own_session: bool = True,
 ) -> ServerProcess:
     """Start ``command`` in a new process group, stdout and stderr to ``log_path``.
 
     ``ports`` are the HTTP, gRPC and metrics ports the caller told it to use;
     ``env`` is its whole environment (default: this process's); ``ca_file``: the CA
-    of the certificate it serves REST with, if it serves TLS."""
+    of the certificate it serves REST with, if it serves TLS. ``own_session``: the
+    group leads a session of its own (under Linux's autogroup, a scheduling group of
+    its own too), else it stays in this process's session (benchmarks' --shared-session)."""
     http_port, grpc_port, metrics_port = ports
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
@@ -198,7 +201,9 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
-            start_new_session=True,  # its own process group: stop() reaches its workers
+            # Its own process group either way: stop() reaches its workers.
+            start_new_session=own_session,
+            process_group=None if own_session else 0,
         )
     server = ServerProcess(repository, process, log_path, http_port, grpc_port, metrics_port)
     server.ca_file = ca_file

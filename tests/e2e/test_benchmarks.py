@@ -208,13 +208,15 @@ def test_the_openai_scenario_streams_chat_completions_from_inferd(tmp_path: Path
     assert 0 < run["p50_ms"] <= run["max_ms"]  # time to first token
     assert 0 <= run["goodput_per_s"] <= run["streams"] / run["duration_s"] + 1e-9
     assert "c2 (medians over rounds):" in done.stdout and "goodput" in done.stdout
-    # Open-loop: streams arriving at random, 8 a second, at most 4 at once.
-    open_loop = [*openai, *brief, "--connections", "4", "--request-rate", "8"]
+    # Open-loop: streams arriving at random, 8 a second, at most 4 at once; the server in
+    # this command's session.
+    open_loop = [*openai, *brief, "--connections", "4", "--request-rate", "8", "--shared-session"]
     done = subprocess.run(open_loop, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     run = json.loads(out.read_text())["runs"][0]
     assert run["errors"] == 0 and 0 < run["streams"] <= 8 * 3, run  # a second of arrivals
     assert "chat streams at 8/s, at most 4 at once" in done.stdout, done.stdout
+    assert "servers in this command's session" in done.stdout
 
 
 def test_the_composition_scenario_measures_bls_and_an_ensemble(tmp_path: Path) -> None:

@@ -187,3 +187,8 @@ def test_a_relative_python_is_made_absolute_not_resolved(
     options = parse("openai", "--vllm-python", relative, "--inferd-python", relative)
     assert options.programs.vllm_python == str(bin_dir / "python")
     assert options.programs.inferd_python == str(bin_dir / "python")
+
+
+def test_servers_get_a_session_each_unless_asked_to_share_this_one() -> None:
+    assert parse("openai").shared_session is False
+    assert parse("openai", "--shared-session").shared_session is True
