@@ -28,16 +28,6 @@ if [ "${1:-}" = --latest ]; then
     VLLM_VENV=.venv-vllm-latest
     locked() { echo "--upgrade --upgrade-strategy eager"; }
 fi
-# shellcheck disable=SC2046  # locked's words are separate arguments
-[ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
-$VENV/bin/python -m pip install --quiet --upgrade pip
-# shellcheck disable=SC2046
-$VENV/bin/python -m pip install --quiet $(locked test) -e '.[test]'
-echo "== pytest runs against: $($VENV/bin/python -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("msgspec", "numpy", "scikit-learn", "grpcio", "protobuf", "transformers")))')"
-
-# Debian's chromium (the Swagger UI test) and wrk (the benchmark test), where root can install them.
-scripts/install_test_tools.sh
-
 # Side environments, made at the same time (mostly downloads) while the checks below run;
 # each one's pip output goes to .ci-logs/<name>.log.
 mkdir -p .ci-logs
@@ -111,10 +101,28 @@ audit() {
 }
 
 declare -A side_jobs
-for job in audit make_kserve_venv make_mlserver_venv make_lowest_venv make_vllm_venv co_install_dry_runs; do
-    "$job" >".ci-logs/$job.log" 2>&1 &
-    side_jobs[$job]=$!
-done
+start_side_jobs() {
+    local job
+    for job in "$@"; do
+        "$job" >".ci-logs/$job.log" 2>&1 &
+        side_jobs[$job]=$!
+    done
+}
+# Those that need nothing of $VENV download beside its own install.
+start_side_jobs make_kserve_venv make_lowest_venv make_vllm_venv
+
+# shellcheck disable=SC2046  # locked's words are separate arguments
+[ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
+$VENV/bin/python -m pip install --quiet --upgrade pip
+# shellcheck disable=SC2046
+$VENV/bin/python -m pip install --quiet $(locked test) -e '.[test]'
+echo "== pytest runs against: $($VENV/bin/python -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("msgspec", "numpy", "scikit-learn", "grpcio", "protobuf", "transformers")))')"
+
+# Debian's chromium (the Swagger UI test) and wrk (the benchmark test), where root can install them.
+scripts/install_test_tools.sh
+
+# Those that read $VENV: its packages (the audit, the dry runs) or their versions (MLServer's).
+start_side_jobs audit make_mlserver_venv co_install_dry_runs
 # A side job's exit status, its log shown when it failed.
 finished() {
     local job=$1
@@ -135,11 +143,6 @@ tail -n 3 .ci-logs/audit.log
 step "co-installable: inferd + kserve, inferd + tensorflow-cpu<2.18 (pip --dry-run)"
 finished co_install_dry_runs
 finished make_kserve_venv
-if finished make_mlserver_venv; then
-    export INFERD_BENCH_MLSERVER_PYTHON=${INFERD_BENCH_MLSERVER_PYTHON:-$PWD/$MLSERVER_VENV/bin/python}
-else
-    echo "MLServer 1.7.1 could not be installed: the tests comparing with it are skipped"
-fi
 step "lowest protobuf/grpcio: generated protobuf code, gRPC tests"
 finished make_lowest_venv
 .venv-lowest/bin/python scripts/gen_proto.py --check
@@ -148,6 +151,12 @@ finished make_lowest_venv
 .venv-lowest/bin/python -m pytest -q -p no:cacheprovider tests/unit/test_protocol.py \
     tests/integration/test_grpc_servicer.py tests/e2e/test_grpc.py tests/e2e/test_grpc_errors.py \
     tests/e2e/test_grpc_streaming.py
+# MLServer's venv (about 4 minutes of downloads) is waited for last, by the run that needs it.
+if finished make_mlserver_venv; then
+    export INFERD_BENCH_MLSERVER_PYTHON=${INFERD_BENCH_MLSERVER_PYTHON:-$PWD/$MLSERVER_VENV/bin/python}
+else
+    echo "MLServer 1.7.1 could not be installed: the tests comparing with it are skipped"
+fi
 
 # Without -m, the tests marked `long` are left out (above).
 run_pytest() {
