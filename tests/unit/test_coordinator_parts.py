@@ -5,8 +5,6 @@ summed, and a forwarded refusal answered as the local error would be."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from inferd.errors import (
     StatusError,
 )
 from inferd.server.errors import grpc_error, http_error, portable_error
-from inferd.server.protocol_role import bind_unix
 from inferd.server.roles import HostStart, Role
 from inferd.serving.operations import (
     ChangeLogSettings,
@@ -53,7 +50,8 @@ from inferd.supervisor.outcomes import (
 )
 from inferd.supervisor.paths import PrivatePaths, ProcessRole
 from inferd.triton.shm import RegionNotFound
-from inferd.workers.private_calls import Handler, call, close_server, serve_calls
+from inferd.workers.private_calls import Handler, call
+from tests.support.private_calls import answering
 
 LOAD = Load("iris", "{}")
 UNLOAD = Unload("iris")
@@ -137,16 +135,6 @@ FIRST, SECOND, THIRD = (Process.protocol(index) for index in range(3))
 HOST = Process.host(3)
 REFUSAL = InvalidRequest("failed to load 'iris': no such file")
 NOT_FOUND = ModelNotFound("iris")
-
-
-@contextlib.asynccontextmanager
-async def answering(socket_path: Path, handle: Handler) -> AsyncIterator[None]:
-    """``handle`` answering calls on ``socket_path`` while the block runs."""
-    server = await serve_calls(bind_unix(socket_path), handle)
-    try:
-        yield
-    finally:
-        await close_server(server)
 
 
 def refusing(error: Exception) -> Handler:

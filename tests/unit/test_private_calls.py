@@ -5,10 +5,8 @@ server that is not there or too slow."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import weakref
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +14,11 @@ import numpy as np
 import pytest
 
 from inferd.errors import InvalidRequest, ModelError, Overloaded
-from inferd.server.protocol_role import bind_unix
 from inferd.workers import ipc, messages
-from inferd.workers.private_calls import CallUnanswered, Handler, call, close_server, serve_calls
+from inferd.workers.private_calls import CallUnanswered, call
+from tests.support.private_calls import answering
 
 pytestmark = pytest.mark.anyio
-
-
-@contextlib.asynccontextmanager
-async def answering(handle: Handler, tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "calls.sock"
-    server = await serve_calls(bind_unix(path), handle)
-    try:
-        yield path
-    finally:
-        await close_server(server)
 
 
 async def echo(message: Any) -> Any:
@@ -39,7 +27,7 @@ async def echo(message: Any) -> Any:
 
 async def test_a_value_comes_back_as_it_was_sent(tmp_path: Path) -> None:
     big = np.arange(100_000, dtype=np.float32)  # out-of-band in its frame
-    async with answering(echo, tmp_path) as path:
+    async with answering(tmp_path / "calls.sock", echo) as path:
         assert await call(path, {"a": [1, "b", None]}) == {"a": [1, "b", None]}
         back = await call(path, big)
     assert np.array_equal(back, big) and back.dtype == big.dtype
@@ -49,7 +37,7 @@ async def test_a_refusal_comes_back_as_its_class(tmp_path: Path) -> None:
     async def refuse(message: Any) -> Any:
         raise Overloaded(f"busy with {message}", retry_after=2)
 
-    async with answering(refuse, tmp_path) as path:
+    async with answering(tmp_path / "calls.sock", refuse) as path:
         with pytest.raises(Overloaded, match="busy with 7") as raised:
             await call(path, 7)
     assert raised.value.retry_after == 2
@@ -60,7 +48,7 @@ async def test_calls_at_once_are_each_answered_on_their_own_connection(tmp_path:
         await asyncio.sleep(0.05 if message == 0 else 0)
         return message
 
-    async with answering(slow_echo, tmp_path) as path:
+    async with answering(tmp_path / "calls.sock", slow_echo) as path:
         answers = await asyncio.gather(*(call(path, index) for index in range(20)))
     assert answers == list(range(20))
 
@@ -71,7 +59,7 @@ async def test_what_is_no_frame_or_cannot_be_sent_back_is_refused_with_why(
     async def unpicklable(message: Any) -> Any:
         return lambda: None
 
-    async with answering(unpicklable, tmp_path) as path:
+    async with answering(tmp_path / "calls.sock", unpicklable) as path:
         with pytest.raises(ModelError, match="pickle"):
             await call(path, "x")
         reader, writer = await asyncio.open_unix_connection(str(path))
@@ -91,7 +79,7 @@ async def test_no_server_or_one_too_slow_is_no_answer(tmp_path: Path) -> None:
     async def never(message: Any) -> Any:
         await asyncio.Event().wait()
 
-    async with answering(never, tmp_path) as path:
+    async with answering(tmp_path / "calls.sock", never) as path:
         with pytest.raises(CallUnanswered, match="TimeoutError"):
             await call(path, "x", timeout_s=0.05)
 
@@ -120,7 +108,7 @@ async def test_a_call_is_answered_while_its_handler_waits_on_what_only_it_holds(
         await asyncio.sleep(0.03)
         gc.collect()
 
-    async with answering(waits, tmp_path) as path:
+    async with answering(tmp_path / "calls.sock", waits) as path:
         collector = asyncio.create_task(collect())
         assert await call(path, "kept", timeout_s=5) == "kept"
         await collector

@@ -15,9 +15,9 @@ import logging
 import grpc
 from starlette.requests import ClientDisconnect
 
-from inferd import errors
 from inferd.errors import ErrorCode, InferdError, StatusError
 from inferd.server.rest.codec import JSON_CONTENT_TYPE, error_body
+from inferd.workers import ipc
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,7 @@ def portable_error(error: Exception, serving: str) -> InferdError:
     workers/ipc.py ``error_from_wire``), else a StatusError of the status REST answers
     it with (and its Retry-After), so that the client gets the same answer from any
     process. ``serving`` names the call in the log line of an unexpected error."""
-    if isinstance(error, InferdError) and getattr(errors, type(error).__name__, None) is type(
-        error
-    ):
+    if isinstance(error, InferdError) and ipc.crosses_as_itself(error):
         return error
     status, _, _ = http_error(error, serving)
     message = error.message if isinstance(error, InferdError) else str(error)

@@ -323,6 +323,12 @@ def error_to_wire(error: BaseException) -> WireError:
     return ModelError.__name__, str(error) or type(error).__name__, {}
 
 
+def crosses_as_itself(error: BaseException) -> bool:
+    """Whether :func:`error_from_wire` rebuilds ``error`` as its own class: one that
+    ``inferd.errors`` names (any other comes back as a ModelError)."""
+    return getattr(errors, type(error).__name__, None) is type(error)
+
+
 def error_from_wire(wire: WireError) -> Exception:
     name, message, attributes = wire
     cls = getattr(errors, name, None)
